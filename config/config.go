@@ -1,0 +1,278 @@
+// Package config composes every package's Config into the one execgate config
+// file (DESIGN §13): strict YAML (unknown keys are errors), every key
+// overridable by an EXECGATE_… environment variable, defaults in one place,
+// and a redacted print of the effective result.
+//
+// Environment variables are named after the YAML path, upper-cased and joined
+// with underscores: quota.redis_url → EXECGATE_QUOTA_REDIS_URL, listen →
+// EXECGATE_LISTEN. Lists take comma-separated values or a JSON array; structs
+// and lists of structs (tenants) take JSON. EnvNames lists them all.
+package config
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/gateway"
+	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// Config is the whole execgate configuration.
+//
+// How to add a key:
+//  1. Add the field to the owning package's Config with a yaml tag and a
+//     comment giving unit, default and what zero means.
+//  2. Set its default in Defaults (or in the package's own defaulting).
+//  3. Check it in Validate if a bad value must stop start-up.
+//  4. Add it to deploy/examples/config.yaml and the Helm values.
+type Config struct {
+	// Listen is the HTTP listen address. Default 127.0.0.1:8010.
+	Listen string `yaml:"listen" json:"listen"`
+	// StateDir holds the rootfs, dev key, deps cache and audit log.
+	// Default /var/lib/execgate as root, else ~/.local/state/execgate.
+	StateDir string `yaml:"state_dir" json:"state_dir"`
+
+	Server    gateway.Config   `yaml:"server" json:"server"`
+	Auth      auth.Config      `yaml:"auth" json:"auth"`
+	Sandbox   sandbox.Config   `yaml:"sandbox" json:"sandbox"`
+	Egress    egress.Config    `yaml:"egress" json:"egress"`
+	Quota     quota.Config     `yaml:"quota" json:"quota"`
+	Policy    policy.Config    `yaml:"policy" json:"policy"`
+	Audit     audit.Config     `yaml:"audit" json:"audit"`
+	Telemetry telemetry.Config `yaml:"telemetry" json:"telemetry"`
+	Tenants   []tenancy.Tenant `yaml:"tenants" json:"tenants"`
+
+	// Embedded is true when no config file was given (DESIGN §9).
+	Embedded bool `yaml:"-" json:"-"`
+}
+
+// DefaultStateDir is where state lives when neither flag nor config says.
+func DefaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/execgate"
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "state", "execgate")
+	}
+	return filepath.Join(os.TempDir(), "execgate")
+}
+
+// Defaults returns the safe defaults: loopback listen, memory quotas,
+// network none, limits on.
+func Defaults() Config {
+	return Config{
+		Listen: "127.0.0.1:8010",
+		Auth:   auth.Config{Issuer: "execgate", Audience: "execgate", LeewaySeconds: 30},
+		Sandbox: sandbox.Config{
+			PythonPath:  "/usr/bin/python3",
+			Cgroups:     "auto",
+			KillGraceMS: 1000,
+		},
+		Quota: quota.Config{
+			Backend:      "memory",
+			KeyPrefix:    "execgate",
+			RateFailMode: "closed",
+			LeaseTTLMS:   15000,
+			Defaults:     quota.Limits{RatePerMinute: 600, Burst: 20, Concurrency: 4, DailyCPUSeconds: 3600},
+		},
+		Audit:     audit.Config{Sinks: []string{"file"}, MaxSizeMB: 100, MaxBackups: 10},
+		Telemetry: telemetry.Config{ServiceName: "execgate", MaxTenantLabels: 100, LogFormat: "json", LogLevel: "info"},
+	}
+}
+
+// DemoTenant is the embedded default's one tenant: network none only.
+func DemoTenant() tenancy.Tenant {
+	return tenancy.Tenant{
+		ID:    "demo",
+		Plan:  "standard",
+		Quota: quota.Limits{RatePerMinute: 600, Burst: 20, Concurrency: 4, DailyCPUSeconds: 3600},
+		Policy: map[string]any{
+			"network":      []any{"none"},
+			"egress_allow": []any{},
+			"packages":     map[string]any{"allow": []any{}, "deny": []any{}},
+			"max_limits":   map[string]any{"timeout_ms": 30000, "memory_mb": 512},
+			"tools":        []any{},
+		},
+	}
+}
+
+// Load reads the config file at path (empty: the embedded default), applies
+// EXECGATE_… overrides from environ, fills derived defaults and validates.
+func Load(path string, environ []string) (*Config, error) {
+	cfg := Defaults()
+	if path == "" {
+		cfg.Embedded = true
+		cfg.Tenants = []tenancy.Tenant{DemoTenant()}
+	} else {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading config: %w", err)
+		}
+		if err := decodeStrict(data, &cfg); err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return nil, err
+	}
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func decodeStrict(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // empty file: defaults
+		}
+		return err
+	}
+	return nil
+}
+
+// fill derives the defaults that depend on other keys.
+func (c *Config) fill() {
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir()
+	}
+	if c.Sandbox.RootfsDir == "" {
+		c.Sandbox.RootfsDir = filepath.Join(c.StateDir, "rootfs")
+	}
+	if c.Sandbox.WorkDir == "" {
+		c.Sandbox.WorkDir = filepath.Join(c.StateDir, "runs")
+	}
+	if c.Audit.File == "" {
+		c.Audit.File = filepath.Join(c.StateDir, "audit.jsonl")
+	}
+	if c.Embedded && c.Auth.HS256SecretFile == "" {
+		c.Auth.HS256SecretFile = filepath.Join(c.StateDir, "dev.key")
+	}
+	for i := range c.Tenants {
+		if c.Tenants[i].Quota == (quota.Limits{}) {
+			c.Tenants[i].Quota = c.Quota.Defaults
+		}
+		if c.Tenants[i].Policy == nil {
+			c.Tenants[i].Policy = map[string]any{}
+		}
+	}
+}
+
+// Validate fails fast on configurations that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen: must not be empty"))
+	}
+	switch c.Quota.Backend {
+	case "memory":
+	case "redis":
+		if c.Quota.RedisURL == "" && len(c.Quota.RedisAddrs) == 0 {
+			errs = append(errs, errors.New("quota.redis_url: required when quota.backend is redis (no silent localhost default)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("quota.backend: %q is not memory or redis", c.Quota.Backend))
+	}
+	switch c.Quota.RateFailMode {
+	case "closed", "local":
+	default:
+		errs = append(errs, fmt.Errorf("quota.rate_fail_mode: %q is not closed or local", c.Quota.RateFailMode))
+	}
+	if err := c.Quota.Defaults.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("quota.defaults: %w", err))
+	}
+	switch c.Sandbox.Cgroups {
+	case "auto", "v1", "v2":
+	default:
+		errs = append(errs, fmt.Errorf("sandbox.cgroups: %q is not auto, v1 or v2", c.Sandbox.Cgroups))
+	}
+	seen := map[string]bool{}
+	for i, t := range c.Tenants {
+		switch {
+		case t.ID == "":
+			errs = append(errs, fmt.Errorf("tenants[%d].id: must not be empty", i))
+		case seen[t.ID]:
+			errs = append(errs, fmt.Errorf("tenants[%d].id: duplicate tenant %q", i, t.ID))
+		}
+		seen[t.ID] = true
+		if err := t.Quota.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("tenants[%d].quota: %w", i, err))
+		}
+	}
+	if c.Auth.HS256SecretFile == "" && len(c.Auth.PublicKeys) == 0 && c.Auth.JWKSURL == "" {
+		errs = append(errs, errors.New("auth: configure hs256_secret_file, public_keys or jwks_url"))
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureDevKey creates the HS256 dev key file (0600, 32 random bytes hex) if
+// it does not exist. It reports whether it created one.
+func EnsureDevKey(path string) (bool, error) {
+	if _, err := os.Stat(path); err == nil {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, fmt.Errorf("creating key dir: %w", err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return false, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("creating dev key: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(hex.EncodeToString(buf) + "\n"); err != nil {
+		return false, err
+	}
+	return true, f.Close()
+}
+
+// Print writes the effective config as YAML with secrets redacted.
+func (c *Config) Print(w io.Writer) error {
+	red := *c
+	red.Quota.RedisURL = redactURL(red.Quota.RedisURL)
+	red.Egress.UpstreamProxy = redactURL(red.Egress.UpstreamProxy)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&red); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// redactURL hides a password in a URL's userinfo.
+func redactURL(s string) string {
+	at := strings.LastIndex(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return s
+	}
+	user := s[scheme+3 : at]
+	if i := strings.Index(user, ":"); i >= 0 {
+		user = user[:i] + ":REDACTED"
+	} else {
+		user = "REDACTED"
+	}
+	return s[:scheme+3] + user + s[at:]
+}

@@ -1,0 +1,101 @@
+// Package policy decides, with embedded OPA, what a tenant may run.
+//
+// The default policies (package policies) and any extra directories are
+// compiled once with restricted capabilities (no network builtins), prepared,
+// and swapped atomically on reload. Decide evaluates the prepared query
+// data.execgate.main.decision with one Input and returns a structured
+// Decision. An undefined or erroring decision is an error (a PolicyError at
+// the edge), never an allow.
+package policy
+
+// InputVersion is the version of the Input document.
+const InputVersion = 1
+
+// Limits mirrors sandbox.Limits (identical fields, so the gateway converts
+// directly). In a request, zero means "not requested".
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`
+	CPUMS       int64 `json:"cpu_ms"`
+	MemoryMB    int64 `json:"memory_mb"`
+	Pids        int64 `json:"pids"`
+	OutputBytes int64 `json:"output_bytes"`
+	TmpMB       int64 `json:"tmp_mb"`
+}
+
+// Input is the document the policy sees (DESIGN §6).
+type Input struct {
+	Version int          `json:"version"`
+	Tenant  TenantInput  `json:"tenant"`
+	Subject SubjectInput `json:"subject"`
+	Request RequestInput `json:"request"`
+}
+
+// TenantInput identifies the tenant and carries its policy data from config.
+type TenantInput struct {
+	ID   string         `json:"id"`
+	Plan string         `json:"plan"`
+	Data map[string]any `json:"data"`
+}
+
+// SubjectInput is the authenticated caller.
+type SubjectInput struct {
+	Sub   string   `json:"sub"`
+	Roles []string `json:"roles"`
+}
+
+// RequestInput describes the requested run; never the source itself.
+type RequestInput struct {
+	Language      string   `json:"language"`
+	Entrypoint    string   `json:"entrypoint"`
+	SourceSHA256  string   `json:"source_sha256"`
+	SourceBytes   int      `json:"source_bytes"`
+	ArgsBytes     int      `json:"args_bytes"`
+	Requirements  []string `json:"requirements"`
+	NetworkAccess string   `json:"network_access"`
+	EgressHosts   []string `json:"egress_hosts"`
+	Limits        Limits   `json:"limits"`
+	Mode          string   `json:"mode"`
+	Tools         []string `json:"tools"`
+}
+
+// Decision is the policy's answer. Allow false always carries Reasons.
+type Decision struct {
+	ID                  string           `json:"id"`
+	Allow               bool             `json:"allow"`
+	Reasons             []string         `json:"reasons"`
+	NetworkAccess       string           `json:"network_access"`
+	Limits              Limits           `json:"limits"`
+	Egress              Egress           `json:"egress"`
+	RequirementsAllowed bool             `json:"requirements_allowed"`
+	Tools               []string         `json:"tools"`
+	Audit               AuditObligations `json:"audit"`
+}
+
+// Egress is the decided egress allow-list (host[:port] globs).
+type Egress struct {
+	Allow []string `json:"allow"`
+}
+
+// AuditObligations tell the audit log what to keep.
+type AuditObligations struct {
+	RecordSource bool `json:"record_source"`
+}
+
+// Config is the policy section of the config file.
+type Config struct {
+	// Dirs are extra policy directories layered on the embedded defaults.
+	Dirs []string `yaml:"dirs" json:"dirs"`
+	// Bundle, when set, loads policies from an OPA bundle server instead of
+	// (or on top of) directories.
+	Bundle *BundleConfig `yaml:"bundle" json:"bundle,omitempty"`
+	// Watch reloads on file change (default true when Dirs is non-empty).
+	Watch *bool `yaml:"watch" json:"watch,omitempty"`
+}
+
+// BundleConfig points at an OPA bundle server.
+type BundleConfig struct {
+	URL             string `yaml:"url" json:"url"`                           // full bundle URL
+	PollSeconds     int    `yaml:"poll_seconds" json:"poll_seconds"`         // default 30
+	VerificationKey string `yaml:"verification_key" json:"verification_key"` // PEM file path for signature verification
+	KeyID           string `yaml:"key_id" json:"key_id"`
+}

@@ -1,0 +1,227 @@
+// Package sandbox runs one tool, once, inside nsjail and reports what happened.
+//
+// The runner renders an nsjail config from a typed Spec, starts nsjail with an
+// argv built in Go (never a shell), feeds the embedded Python harness its
+// request on stdin, collects capped stdout/stderr, reads the harness's result
+// envelope from its own file descriptor, and classifies the outcome into one
+// of the run outcome types below. Usage numbers come from the kernel (cgroups
+// and rusage), never from the harness.
+//
+//	r, err := sandbox.NewRunner(cfg)
+//	res, err := r.Run(ctx, sandbox.Spec{Source: src, Entrypoint: "run", ...})
+//
+// Run returns a non-nil error only when the jail could not be created at all
+// (an *UnavailableError); everything that happened to the tool is in Result.
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// ProtocolVersion is the version of the gateway↔harness protocol. The harness
+// refuses a request with another version and the runner refuses a result with
+// another version, so the binary and the rootfs can never drift apart silently.
+const ProtocolVersion = 1
+
+// Network is the network mode of a run.
+type Network string
+
+// Network modes (DESIGN §10).
+const (
+	NetworkNone  Network = "none"  // own net namespace, nothing reachable
+	NetworkProxy Network = "proxy" // own net namespace, only the egress proxy
+	NetworkHost  Network = "host"  // the host network, admin-granted only
+)
+
+// Limits bound one run. Zero means "use the runner's default" (see Defaults);
+// the runner never runs without a limit. The field set is identical to
+// policy.Limits so the gateway can convert one into the other directly.
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`   // wall-clock limit, milliseconds
+	CPUMS       int64 `json:"cpu_ms"`       // CPU time limit, milliseconds
+	MemoryMB    int64 `json:"memory_mb"`    // memory cgroup limit, MiB
+	Pids        int64 `json:"pids"`         // pids cgroup limit
+	OutputBytes int64 `json:"output_bytes"` // cap on each of stdout, stderr and the result
+	TmpMB       int64 `json:"tmp_mb"`       // size of the /tmp tmpfs, MiB
+}
+
+// DefaultLimits are the limits used for fields left zero.
+var DefaultLimits = Limits{
+	TimeoutMS:   5000,
+	CPUMS:       5000,
+	MemoryMB:    256,
+	Pids:        32,
+	OutputBytes: 1 << 20,
+	TmpMB:       64,
+}
+
+// WithDefaults returns l with every zero field replaced by DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	if l.TimeoutMS > 0 {
+		d.TimeoutMS = l.TimeoutMS
+	}
+	if l.CPUMS > 0 {
+		d.CPUMS = l.CPUMS
+	}
+	if l.MemoryMB > 0 {
+		d.MemoryMB = l.MemoryMB
+	}
+	if l.Pids > 0 {
+		d.Pids = l.Pids
+	}
+	if l.OutputBytes > 0 {
+		d.OutputBytes = l.OutputBytes
+	}
+	if l.TmpMB > 0 {
+		d.TmpMB = l.TmpMB
+	}
+	return d
+}
+
+// Spec is everything the runner needs for one run. Inputs will grow, so it is a
+// struct; zero values are safe (network none, default limits, mode run).
+type Spec struct {
+	ExecutionID string
+	TenantID    string
+	Language    string          // "python" (default); "javascript" later
+	Source      string          // the tool's source code
+	Entrypoint  string          // default "run"
+	Args        json.RawMessage // any JSON; nil means null
+	Mode        string          // "run" (default) or "test"
+	// Variables are the fixture variables offered as context.variables.
+	Variables json.RawMessage
+	// ToolFixtures maps a tool name to the value a call to it returns (test mode).
+	ToolFixtures json.RawMessage
+	Network      Network
+	Limits       Limits
+	Requirements []string // "pkg==ver"; installed into a deps dir before the run
+	EgressAllow  []string // host[:port] globs, enforced by the egress proxy in proxy mode
+}
+
+// Status is the envelope status.
+type Status string
+
+// Envelope statuses.
+const (
+	StatusOK    Status = "ok"
+	StatusError Status = "error"
+)
+
+// Run outcome types (DESIGN §4). Every Result with StatusError carries one.
+//
+// How to add one:
+//  1. Add the constant here with a comment saying when it is used.
+//  2. Teach the classifier (classify.go) or the harness to produce it.
+//  3. Add a classifier table case and, where it can be provoked, a containment test.
+//  4. Add it to the OpenAPI enum in gateway.
+const (
+	ErrToolError          = "ToolError"          // the tool raised; traceback holds user frames only
+	ErrInvalidSource      = "InvalidSource"      // syntax or import-time error, with line
+	ErrEntrypointNotFound = "EntrypointNotFound" // no callable with the entrypoint's name
+	ErrInvalidResult      = "InvalidResult"      // return value not JSON-serialisable
+	ErrInvalidInput       = "InvalidInput"       // the tool rejected its args on purpose (execgate_runtime)
+	ErrTimeout            = "Timeout"            // wall-clock limit reached
+	ErrCPULimit           = "CPULimit"           // CPU-time limit reached
+	ErrMemoryLimit        = "MemoryLimit"        // memory cgroup OOM
+	ErrOutputLimit        = "OutputLimit"        // result larger than the output cap
+	ErrSyscallDenied      = "SyscallDenied"      // killed by seccomp
+	ErrDependencyError    = "DependencyError"    // requirements could not be installed
+	ErrSandboxCrashed     = "SandboxCrashed"     // jail died without an envelope
+	ErrProtocolMismatch   = "ProtocolMismatch"   // harness and gateway disagree on the protocol version
+)
+
+// ErrorInfo describes why a run ended in error.
+type ErrorInfo struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+	Line      int    `json:"line,omitempty"` // source line for InvalidSource
+}
+
+// Truncated says which streams were cut at the output cap.
+type Truncated struct {
+	Stdout bool `json:"stdout"`
+	Stderr bool `json:"stderr"`
+}
+
+// Usage is measured by the kernel for the whole jail.
+type Usage struct {
+	WallMS       int64 `json:"wall_ms"`
+	CPUMS        int64 `json:"cpu_ms"`
+	PeakMemoryKB int64 `json:"peak_memory_kb"`
+}
+
+// LogLine is one line logged by the tool through context.log.
+type LogLine struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// EgressAttempt is one connection attempt seen by the egress proxy.
+type EgressAttempt struct {
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+	IP      string `json:"ip,omitempty"`
+}
+
+// Result is what happened to one run.
+type Result struct {
+	Status    Status          `json:"status"`
+	Result    json.RawMessage `json:"result"`
+	Stdout    string          `json:"stdout"`
+	Stderr    string          `json:"stderr"`
+	Truncated Truncated       `json:"truncated"`
+	Error     *ErrorInfo      `json:"error,omitempty"`
+	Usage     Usage           `json:"usage"`
+	Logs      []LogLine       `json:"logs,omitempty"`
+	Egress    []EgressAttempt `json:"egress,omitempty"`
+	// NsjailLog holds nsjail's own log lines (not user output); kept for
+	// diagnosis and SandboxCrashed tracebacks.
+	NsjailLog []string `json:"-"`
+}
+
+// ErrorType returns the outcome type, or "" when the run was ok.
+func (r *Result) ErrorType() string {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Type
+}
+
+// UnavailableError means the jail could not be created: nsjail is missing, or
+// the host refused namespaces, mounts, cgroups or seccomp. Nothing was run.
+// The gateway maps it to 503 SandboxUnavailable.
+type UnavailableError struct {
+	Reason string   // one line: what failed
+	Log    []string // nsjail's own log lines, if it ran
+	Hint   string   // what the operator can do (privileges, seccomp, userns)
+	Err    error    // underlying error, if any
+}
+
+func (e *UnavailableError) Error() string {
+	msg := "sandbox unavailable: " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Detail renders the log lines and hint for a traceback or terminal.
+func (e *UnavailableError) Detail() string {
+	var b strings.Builder
+	for _, l := range e.Log {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	if e.Hint != "" {
+		fmt.Fprintf(&b, "hint: %s\n", e.Hint)
+	}
+	return b.String()
+}

