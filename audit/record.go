@@ -1,0 +1,61 @@
+package audit
+
+import (
+	"time"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+// SchemaVersion is the version of Record; audit/schema/record.v1.json is its
+// JSON Schema. Bump it (and add a new schema file) on any breaking change.
+const SchemaVersion = 1
+
+// Record is exactly one authenticated execute request: run, refused by policy
+// or refused by quota. It is written durably before the response is sent.
+type Record struct {
+	SchemaVersion int       `json:"schema_version"`
+	Time          time.Time `json:"time"`
+	ExecutionID   string    `json:"execution_id"`
+	TenantID      string    `json:"tenant_id"`
+	Subject       string    `json:"subject"`
+	Roles         []string  `json:"roles"`
+	// Decision is nil when the request was refused before policy ran
+	// (e.g. a 400 after authentication).
+	Decision *Decision `json:"decision"`
+	Quota    Quota     `json:"quota"`
+	// SourceSHA256 is always set; Source only when the decision says record_source.
+	SourceSHA256 string                  `json:"source_sha256"`
+	Source       string                  `json:"source,omitempty"`
+	Outcome      Outcome                 `json:"outcome"`
+	Usage        sandbox.Usage           `json:"usage"`
+	Egress       []sandbox.EgressAttempt `json:"egress"`
+	TraceID      string                  `json:"trace_id"`
+	SpanID       string                  `json:"span_id"`
+}
+
+// Decision is the policy decision as recorded.
+type Decision struct {
+	ID            string         `json:"id"`
+	Allow         bool           `json:"allow"`
+	Reasons       []string       `json:"reasons"`
+	NetworkAccess string         `json:"network_access"`
+	Limits        sandbox.Limits `json:"limits"`
+	Egress        []string       `json:"egress"`
+}
+
+// Quota is the admission outcome: "admitted", "exceeded", "budget_exhausted",
+// "unavailable" or "skipped" (refused before quota ran).
+type Quota struct {
+	Outcome      string `json:"outcome"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// Kind is the dimension that refused the run ("rate", "concurrency",
+	// "budget"); empty unless Outcome is "exceeded" or "budget_exhausted".
+	Kind string `json:"kind,omitempty"`
+}
+
+// Outcome is what the caller was told.
+type Outcome struct {
+	HTTPStatus int    `json:"http_status"`
+	Status     string `json:"status"` // "ok" | "error"
+	ErrorType  string `json:"error_type,omitempty"`
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test of execgate on this host (as root: the sandbox tests create
+# namespaces and cgroups). Installs what the tests need first (idempotent):
+# the tools venv with nsjail and uv, redis-server, the stock opa CLI and
+# schemathesis. Tests start their own redis-server on a free loopback port.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+./scripts/setup.sh --test
+
+export PATH="$ROOT/.tools/bin:$PATH"
+echo "== opa test policies/ (stock OPA CLI)"
+opa test --v1-compatible policies/ 2>/dev/null || opa test policies/
+
+echo "== go test ./..."
+go test -count=1 -timeout 30m ./...
