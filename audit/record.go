@@ -43,6 +43,15 @@ type Decision struct {
 	Egress        []string       `json:"egress"`
 }
 
+// Quota outcomes (Quota.Outcome).
+const (
+	QuotaAdmitted        = "admitted"         // quota admitted the run
+	QuotaExceeded        = "exceeded"         // rate or concurrency refused it (429 QuotaExceeded)
+	QuotaBudgetExhausted = "budget_exhausted" // the daily CPU budget refused it (429 BudgetExhausted)
+	QuotaUnavailable     = "unavailable"      // the backend was down and failed closed (503)
+	QuotaSkipped         = "skipped"          // refused before quota ran (bad request, policy)
+)
+
 // Quota is the admission outcome: "admitted", "exceeded", "budget_exhausted",
 // "unavailable" or "skipped" (refused before quota ran).
 type Quota struct {

@@ -1,19 +1,75 @@
 // Package telemetry sets up OpenTelemetry tracing (OTLP exporter configured
 // by the standard OTEL_* variables), Prometheus metrics and slog logging.
-// It is configured once in cmd and used by the other packages through ctx.
+// It is configured once in cmd and used by the other packages through ctx:
+// domain packages start child spans with otel.Tracer(...) from the request's
+// context and log with slog's *Context functions, which carry trace_id and
+// span_id onto every line.
 package telemetry
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+)
 
 // Config is the telemetry section of the config file.
 type Config struct {
-	// Tracing enables the OTLP trace exporter. Default: on when
-	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.
+	// Tracing enables the OTLP trace exporter. Default (nil): on when
+	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
+	// (and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none).
+	// false turns the exporter off even then. Spans are always created, so
+	// trace ids reach envelopes, logs and audit records either way.
 	Tracing *bool `yaml:"tracing" json:"tracing,omitempty"`
-	// ServiceName is the OTel service.name. Default "execgate".
+	// ServiceName is the OTel service.name. Default "execgate";
+	// OTEL_SERVICE_NAME overrides it.
 	ServiceName string `yaml:"service_name" json:"service_name"`
 	// MaxTenantLabels bounds the tenant label's cardinality in metrics;
-	// tenants beyond it are counted under "other". Default 100.
+	// tenants beyond it are counted under "other". Default (0) 100.
 	MaxTenantLabels int `yaml:"max_tenant_labels" json:"max_tenant_labels"`
-	// LogFormat is "json" (default) or "text"; LogLevel "info" (default), "debug", ...
+	// LogFormat is "json" (default) or "text"; LogLevel "info" (default),
+	// "debug", "warn" or "error".
 	LogFormat string `yaml:"log_format" json:"log_format"`
 	LogLevel  string `yaml:"log_level" json:"log_level"`
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultServiceName     = "execgate"
+	DefaultMaxTenantLabels = 100
+)
+
+// Validate reports bad values, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.LogFormat {
+	case "", "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("telemetry.log_format: %q is not json or text", c.LogFormat))
+	}
+	if c.LogLevel != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+			errs = append(errs, fmt.Errorf("telemetry.log_level: %q is not debug, info, warn or error", c.LogLevel))
+		}
+	}
+	if c.MaxTenantLabels < 0 {
+		errs = append(errs, fmt.Errorf("telemetry.max_tenant_labels: %d must be >= 0", c.MaxTenantLabels))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.ServiceName == "" {
+		c.ServiceName = DefaultServiceName
+	}
+	if c.MaxTenantLabels == 0 {
+		c.MaxTenantLabels = DefaultMaxTenantLabels
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "json"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	return c
 }

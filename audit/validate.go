@@ -1,0 +1,102 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+// ErrInvalidRecord is wrapped by every error Validate returns; the message
+// names the offending field.
+var ErrInvalidRecord = errors.New("invalid audit record")
+
+var (
+	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	traceIDHex = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	spanIDHex  = regexp.MustCompile(`^[0-9a-f]{16}$`)
+)
+
+// Validate checks the invariants that audit/schema/record.v1.json states, so
+// a wiring mistake fails loudly at the call site instead of leaving a record
+// that pipelines reject later. It reports every problem, each naming its
+// field (JSON name).
+func (r *Record) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidRecord, field, fmt.Sprintf(format, args...)))
+	}
+	if r.SchemaVersion != SchemaVersion {
+		bad("schema_version", "is %d, want %d", r.SchemaVersion, SchemaVersion)
+	}
+	if r.Time.IsZero() {
+		bad("time", "must be set")
+	}
+	if r.ExecutionID == "" {
+		bad("execution_id", "must not be empty")
+	}
+	if r.TenantID == "" {
+		bad("tenant_id", "must not be empty (records are for authenticated requests)")
+	}
+	if r.Decision != nil && r.Decision.ID == "" {
+		bad("decision.id", "must not be empty when a decision is recorded")
+	}
+	switch r.Quota.Outcome {
+	case QuotaAdmitted, QuotaExceeded, QuotaBudgetExhausted, QuotaUnavailable, QuotaSkipped:
+	case "":
+		bad("quota.outcome", "must be set (%q when refused before quota ran)", QuotaSkipped)
+	default:
+		bad("quota.outcome", "%q is not one of admitted, exceeded, budget_exhausted, unavailable, skipped", r.Quota.Outcome)
+	}
+	if r.Quota.RetryAfterMS < 0 {
+		bad("quota.retry_after_ms", "must not be negative")
+	}
+	if r.SourceSHA256 != "" && !sha256Hex.MatchString(r.SourceSHA256) {
+		bad("source_sha256", "%q is not 64 lowercase hex digits", r.SourceSHA256)
+	}
+	if r.Outcome.HTTPStatus < 100 || r.Outcome.HTTPStatus > 599 {
+		bad("outcome.http_status", "%d is not an HTTP status", r.Outcome.HTTPStatus)
+	}
+	switch r.Outcome.Status {
+	case "ok":
+		if r.Outcome.ErrorType != "" {
+			bad("outcome.error_type", "must be empty when status is ok (got %q)", r.Outcome.ErrorType)
+		}
+	case "error":
+		if r.Outcome.ErrorType == "" {
+			bad("outcome.error_type", "must be set when status is error")
+		}
+	default:
+		bad("outcome.status", "%q is not ok or error", r.Outcome.Status)
+	}
+	if r.TraceID != "" && !traceIDHex.MatchString(r.TraceID) {
+		bad("trace_id", "%q is not 32 lowercase hex digits", r.TraceID)
+	}
+	if r.SpanID != "" && !spanIDHex.MatchString(r.SpanID) {
+		bad("span_id", "%q is not 16 lowercase hex digits", r.SpanID)
+	}
+	return errors.Join(errs...)
+}
+
+// normalize makes nil lists empty (so the JSON has [] and never null where
+// the schema says array) and the time UTC.
+func (r *Record) normalize() {
+	r.Time = r.Time.UTC()
+	if r.Roles == nil {
+		r.Roles = []string{}
+	}
+	if r.Egress == nil {
+		r.Egress = []sandbox.EgressAttempt{}
+	}
+	if r.Decision != nil {
+		d := *r.Decision
+		if d.Reasons == nil {
+			d.Reasons = []string{}
+		}
+		if d.Egress == nil {
+			d.Egress = []string{}
+		}
+		r.Decision = &d
+	}
+}
