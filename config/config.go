@@ -230,7 +230,7 @@ func EnsureDevKey(path string) (bool, error) {
 	if _, err := os.Stat(path); err == nil {
 		return false, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, fmt.Errorf("creating key dir: %w", err)
 	}
 	buf := make([]byte, 32)

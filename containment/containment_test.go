@@ -1,0 +1,1262 @@
+package containment
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/sandbox"
+)
+
+// The gateway's secrets for this test process: one in the environment, one
+// in a config file on the host (see TestMain). No jail may ever see them.
+var (
+	secret           string
+	secretConfigFile string
+)
+
+const secretEnv = "EXECGATE_CONTAINMENT_SECRET"
+
+// cgroupPrefix names this test binary's parent cgroups, so "nothing left
+// behind" can be checked without racing other users of the host.
+var cgroupPrefix = fmt.Sprintf("execgate-containment-%d", os.Getpid())
+
+func TestMain(m *testing.M) {
+	secret = "eg-secret-" + randomHex(16)
+	os.Setenv(secretEnv, secret)
+	os.Setenv("EXECGATE_QUOTA_REDIS_URL", "redis://:"+secret+"@127.0.0.1:6379/0")
+	dir, err := os.MkdirTemp("", "containment-config-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	secretConfigFile = filepath.Join(dir, "execgate.yaml")
+	cfg := "quota:\n  backend: redis\n  redis_url: redis://:" + secret + "@127.0.0.1:6379/0\n"
+	if err := os.WriteFile(secretConfigFile, []byte(cfg), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	removeCgroupParents()
+	os.Exit(code)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// newRunner returns a runner on the real sandbox (testenv.SandboxConfig)
+// whose runs live below their own parent cgroup named after group.
+func newRunner(t *testing.T, group string) (*sandbox.Runner, sandbox.Config) {
+	t.Helper()
+	cfg := testenv.SandboxConfig(t)
+	cfg.CgroupParent = cgroupPrefix + "-" + group
+	r, err := sandbox.NewRunner(cfg)
+	if err != nil {
+		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("closing the runner: %v", err)
+		}
+	})
+	return r, cfg
+}
+
+func unavailableDetail(err error) string {
+	var ue *sandbox.UnavailableError
+	if errors.As(err, &ue) {
+		return ue.Detail()
+	}
+	return ""
+}
+
+// job is one tool run.
+type job struct {
+	tool    string // testdata/<tool>.py
+	args    any
+	limits  sandbox.Limits
+	network sandbox.Network
+	tenant  string // default "containment"
+}
+
+func source(t *testing.T, tool string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", tool+".py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// runTool runs a tool through the runner; a jail that cannot be created
+// fails the test (the host can jail, or testenv would have skipped).
+func runTool(t *testing.T, r *sandbox.Runner, j job) sandbox.Result {
+	t.Helper()
+	res, err := startTool(t, r, j)()
+	if err != nil {
+		t.Fatalf("Run %s: %v\n%s", j.tool, err, unavailableDetail(err))
+	}
+	return res
+}
+
+// startTool starts a run in the background; the returned function waits
+// for it. Call it from the test goroutine (it must not call t.Fatal).
+func startTool(t *testing.T, r *sandbox.Runner, j job) func() (sandbox.Result, error) {
+	t.Helper()
+	args, err := json.Marshal(j.args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := j.tenant
+	if tenant == "" {
+		tenant = "containment"
+	}
+	spec := sandbox.Spec{
+		ExecutionID: "containment-" + randomHex(4),
+		TenantID:    tenant,
+		Source:      source(t, j.tool),
+		Entrypoint:  "run",
+		Args:        args,
+		Network:     j.network,
+		Limits:      j.limits,
+	}
+	type outcome struct {
+		res sandbox.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := r.Run(ctx, spec)
+		done <- outcome{res, err}
+	}()
+	return func() (sandbox.Result, error) {
+		o := <-done
+		done <- o
+		return o.res, o.err
+	}
+}
+
+// describe renders a result for failure messages.
+func describe(res sandbox.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status=%s", res.Status)
+	if res.Error != nil {
+		fmt.Fprintf(&b, " error=%s: %s", res.Error.Type, res.Error.Message)
+		if res.Error.Traceback != "" {
+			fmt.Fprintf(&b, "\ntraceback:\n%s", tailOf(res.Error.Traceback, 2000))
+		}
+	}
+	fmt.Fprintf(&b, "\nusage=%+v truncated=%+v", res.Usage, res.Truncated)
+	if len(res.Result) > 0 {
+		fmt.Fprintf(&b, "\nresult=%s", tailOf(string(res.Result), 2000))
+	}
+	if res.Stderr != "" {
+		fmt.Fprintf(&b, "\nstderr=%s", tailOf(res.Stderr, 2000))
+	}
+	if len(res.NsjailLog) > 0 && (res.Error == nil || !strings.Contains(res.Error.Traceback, "Executing")) {
+		fmt.Fprintf(&b, "\nnsjail log:\n%s", tailOf(strings.Join(res.NsjailLog, "\n"), 2000))
+	}
+	return b.String()
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// decode requires an ok run and decodes its result into v.
+func decode(t *testing.T, res sandbox.Result, v any) {
+	t.Helper()
+	if res.Status != sandbox.StatusOK {
+		t.Fatalf("tool did not finish: %s", describe(res))
+	}
+	if err := json.Unmarshal(res.Result, v); err != nil {
+		t.Fatalf("decoding result %s: %v", tailOf(string(res.Result), 500), err)
+	}
+}
+
+// wantError requires the run to end with error type typ.
+func wantError(t *testing.T, res sandbox.Result, typ string) {
+	t.Helper()
+	if res.ErrorType() != typ {
+		t.Fatalf("outcome %q, want %q: %s", res.ErrorType(), typ, describe(res))
+	}
+}
+
+// Errno values (x86_64 Linux).
+const (
+	EPERM        = int(syscall.EPERM)
+	EINVAL       = int(syscall.EINVAL)
+	ENOENT       = int(syscall.ENOENT)
+	EAGAIN       = int(syscall.EAGAIN)
+	EBADF        = int(syscall.EBADF)
+	EACCES       = int(syscall.EACCES)
+	EBUSY        = int(syscall.EBUSY)
+	EFBIG        = int(syscall.EFBIG)
+	ENOSPC       = int(syscall.ENOSPC)
+	EROFS        = int(syscall.EROFS)
+	ENOSYS       = int(syscall.ENOSYS)
+	ENOMEM       = int(syscall.ENOMEM)
+	ENETUNREACH  = int(syscall.ENETUNREACH)
+	ECONNREFUSED = int(syscall.ECONNREFUSED)
+)
+
+func errnoName(e int) string {
+	if e == 0 {
+		return "0 (success)"
+	}
+	return fmt.Sprintf("%d (%s)", e, syscall.Errno(e).Error())
+}
+
+// ---- host-side views of processes and cgroups ----
+
+// hostProcsWith returns the live (non-zombie) host pids whose command line
+// contains marker.
+func hostProcsWith(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !bytes.Contains(cmdline, []byte(marker)) {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// hostCgroupDirs returns the host directories of the cgroups pid is in.
+func hostCgroupDirs(pid int, info sandbox.Info) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if info.CgroupVersion == 2 && parts[0] == "0" {
+			dirs = append(dirs, filepath.Join(info.CgroupRoot, parts[2]))
+		}
+		if info.CgroupVersion == 1 {
+			for _, ctrl := range strings.Split(parts[1], ",") {
+				if ctrl == "memory" || ctrl == "pids" || ctrl == "cpu" {
+					dirs = append(dirs, filepath.Join(info.CgroupRoot, ctrl, parts[2]))
+				}
+			}
+		}
+	}
+	return dirs
+}
+
+// parentCgroupDirs are the host directories of a runner's parent cgroup.
+func parentCgroupDirs(info sandbox.Info, parent string) []string {
+	if info.CgroupVersion == 2 {
+		return []string{filepath.Join(info.CgroupRoot, parent)}
+	}
+	var dirs []string
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		dirs = append(dirs, filepath.Join(info.CgroupRoot, ctrl, parent))
+	}
+	return dirs
+}
+
+// procsBelow returns every pid in a cgroup at or below dir.
+func procsBelow(dir string) []string {
+	var procs []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err == nil {
+			for _, f := range strings.Fields(string(data)) {
+				procs = append(procs, p+":"+f)
+			}
+		}
+		return nil
+	})
+	return procs
+}
+
+// assertNoProcessesLeft checks that no process is left in the runner's
+// cgroups once its runs have returned.
+func assertNoProcessesLeft(t *testing.T, r *sandbox.Runner, cfg sandbox.Config) {
+	t.Helper()
+	for _, d := range parentCgroupDirs(r.Info(), cfg.CgroupParent) {
+		if left := procsBelow(d); len(left) > 0 {
+			t.Errorf("processes left in the run cgroups after Run returned: %v", left)
+		}
+	}
+}
+
+// removeCgroupParents removes this binary's parent cgroups (deepest first).
+func removeCgroupParents() {
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/unified"} {
+		matches, _ := filepath.Glob(filepath.Join(root, cgroupPrefix+"-*"))
+		for _, m := range matches {
+			var dirs []string
+			filepath.WalkDir(m, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				os.Remove(dirs[i])
+			}
+		}
+	}
+}
+
+// ---- 1–7: process and kernel limits ----
+
+// 1. A busy loop past the wall limit is a Timeout, not a MemoryLimit, and
+// neither it nor the child it started survives in any cgroup or on the host.
+func TestBusyLoopPastTheWallLimitIsATimeoutAndLeavesNoProcess(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "busy")
+	marker := "containment-busy-" + randomHex(8)
+	wait := startTool(t, r, job{tool: "busy_loop", args: map[string]any{"marker": marker},
+		limits: sandbox.Limits{TimeoutMS: 1500, CPUMS: 30000, MemoryMB: 128}})
+	// While it runs, find the child on the host and remember its cgroups.
+	var cgroups []string
+	for deadline := time.Now().Add(10 * time.Second); len(cgroups) == 0 && time.Now().Before(deadline); {
+		for _, pid := range hostProcsWith(marker) {
+			cgroups = append(cgroups, hostCgroupDirs(pid, r.Info())...)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	res, err := wait()
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
+	}
+	wantError(t, res, sandbox.ErrTimeout)
+	if res.Usage.WallMS < 1500 {
+		t.Errorf("wall %d ms < the 1500 ms limit", res.Usage.WallMS)
+	}
+	if len(cgroups) == 0 {
+		t.Fatalf("never saw the tool's child (marker %s) on the host while it ran", marker)
+	}
+	if left := hostProcsWith(marker); len(left) > 0 {
+		t.Errorf("host processes left after the timeout: %v", left)
+	}
+	for _, d := range cgroups {
+		if left := procsBelow(d); len(left) > 0 {
+			t.Errorf("cgroup %s still has processes: %v", d, left)
+		}
+	}
+	assertNoProcessesLeft(t, r, cfg)
+}
+
+// 2. CPU burnt past the CPU limit is CPULimit, well before the wall limit,
+// whether one process burns it or several together.
+func TestCPUBurnPastTheCPULimitIsCPULimit(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "cpu")
+	for _, mode := range []string{"single", "processes"} {
+		t.Run(mode, func(t *testing.T) {
+			res := runTool(t, r, job{tool: "cpu_burn", args: map[string]any{"mode": mode, "processes": 3},
+				limits: sandbox.Limits{CPUMS: 500, TimeoutMS: 10000}})
+			wantError(t, res, sandbox.ErrCPULimit)
+			if res.Usage.WallMS >= 10000 {
+				t.Errorf("wall %d ms: the CPU limit did not act before the wall limit", res.Usage.WallMS)
+			}
+		})
+	}
+	assertNoProcessesLeft(t, r, cfg)
+}
+
+// 3. Memory allocated past the memory limit is MemoryLimit: by one process,
+// behind Python's back through ctypes, or by several processes together.
+func TestMemoryBombIsMemoryLimit(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "memory")
+	for _, tc := range []struct {
+		mode string
+		args map[string]any
+	}{
+		{"single", map[string]any{"mode": "single", "mb": 0}},
+		{"ctypes", map[string]any{"mode": "ctypes", "mb": 0}},
+		{"fork", map[string]any{"mode": "fork", "mb": 40, "processes": 4}},
+		{"multiprocessing", map[string]any{"mode": "multiprocessing", "mb": 40, "processes": 4}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			res := runTool(t, r, job{tool: "memory_bomb", args: tc.args,
+				limits: sandbox.Limits{MemoryMB: 64, TimeoutMS: 20000, CPUMS: 20000}})
+			wantError(t, res, sandbox.ErrMemoryLimit)
+		})
+	}
+	assertNoProcessesLeft(t, r, cfg)
+}
+
+// 4 and 27. Process creation past the pids limit fails inside with EAGAIN,
+// however it is attempted, and the host is unaffected.
+func TestProcessCreationPastThePidsLimitFailsWithEAGAIN(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "pids")
+	const pids = 16
+	for _, mode := range []string{"fork", "subprocess", "ctypes", "multiprocessing"} {
+		t.Run(mode, func(t *testing.T) {
+			res := runTool(t, r, job{tool: "fork_bomb", args: map[string]any{"mode": mode, "n": 500},
+				limits: sandbox.Limits{Pids: pids, TimeoutMS: 20000}})
+			var out struct {
+				Created int `json:"created"`
+				Errno   int `json:"errno"`
+			}
+			decode(t, res, &out)
+			if out.Errno != EAGAIN {
+				t.Errorf("process creation stopped with errno %s after %d, want EAGAIN", errnoName(out.Errno), out.Created)
+			}
+			if out.Created < 1 || out.Created >= pids {
+				t.Errorf("created %d processes under a pids limit of %d", out.Created, pids)
+			}
+		})
+	}
+	if err := exec.Command("/bin/true").Run(); err != nil {
+		t.Errorf("the host cannot start a process after the fork bombs: %v", err)
+	}
+	assertNoProcessesLeft(t, r, cfg)
+}
+
+// 5. Shared memory (memfd, /dev/shm, multiprocessing.shared_memory) cannot
+// grow past the memory and tmpfs caps: the attempt fails inside or the run
+// ends in MemoryLimit.
+func TestSharedMemoryCannotExceedTheCaps(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "shm")
+	const memMB, tmpMB, askMB = 64, 16, 160
+	for _, mode := range []string{"memfd", "dev_shm", "shared_memory"} {
+		t.Run(mode, func(t *testing.T) {
+			res := runTool(t, r, job{tool: "shm", args: map[string]any{"mode": mode, "mb": askMB},
+				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: 20000}})
+			if res.ErrorType() == sandbox.ErrMemoryLimit {
+				return
+			}
+			var out struct {
+				Written int64  `json:"written"`
+				Errno   int    `json:"errno"`
+				Where   string `json:"where"`
+			}
+			decode(t, res, &out)
+			if out.Errno == 0 || out.Written >= askMB<<20 {
+				t.Fatalf("wrote %d MiB of shared memory under a %d MiB memory limit without an error", out.Written>>20, memMB)
+			}
+			if out.Written > memMB<<20 {
+				t.Errorf("wrote %d MiB before %s failed with %s; the memory limit is %d MiB", out.Written>>20, out.Where, errnoName(out.Errno), memMB)
+			}
+			t.Logf("%s: stopped at %s after %d MiB with %s", mode, out.Where, out.Written>>20, errnoName(out.Errno))
+		})
+	}
+}
+
+// 6. A segfault or an abort of the interpreter is a clean SandboxCrashed
+// envelope naming the signal, and the runner keeps working.
+func TestInterpreterCrashIsACleanErrorAndTheRunnerSurvives(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "crash")
+	for _, tc := range []struct {
+		mode    string
+		signals []string
+	}{
+		{"segfault", []string{"SIGSEGV"}},
+		// The harness is PID 1 of the jail's PID namespace, where the kernel
+		// drops SIGABRT without a handler; glibc's abort() then ends the
+		// process with a faulting instruction, i.e. SIGSEGV.
+		{"abort", []string{"SIGABRT", "SIGSEGV"}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			res := runTool(t, r, job{tool: "crash", args: map[string]any{"mode": tc.mode}})
+			wantError(t, res, sandbox.ErrSandboxCrashed)
+			named := false
+			for _, s := range tc.signals {
+				named = named || strings.Contains(res.Error.Message+res.Error.Traceback, s)
+			}
+			if !named {
+				t.Errorf("crash report names none of %v: %s", tc.signals, describe(res))
+			}
+		})
+	}
+	var out map[string]any
+	decode(t, runTool(t, r, job{tool: "identity", args: map[string]any{"log_fd": 4}}), &out)
+}
+
+// 7. Output floods are cut at the cap without growing the gateway's memory;
+// a result over the cap is OutputLimit. Not parallel: it measures this
+// process's allocations.
+func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
+	r, _ := newRunner(t, "flood")
+	const capBytes = 64 << 10
+	const flood = 256 << 20
+	for _, stream := range []string{"stdout", "stderr"} {
+		t.Run(stream, func(t *testing.T) {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": stream, "bytes": flood},
+				limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+			runtime.ReadMemStats(&after)
+			if res.Status != sandbox.StatusOK {
+				t.Fatalf("flooding %s is not an error, the stream is truncated: %s", stream, describe(res))
+			}
+			got, truncated := len(res.Stdout), res.Truncated.Stdout
+			if stream == "stderr" {
+				got, truncated = len(res.Stderr), res.Truncated.Stderr
+			}
+			if !truncated || got > capBytes || got < capBytes/2 {
+				t.Errorf("%s: kept %d bytes, truncated=%v; want about %d and truncated", stream, got, truncated, capBytes)
+			}
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+				t.Errorf("the runner allocated %d MiB while the tool wrote %d MiB to %s; output must be discarded past the cap", grew>>20, flood>>20, stream)
+			}
+		})
+	}
+	t.Run("result", func(t *testing.T) {
+		res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": "result", "bytes": 4 * capBytes},
+			limits: sandbox.Limits{OutputBytes: capBytes}})
+		wantError(t, res, sandbox.ErrOutputLimit)
+	})
+}
+
+// ---- 8–11, 19, 27: kernel attack surface ----
+
+// 8. Every syscall on the seccomp deny list fails with EPERM (clone3 with
+// ENOSYS, so libc falls back to clone) or kills the run as SyscallDenied,
+// when called directly through ctypes.
+func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "seccomp")
+	cases := []struct {
+		name string
+		args map[string]any
+		want []int
+	}{
+		{"ptrace", nil, []int{EPERM}},
+		{"mount", nil, []int{EPERM}},
+		{"umount2", nil, []int{EPERM}},
+		{"pivot_root", nil, []int{EPERM}},
+		{"open_tree", nil, []int{EPERM}},
+		{"fsopen", nil, []int{EPERM}},
+		{"unshare_noop", nil, []int{EPERM}},
+		{"setns_badfd", nil, []int{EPERM}},
+		{"clone", map[string]any{"ns": "user"}, []int{EPERM}},
+		{"clone3", nil, []int{ENOSYS, EPERM}},
+		{"keyctl", nil, []int{EPERM}},
+		{"add_key", nil, []int{EPERM}},
+		{"request_key", nil, []int{EPERM}},
+		{"bpf", nil, []int{EPERM}},
+		{"perf_event_open", nil, []int{EPERM}},
+		{"userfaultfd", nil, []int{EPERM}},
+		{"io_uring_setup", nil, []int{EPERM}},
+		{"kexec_load", nil, []int{EPERM}},
+		{"init_module", nil, []int{EPERM}},
+		{"finit_module", nil, []int{EPERM}},
+		{"reboot", nil, []int{EPERM}},
+		{"process_vm_readv", nil, []int{EPERM}},
+		{"process_vm_writev", nil, []int{EPERM}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := map[string]any{"name": tc.name}
+			for k, v := range tc.args {
+				args[k] = v
+			}
+			res := runTool(t, r, job{tool: "syscall", args: args})
+			if res.ErrorType() == sandbox.ErrSyscallDenied {
+				return
+			}
+			var out struct {
+				Ret   int64 `json:"ret"`
+				Errno int   `json:"errno"`
+			}
+			decode(t, res, &out)
+			if out.Ret != -1 || !slices.Contains(tc.want, out.Errno) {
+				t.Errorf("%s returned %d, errno %s; want -1 with %v or SyscallDenied", tc.name, out.Ret, errnoName(out.Errno), tc.want)
+			}
+		})
+	}
+}
+
+// 9. No process can ptrace another or read another's memory through
+// /proc/<pid>/mem: not the tool's child, not its parent, not pid 1.
+func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "ptrace")
+	type call struct {
+		Ret   int64 `json:"ret"`
+		Errno int   `json:"errno"`
+	}
+	type mem struct {
+		Read  int `json:"read"`
+		Errno int `json:"errno"`
+	}
+	var out struct {
+		AttachChild call `json:"attach_child"`
+		SeizeChild  call `json:"seize_child"`
+		AttachInit  call `json:"attach_init"`
+		ChildMem    mem  `json:"child_mem"`
+		FromChild   struct {
+			ParentMem    mem  `json:"parent_mem"`
+			AttachParent call `json:"attach_parent"`
+		} `json:"from_child"`
+	}
+	decode(t, runTool(t, r, job{tool: "ptrace"}), &out)
+	for name, c := range map[string]call{"attach child": out.AttachChild, "seize child": out.SeizeChild,
+		"attach pid 1": out.AttachInit, "child attaches parent": out.FromChild.AttachParent} {
+		if c.Ret != -1 || c.Errno != EPERM {
+			t.Errorf("ptrace %s: ret %d errno %s, want EPERM", name, c.Ret, errnoName(c.Errno))
+		}
+	}
+	for name, m := range map[string]mem{"parent reads child": out.ChildMem, "child reads parent": out.FromChild.ParentMem} {
+		if m.Read != 0 || (m.Errno != EPERM && m.Errno != EACCES) {
+			t.Errorf("/proc/<pid>/mem, %s: read %d bytes, errno %s; want EACCES or EPERM", name, m.Read, errnoName(m.Errno))
+		}
+	}
+}
+
+// 10. The tool has no capabilities, runs with no_new_privs and a seccomp
+// filter, cannot become root, and every mount is nosuid.
+func TestNoPrivilegesAndNoWayToGainThem(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "privileges")
+	var out struct {
+		Cap        map[string]string `json:"cap"`
+		NoNewPrivs string            `json:"no_new_privs"`
+		Seccomp    string            `json:"seccomp"`
+		Setuid0    int               `json:"setuid0"`
+		Setgid0    int               `json:"setgid0"`
+		Setresuid0 int               `json:"setresuid0"`
+		Mounts     []struct {
+			Point   string `json:"point"`
+			Options string `json:"options"`
+		} `json:"mounts"`
+	}
+	decode(t, runTool(t, r, job{tool: "privileges"}), &out)
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+		if out.Cap[k] != "0000000000000000" {
+			t.Errorf("%s = %s, want 0", k, out.Cap[k])
+		}
+	}
+	if out.NoNewPrivs != "1" {
+		t.Errorf("NoNewPrivs = %q, want 1", out.NoNewPrivs)
+	}
+	if out.Seccomp != "2" {
+		t.Errorf("Seccomp = %q, want 2 (filter)", out.Seccomp)
+	}
+	// EINVAL: id 0 is not mapped into the jail's user namespace at all;
+	// EPERM: it is, but the caller lacks CAP_SETUID. Either way, no root.
+	for name, e := range map[string]int{"setuid(0)": out.Setuid0, "setgid(0)": out.Setgid0, "setresuid(0,0,0)": out.Setresuid0} {
+		if e != EINVAL && e != EPERM {
+			t.Errorf("%s: errno %s, want EINVAL (0 unmapped) or EPERM", name, errnoName(e))
+		}
+	}
+	if len(out.Mounts) == 0 {
+		t.Fatal("no mounts reported")
+	}
+	for _, m := range out.Mounts {
+		if !slices.Contains(strings.Split(m.Options, ","), "nosuid") {
+			t.Errorf("mount %s (%s) is not nosuid", m.Point, m.Options)
+		}
+	}
+}
+
+// 11. No namespace of any kind can be created (unshare, clone) or joined.
+func TestNestedNamespacesCannotBeCreatedOrJoined(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "userns")
+	type tc struct {
+		name string
+		args map[string]any
+	}
+	var cases []tc
+	for _, ns := range []string{"user", "ns", "net", "pid", "uts", "ipc", "cgroup"} {
+		cases = append(cases,
+			tc{"unshare " + ns, map[string]any{"name": "unshare", "ns": ns}},
+			tc{"clone " + ns, map[string]any{"name": "clone", "ns": ns}})
+	}
+	for _, ns := range []string{"net", "mnt", "user", "pid"} {
+		cases = append(cases, tc{"setns " + ns, map[string]any{"name": "setns", "nsfile": ns}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			res := runTool(t, r, job{tool: "syscall", args: c.args})
+			if res.ErrorType() == sandbox.ErrSyscallDenied {
+				return
+			}
+			var out struct {
+				Ret   int64 `json:"ret"`
+				Errno int   `json:"errno"`
+			}
+			decode(t, res, &out)
+			if out.Ret != -1 || out.Errno != EPERM {
+				t.Errorf("%s: ret %d errno %s, want EPERM", c.name, out.Ret, errnoName(out.Errno))
+			}
+		})
+	}
+}
+
+// 19. cgroupfs is not mounted in the jail and cannot be mounted.
+func TestCgroupfsIsNotReachable(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "cgroupfs")
+	var out struct {
+		SysFsCgroup bool `json:"sys_fs_cgroup"`
+		Mounts      []struct {
+			Point  string `json:"point"`
+			FSType string `json:"fstype"`
+		} `json:"mounts"`
+	}
+	decode(t, runTool(t, r, job{tool: "procfs"}), &out)
+	if out.SysFsCgroup {
+		t.Error("/sys/fs/cgroup exists inside the jail")
+	}
+	for _, m := range out.Mounts {
+		if strings.HasPrefix(m.FSType, "cgroup") || m.FSType == "sysfs" {
+			t.Errorf("%s is mounted at %s inside the jail", m.FSType, m.Point)
+		}
+	}
+	res := runTool(t, r, job{tool: "syscall", args: map[string]any{"name": "mount_cgroup"}})
+	if res.ErrorType() != sandbox.ErrSyscallDenied {
+		var m struct {
+			Ret   int64 `json:"ret"`
+			Errno int   `json:"errno"`
+		}
+		decode(t, res, &m)
+		if m.Ret != -1 || m.Errno != EPERM {
+			t.Errorf("mounting cgroup2: ret %d errno %s, want EPERM", m.Ret, errnoName(m.Errno))
+		}
+	}
+}
+
+// 27. Raising resource limits is refused by the kernel, not by Python.
+func TestResourceLimitsCannotBeRaised(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "rlimit")
+	var out struct {
+		Ret map[string]string `json:"ret"`
+	}
+	decode(t, runTool(t, r, job{tool: "syscall", args: map[string]any{"name": "raise_rlimit"}}), &out)
+	if len(out.Ret) == 0 {
+		t.Fatal("no limits reported")
+	}
+	for name, outcome := range out.Ret {
+		if outcome == "raised" {
+			t.Errorf("%s: raised to infinity from inside the jail", name)
+		}
+	}
+	for _, name := range []string{"RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE"} {
+		if !strings.HasPrefix(out.Ret[name], "refused") {
+			t.Errorf("%s: %q, want refused (a finite hard limit)", name, out.Ret[name])
+		}
+	}
+}
+
+// ---- 12–17: filesystem ----
+
+type fsProbe struct {
+	Create int `json:"create"`
+	Mkdir  int `json:"mkdir"`
+	Open   int `json:"open_write"`
+	Unlink int `json:"unlink"`
+	Rename int `json:"rename"`
+	Mount  struct {
+		Point string `json:"point"`
+		RO    bool   `json:"ro"`
+	} `json:"mount"`
+}
+
+// 12. System directories and files are read-only mounts: creating anything
+// fails with EROFS, files cannot be opened for writing, removed or renamed,
+// including the per-file binds of /etc/resolv.conf and /etc/hosts (network
+// host), which a read-only parent does not cover.
+func TestSystemPathsAreReadOnly(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "readonly")
+	dirs := []string{"/", "/etc", "/usr", "/lib", "/usr/lib/python3.11", "/opt/execgate/deps", "/opt/execgate/harness", "/dev", "/etc/ssl/certs"}
+	files := []string{"/etc/resolv.conf", "/etc/hosts", "/etc/passwd", "/usr/bin/python3", "/etc/ssl/certs/ca-certificates.crt"}
+	for _, network := range []sandbox.Network{sandbox.NetworkNone, sandbox.NetworkHost} {
+		t.Run("network "+string(network), func(t *testing.T) {
+			t.Parallel()
+			var out map[string]fsProbe
+			decode(t, runTool(t, r, job{tool: "filesystem", network: network,
+				args: map[string]any{"check": "readonly", "dirs": dirs, "files": files}}), &out)
+			for _, d := range dirs {
+				p := out[d]
+				if p.Create != EROFS || p.Mkdir != EROFS {
+					t.Errorf("%s: create %s, mkdir %s; want EROFS", d, errnoName(p.Create), errnoName(p.Mkdir))
+				}
+				if !p.Mount.RO {
+					t.Errorf("%s: its mount %s is not read-only", d, p.Mount.Point)
+				}
+			}
+			for _, f := range files {
+				p := out[f]
+				if p.Open != EROFS && p.Open != EACCES {
+					t.Errorf("%s: open for writing: %s, want EROFS or EACCES", f, errnoName(p.Open))
+				}
+				if p.Unlink != EROFS && p.Unlink != EBUSY {
+					t.Errorf("%s: unlink: %s, want EROFS (or EBUSY for a mount point)", f, errnoName(p.Unlink))
+				}
+				if p.Rename != EROFS && p.Rename != EBUSY {
+					t.Errorf("%s: rename: %s, want EROFS (or EBUSY for a mount point)", f, errnoName(p.Rename))
+				}
+				if !p.Mount.RO {
+					t.Errorf("%s: its mount %s is not read-only", f, p.Mount.Point)
+				}
+			}
+		})
+	}
+}
+
+// 13. Writable scratch is bounded: one big file stops at the file-size
+// limit, many small files at the tmpfs size.
+func TestScratchSpaceIsBounded(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "scratch")
+	const tmpMB = 8
+	var out struct {
+		Cap        int64 `json:"cap"`
+		Big        int64 `json:"big"`
+		BigErrno   int   `json:"big_errno"`
+		SmallTotal int64 `json:"small_total"`
+		SmallFiles int   `json:"small_files"`
+		SmallErrno int   `json:"small_errno"`
+	}
+	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "scratch", "tmp_mb": tmpMB},
+		limits: sandbox.Limits{TmpMB: tmpMB, MemoryMB: 128}}), &out)
+	if out.BigErrno != EFBIG && out.BigErrno != ENOSPC {
+		t.Errorf("one big file stopped with %s at %d bytes, want EFBIG or ENOSPC", errnoName(out.BigErrno), out.Big)
+	}
+	if out.Big > tmpMB<<20 {
+		t.Errorf("one big file reached %d bytes, over the %d MiB cap", out.Big, tmpMB)
+	}
+	if out.SmallErrno != ENOSPC {
+		t.Errorf("small files stopped with %s after %d files, want ENOSPC", errnoName(out.SmallErrno), out.SmallFiles)
+	}
+	if out.SmallTotal > tmpMB<<20 {
+		t.Errorf("small files hold %d bytes, over the %d MiB tmpfs", out.SmallTotal, tmpMB)
+	}
+}
+
+// 14. A symlink made inside the jail to a host path reaches nothing: the
+// jail's root is the rootfs, and host paths resolve inside it.
+func TestSymlinksCannotReachHostFiles(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "symlink")
+	hostFile := filepath.Join(testenv.JailDir(t), "host-secret.txt")
+	if err := os.WriteFile(hostFile, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{hostFile, secretConfigFile, "/etc/shadow", "/root/.bashrc",
+		filepath.Join(cfg.RootfsDir, "etc", "passwd"), "/proc/1/root" + hostFile, "/proc/self/root" + secretConfigFile}
+	var out map[string]json.RawMessage
+	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "symlinks", "targets": targets}}), &out)
+	for _, target := range targets {
+		var got struct {
+			Read  string `json:"read"`
+			Errno int    `json:"errno"`
+		}
+		if err := json.Unmarshal(out[target], &got); err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if got.Errno != ENOENT || got.Read != "" {
+			t.Errorf("link to %s: read %q, errno %s; want ENOENT", target, tailOf(got.Read, 80), errnoName(got.Errno))
+		}
+	}
+	var root string
+	if err := json.Unmarshal(out["/proc/1/root"], &root); err != nil || root != "/" {
+		t.Errorf("/proc/1/root -> %q, want /", root)
+	}
+}
+
+// 15. Nothing survives between runs: a file written in /tmp by run A (one
+// tenant) is absent in run B (another tenant).
+func TestNothingSurvivesBetweenRuns(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "residue")
+	name := "residue-" + randomHex(6)
+	var a struct {
+		Tmp []string `json:"tmp"`
+	}
+	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "write_marker", "name": name}}), &a)
+	if !slices.Contains(a.Tmp, name) {
+		t.Fatalf("run A could not write its marker: /tmp = %v", a.Tmp)
+	}
+	var b struct {
+		Exists bool     `json:"exists"`
+		Tmp    []string `json:"tmp"`
+	}
+	decode(t, runTool(t, r, job{tool: "filesystem", tenant: "containment-other",
+		args: map[string]any{"check": "read_marker", "name": name}}), &b)
+	if b.Exists || slices.Contains(b.Tmp, name) {
+		t.Errorf("run B sees run A's /tmp/%s (/tmp = %v)", name, b.Tmp)
+	}
+}
+
+// 16. Host paths are absent and /etc/passwd is the jail's own.
+func TestHostPathsAreAbsent(t *testing.T) {
+	t.Parallel()
+	r, cfg := newRunner(t, "hostpaths")
+	paths := []string{"/root", "/home", "/var/lib/redis", "/var/lib/execgate", "/var/run/docker.sock", "/run",
+		"/sys", "/boot", "/etc/shadow", "/etc/sudoers", "/work", "/usr/local", "/usr/lib/python3/dist-packages",
+		cfg.WorkDir, filepath.Dir(cfg.RootfsDir), testenv.RepoRoot(t), filepath.Dir(secretConfigFile)}
+	var out struct {
+		Exists map[string]bool `json:"exists"`
+		Passwd string          `json:"passwd"`
+	}
+	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "host_paths", "paths": paths}}), &out)
+	for _, p := range paths {
+		if exists, ok := out.Exists[p]; !ok || exists {
+			t.Errorf("host path %s is visible in the jail", p)
+		}
+	}
+	jailPasswd, err := os.ReadFile(filepath.Join(cfg.RootfsDir, "etc", "passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Passwd != string(jailPasswd) {
+		t.Errorf("/etc/passwd in the jail is not the rootfs's:\n%s", out.Passwd)
+	}
+	if strings.Contains(out.Passwd, "root:") {
+		t.Errorf("/etc/passwd in the jail lists root:\n%s", out.Passwd)
+	}
+}
+
+// 17. /dev holds only null, zero and urandom (and, at most, the standard
+// fd/std* links): no kvm, mem, block devices or fuse.
+func TestDevIsMinimal(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "dev")
+	var out struct {
+		Entries map[string]struct {
+			Kind  string `json:"kind"`
+			Major int    `json:"major"`
+			Minor int    `json:"minor"`
+		} `json:"entries"`
+		ZeroOK       bool `json:"zero_ok"`
+		UrandomBytes int  `json:"urandom_bytes"`
+	}
+	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "dev"}}), &out)
+	devices := map[string][2]int{"null": {1, 3}, "zero": {1, 5}, "urandom": {1, 9}}
+	links := []string{"fd", "stdin", "stdout", "stderr"}
+	for name, e := range out.Entries {
+		want, isDevice := devices[name]
+		switch {
+		case isDevice && (e.Kind != "char" || e.Major != want[0] || e.Minor != want[1]):
+			t.Errorf("/dev/%s is %s %d:%d, want char %d:%d", name, e.Kind, e.Major, e.Minor, want[0], want[1])
+		case !isDevice && !(e.Kind == "link" && slices.Contains(links, name)):
+			t.Errorf("/dev/%s (%s %d:%d) should not exist in the jail", name, e.Kind, e.Major, e.Minor)
+		}
+	}
+	for name := range devices {
+		if _, ok := out.Entries[name]; !ok {
+			t.Errorf("/dev/%s is missing", name)
+		}
+	}
+	if !out.ZeroOK || out.UrandomBytes != 16 {
+		t.Errorf("/dev/zero ok=%v, /dev/urandom gave %d bytes", out.ZeroOK, out.UrandomBytes)
+	}
+}
+
+// ---- 18, 20–23: /proc, environment, descriptors, ids, secrets ----
+
+// 18. /proc shows only the jail's processes, none of which carries a secret
+// in its environ or cmdline; /proc/sys and /proc/sysrq-trigger are not
+// writable and /proc/kcore is not readable.
+func TestProcHygiene(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "proc")
+	var out struct {
+		Pids map[string]struct {
+			Cmdline string `json:"cmdline"`
+			Environ string `json:"environ"`
+		} `json:"pids"`
+		WriteProcSys int `json:"write_proc_sys"`
+		WriteSysrq   int `json:"write_sysrq"`
+		ReadKcore    int `json:"read_kcore"`
+	}
+	decode(t, runTool(t, r, job{tool: "procfs"}), &out)
+	if len(out.Pids) == 0 || len(out.Pids) > 3 {
+		t.Errorf("the jail sees %d pids, want only its own few: %v", len(out.Pids), out.Pids)
+	}
+	for pid, p := range out.Pids {
+		if !strings.HasPrefix(p.Cmdline, "/usr/bin/python3 ") {
+			t.Errorf("pid %s in the jail is not the tool: cmdline %q", pid, p.Cmdline)
+		}
+		for _, leak := range []string{secret, "EXECGATE_", "REDIS"} {
+			if strings.Contains(p.Cmdline, leak) || strings.Contains(p.Environ, leak) {
+				t.Errorf("pid %s leaks %q: cmdline %q environ %q", pid, leak, p.Cmdline, p.Environ)
+			}
+		}
+	}
+	if out.WriteProcSys == 0 {
+		t.Error("/proc/sys/kernel/hostname was writable")
+	}
+	if out.WriteSysrq == 0 {
+		t.Error("/proc/sysrq-trigger was writable")
+	}
+	if out.ReadKcore == 0 {
+		t.Error("/proc/kcore was readable")
+	}
+}
+
+// jailEnvAllowed is the environment whitelist the sandbox sets (DESIGN §8:
+// keep_env false). A new variable must be added here on purpose.
+var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
+
+// 20–22. The environment is the whitelist only; no descriptor beyond 0–2 and
+// the result fd 3 is inherited, nsjail's log fd is unreachable; the ids map
+// 99999 to 99999, never to host root.
+func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "identity")
+	const nsjailLogFD = 4
+	var out struct {
+		Environ        map[string]string `json:"environ"`
+		InitialEnviron []string          `json:"initial_environ"`
+		FDs            map[string]string `json:"fds"`
+		WriteLogFD     int               `json:"write_log_fd_errno"`
+		UIDMap         string            `json:"uid_map"`
+		GIDMap         string            `json:"gid_map"`
+		IDs            []int             `json:"ids"`
+		Groups         []int             `json:"groups"`
+	}
+	decode(t, runTool(t, r, job{tool: "identity", args: map[string]any{"log_fd": nsjailLogFD}}), &out)
+	t.Run("environment is the whitelist", func(t *testing.T) {
+		var initial []string
+		for _, kv := range out.InitialEnviron {
+			k, _, _ := strings.Cut(kv, "=")
+			initial = append(initial, k)
+		}
+		for _, keys := range [][]string{mapKeys(out.Environ), initial} {
+			for _, k := range keys {
+				if !slices.Contains(jailEnvAllowed, k) {
+					t.Errorf("variable %s is not on the whitelist %v", k, jailEnvAllowed)
+				}
+			}
+		}
+		for k, v := range out.Environ {
+			if strings.Contains(v, secret) {
+				t.Errorf("%s carries the gateway's secret", k)
+			}
+		}
+	})
+	t.Run("only descriptors 0-3 are open", func(t *testing.T) {
+		for fd := range out.FDs {
+			if !slices.Contains([]string{"0", "1", "2", "3"}, fd) {
+				t.Errorf("fd %s (%s) is open in the tool", fd, out.FDs[fd])
+			}
+		}
+		if out.FDs["3"] != "fifo" {
+			t.Errorf("fd 3 is %q, want the result pipe", out.FDs["3"])
+		}
+		if out.WriteLogFD != EBADF {
+			t.Errorf("writing to nsjail's log fd %d: %s, want EBADF", nsjailLogFD, errnoName(out.WriteLogFD))
+		}
+	})
+	t.Run("ids map 99999 to 99999", func(t *testing.T) {
+		for name, m := range map[string]string{"uid_map": out.UIDMap, "gid_map": out.GIDMap} {
+			if f := strings.Fields(m); !slices.Equal(f, []string{"99999", "99999", "1"}) {
+				t.Errorf("%s = %q, want 99999 99999 1", name, m)
+			}
+		}
+		for _, id := range out.IDs {
+			if id != 99999 {
+				t.Errorf("ids = %v, want all 99999", out.IDs)
+				break
+			}
+		}
+		for _, g := range out.Groups {
+			if g != 99999 {
+				t.Errorf("supplementary groups = %v", out.Groups)
+			}
+		}
+	})
+}
+
+func mapKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// 23. A secret in the gateway's environment and config file is not
+// findable by reading every readable file and every /proc/*/environ and
+// cmdline in the jail; a control token the tool writes itself is found.
+func TestGatewaySecretIsNotFindableInTheJail(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "secret")
+	key := randomHex(len(secret))
+	control := "eg-control-" + randomHex(8)
+	mask := func(s string) string {
+		k, _ := hex.DecodeString(key)
+		out := make([]byte, len(s))
+		for i := range s {
+			out[i] = s[i] ^ k[i]
+		}
+		return hex.EncodeToString(out)
+	}
+	var out struct {
+		Found struct {
+			Secret  []string `json:"secret"`
+			Control []string `json:"control"`
+		} `json:"found"`
+		Files      int   `json:"files"`
+		Bytes      int64 `json:"bytes"`
+		Unreadable int   `json:"unreadable"`
+		Procs      int   `json:"procs"`
+	}
+	decode(t, runTool(t, r, job{tool: "secret_scan",
+		args:   map[string]any{"secret": mask(secret), "control": mask(control), "key": key},
+		limits: sandbox.Limits{TimeoutMS: 60000, CPUMS: 60000, MemoryMB: 256}}), &out)
+	if len(out.Found.Secret) > 0 {
+		t.Errorf("the gateway's secret is readable inside the jail at %v", out.Found.Secret)
+	}
+	if !slices.Contains(out.Found.Control, "/tmp/control.txt") {
+		t.Errorf("the scan did not find its own control token (found at %v): it is not looking", out.Found.Control)
+	}
+	if out.Files < 1000 || out.Procs < 1 {
+		t.Errorf("the scan read only %d files and %d processes", out.Files, out.Procs)
+	}
+	t.Logf("scanned %d files (%d MiB) and %d processes; %d unreadable", out.Files, out.Bytes>>20, out.Procs, out.Unreadable)
+}
+
+// ---- 24: network none ----
+
+type netAttempt struct {
+	OK    bool   `json:"ok"`
+	Errno int    `json:"errno"`
+	Error string `json:"error"`
+}
+
+// 24. Network none: only lo exists; DNS, TCP, UDP, ICMP, IPv6 and raw
+// sockets fail; the host's loopback listeners (standing in for the gateway
+// and Redis) receive nothing.
+func TestNetworkNoneReachesNothing(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "network")
+	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tcpLn.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := tcpLn.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { udp.Close() })
+	port := tcpLn.Addr().(*net.TCPAddr).Port
+	var out struct {
+		Interfaces []string   `json:"interfaces"`
+		IPv4Routes [][]string `json:"ipv4_routes"`
+		IPv6Routes [][]string `json:"ipv6_routes"`
+		DNS        netAttempt `json:"dns"`
+		TCPHost    netAttempt `json:"tcp_host_loopback"`
+		TCPPublic  netAttempt `json:"tcp_public"`
+		UDPPublic  netAttempt `json:"udp_public"`
+		UDPHost    netAttempt `json:"udp_host_loopback"`
+		TCP6Public netAttempt `json:"tcp6_public"`
+		TCP6Host   netAttempt `json:"tcp6_host_loopback"`
+		ICMP       netAttempt `json:"icmp"`
+		Raw        netAttempt `json:"raw"`
+		Raw6       netAttempt `json:"raw6"`
+		Packet     netAttempt `json:"packet"`
+	}
+	decode(t, runTool(t, r, job{tool: "network", network: sandbox.NetworkNone,
+		args: map[string]any{"tcp_port": port, "udp_port": udp.LocalAddr().(*net.UDPAddr).Port}}), &out)
+
+	if !slices.Equal(out.Interfaces, []string{"lo"}) {
+		t.Errorf("interfaces = %v, want only lo", out.Interfaces)
+	}
+	if len(out.IPv4Routes) > 0 || len(out.IPv6Routes) > 0 {
+		t.Errorf("routes besides lo: ipv4 %v ipv6 %v", out.IPv4Routes, out.IPv6Routes)
+	}
+	if out.DNS.OK {
+		t.Error("DNS resolved example.com")
+	}
+	for name, tc := range map[string]struct {
+		got  netAttempt
+		want []int
+	}{
+		"TCP to the host's 127.0.0.1 listener": {out.TCPHost, []int{ECONNREFUSED}},
+		"TCP to 192.0.2.1":                     {out.TCPPublic, []int{ENETUNREACH}},
+		"UDP to 192.0.2.1":                     {out.UDPPublic, []int{ENETUNREACH}},
+		"TCP to 2001:db8::1":                   {out.TCP6Public, []int{ENETUNREACH}},
+		"TCP to the host's ::1":                {out.TCP6Host, []int{ECONNREFUSED, int(syscall.EADDRNOTAVAIL)}},
+		"ICMP ping socket":                     {out.ICMP, []int{EACCES, EPERM}},
+		"raw IPv4 socket":                      {out.Raw, []int{EPERM}},
+		"raw IPv6 socket":                      {out.Raw6, []int{EPERM}},
+		"packet socket":                        {out.Packet, []int{EPERM}},
+	} {
+		if tc.got.OK || !slices.Contains(tc.want, tc.got.Errno) {
+			t.Errorf("%s: ok=%v %s (%s), want it refused with %v", name, tc.got.OK, errnoName(tc.got.Errno), tc.got.Error, tc.want)
+		}
+	}
+	// The datagram to 127.0.0.1 may leave the socket (the jail has its own
+	// lo); it must not arrive on the host's.
+	udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	buf := make([]byte, 64)
+	if n, from, err := udp.ReadFrom(buf); err == nil {
+		t.Errorf("the host's UDP listener received %q from %v", buf[:n], from)
+	}
+	tcpLn.Close()
+	for c := range accepted {
+		t.Errorf("the host's TCP listener accepted a connection from %v", c.RemoteAddr())
+		c.Close()
+	}
+}

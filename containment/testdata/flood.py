@@ -1,0 +1,12 @@
+# Containment 7: flood stdout/stderr, or return a result larger than the cap.
+import os
+
+
+def run(args, context):
+    if args["mode"] == "result":
+        return "r" * args["bytes"]
+    fd = 1 if args["mode"] == "stdout" else 2
+    block = b"f" * (1 << 20)
+    for _ in range(args["bytes"] // len(block)):
+        os.write(fd, block)
+    return {"flooded": args["bytes"]}

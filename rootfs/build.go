@@ -1,0 +1,737 @@
+package rootfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Build builds a fresh rootfs into opts.Dir and returns its manifest.
+//
+// The tree is built in a sibling directory (Dir+".tmp-XXXX") and swapped in
+// with one atomic rename once complete; the previous tree stays in place
+// until then and is removed afterwards. Concurrent builders of the same Dir
+// (other processes included) serialise on a lock file beside it. Build fails
+// when the CA store is empty, a shared library cannot be found or the
+// standard library does not compile.
+func Build(ctx context.Context, opts Options) (*Manifest, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(ctx, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return build(ctx, opts)
+}
+
+// Ensure returns the manifest of opts.Dir, building the rootfs first when it
+// is missing or stale: built for another protocol version or harness, or
+// from an interpreter binary that has changed since. A current rootfs costs
+// one manifest read and a stat of the interpreter; the tree is not walked.
+func Ensure(ctx context.Context, opts Options) (*Manifest, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	reason, m := staleness(opts)
+	if reason == "" {
+		return m, nil
+	}
+	unlock, err := lockDir(ctx, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Another process may have built it while we waited for the lock.
+	if reason, m = staleness(opts); reason == "" {
+		return m, nil
+	}
+	opts.progress("%s: %s; building (takes a few seconds, once)", opts.Dir, reason)
+	return build(ctx, opts)
+}
+
+// staleness returns why opts.Dir needs a build ("" if it does not) and its
+// manifest when it has one.
+func staleness(opts Options) (string, *Manifest) {
+	m, err := ReadManifest(opts.Dir)
+	switch {
+	case errors.Is(err, ErrNoManifest):
+		return "no rootfs yet", nil
+	case err != nil:
+		return err.Error(), nil
+	}
+	hv := currentHarness()
+	stamp, err := pythonStamp(opts.PythonPath)
+	switch {
+	case err != nil:
+		return err.Error(), m
+	case m.ProtocolVersion != hv.protocol:
+		return fmt.Sprintf("built for protocol %d, this binary speaks %d", m.ProtocolVersion, hv.protocol), m
+	case m.HarnessSHA256 != hv.sha256:
+		return "built with another harness", m
+	case m.PythonPath != opts.PythonPath || m.PythonStamp != stamp:
+		return fmt.Sprintf("interpreter %s changed since the build", opts.PythonPath), m
+	}
+	if _, err := os.Lstat(filepath.Join(opts.Dir, PythonPath)); err != nil {
+		return "interpreter missing from the tree", m
+	}
+	return "", m
+}
+
+// builder assembles one tree in root. Paths named "jail path" are absolute
+// paths as seen inside the jail; root+jailPath is the host path.
+type builder struct {
+	opts Options
+	root string
+	py   *hostPython
+}
+
+func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
+	start := time.Now()
+	if err := checkReplaceable(opts.Dir); err != nil {
+		return nil, err
+	}
+	py, err := probePython(ctx, opts.PythonPath)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := readCAStore(opts.CABundle, opts.CADir)
+	if err != nil {
+		return nil, err
+	}
+	opts.progress("building %s from python %s (%s), %d CA certificates from %s", opts.Dir, py.Version, py.Real, ca.count, opts.CABundle)
+
+	parent := filepath.Dir(opts.Dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("creating rootfs parent: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, filepath.Base(opts.Dir)+".tmp-")
+	if err != nil {
+		return nil, fmt.Errorf("creating build dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	b := &builder{opts: opts, root: tmp, py: py}
+
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"interpreter", b.interpreter},
+		{"standard library", b.stdlib},
+		{"shared libraries", b.libraries},
+		{"/etc", b.etc},
+		{"CA trust store", func(context.Context) error { return b.trustStore(ca) }},
+		{"mount points", b.mountPoints},
+		{"harness", b.harness},
+		{"compiling to .pyc", b.compile},
+		{"permissions", b.normalize},
+	}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := s.fn(ctx); err != nil {
+			return nil, fmt.Errorf("building rootfs: %s: %w", s.name, err)
+		}
+		opts.progress("  %-18s %s", s.name, time.Since(t).Round(time.Millisecond))
+	}
+
+	scan, err := scanTree(tmp)
+	if err != nil {
+		return nil, err
+	}
+	if len(scan.Setid) > 0 || len(scan.OtherWritable) > 0 || len(scan.Escaping) > 0 || len(scan.Special) > 0 {
+		return nil, fmt.Errorf("building rootfs: unsafe entries: setid %v, writable %v, escaping links %v, special %v",
+			scan.Setid, scan.OtherWritable, scan.Escaping, scan.Special)
+	}
+	hv := currentHarness()
+	m := &Manifest{
+		Format:          ManifestFormat,
+		ProtocolVersion: hv.protocol,
+		HarnessSHA256:   hv.sha256,
+		PythonVersion:   py.Version,
+		PythonPath:      opts.PythonPath,
+		PythonStamp:     py.Stamp,
+		Stdlib:          py.jailStdlib(),
+		Files:           scan.Files,
+		Bytes:           scan.Bytes,
+		CACerts:         ca.count,
+		ContentSHA256:   scan.SHA256,
+		BuiltAt:         opts.now().UTC().Truncate(time.Second),
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.writeFile(ManifestPath, append(data, '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("writing manifest: %w", err)
+	}
+	if err := syncTree(tmp); err != nil {
+		return nil, err
+	}
+	if err := swapInto(tmp, opts.Dir); err != nil {
+		return nil, err
+	}
+	opts.progress("built %s in %s: %d files, %.1f MiB, %d CA certificates, python %s",
+		opts.Dir, time.Since(start).Round(time.Millisecond), m.Files, float64(m.Bytes)/(1<<20), m.CACerts, m.PythonVersion)
+	return m, nil
+}
+
+// checkReplaceable refuses to replace a directory that is not a rootfs: an
+// operator who points rootfs_dir at the wrong place must not lose it.
+func checkReplaceable(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking rootfs dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rootfs dir %s: not a directory: %w", dir, ErrNotRootfs)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ManifestPath)); err == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("checking rootfs dir: %w", err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("rootfs dir %s: has %d entries and no %s: %w", dir, len(entries), ManifestPath, ErrNotRootfs)
+	}
+	return nil
+}
+
+// host returns the host path of a jail path in the tree being built.
+func (b *builder) host(jailPath string) string {
+	return filepath.Join(b.root, filepath.FromSlash(jailPath))
+}
+
+// mirrorDir makes jail path p a directory in the tree and returns its
+// canonical jail path. Where the host has a symlink along p (a merged-/usr
+// /lib → usr/lib, say), the same link is created, relative, and followed,
+// so the tree resolves paths exactly as the host does.
+func (b *builder) mirrorDir(p string, depth int) (string, error) {
+	if depth > 32 {
+		return "", fmt.Errorf("%s: too many levels of symbolic links", p)
+	}
+	cur := "/"
+	for _, part := range strings.Split(strings.Trim(path.Clean(p), "/"), "/") {
+		if part == "" {
+			continue
+		}
+		next := path.Join(cur, part)
+		fi, err := os.Lstat(b.host(next))
+		switch {
+		case err == nil && fi.Mode().Type() == fs.ModeSymlink:
+			t, err := os.Readlink(b.host(next))
+			if err != nil {
+				return "", err
+			}
+			if cur, err = b.mirrorDir(linkTarget(next, t), depth+1); err != nil {
+				return "", err
+			}
+			continue
+		case err == nil && fi.IsDir():
+			cur = next
+			continue
+		case err == nil:
+			return "", fmt.Errorf("%s: not a directory", next)
+		case !errors.Is(err, os.ErrNotExist):
+			return "", err
+		}
+		if hfi, herr := os.Lstat(next); herr == nil && hfi.Mode().Type() == fs.ModeSymlink {
+			t, err := os.Readlink(next)
+			if err != nil {
+				return "", err
+			}
+			abs := linkTarget(next, t)
+			if err := b.symlink(next, abs); err != nil {
+				return "", err
+			}
+			if cur, err = b.mirrorDir(abs, depth+1); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if err := os.Mkdir(b.host(next), 0o755); err != nil {
+			return "", err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// linkTarget is the absolute, clean path a symlink at link pointing to
+// target names (".." at / stays at /, as in the jail).
+func linkTarget(link, target string) string {
+	if path.IsAbs(target) {
+		return path.Clean(target)
+	}
+	return path.Join(path.Dir(link), target)
+}
+
+// symlink creates a relative symlink at jail path link to jail path abs, so
+// the link resolves inside the tree both in the jail and on the host.
+func (b *builder) symlink(link, abs string) error {
+	rel, err := filepath.Rel(path.Dir(link), abs)
+	if err != nil {
+		return err
+	}
+	return os.Symlink(rel, b.host(link))
+}
+
+// installFile copies the host file at hostPath to the same jail path,
+// reproducing every symlink on the way (directories and the file itself).
+func (b *builder) installFile(hostPath string, depth int) error {
+	if depth > 32 {
+		return fmt.Errorf("%s: too many levels of symbolic links", hostPath)
+	}
+	dir, err := b.mirrorDir(path.Dir(hostPath), 0)
+	if err != nil {
+		return err
+	}
+	p := path.Join(dir, path.Base(hostPath))
+	if _, err := os.Lstat(b.host(p)); err == nil {
+		return nil // already installed
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode().Type() == fs.ModeSymlink:
+		t, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		abs := linkTarget(p, t)
+		if err := b.symlink(p, abs); err != nil {
+			return err
+		}
+		return b.installFile(abs, depth+1)
+	case fi.Mode().IsRegular():
+		return copyFile(p, b.host(p), fi)
+	default:
+		return fmt.Errorf("%s: not a regular file", p)
+	}
+}
+
+// copyFile copies a regular file, keeping its modification time (so .pyc
+// files compiled from it are reproducible) and its executable bit only.
+func copyFile(src, dst string, fi fs.FileInfo) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	mode := fs.FileMode(0o644)
+	if fi.Mode().Perm()&0o111 != 0 {
+		mode = 0o755
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
+}
+
+// writeFile writes a generated file at a jail path.
+func (b *builder) writeFile(jailPath string, data []byte, mode fs.FileMode) error {
+	if _, err := b.mirrorDir(path.Dir(jailPath), 0); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.host(jailPath), data, mode); err != nil {
+		return err
+	}
+	return os.Chtimes(b.host(jailPath), fixedMtime, fixedMtime)
+}
+
+// fixedMtime stamps generated files so the tree's .pyc files and content
+// hash do not depend on when it was built.
+var fixedMtime = time.Unix(315532800, 0) // 1980-01-01
+
+func (b *builder) interpreter(context.Context) error {
+	// Merged-/usr hosts: reproduce /bin, /lib, /lib64, /sbin → usr/….
+	for _, top := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
+		if fi, err := os.Lstat(top); err == nil && fi.Mode().Type() == fs.ModeSymlink {
+			if _, err := b.mirrorDir(top, 0); err != nil {
+				return err
+			}
+		}
+	}
+	dir, err := b.mirrorDir(path.Dir(PythonPath), 0)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(b.py.Real)
+	if err != nil {
+		return err
+	}
+	return copyFile(b.py.Real, b.host(path.Join(dir, path.Base(PythonPath))), fi)
+}
+
+// Standard library pruning. Paths are relative to the stdlib directory.
+var (
+	// dropTopLevel are top-level stdlib entries not shipped: test suites,
+	// GUI (no display in a jail), installers and build-time leftovers.
+	dropTopLevel = map[string]bool{
+		"test": true, "idlelib": true, "tkinter": true, "turtledemo": true,
+		"ensurepip": true, "pydoc_data": true, "turtle.py": true,
+		"site-packages": true, "dist-packages": true, "__phello__": true,
+		"__hello__.py": true,
+	}
+	// dropDirNames are package sub-directories holding test suites
+	// (ctypes/test, sqlite3/test, unittest/test, lib2to3/tests, …).
+	dropDirNames = map[string]bool{"test": true, "tests": true, "idle_test": true, "__pycache__": true}
+	// dropDynloadPrefixes are extension modules only the test suite uses.
+	dropDynloadPrefixes = []string{"_test", "_ctypes_test", "xxlimited", "_xxtestfuzz", "_tkinter"}
+)
+
+func (b *builder) stdlib(context.Context) error {
+	src := b.py.Stdlib
+	dst := b.py.jailStdlib()
+	if _, err := b.mirrorDir(dst, 0); err != nil {
+		return err
+	}
+	if err := b.copyTree(src, dst, true); err != nil {
+		return err
+	}
+	// A lib-dynload outside the stdlib dir (some distributions) goes to
+	// where the interpreter's exec-prefix search expects it.
+	if rel, err := filepath.Rel(src, b.py.Dynload); err != nil || strings.HasPrefix(rel, "..") {
+		if _, err := b.mirrorDir(path.Join(dst, "lib-dynload"), 0); err != nil {
+			return err
+		}
+		return b.copyTree(b.py.Dynload, path.Join(dst, "lib-dynload"), false)
+	}
+	return nil
+}
+
+// copyTree copies the pruned stdlib tree at host dir src to jail dir dst.
+// Symlinks staying inside src are kept (relative); ones leaving it (such as
+// Debian's sitecustomize.py → /etc/python3.11/…) carry host configuration
+// and are dropped.
+func (b *builder) copyTree(src, dst string, top bool) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := d.Name()
+		depth := strings.Count(rel, "/")
+		if (top && depth == 0 && (dropTopLevel[name] || strings.HasPrefix(name, "config-"))) ||
+			(d.IsDir() && dropDirNames[name]) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".pyc") || strings.HasSuffix(name, ".pyo") {
+			return nil
+		}
+		if inDynload := (top && path.Dir(rel) == "lib-dynload") || (!top && depth == 0); inDynload && !d.IsDir() {
+			for _, pre := range dropDynloadPrefixes {
+				if strings.HasPrefix(name, pre) {
+					return nil
+				}
+			}
+		}
+		jp := path.Join(dst, rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Mkdir(b.host(jp), 0o755)
+		case fi.Mode().Type() == fs.ModeSymlink:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			joined := path.Join(path.Dir(rel), t)
+			if path.IsAbs(t) || joined == ".." || strings.HasPrefix(joined, "../") {
+				return nil // leaves the tree
+			}
+			if _, err := os.Stat(p); err != nil {
+				return nil // dangling
+			}
+			return b.symlink(jp, path.Join(dst, joined))
+		case fi.Mode().IsRegular():
+			return copyFile(p, b.host(jp), fi)
+		default:
+			return nil
+		}
+	})
+}
+
+// extensionModules lists the host paths of the extension modules shipped.
+func (b *builder) extensionModules() ([]string, error) {
+	var mods []string
+	dyn := b.host(path.Join(b.py.jailStdlib(), "lib-dynload"))
+	entries, err := os.ReadDir(dyn)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".so") {
+			mods = append(mods, filepath.Join(b.py.Dynload, e.Name()))
+		}
+	}
+	return mods, nil
+}
+
+// extraLibs are loaded with dlopen by glibc rather than linked, so no
+// DT_NEEDED names them; they are shipped when the host has them.
+var extraLibs = []string{
+	"libgcc_s.so.1", // thread cancellation and unwinding (pthread_exit)
+}
+
+func (b *builder) libraries(context.Context) error {
+	mods, err := b.extensionModules()
+	if err != nil {
+		return err
+	}
+	r := newLibResolver("/etc/ld.so.conf")
+	roots := append([]string{b.py.Real}, mods...)
+	libs, err := r.closure(roots)
+	if err != nil {
+		return err
+	}
+	pyELF, err := readELF(b.py.Real)
+	if err != nil {
+		return err
+	}
+	for _, name := range extraLibs {
+		if p, err := r.resolve(name, pyELF); err == nil {
+			more, err := r.closure([]string{p})
+			if err != nil {
+				return err
+			}
+			libs = append(libs, p)
+			libs = append(libs, more...)
+		}
+	}
+	for _, l := range libs {
+		if err := b.installFile(l, 0); err != nil {
+			return fmt.Errorf("installing %s: %w", l, err)
+		}
+	}
+	b.opts.progress("  %d shared libraries for the interpreter and %d extension modules", len(libs), len(mods))
+	return nil
+}
+
+// Generated /etc files. Only the tool user (99999), nobody and their
+// groups exist: host root is not mapped into the jail.
+var etcFiles = map[string]string{
+	"/etc/passwd": "tool:x:99999:99999:execgate tool:/tmp:/usr/sbin/nologin\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"/etc/group": "tool:x:99999:\nnogroup:x:65534:\n",
+	"/etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\n" +
+		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	"/etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	// The sandbox binds the resolver configuration over this file, read-only,
+	// in network modes that resolve names.
+	"/etc/resolv.conf": "# execgate: no resolver in this jail (network none)\n",
+}
+
+// hostEtcFiles are public reference data copied from the host when present
+// (service and protocol names for getaddrinfo/getservbyname).
+var hostEtcFiles = []string{"/etc/services", "/etc/protocols"}
+
+func (b *builder) etc(context.Context) error {
+	for p, content := range etcFiles {
+		if err := b.writeFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, p := range hostEtcFiles {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if err := b.writeFile(p, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trustStore installs the bundle and the hash-named certificates as real
+// files at Debian's and OpenSSL's default locations; OpenSSL's directory
+// gets hard links to the same files.
+func (b *builder) trustStore(ca *caStore) error {
+	if err := b.writeFile(CABundlePath, ca.bundle, 0o644); err != nil {
+		return err
+	}
+	for _, n := range ca.names() {
+		if err := b.writeFile(path.Join(CADirPath, n), ca.hashed[n], 0o644); err != nil {
+			return err
+		}
+	}
+	// A real directory even where the host's is a link (Debian:
+	// /usr/lib/ssl/certs → /etc/ssl/certs).
+	sslDir, err := b.mirrorDir(OpenSSLDir, 0)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(b.host(path.Join(sslDir, "certs")), 0o755); err != nil {
+		return err
+	}
+	if err := os.Link(b.host(CABundlePath), b.host(path.Join(OpenSSLDir, "cert.pem"))); err != nil {
+		return err
+	}
+	for _, n := range ca.names() {
+		if err := os.Link(b.host(path.Join(CADirPath, n)), b.host(path.Join(OpenSSLDir, "certs", n))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountPointDirs exist so nsjail never has to create a mount point inside
+// the (bind-mounted, host-backed) tree.
+var mountPointDirs = []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, HarnessDir, path.Dir(ManifestPath)}
+
+// devPlaceholders are empty files the sandbox binds the host's devices
+// over; without them nsjail would have to create the targets in the tree,
+// which it cannot (and must not) do.
+var devPlaceholders = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
+
+func (b *builder) mountPoints(context.Context) error {
+	for _, d := range mountPointDirs {
+		if _, err := b.mirrorDir(d, 0); err != nil {
+			return err
+		}
+	}
+	for _, f := range devPlaceholders {
+		if err := b.writeFile(f, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *builder) harness(context.Context) error {
+	hv := currentHarness()
+	n := 0
+	err := fs.WalkDir(hv.files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		jp := path.Join(HarnessDir, p)
+		if d.IsDir() {
+			_, err := b.mirrorDir(jp, 0)
+			return err
+		}
+		if strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		data, err := fs.ReadFile(hv.files, p)
+		if err != nil {
+			return err
+		}
+		n++
+		return b.writeFile(jp, data, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("harness has no files")
+	}
+	return nil
+}
+
+// compile byte-compiles the stdlib and the harness with the host
+// interpreter (the same binary as the tree's) so the read-only jail never
+// compiles at start-up. -d records jail paths in tracebacks.
+//
+// The .pyc files are unchecked-hash based: the interpreter loads them
+// without stat-ing or re-hashing the source (checked-hash pycs, the default
+// under SOURCE_DATE_EPOCH, cost every start a read and hash of each imported
+// source). That is sound because the tree is immutable: read-only in the
+// jail and covered by the manifest's content hash, which Verify checks.
+func (b *builder) compile(ctx context.Context) error {
+	for _, dir := range []string{b.py.jailStdlib(), HarnessDir} {
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, b.py.Path, "-I", "-S", "-m", "compileall",
+			"-q", "-j", "2", "--invalidation-mode", "unchecked-hash", "-d", dir, b.host(dir))
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8"}
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("compileall %s: %w: %s", dir, err, tail(out.String(), 2000))
+		}
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// normalize makes every entry root-owned (when building as root), clears
+// setuid/setgid/sticky bits and group/other write: directories 0755, files
+// 0755 or 0644.
+func (b *builder) normalize(context.Context) error {
+	asRoot := os.Geteuid() == 0
+	return filepath.WalkDir(b.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if asRoot {
+			if err := os.Lchown(p, 0, 0); err != nil {
+				return err
+			}
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode().Type() == fs.ModeSymlink:
+			return nil
+		case fi.IsDir():
+			return os.Chmod(p, 0o755)
+		case fi.Mode().Perm()&0o111 != 0:
+			return os.Chmod(p, 0o755)
+		default:
+			return os.Chmod(p, 0o644)
+		}
+	})
+}

@@ -1,0 +1,191 @@
+// Package rootfs builds and verifies the minimal root filesystem the jail runs in.
+//
+// The tree is built from the host's Python interpreter (default
+// /usr/bin/python3): the interpreter itself, its standard library without
+// test suites, GUI and packaging leftovers, pre-compiled to .pyc so a
+// read-only jail starts fast; the shared-library closure of the interpreter
+// and of every extension module (found by reading the ELF dynamic sections,
+// placed at the host's paths with the host's symlinks reproduced as relative
+// links); a CA trust store at OpenSSL's default paths with every symlink
+// dereferenced; a minimal /etc; empty mount points; the Python harness; and a
+// manifest.
+//
+// Layout (the sandbox relies on it):
+//
+//	/usr/bin/python3                     copy of the host interpreter (symlinks followed)
+//	/usr/lib/python3.X                   standard library (+ lib-dynload), compiled
+//	/lib/x86_64-linux-gnu/…, /lib64/…    shared libraries at their host paths
+//	/etc/passwd, /etc/group              root, tool (99999) and nobody
+//	/etc/nsswitch.conf, hosts, resolv.conf
+//	/etc/ssl/certs/ca-certificates.crt   CA bundle (and hashed certs beside it)
+//	/usr/lib/ssl/cert.pem, /usr/lib/ssl/certs   the same, at OpenSSL's OPENSSLDIR
+//	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps  empty mount points
+//	/dev/null, /dev/zero, /dev/urandom  empty files the sandbox binds devices over
+//	/opt/execgate/harness/               the harness (sandbox/harness.FS)
+//	/etc/execgate/manifest.json          the Manifest
+//
+// Every file is owned by root (when built as root), readable by all and
+// writable by nobody but the owner; no file carries a setuid or setgid bit.
+//
+// Build replaces a rootfs atomically (the new tree is built beside the old
+// one and swapped in with one rename); Ensure builds only when the rootfs is
+// missing or stale, and otherwise costs one manifest read and one stat.
+// Verify checks a built tree on the host and inside a real jail.
+package rootfs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/execgate/execgate/sandbox/harness"
+)
+
+// ManifestFormat is the version of the manifest's layout.
+const ManifestFormat = 1
+
+// Paths inside the rootfs (absolute, as seen from inside the jail).
+const (
+	PythonPath   = "/usr/bin/python3"
+	ManifestPath = "/etc/execgate/manifest.json"
+	HarnessDir   = harness.Dir
+	DepsDir      = "/opt/execgate/deps"
+	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	CADirPath    = "/etc/ssl/certs"
+	// OpenSSLDir is OpenSSL's OPENSSLDIR on Debian; cert.pem and certs/
+	// below it are the library's built-in defaults.
+	OpenSSLDir = "/usr/lib/ssl"
+	// ToolUID and ToolGID are the ids tools run as inside the jail.
+	ToolUID = 99999
+	ToolGID = 99999
+)
+
+// DefaultPython is the host interpreter the rootfs is built from by default.
+const DefaultPython = "/usr/bin/python3"
+
+// Options configure Build and Ensure.
+type Options struct {
+	// Dir is the rootfs directory. Required. It is replaced atomically;
+	// an existing non-empty directory that is not a rootfs (no manifest)
+	// is never replaced.
+	Dir string
+	// PythonPath is the host interpreter to copy. Default /usr/bin/python3.
+	PythonPath string
+	// Progress receives one line per build step. Nil: silent.
+	Progress io.Writer
+	// CABundle is the PEM bundle to install as the trust store. Default: the
+	// first of the well-known bundle paths that exists on the host
+	// (/etc/ssl/certs/ca-certificates.crt, /etc/pki/tls/certs/ca-bundle.crt, …).
+	CABundle string
+	// CADir holds OpenSSL hash-named certificates (<hash>.<n>) copied,
+	// dereferenced, into /etc/ssl/certs. Default: /etc/ssl/certs when
+	// CABundle is defaulted; empty means "bundle only".
+	CADir string
+
+	// now is the clock for built_at; nil means time.Now.
+	now func() time.Time
+}
+
+// Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
+type Manifest struct {
+	Format          int    `json:"format"`
+	ProtocolVersion int    `json:"protocol_version"`
+	HarnessSHA256   string `json:"harness_sha256"`
+	PythonVersion   string `json:"python_version"`
+	// PythonPath is the host interpreter the tree was built from.
+	PythonPath string `json:"python_path"`
+	// PythonStamp identifies the host interpreter binary (real path, size,
+	// modification time) so Ensure notices an upgraded interpreter
+	// without running it.
+	PythonStamp string `json:"python_stamp"`
+	// Stdlib is the standard library directory inside the jail.
+	Stdlib string `json:"stdlib"`
+	// Files and Bytes count the regular files (manifest excluded).
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// CACerts is the number of certificates in the installed bundle.
+	CACerts int `json:"ca_certs"`
+	// ContentSHA256 hashes every path, type, mode, link target and file
+	// content in the tree except the manifest itself.
+	ContentSHA256 string    `json:"content_sha256"`
+	BuiltAt       time.Time `json:"built_at"`
+}
+
+// Errors callers branch on.
+var (
+	// ErrNoManifest means the directory holds no rootfs manifest.
+	ErrNoManifest = errors.New("no rootfs manifest")
+	// ErrEmptyCAStore means the CA source held no certificate; a rootfs
+	// without a trust store is never built (DESIGN §10, §12.4).
+	ErrEmptyCAStore = errors.New("CA trust store is empty")
+	// ErrNotRootfs means Dir exists, is not empty and is not a rootfs, so
+	// Build refuses to replace it.
+	ErrNotRootfs = errors.New("directory exists and is not an execgate rootfs")
+	// ErrVerify means at least one verification check failed.
+	ErrVerify = errors.New("rootfs verification failed")
+)
+
+// ReadManifest reads dir's manifest. A missing manifest is ErrNoManifest.
+func ReadManifest(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestPath))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading manifest in %s: %w", dir, ErrNoManifest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("decoding manifest %s: %w", filepath.Join(dir, ManifestPath), err)
+	}
+	if m.Format != ManifestFormat {
+		return nil, fmt.Errorf("manifest %s: format %d, want %d", filepath.Join(dir, ManifestPath), m.Format, ManifestFormat)
+	}
+	return &m, nil
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("rootfs dir: must not be empty")
+	}
+	abs, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return o, fmt.Errorf("rootfs dir: %w", err)
+	}
+	if abs == "/" {
+		return o, errors.New("rootfs dir: refusing to use /")
+	}
+	o.Dir = abs
+	if o.PythonPath == "" {
+		o.PythonPath = DefaultPython
+	}
+	if o.CABundle == "" {
+		for _, p := range defaultCABundles {
+			if _, err := os.Stat(p); err == nil {
+				o.CABundle = p
+				if o.CADir == "" {
+					o.CADir = defaultCADir
+				}
+				break
+			}
+		}
+		if o.CABundle == "" {
+			return o, fmt.Errorf("no CA bundle found on the host (looked at %v; install ca-certificates): %w", defaultCABundles, ErrEmptyCAStore)
+		}
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	return o, nil
+}
+
+func (o Options) progress(format string, args ...any) {
+	fmt.Fprintf(o.Progress, "rootfs: "+format+"\n", args...)
+}
