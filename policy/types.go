@@ -8,6 +8,8 @@
 // the edge), never an allow.
 package policy
 
+import "time"
+
 // InputVersion is the version of the Input document.
 const InputVersion = 1
 
@@ -69,6 +71,9 @@ type Decision struct {
 	RequirementsAllowed bool             `json:"requirements_allowed"`
 	Tools               []string         `json:"tools"`
 	Audit               AuditObligations `json:"audit"`
+	// PolicyRevision is the Status().Revision of the policies that decided,
+	// for the audit record. Set by Decide, not by the policy.
+	PolicyRevision string `json:"policy_revision,omitempty"`
 }
 
 // Egress is the decided egress allow-list (host[:port] globs).
@@ -98,4 +103,20 @@ type BundleConfig struct {
 	PollSeconds     int    `yaml:"poll_seconds" json:"poll_seconds"`         // default 30
 	VerificationKey string `yaml:"verification_key" json:"verification_key"` // PEM file path for signature verification
 	KeyID           string `yaml:"key_id" json:"key_id"`
+}
+
+// Status describes the policies being served, for /readyz and the log.
+type Status struct {
+	// Revision identifies the compiled policy set: a hash of every module
+	// (and the bundle's manifest revision when a bundle is loaded).
+	Revision string `json:"revision"`
+	// LoadedAt is when that revision was compiled and swapped in.
+	LoadedAt time.Time `json:"loaded_at"`
+	// LastError is the last failed reload or bundle download ("" when the
+	// last attempt succeeded). The previous revision keeps serving.
+	LastError string `json:"last_error,omitempty"`
+	// Modules are the file names of the modules being served.
+	Modules []string `json:"modules"`
+	// Bundle is the loaded bundle's manifest revision ("" without a bundle).
+	Bundle string `json:"bundle,omitempty"`
 }

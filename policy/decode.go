@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// value converts in to an OPA value directly (no JSON round trip). It
+// produces exactly what the JSON encoding of in would: nil maps and slices
+// become null.
+func (in Input) value() (ast.Value, error) {
+	data := ast.NullTerm()
+	if in.Tenant.Data != nil {
+		v, err := ast.InterfaceToValue(in.Tenant.Data)
+		if err != nil {
+			return nil, fmt.Errorf("tenant data: %w", err)
+		}
+		data = ast.NewTerm(v)
+	}
+	r := in.Request
+	return ast.NewObject(
+		item("version", ast.IntNumberTerm(in.Version)),
+		item("tenant", ast.ObjectTerm(
+			item("id", ast.StringTerm(in.Tenant.ID)),
+			item("plan", ast.StringTerm(in.Tenant.Plan)),
+			item("data", data),
+		)),
+		item("subject", ast.ObjectTerm(
+			item("sub", ast.StringTerm(in.Subject.Sub)),
+			item("roles", stringsTerm(in.Subject.Roles)),
+		)),
+		item("request", ast.ObjectTerm(
+			item("language", ast.StringTerm(r.Language)),
+			item("entrypoint", ast.StringTerm(r.Entrypoint)),
+			item("source_sha256", ast.StringTerm(r.SourceSHA256)),
+			item("source_bytes", ast.IntNumberTerm(r.SourceBytes)),
+			item("args_bytes", ast.IntNumberTerm(r.ArgsBytes)),
+			item("requirements", stringsTerm(r.Requirements)),
+			item("network_access", ast.StringTerm(r.NetworkAccess)),
+			item("egress_hosts", stringsTerm(r.EgressHosts)),
+			item("limits", ast.ObjectTerm(
+				item("timeout_ms", int64Term(r.Limits.TimeoutMS)),
+				item("cpu_ms", int64Term(r.Limits.CPUMS)),
+				item("memory_mb", int64Term(r.Limits.MemoryMB)),
+				item("pids", int64Term(r.Limits.Pids)),
+				item("output_bytes", int64Term(r.Limits.OutputBytes)),
+				item("tmp_mb", int64Term(r.Limits.TmpMB)),
+			)),
+			item("mode", ast.StringTerm(r.Mode)),
+			item("tools", stringsTerm(r.Tools)),
+		)),
+	), nil
+}
+
+func item(k string, v *ast.Term) [2]*ast.Term { return ast.Item(ast.StringTerm(k), v) }
+
+func int64Term(n int64) *ast.Term { return ast.NumberTerm(json.Number(fmt.Sprint(n))) }
+
+func stringsTerm(s []string) *ast.Term {
+	if s == nil {
+		return ast.NullTerm()
+	}
+	terms := make([]*ast.Term, len(s))
+	for i, x := range s {
+		terms[i] = ast.StringTerm(x)
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+var networkModes = []string{"none", "proxy", "host"}
+
+// decodeDecision turns the policy's result into a Decision. A deny is
+// decoded leniently (it only needs its reasons, and gets a generic one if it
+// has none); an allow must have the full shape or it is ErrMalformed, so a
+// half-written decision can never let a run through.
+func decodeDecision(v any) (Decision, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: decision is %s, not an object", ErrMalformed, kind(v))
+	}
+	allow, ok := m["allow"].(bool)
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: allow is %s, not a boolean", ErrMalformed, kind(m["allow"]))
+	}
+	var d Decision
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	d.Allow = allow
+
+	d.Reasons = []string{}
+	if rs, ok := m["reasons"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				d.Reasons = append(d.Reasons, s)
+			} else {
+				b, _ := json.Marshal(r)
+				d.Reasons = append(d.Reasons, string(b))
+			}
+		}
+	} else if m["reasons"] != nil {
+		fail("reasons is %s, not an array", kind(m["reasons"]))
+	}
+
+	d.NetworkAccess, _ = m["network_access"].(string)
+	if !slices.Contains(networkModes, d.NetworkAccess) {
+		fail("network_access is %q, not none, proxy or host", d.NetworkAccess)
+	}
+	if lm, ok := m["limits"].(map[string]any); ok {
+		for _, f := range []struct {
+			key string
+			dst *int64
+		}{
+			{"timeout_ms", &d.Limits.TimeoutMS},
+			{"cpu_ms", &d.Limits.CPUMS},
+			{"memory_mb", &d.Limits.MemoryMB},
+			{"pids", &d.Limits.Pids},
+			{"output_bytes", &d.Limits.OutputBytes},
+			{"tmp_mb", &d.Limits.TmpMB},
+		} {
+			n, err := positiveInt(lm[f.key])
+			if err != nil {
+				fail("limits.%s %v", f.key, err)
+			}
+			*f.dst = n
+		}
+	} else {
+		fail("limits is %s, not an object", kind(m["limits"]))
+	}
+	em, _ := m["egress"].(map[string]any)
+	var err error
+	if d.Egress.Allow, err = stringList(em["allow"]); err != nil {
+		fail("egress.allow %v", err)
+	}
+	if d.RequirementsAllowed, ok = m["requirements_allowed"].(bool); !ok {
+		fail("requirements_allowed is %s, not a boolean", kind(m["requirements_allowed"]))
+	}
+	if d.Tools, err = stringList(m["tools"]); err != nil {
+		fail("tools %v", err)
+	}
+	am, _ := m["audit"].(map[string]any)
+	if rs, ok := am["record_source"]; ok {
+		if d.Audit.RecordSource, ok = rs.(bool); !ok {
+			fail("audit.record_source is %s, not a boolean", kind(rs))
+		}
+	}
+
+	if !allow {
+		if len(d.Reasons) == 0 {
+			d.Reasons = []string{"denied by policy (no reason given)"}
+		}
+		return d, nil
+	}
+	if len(d.Reasons) > 0 {
+		fail("allow is true but reasons are %q", d.Reasons)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Decision{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return d, nil
+}
+
+func positiveInt(v any) (int64, error) {
+	var f float64
+	switch n := v.(type) {
+	case json.Number:
+		i, err := n.Int64()
+		if err == nil {
+			f = float64(i)
+			if i > 0 {
+				return i, nil
+			}
+			break
+		}
+		if f, err = n.Float64(); err != nil {
+			return 0, fmt.Errorf("is %q, not a number", n)
+		}
+	case int64:
+		f = float64(n)
+	case int:
+		f = float64(n)
+	case float64:
+		f = n
+	default:
+		return 0, fmt.Errorf("is %s, not a number", kind(v))
+	}
+	if f <= 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {
+		return 0, fmt.Errorf("is %v, not a positive integer", f)
+	}
+	return int64(f), nil
+}
+
+func stringList(v any) ([]string, error) {
+	xs, ok := v.([]any)
+	if !ok {
+		return []string{}, fmt.Errorf("is %s, not an array", kind(v))
+	}
+	out := make([]string, 0, len(xs))
+	for _, x := range xs {
+		s, ok := x.(string)
+		if !ok {
+			return out, fmt.Errorf("has %s, not a string", kind(x))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func kind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null/missing"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case json.Number, int, int64, float64:
+		return "a number"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
