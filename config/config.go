@@ -177,34 +177,21 @@ func (c *Config) fill() {
 	}
 }
 
-// Validate fails fast on configurations that cannot work.
+// Validate fails fast on configurations that cannot work. Each package
+// validates its own section; this adds the cross-cutting checks.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Listen == "" {
 		errs = append(errs, errors.New("listen: must not be empty"))
 	}
-	switch c.Quota.Backend {
-	case "memory":
-	case "redis":
-		if c.Quota.RedisURL == "" && len(c.Quota.RedisAddrs) == 0 {
-			errs = append(errs, errors.New("quota.redis_url: required when quota.backend is redis (no silent localhost default)"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("quota.backend: %q is not memory or redis", c.Quota.Backend))
-	}
-	switch c.Quota.RateFailMode {
-	case "closed", "local":
-	default:
-		errs = append(errs, fmt.Errorf("quota.rate_fail_mode: %q is not closed or local", c.Quota.RateFailMode))
-	}
-	if err := c.Quota.Defaults.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("quota.defaults: %w", err))
-	}
-	switch c.Sandbox.Cgroups {
-	case "auto", "v1", "v2":
-	default:
-		errs = append(errs, fmt.Errorf("sandbox.cgroups: %q is not auto, v1 or v2", c.Sandbox.Cgroups))
-	}
+	errs = append(errs,
+		c.Server.WithDefaults().Validate(),
+		c.Sandbox.Validate(),
+		c.Quota.WithDefaults().Validate(),
+		c.Policy.Validate(),
+		c.Audit.Validate(),
+		c.Telemetry.Validate(),
+	)
 	seen := map[string]bool{}
 	for i, t := range c.Tenants {
 		switch {
