@@ -1,11 +1,19 @@
 package sandbox
 
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
 // Config is the sandbox section of the execgate config file (DESIGN §13).
 // Zero values mean "use the default" as documented per field.
 type Config struct {
 	// NsjailPath is the nsjail binary. Empty: $EXECGATE_NSJAIL, then the
-	// project tools venv (.tools/venv/bin/nsjail next to the binary or the
-	// working directory), then $PATH.
+	// project tools link (.tools/bin/nsjail beside the binary's parent
+	// directory, or in the working directory or one of its parents), then
+	// $PATH.
 	NsjailPath string `yaml:"nsjail_path" json:"nsjail_path"`
 	// PythonPath is the host interpreter the rootfs is built from.
 	// Default /usr/bin/python3 (never a pyenv shim).
@@ -13,14 +21,89 @@ type Config struct {
 	// RootfsDir is the jail's root filesystem. Empty: <state_dir>/rootfs,
 	// built on first use.
 	RootfsDir string `yaml:"rootfs_dir" json:"rootfs_dir"`
-	// WorkDir holds per-run scratch (request files, cgroup names). Empty:
-	// <state_dir>/runs.
+	// WorkDir holds the rendered nsjail configs (one file per profile,
+	// named by content hash) and per-run scratch. Empty: <state_dir>/runs;
+	// outside the config package, "runs" beside RootfsDir.
 	WorkDir string `yaml:"work_dir" json:"work_dir"`
 	// Cgroups selects the cgroup version: "auto" (default: detect), "v1", "v2".
 	Cgroups string `yaml:"cgroups" json:"cgroups"`
 	// WarmPool is the number of pre-spawned jails per profile. 0 disables the pool.
 	WarmPool int `yaml:"warm_pool" json:"warm_pool"`
-	// KillGraceMS is added to the timeout for nsjail's own time_limit and the
-	// Go-side deadline kill. Default 1000.
+	// KillGraceMS is added to the timeout for nsjail's own time_limit (its
+	// backstop if execgate itself dies), and is how long the runner waits
+	// after asking nsjail to stop (SIGTERM) before killing it (SIGKILL).
+	// Default 1000.
 	KillGraceMS int64 `yaml:"kill_grace_ms" json:"kill_grace_ms"`
+	// CgroupParent is the cgroup (relative to each hierarchy's root) under
+	// which every run gets its own cgroup. Created on start-up when missing.
+	// Default "execgate".
+	CgroupParent string `yaml:"cgroup_parent" json:"cgroup_parent"`
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPythonPath   = "/usr/bin/python3"
+	DefaultCgroups      = "auto"
+	DefaultCgroupParent = "execgate"
+	DefaultKillGraceMS  = 1000
+)
+
+// withDefaults returns c with zero fields defaulted. RootfsDir has no
+// default here: the config package derives it from state_dir.
+func (c Config) withDefaults() Config {
+	if c.WorkDir == "" && c.RootfsDir != "" {
+		c.WorkDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runs")
+	}
+	if c.PythonPath == "" {
+		c.PythonPath = DefaultPythonPath
+	}
+	if c.Cgroups == "" {
+		c.Cgroups = DefaultCgroups
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	if c.KillGraceMS <= 0 {
+		c.KillGraceMS = DefaultKillGraceMS
+	}
+	return c
+}
+
+// Validate reports configuration errors, naming the key at fault.
+func (c Config) Validate() error {
+	var errs []error
+	c = c.withDefaults()
+	if c.RootfsDir == "" {
+		errs = append(errs, errors.New("sandbox.rootfs_dir: must not be empty"))
+	}
+	switch c.Cgroups {
+	case "auto", "v1", "v2":
+	default:
+		errs = append(errs, fmt.Errorf("sandbox.cgroups: %q is not auto, v1 or v2", c.Cgroups))
+	}
+	if c.WarmPool < 0 {
+		errs = append(errs, fmt.Errorf("sandbox.warm_pool: %d is negative", c.WarmPool))
+	}
+	if !validCgroupName(c.CgroupParent) {
+		errs = append(errs, fmt.Errorf("sandbox.cgroup_parent: %q must be a relative path of [A-Za-z0-9._-] components", c.CgroupParent))
+	}
+	return errors.Join(errs...)
+}
+
+func validCgroupName(s string) bool {
+	if s == "" || strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") {
+		return false
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+		for _, r := range part {
+			ok := r == '.' || r == '_' || r == '-' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+			if !ok {
+				return false
+			}
+		}
+	}
+	return true
 }

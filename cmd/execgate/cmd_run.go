@@ -1,18 +1,270 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/sandbox"
 )
 
-// TODO: owned by the run work; replaced when it lands.
+// Exit codes of `execgate run` and `execgate smoke`.
+const (
+	exitRunError       = 1 // the tool ran and the envelope says error
+	exitSandboxMissing = 3 // SandboxUnavailable: nothing ran
+)
+
+type runFlags struct {
+	args         string
+	entrypoint   string
+	network      string
+	timeout      time.Duration
+	memory       string
+	requirements []string
+	json         bool
+}
+
 func newRunCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "run",
-		Short: "run (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("run: not built yet")
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run FILE.py",
+		Short: "Run one tool locally through the sandbox and print its envelope",
+		Long: `Run FILE.py once through the same sandbox path the gateway uses (nsjail,
+rootfs, seccomp, cgroups) and print the result envelope: pretty by default,
+the raw JSON with --json. The rootfs is built first if it is missing or stale.
+
+--timeout sets both the wall-clock and the CPU limit. Exit status: 0 when the
+envelope's status is ok, 1 when it is error, 3 when the sandbox is unavailable
+(nothing ran).`,
+		Example: `  execgate run tool.py --args '{"name": "Ada"}'
+  execgate run tool.py --timeout 30s --memory 512M --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := f.spec(args[0])
+			if err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			res, err := runLocal(cmd.Context(), cfg, spec, cmd.ErrOrStderr())
+			return reportRun(cmd.OutOrStdout(), spec, res, err, f.json)
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.args, "args", "null", "the tool's args, as JSON")
+	fl.StringVar(&f.entrypoint, "entrypoint", "run", "the function to call: run(args, context)")
+	fl.StringVar(&f.network, "network", "none", "network mode: none or host (proxy is not available to local runs yet)")
+	fl.DurationVar(&f.timeout, "timeout", time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
+	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", sandbox.DefaultLimits.MemoryMB), "memory limit (e.g. 256M, 1G)")
+	fl.StringSliceVar(&f.requirements, "requirements", nil, "packages to install first, e.g. a==1,b==2 (not supported yet: refused)")
+	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
+	return cmd
+}
+
+// spec turns the flags into a sandbox.Spec, naming the flag at fault.
+func (f runFlags) spec(file string) (sandbox.Spec, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("reading the tool: %w", err)
+	}
+	if !json.Valid([]byte(f.args)) {
+		return sandbox.Spec{}, fmt.Errorf("--args: %q is not valid JSON", f.args)
+	}
+	switch sandbox.Network(f.network) {
+	case sandbox.NetworkNone, sandbox.NetworkHost, sandbox.NetworkProxy:
+	default:
+		return sandbox.Spec{}, fmt.Errorf("--network: %q is not none, proxy or host", f.network)
+	}
+	if f.timeout <= 0 {
+		return sandbox.Spec{}, fmt.Errorf("--timeout: %v must be positive", f.timeout)
+	}
+	mem, err := parseMiB(f.memory)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("--memory: %w", err)
+	}
+	return sandbox.Spec{
+		ExecutionID:  newExecutionID(),
+		TenantID:     "local",
+		Language:     "python",
+		Source:       string(src),
+		Entrypoint:   f.entrypoint,
+		Args:         json.RawMessage(f.args),
+		Network:      sandbox.Network(f.network),
+		Requirements: f.requirements,
+		Limits: sandbox.Limits{
+			TimeoutMS: f.timeout.Milliseconds(),
+			CPUMS:     f.timeout.Milliseconds(),
+			MemoryMB:  mem,
+		},
+	}, nil
+}
+
+// parseMiB parses a memory size (bytes without a suffix; K, M, G with an
+// optional i/B) into MiB, rounding up.
+func parseMiB(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "K")
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "M")
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "G")
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<50)/mult {
+		return 0, fmt.Errorf("%q is not a size like 256M or 1G", s)
+	}
+	return (n*mult + (1<<20 - 1)) >> 20, nil
+}
+
+func newExecutionID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "local-" + hex.EncodeToString(b[:])
+}
+
+// runLocal runs spec once, cold: nsjail first (so a host without it learns
+// that before any rootfs build), then the rootfs (built when missing or
+// stale, with progress on progress), then the run.
+func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, progress io.Writer) (sandbox.Result, error) {
+	scfg := cfg.Sandbox
+	scfg.WarmPool = 0 // one run: nothing to keep warm
+	if _, err := sandbox.FindNsjail(scfg); err != nil {
+		return sandbox.Result{}, err
+	}
+	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: scfg.RootfsDir, PythonPath: scfg.PythonPath, Progress: progress}); err != nil {
+		return sandbox.Result{}, fmt.Errorf("preparing the rootfs: %w", err)
+	}
+	r, err := sandbox.NewRunner(scfg)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer r.Close()
+	return r.Run(ctx, spec)
+}
+
+// runEnvelope is the printed envelope: the shape of the HTTP response
+// (DESIGN §4) minus what only the gateway knows (decision, trace).
+type runEnvelope struct {
+	ExecutionID string             `json:"execution_id"`
+	TenantID    string             `json:"tenant_id"`
+	Status      sandbox.Status     `json:"status"`
+	Result      json.RawMessage    `json:"result"`
+	Stdout      string             `json:"stdout"`
+	Stderr      string             `json:"stderr"`
+	Truncated   sandbox.Truncated  `json:"truncated"`
+	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
+	Logs        []sandbox.LogLine  `json:"logs,omitempty"`
+	Usage       sandbox.Usage      `json:"usage"`
+}
+
+// errSandboxUnavailable is the error type of a run refused by the host.
+const errSandboxUnavailable = "SandboxUnavailable"
+
+// reportRun prints the outcome of a run and turns it into the exit status.
+// Errors that are not about the sandbox (bad config, rootfs build) are
+// returned as they are.
+func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error, asJSON bool) error {
+	var u *sandbox.UnavailableError
+	if runErr != nil && !errors.As(runErr, &u) {
+		return runErr
+	}
+	env := runEnvelope{
+		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
+		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
+		Truncated: res.Truncated, Error: res.Error, Logs: res.Logs, Usage: res.Usage,
+	}
+	if u != nil {
+		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
+		env.Error = &sandbox.ErrorInfo{Type: errSandboxUnavailable, Message: u.Error(), Traceback: u.Detail()}
+	}
+	if len(env.Result) == 0 {
+		env.Result = json.RawMessage("null")
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(env); err != nil {
+			return err
+		}
+	} else {
+		printEnvelope(w, env)
+	}
+	switch {
+	case u != nil:
+		return exitError{code: exitSandboxMissing}
+	case env.Status != sandbox.StatusOK:
+		return exitError{code: exitRunError}
+	}
+	return nil
+}
+
+// printEnvelope renders an envelope for a terminal.
+func printEnvelope(w io.Writer, env runEnvelope) {
+	fmt.Fprintf(w, "status:    %s\n", env.Status)
+	if env.Status == sandbox.StatusOK {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, env.Result, "           ", "  ") == nil {
+			fmt.Fprintf(w, "result:    %s\n", pretty.String())
+		} else {
+			fmt.Fprintf(w, "result:    %s\n", env.Result)
+		}
+	}
+	if e := env.Error; e != nil {
+		fmt.Fprintf(w, "error:     %s: %s\n", e.Type, e.Message)
+		if e.Line > 0 {
+			fmt.Fprintf(w, "line:      %d\n", e.Line)
+		}
+		if e.Traceback != "" {
+			fmt.Fprintf(w, "traceback:\n%s", indentBlock(e.Traceback))
+		}
+	}
+	printStream(w, "stdout", env.Stdout, env.Truncated.Stdout)
+	printStream(w, "stderr", env.Stderr, env.Truncated.Stderr)
+	if len(env.Logs) > 0 {
+		fmt.Fprintf(w, "logs:\n")
+		for _, l := range env.Logs {
+			fmt.Fprintf(w, "  [%s] %s\n", l.Level, l.Message)
+		}
+	}
+	if env.Error != nil && env.Error.Type == errSandboxUnavailable {
+		return // nothing ran: no usage to show
+	}
+	u := env.Usage
+	fmt.Fprintf(w, "usage:     wall %d ms, cpu %d ms, peak memory %.1f MiB\n", u.WallMS, u.CPUMS, float64(u.PeakMemoryKB)/1024)
+	fmt.Fprintf(w, "execution: %s\n", env.ExecutionID)
+}
+
+func printStream(w io.Writer, name, text string, truncated bool) {
+	if text == "" {
+		return
+	}
+	note := ""
+	if truncated {
+		note = " (truncated at the output cap)"
+	}
+	fmt.Fprintf(w, "%s:%s\n%s", name, note, indentBlock(text))
+}
+
+func indentBlock(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+func TestParseMiB(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"256M", 256, false}, {"256Mi", 256, false}, {"256MB", 256, false}, {"1G", 1024, false},
+		{"512k", 1, false}, {"1048576", 1, false}, {"0", 0, true}, {"-5M", 0, true}, {"lots", 0, true}, {"1T", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := parseMiB(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("parseMiB(%q) = %d, %v; want %d (error %t)", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestRunFlagsNameTheBadFlag(t *testing.T) {
+	tool := filepath.Join(t.TempDir(), "tool.py")
+	if err := os.WriteFile(tool, []byte("def run(a, c): return 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := runFlags{args: "null", entrypoint: "run", network: "none", timeout: 1e9, memory: "64M"}
+	tests := []struct {
+		name string
+		mod  func(*runFlags)
+		file string
+		want string
+	}{
+		{"args must be JSON", func(f *runFlags) { f.args = "{" }, tool, "--args"},
+		{"network must be known", func(f *runFlags) { f.network = "wifi" }, tool, "--network"},
+		{"timeout must be positive", func(f *runFlags) { f.timeout = 0 }, tool, "--timeout"},
+		{"memory must be a size", func(f *runFlags) { f.memory = "big" }, tool, "--memory"},
+		{"the file must exist", func(*runFlags) {}, tool + ".missing", "reading the tool"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := base
+			tt.mod(&f)
+			_, err := f.spec(tt.file)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+	spec, err := base.spec(tool)
+	if err != nil || spec.Limits.MemoryMB != 64 || spec.Limits.TimeoutMS != 1000 || spec.Limits.CPUMS != 1000 {
+		t.Errorf("spec %+v, %v", spec.Limits, err)
+	}
+}
+
+// execute runs the execgate command line in-process.
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	flags = globalFlags{}
+	cmd := newRootCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestRunCommandEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (nsjail maps uid 99999 and creates cgroups)")
+	}
+	if _, err := sandbox.FindNsjail(sandbox.Config{}); err != nil {
+		t.Skipf("needs nsjail: %v", err)
+	}
+	state := t.TempDir()
+	for _, d := range []string{filepath.Dir(state), state} { // the jail's user must reach the rootfs
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ok := write("ok.py", "def run(args, context):\n    print('hello')\n    return {'got': args}\n")
+	bad := write("bad.py", "def run(args, context):\n    raise ValueError('nope')\n")
+	t.Setenv("EXECGATE_SANDBOX_CGROUP_PARENT", "execgate-cmdtest")
+
+	t.Run("an ok tool prints its envelope and exits 0", func(t *testing.T) {
+		out, err := execute(t, "run", ok, "--args", `{"x": 1}`, "--json", "--state-dir", state)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var env runEnvelope
+		if err := json.Unmarshal([]byte(out), &env); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var result bytes.Buffer
+		_ = json.Compact(&result, env.Result)
+		if env.Status != sandbox.StatusOK || result.String() != `{"got":{"x":1}}` || env.Stdout != "hello\n" {
+			t.Errorf("%s", out)
+		}
+	})
+	t.Run("a failing tool prints the traceback and exits 1", func(t *testing.T) {
+		out, err := execute(t, "run", bad, "--state-dir", state)
+		var ec exitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != exitRunError {
+			t.Fatalf("want exit %d, got %v", exitRunError, err)
+		}
+		if !strings.Contains(out, "ToolError: ValueError: nope") || !strings.Contains(out, `File "tool.py", line 2`) {
+			t.Errorf("output:\n%s", out)
+		}
+	})
+	t.Run("smoke runs the probe", func(t *testing.T) {
+		out, err := execute(t, "smoke", "--state-dir", state)
+		if err != nil || !strings.Contains(out, "status:    ok") {
+			t.Errorf("%v\n%s", err, out)
+		}
+	})
+	t.Run("without nsjail nothing runs and the exit is 3 with the hint", func(t *testing.T) {
+		t.Setenv("EXECGATE_SANDBOX_NSJAIL_PATH", "/nonexistent/nsjail")
+		out, err := execute(t, "run", ok, "--state-dir", state)
+		var ec exitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != exitSandboxMissing {
+			t.Fatalf("want exit %d, got %v", exitSandboxMissing, err)
+		}
+		if !strings.Contains(out, "SandboxUnavailable") || !strings.Contains(out, "scripts/setup.sh") {
+			t.Errorf("output:\n%s", out)
+		}
+	})
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		os.Remove(filepath.Join("/sys/fs/cgroup", c, "execgate-cmdtest"))
+	}
+}

@@ -1,0 +1,433 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cgroup layout. Every run gets its own cgroup that the runner creates and
+// owns, below Config.CgroupParent:
+//
+//	v1: /sys/fs/cgroup/{memory,pids,cpu}/<parent>/<run>/NSJAIL.<pid>
+//	v2: /sys/fs/cgroup/<parent>/<run>/NSJAIL.<pid>
+//
+// nsjail creates (and at exit deletes) NSJAIL.<pid> below the run's cgroup.
+// The run's own cgroup carries the binding memory and pids limits, so its
+// counters (peak usage, limit hits, OOM kills) are still there to read after
+// nsjail is gone; the runner reads them and then removes the run's cgroup
+// together with anything nsjail left behind (it cannot clean up when it is
+// killed). nsjail's own memory limit is set slightly above the run's so that
+// the run's cgroup is the one that hits the limit and records it.
+
+const (
+	cgroup1Magic = 0x27e0eb
+	cgroup2Magic = 0x63677270
+)
+
+// v1Controllers are the cgroup v1 hierarchies a run uses.
+var v1Controllers = []string{"memory", "pids", "cpu"}
+
+// cgroups manages the per-run cgroups of one cgroup version. It holds no
+// mutable state after construction and is safe for concurrent use.
+type cgroups struct {
+	version int    // 1 or 2
+	root    string // v1: directory holding the controller mounts; v2: the cgroup2 mount
+	parent  string // Config.CgroupParent
+}
+
+// detectCgroups picks the cgroup version for mode ("auto", "v1", "v2") under
+// root (normally /sys/fs/cgroup).
+func detectCgroups(mode, root, parent string) (*cgroups, error) {
+	v2root := ""
+	if isFS(root, cgroup2Magic) {
+		v2root = root
+	} else if u := filepath.Join(root, "unified"); isFS(u, cgroup2Magic) && hasControllers(u, "memory", "pids") {
+		v2root = u
+	}
+	v1ok := true
+	for _, c := range v1Controllers {
+		if !isFS(filepath.Join(root, c), cgroup1Magic) {
+			v1ok = false
+		}
+	}
+	switch {
+	case (mode == "auto" || mode == "v2") && v2root != "" && hasControllers(v2root, "memory", "pids"):
+		return &cgroups{version: 2, root: v2root, parent: parent}, nil
+	case (mode == "auto" || mode == "v1") && v1ok:
+		return &cgroups{version: 1, root: root, parent: parent}, nil
+	}
+	want := map[string]string{"auto": "a cgroup v2 mount with the memory and pids controllers, or cgroup v1 memory, pids and cpu hierarchies",
+		"v1": "cgroup v1 memory, pids and cpu hierarchies", "v2": "a cgroup v2 mount with the memory and pids controllers"}[mode]
+	return nil, &UnavailableError{
+		Reason: fmt.Sprintf("no usable cgroups under %s (sandbox.cgroups=%s needs %s)", root, mode, want),
+		Hint:   cgroupHint,
+	}
+}
+
+func isFS(path string, magic int64) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return false
+	}
+	return int64(st.Type) == magic
+}
+
+func hasControllers(dir string, want ...string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return false
+	}
+	have := strings.Fields(string(data))
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			found = found || h == w
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// setup creates the parent cgroup(s) once and, on v2, delegates the
+// controllers down to it.
+func (c *cgroups) setup() error {
+	if c.version == 1 {
+		for _, ctrl := range v1Controllers {
+			dir := filepath.Join(c.root, ctrl, c.parent)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return c.unavailable("creating the parent cgroup", err)
+			}
+		}
+		return nil
+	}
+	if err := c.enableControllers(c.root, true); err != nil {
+		return err
+	}
+	dir := c.root
+	for _, part := range strings.Split(c.parent, "/") {
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return c.unavailable("creating the parent cgroup", err)
+		}
+		if err := c.enableControllers(dir, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enableControllers turns on memory, pids and cpu for dir's children. At
+// the mount root of a container's cgroup namespace the gateway itself may
+// sit in the root cgroup, which then cannot delegate ("no internal
+// processes"); like nsjail, the runner moves itself into a leaf first.
+func (c *cgroups) enableControllers(dir string, mayMoveSelf bool) error {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if err != nil {
+		return c.unavailable("reading cgroup.subtree_control", err)
+	}
+	enabled := strings.Fields(string(data))
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		on := false
+		for _, e := range enabled {
+			on = on || e == ctrl
+		}
+		if on {
+			continue
+		}
+		err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctrl)
+		if errors.Is(err, syscall.EBUSY) && mayMoveSelf {
+			leaf := filepath.Join(dir, c.parent+".supervisor")
+			if merr := os.Mkdir(leaf, 0o755); merr != nil && !errors.Is(merr, fs.ErrExist) {
+				return c.unavailable("creating a leaf cgroup for execgate itself", merr)
+			}
+			if merr := writeFile(filepath.Join(leaf, "cgroup.procs"), "0"); merr != nil {
+				return c.unavailable("moving execgate into its leaf cgroup", merr)
+			}
+			err = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctrl)
+		}
+		if err != nil {
+			return c.unavailable("enabling the "+ctrl+" controller in "+dir, err)
+		}
+	}
+	return nil
+}
+
+var runDirRE = regexp.MustCompile(`^run-([0-9]+)-[0-9a-f]+$`)
+
+// sweep removes run cgroups whose owning process is gone: a runner killed
+// mid-run, or a process that exited with warm jails without Close (nsjail
+// dies with its runner, so nobody else removes them). Cgroups of live
+// processes, this one included, are left alone. It returns how many runs
+// it removed.
+func (c *cgroups) sweep() int {
+	var dirs []string
+	if c.version == 1 {
+		for _, ctrl := range v1Controllers {
+			dirs = append(dirs, filepath.Join(c.root, ctrl, c.parent))
+		}
+	} else {
+		dirs = []string{filepath.Join(c.root, c.parent)}
+	}
+	removed := map[string]bool{}
+	deadline := time.Now().Add(time.Second)
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			m := runDirRE.FindStringSubmatch(e.Name())
+			if m == nil || !e.IsDir() {
+				continue
+			}
+			pid, err := strconv.Atoi(m[1])
+			if err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			if removeCgroupDir(filepath.Join(dir, e.Name()), deadline) == nil {
+				removed[e.Name()] = true
+			}
+		}
+	}
+	return len(removed)
+}
+
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func (c *cgroups) unavailable(doing string, err error) error {
+	return &UnavailableError{Reason: "cgroups: " + doing, Hint: cgroupHint, Err: err}
+}
+
+// runCgroup is the cgroup of one run.
+type runCgroup struct {
+	cg   *cgroups
+	name string   // <parent>/<run>
+	dirs []string // one per hierarchy (v1) or one (v2)
+	// oomEvents (v1 only) is an eventfd the kernel signals when the run's
+	// cgroup goes out of memory. v1 keeps OOM-kill counts in the victim's
+	// own cgroup (nsjail's, deleted at exit), so the run's cgroup registers
+	// for the notification instead. -1 when unused.
+	oomEvents int
+	oomCtl    *os.File
+}
+
+// create makes the run's cgroup with its limits. On error nothing is left.
+func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
+	rc := &runCgroup{cg: c, name: c.parent + "/" + run, oomEvents: -1}
+	if c.version == 1 {
+		for _, ctrl := range v1Controllers {
+			rc.dirs = append(rc.dirs, filepath.Join(c.root, ctrl, c.parent, run))
+		}
+	} else {
+		rc.dirs = []string{filepath.Join(c.root, c.parent, run)}
+	}
+	for _, d := range rc.dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			rc.remove(time.Second)
+			return nil, c.unavailable("creating the run's cgroup", err)
+		}
+	}
+	var writes [][2]string
+	mem := strconv.FormatInt(memBytes, 10)
+	if c.version == 1 {
+		writes = [][2]string{
+			{filepath.Join(rc.dirs[0], "memory.limit_in_bytes"), mem},
+			{filepath.Join(rc.dirs[0], "memory.memsw.limit_in_bytes"), mem}, // only with swap accounting
+			{filepath.Join(rc.dirs[1], "pids.max"), strconv.FormatInt(pids, 10)},
+		}
+	} else {
+		writes = [][2]string{
+			{filepath.Join(rc.dirs[0], "cgroup.subtree_control"), "+memory +pids +cpu"},
+			{filepath.Join(rc.dirs[0], "memory.max"), mem},
+			{filepath.Join(rc.dirs[0], "memory.swap.max"), "0"}, // only with swap accounting
+			{filepath.Join(rc.dirs[0], "pids.max"), strconv.FormatInt(pids, 10)},
+		}
+	}
+	for _, w := range writes {
+		err := writeFile(w[0], w[1])
+		if err != nil && errors.Is(err, fs.ErrNotExist) && strings.Contains(w[0], "sw") {
+			continue // no swap accounting on this host
+		}
+		if err != nil {
+			rc.remove(time.Second)
+			return nil, c.unavailable("setting "+filepath.Base(w[0]), err)
+		}
+	}
+	if c.version == 1 {
+		if err := rc.watchOOM(); err != nil {
+			rc.remove(time.Second)
+			return nil, c.unavailable("registering for OOM notifications", err)
+		}
+	}
+	return rc, nil
+}
+
+// watchOOM registers an eventfd for the v1 memory cgroup's OOM notification.
+func (rc *runCgroup) watchOOM() error {
+	dir := rc.dirs[0]
+	ctl, err := os.Open(filepath.Join(dir, "memory.oom_control"))
+	if err != nil {
+		return err
+	}
+	efd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if errno != 0 {
+		ctl.Close()
+		return fmt.Errorf("eventfd: %w", errno)
+	}
+	if err := writeFile(filepath.Join(dir, "cgroup.event_control"), fmt.Sprintf("%d %d", efd, ctl.Fd())); err != nil {
+		syscall.Close(int(efd))
+		ctl.Close()
+		return err
+	}
+	rc.oomEvents, rc.oomCtl = int(efd), ctl
+	return nil
+}
+
+// oomCount reads (and resets) the number of OOM notifications so far.
+func (rc *runCgroup) oomCount() uint64 {
+	if rc.oomEvents < 0 {
+		return 0
+	}
+	var b [8]byte
+	n, err := syscall.Read(rc.oomEvents, b[:])
+	if err != nil || n != 8 {
+		return 0 // EAGAIN: none
+	}
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// nsjailArgs are the per-run nsjail flags placing the jail below this cgroup
+// (they override the profile's config file).
+func (rc *runCgroup) nsjailArgs() []string {
+	if rc.cg.version == 1 {
+		return []string{"--cgroup_mem_parent", rc.name, "--cgroup_pids_parent", rc.name, "--cgroup_cpu_parent", rc.name}
+	}
+	return []string{"--cgroupv2_mount", rc.dirs[0]}
+}
+
+// cgroupStats are the kernel's counters for one run, read after it ended.
+type cgroupStats struct {
+	PeakBytes int64
+	// MemoryLimitHit: the run's memory limit was reached and the kernel
+	// killed a task for it (v2 oom_kill) or refused a charge (v1 failcnt).
+	MemoryLimitHit bool
+}
+
+func (rc *runCgroup) stats() cgroupStats {
+	var s cgroupStats
+	d := rc.dirs[0]
+	if rc.cg.version == 1 {
+		s.PeakBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
+		// With swap accounting the memsw counter (same limit) is charged
+		// first and records the failure.
+		s.MemoryLimitHit = rc.oomCount() > 0 ||
+			readInt(filepath.Join(d, "memory.failcnt")) > 0 ||
+			readInt(filepath.Join(d, "memory.memsw.failcnt")) > 0 ||
+			readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
+		return s
+	}
+	s.PeakBytes = readInt(filepath.Join(d, "memory.peak"))
+	ev := filepath.Join(d, "memory.events")
+	s.MemoryLimitHit = readKey(ev, "oom_kill") > 0 || readKey(ev, "oom") > 0
+	return s
+}
+
+// remove deletes the run's cgroup and whatever nsjail left below it,
+// retrying while the last tasks are still exiting, for at most wait.
+func (rc *runCgroup) remove(wait time.Duration) error {
+	if rc.oomEvents >= 0 {
+		syscall.Close(rc.oomEvents)
+		rc.oomCtl.Close()
+		rc.oomEvents, rc.oomCtl = -1, nil
+	}
+	deadline := time.Now().Add(wait)
+	var errs []error
+	for _, d := range rc.dirs {
+		if err := removeCgroupDir(d, deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeCgroupDir(dir string, deadline time.Time) error {
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		// Children (nsjail's NSJAIL.<pid> after a kill) go first.
+		if entries, rerr := os.ReadDir(dir); rerr == nil {
+			for _, e := range entries {
+				if e.IsDir() {
+					_ = syscall.Rmdir(filepath.Join(dir, e.Name()))
+				}
+			}
+			if syscall.Rmdir(dir) == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("removing cgroup %s: %w", dir, err)
+		}
+		time.Sleep(delay)
+	}
+}
+
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+func readInt(path string) int64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+	return n
+}
+
+// readKey reads "key value" from a flat-keyed cgroup file.
+func readKey(path, key string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,138 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The counters are plain files, so their parsing is checked on fakes; the
+// real hierarchies are exercised by the integration tests (v1 on this
+// project's build host).
+func TestCgroupStats(t *testing.T) {
+	tests := []struct {
+		name    string
+		version int
+		files   map[string]string
+		peak    int64
+		hit     bool
+	}{
+		{"v2 peak and an OOM kill", 2, map[string]string{"memory.peak": "73400320\n", "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n"}, 73400320, true},
+		{"v2 without an OOM", 2, map[string]string{"memory.peak": "1048576\n", "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"}, 1048576, false},
+		{"v1 failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "67108864\n", "memory.failcnt": "3\n", "memory.memsw.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 67108864, true},
+		{"v1 memsw failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "1\n", "memory.failcnt": "0\n", "memory.memsw.failcnt": "2\n"}, 1, true},
+		{"v1 quiet", 1, map[string]string{"memory.max_usage_in_bytes": "4096\n", "memory.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 4096, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, tt.files)
+			rc := &runCgroup{cg: &cgroups{version: tt.version}, dirs: []string{dir}, oomEvents: -1}
+			s := rc.stats()
+			if s.PeakBytes != tt.peak || s.MemoryLimitHit != tt.hit {
+				t.Errorf("got %+v, want peak %d hit %t", s, tt.peak, tt.hit)
+			}
+		})
+	}
+}
+
+func TestCgroupNsjailArgs(t *testing.T) {
+	v1 := &runCgroup{cg: &cgroups{version: 1}, name: "execgate/run-1"}
+	want1 := []string{"--cgroup_mem_parent", "execgate/run-1", "--cgroup_pids_parent", "execgate/run-1", "--cgroup_cpu_parent", "execgate/run-1"}
+	if got := v1.nsjailArgs(); !slices.Equal(got, want1) {
+		t.Errorf("v1: %v", got)
+	}
+	v2 := &runCgroup{cg: &cgroups{version: 2}, name: "execgate/run-1", dirs: []string{"/sys/fs/cgroup/execgate/run-1"}}
+	if got := v2.nsjailArgs(); !slices.Equal(got, []string{"--cgroupv2_mount", "/sys/fs/cgroup/execgate/run-1"}) {
+		t.Errorf("v2: %v", got)
+	}
+}
+
+func TestDetectCgroupsWithoutHierarchiesIsUnavailable(t *testing.T) {
+	for _, mode := range []string{"auto", "v1", "v2"} {
+		_, err := detectCgroups(mode, t.TempDir(), "execgate")
+		var u *UnavailableError
+		if !errors.As(err, &u) || u.Hint != cgroupHint {
+			t.Errorf("%s: got %v", mode, err)
+		}
+	}
+}
+
+func TestRemoveCgroupDirTakesNsjailLeftoversFirst(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run-1")
+	for _, d := range []string{"NSJAIL.123", "NSJAIL.456"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeCgroupDir(dir, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+}
+
+func TestRemoveCgroupDirGivesUpAtTheDeadline(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run-1")
+	writeFiles(t, dir, map[string]string{"busy": "x"}) // a file keeps rmdir failing, like live tasks
+	err := removeCgroupDir(dir, time.Now().Add(20*time.Millisecond))
+	if err == nil {
+		t.Fatal("want an error naming the cgroup")
+	}
+}
+
+func TestSweepRemovesOnlyDeadOwnersRuns(t *testing.T) {
+	root := t.TempDir()
+	c := &cgroups{version: 2, root: root, parent: "execgate"}
+	parent := filepath.Join(root, "execgate")
+	dead := exitedPID(t)
+	names := map[string]bool{ // name → should survive
+		fmt.Sprintf("run-%d-aaaa", dead):        false,
+		fmt.Sprintf("run-%d-bbbb", os.Getpid()): true, // this process: maybe a live runner
+		fmt.Sprintf("run-%d-cccc", 1):           true, // alive
+		"run-0123456789abcdef":                  true, // no owner recorded: left alone
+		"something-else":                        true,
+	}
+	for n := range names {
+		if err := os.MkdirAll(filepath.Join(parent, n, "NSJAIL.1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.sweep(); got != 1 {
+		t.Errorf("sweep removed %d runs, want 1", got)
+	}
+	for n, survive := range names {
+		_, err := os.Stat(filepath.Join(parent, n))
+		if (err == nil) != survive {
+			t.Errorf("%s: exists=%t, want %t", n, err == nil, survive)
+		}
+	}
+}
+
+// exitedPID returns the pid of a process that has exited and been reaped.
+func exitedPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Skipf("/bin/true: %v", err)
+	}
+	return cmd.Process.Pid
+}

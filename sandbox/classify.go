@@ -1,0 +1,320 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// Exit statuses: the one mapping from what nsjail returns to what happened.
+// In ONCE mode nsjail returns the jailed process's (the harness's) status:
+//
+//	0        the harness exited normally (it does so right after writing
+//	         its envelope)
+//	1–127    the harness exited with that code without an envelope (70: its
+//	         result fd was missing, 71: writing the envelope failed; others:
+//	         the tool called os._exit or the interpreter failed)
+//	128+n    the harness was killed by signal n: 137 SIGKILL (the memory
+//	         cgroup's OOM killer, the hard RLIMIT_CPU, or the runner), 139
+//	         SIGSEGV, 134 SIGABRT, 152 SIGXCPU, 159 SIGSYS (a seccomp kill);
+//	         or nsjail itself stopped on signal n (143 after the runner's
+//	         SIGTERM at the deadline)
+//	255      nsjail failed before the harness ran: its log then says
+//	         "Couldn't launch the child process", or lacks the child's
+//	         "Executing '…'" line (logged right before execve)
+//
+// The exit status alone cannot tell a timeout from an OOM kill (both are
+// 137), so classify also uses what the runner knows (its own deadline), the
+// nsjail log ("run time >= time limit") and the run's memory cgroup
+// (limit hits), in this order of precedence:
+//
+//  1. nsjail failed before the tool ran           → *UnavailableError
+//  2. the runner's deadline fired, or nsjail's    → Timeout
+//  3. a well-formed envelope                      → its status and error
+//  4. the memory cgroup recorded a limit hit      → MemoryLimit
+//  5. SIGXCPU, or SIGKILL with CPU ≥ the limit    → CPULimit
+//  6. SIGSYS                                      → SyscallDenied
+//  7. anything else                               → SandboxCrashed (with the nsjail log)
+const (
+	exitNsjailFailure = 255
+	exitSignalBase    = 128
+)
+
+// harnessErrorTypes are the error types the harness may put in an envelope.
+// The envelope is written by the same process that runs the tool, so it is
+// untrusted: other types (Timeout, SandboxCrashed, ...) are decided here.
+var harnessErrorTypes = map[string]bool{
+	ErrToolError:          true,
+	ErrInvalidSource:      true,
+	ErrEntrypointNotFound: true,
+	ErrInvalidResult:      true,
+	ErrInvalidInput:       true,
+	ErrOutputLimit:        true,
+	ErrMemoryLimit:        true,
+	ErrCPULimit:           true,
+	ErrProtocolMismatch:   true,
+}
+
+// envelope is the harness's result as written to fd 3.
+type envelope struct {
+	ProtocolVersion int             `json:"protocol_version"`
+	Status          Status          `json:"status"`
+	Result          json.RawMessage `json:"result"`
+	Error           *ErrorInfo      `json:"error"`
+	Logs            []LogLine       `json:"logs"`
+}
+
+// Caps on what the envelope may carry besides the result.
+const (
+	maxEnvelopeLogs    = 1000
+	maxEnvelopeLogLine = 8 << 10
+	maxErrorText       = 64 << 10
+	// envelopeOverhead is added to Limits.OutputBytes for the envelope
+	// pipe's cap (logs, error text, JSON framing).
+	envelopeOverhead = 512 << 10
+)
+
+// outcome is everything known about a finished jail.
+type outcome struct {
+	// ExitCode is nsjail's exit status, or -1 when nsjail itself was killed
+	// by a signal (Signal says which).
+	ExitCode int
+	Signal   syscall.Signal
+	// TimedOut: the runner's deadline fired and it stopped the jail.
+	// Cancelled: the caller's context ended first.
+	TimedOut  bool
+	Cancelled bool
+	CancelErr error
+	Log       []string
+	// Envelope holds the bytes read from fd 3; EnvelopeTruncated says the
+	// harness wrote more than the cap.
+	Envelope          []byte
+	EnvelopeTruncated bool
+	MemoryLimitHit    bool
+	CPUMS             int64
+	Limits            Limits
+}
+
+// verdict is classify's answer: either an envelope's worth of result or an
+// *UnavailableError (nothing ran).
+type verdict struct {
+	Status      Status
+	Result      json.RawMessage
+	Error       *ErrorInfo
+	Logs        []LogLine
+	Unavailable *UnavailableError
+}
+
+func classify(o outcome) verdict {
+	if u := setupFailure(o); u != nil {
+		return verdict{Unavailable: u}
+	}
+	env, envErr := parseEnvelope(o.Envelope, o.EnvelopeTruncated)
+	fail := func(typ, msg, tb string) verdict {
+		v := verdict{Status: StatusError, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
+		if env != nil {
+			v.Logs = env.Logs
+		}
+		return v
+	}
+	switch {
+	case o.Cancelled:
+		return fail(ErrTimeout, fmt.Sprintf("the run was stopped because its caller went away (%v)", o.CancelErr), "")
+	case o.TimedOut || logHas(o.Log, "run time >= time limit"):
+		return fail(ErrTimeout, fmt.Sprintf("the tool ran longer than its time limit of %d ms", o.Limits.TimeoutMS), "")
+	}
+	if env != nil {
+		return fromEnvelope(env)
+	}
+	sig := o.childSignal()
+	switch {
+	case o.EnvelopeTruncated:
+		return fail(ErrOutputLimit, fmt.Sprintf("the result envelope exceeded %d bytes", int(o.Limits.OutputBytes)+envelopeOverhead), "")
+	case o.MemoryLimitHit:
+		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB", o.Limits.MemoryMB), "")
+	case sig == syscall.SIGXCPU || (sig == syscall.SIGKILL && o.CPUMS >= o.Limits.CPUMS):
+		return fail(ErrCPULimit, fmt.Sprintf("the tool used more CPU time than its limit of %d ms", o.Limits.CPUMS), "")
+	case sig == syscall.SIGSYS:
+		return fail(ErrSyscallDenied, "the tool was killed for a forbidden system call (seccomp)", nsjailTrace(o.Log))
+	}
+	msg := "the jail ended without a result: " + o.describeExit()
+	if envErr != nil {
+		msg += "; " + envErr.Error()
+	}
+	return fail(ErrSandboxCrashed, msg, nsjailTrace(o.Log))
+}
+
+// childExecuted reports whether nsjail's log shows it handing over to the
+// interpreter: the jail's child logs "Executing '<path>'" right before
+// execve, after every namespace, mount and limit is in place.
+func childExecuted(log []string) bool {
+	return logHas(log, "Executing '") && !logHas(log, "Couldn't launch the child process")
+}
+
+// setupFailure recognises nsjail failing before the harness ran.
+func setupFailure(o outcome) *UnavailableError {
+	if o.TimedOut || o.Cancelled || len(o.Envelope) > 0 {
+		return nil
+	}
+	execFailed := logHas(o.Log, "execve(") && logHas(o.Log, "failed")
+	launchFailed := logHas(o.Log, "Couldn't launch the child process") || logHas(o.Log, "Launching child process failed")
+	if !execFailed && !launchFailed && (o.ExitCode != exitNsjailFailure || childExecuted(o.Log)) {
+		return nil
+	}
+	return &UnavailableError{
+		Reason: fmt.Sprintf("nsjail could not create the jail (exit status %d)", o.ExitCode),
+		Log:    o.Log,
+		Hint:   hostHint(o.Log),
+	}
+}
+
+// hostHint turns nsjail's complaint into what an operator can do.
+func hostHint(log []string) string {
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if logHas(log, s) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("Could not compile policy"):
+		return "nsjail could not compile execgate's seccomp policy (a syscall name its Kafel does not know): install the nsjail execgate pins with scripts/setup.sh"
+	case has("Couldn't prepare sandboxing policy", "PR_SET_SECCOMP", "seccomp"):
+		return "the host refused to install a seccomp filter: run execgate with seccomp unconfined (docker --security-opt seccomp=unconfined)"
+	case has("chmod o+x"):
+		return "a directory on the path to the rootfs (or another bind source) is not searchable by the jail's user: every parent directory needs o+x (chmod o+x DIR)"
+	case has("execve("):
+		return "the rootfs has no working interpreter: rebuild it with `execgate rootfs build`"
+	case has("mount(", "pivot_root", "mount_setattr", "fsmount", "MS_REC") && has("Permission denied", "Operation not permitted"):
+		return "the host refused mounts inside a user namespace: run execgate privileged (docker --privileged) or with seccomp and AppArmor unconfined (--security-opt seccomp=unconfined --security-opt apparmor=unconfined); on Ubuntu 24.04 allow user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
+	case has("cgroup", "subtree_control", "memory.limit_in_bytes", "pids.max", "cpu.cfs"):
+		return cgroupHint
+	case has("clone(", "CLONE_NEW", "unshare(", "uid_map", "gid_map", "setgroups", "newuidmap"):
+		return "the host refused to create namespaces: allow user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1) or run execgate privileged (docker --privileged)"
+	}
+	return "nsjail could not create the jail; its log says why. Usual causes: not root or not privileged (docker --privileged), a seccomp or AppArmor profile (seccomp=unconfined), user namespaces disabled, cgroups not delegated"
+}
+
+// cgroupHint is shared with the cgroup setup.
+const cgroupHint = "the jail needs memory, pids and cpu cgroups it can create: run execgate as root with " +
+	"/sys/fs/cgroup mounted read-write (in a container: --privileged or --cgroupns=private with a writable " +
+	"cgroup2 mount; under systemd: Delegate=yes), or set sandbox.cgroups to the version the host has"
+
+func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
+	if truncated {
+		return nil, fmt.Errorf("the result channel carried more than the cap")
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, nil
+	}
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("the result channel held no valid envelope (%d bytes: %v)", len(data), err)
+	}
+	switch {
+	case env.Status != StatusOK && env.Status != StatusError:
+		return nil, fmt.Errorf("the envelope has status %q", env.Status)
+	case env.Status == StatusError && env.Error == nil:
+		return nil, fmt.Errorf("the envelope has status error and no error")
+	}
+	return &env, nil
+}
+
+func fromEnvelope(env *envelope) verdict {
+	logs := env.Logs
+	if len(logs) > maxEnvelopeLogs {
+		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(env.Logs)-maxEnvelopeLogs)})
+	}
+	for i := range logs {
+		logs[i].Message = clip(logs[i].Message, maxEnvelopeLogLine)
+		switch logs[i].Level {
+		case "debug", "info", "warning", "error":
+		default:
+			logs[i].Level = "info"
+		}
+	}
+	if env.ProtocolVersion != ProtocolVersion {
+		return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrProtocolMismatch,
+			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, ProtocolVersion)}}
+	}
+	if env.Status == StatusOK {
+		result := env.Result
+		if len(result) == 0 {
+			result = json.RawMessage("null")
+		}
+		return verdict{Status: StatusOK, Result: result, Logs: logs}
+	}
+	e := *env.Error
+	e.Message = clip(e.Message, maxErrorText)
+	e.Traceback = clip(e.Traceback, maxErrorText)
+	if e.Line < 0 {
+		e.Line = 0
+	}
+	if !harnessErrorTypes[e.Type] {
+		e.Message = fmt.Sprintf("the tool reported error type %q: %s", e.Type, e.Message)
+		e.Type = ErrToolError
+	}
+	return verdict{Status: StatusError, Error: &e, Logs: logs}
+}
+
+// childSignal is the signal that ended the harness, if any.
+func (o outcome) childSignal() syscall.Signal {
+	if o.ExitCode > exitSignalBase && o.ExitCode < exitNsjailFailure {
+		return syscall.Signal(o.ExitCode - exitSignalBase)
+	}
+	return 0
+}
+
+func (o outcome) describeExit() string {
+	switch {
+	case o.Signal != 0:
+		return fmt.Sprintf("nsjail was killed by signal %s", signalName(o.Signal))
+	case o.childSignal() != 0:
+		return fmt.Sprintf("the tool process was killed by signal %s", signalName(o.childSignal()))
+	default:
+		return fmt.Sprintf("the tool process exited with status %d", o.ExitCode)
+	}
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGILL: "SIGILL", syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV",
+		syscall.SIGSYS: "SIGSYS", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+		syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGPIPE: "SIGPIPE", syscall.SIGINT: "SIGINT",
+		syscall.SIGHUP: "SIGHUP", syscall.SIGTRAP: "SIGTRAP",
+	}
+	if n, ok := names[s]; ok {
+		return fmt.Sprintf("%s (%d)", n, int(s))
+	}
+	return fmt.Sprintf("%d", int(s))
+}
+
+// nsjailTrace renders nsjail's log for a traceback.
+func nsjailTrace(log []string) string {
+	if len(log) == 0 {
+		return ""
+	}
+	return "nsjail log:\n" + strings.Join(log, "\n") + "\n"
+}
+
+func logHas(log []string, sub string) bool {
+	for _, l := range log {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…[truncated]"
+}

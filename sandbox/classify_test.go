@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// readLog loads a recorded nsjail log (testdata/nsjail-logs, recorded with
+// nsjail 3.6 on this project's build host; mount-eperm-synthesized.log is
+// written from the message nsjail prints on hosts that refuse user-namespace
+// mounts, which cannot be provoked as root here).
+func readLog(t *testing.T, name string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "nsjail-logs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lc logCapture
+	lc.readFrom(strings.NewReader(string(data)))
+	return lc.lines
+}
+
+func TestClassify(t *testing.T) {
+	limits := DefaultLimits
+	okEnv := `{"result":{"ok":true},"protocol_version":1,"status":"ok","logs":[{"level":"info","message":"hi"}]}`
+	tests := []struct {
+		name string
+		log  string // file in testdata/nsjail-logs
+		o    outcome
+		// want: either unavailable (with hint substring) or status/type
+		unavailable string
+		status      Status
+		errType     string
+		msg         string // substring of the error message
+	}{
+		{name: "a clean exit with an envelope is ok", log: "ok.log",
+			o: outcome{ExitCode: 0, Envelope: []byte(okEnv)}, status: StatusOK},
+		{name: "the runner's deadline is a Timeout", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 143, TimedOut: true}, status: StatusError, errType: ErrTimeout, msg: "time limit of 5000 ms"},
+		{name: "nsjail's own time limit is a Timeout even though it is a SIGKILL", log: "time-limit.log",
+			o: outcome{ExitCode: 137}, status: StatusError, errType: ErrTimeout},
+		{name: "a timeout is never an OOM, even when the memory limit was also hit", log: "time-limit.log",
+			o: outcome{ExitCode: 137, TimedOut: true, MemoryLimitHit: true}, status: StatusError, errType: ErrTimeout},
+		{name: "a SIGKILL with a memory limit hit is a MemoryLimit", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 137, MemoryLimitHit: true}, status: StatusError, errType: ErrMemoryLimit, msg: "256 MiB"},
+		{name: "an OOM is never a Timeout: no deadline, no time-limit line", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 137, MemoryLimitHit: true, CPUMS: 10}, status: StatusError, errType: ErrMemoryLimit},
+		{name: "the harness's MemoryError envelope is a MemoryLimit", log: "ok.log",
+			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","logs":[],"error":{"type":"MemoryLimit","message":"the tool ran out of memory (MemoryError)"}}`)},
+			status: StatusError, errType: ErrMemoryLimit},
+		{name: "SIGXCPU is a CPULimit", log: "ok.log",
+			o: outcome{ExitCode: 128 + int(syscall.SIGXCPU)}, status: StatusError, errType: ErrCPULimit},
+		{name: "a SIGKILL after the CPU limit (hard RLIMIT_CPU) is a CPULimit", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 137, CPUMS: 6010}, status: StatusError, errType: ErrCPULimit},
+		{name: "SIGSYS is SyscallDenied", log: "sigsys.log",
+			o: outcome{ExitCode: 159}, status: StatusError, errType: ErrSyscallDenied},
+		{name: "a segfault is SandboxCrashed with the nsjail log", log: "sigsegv.log",
+			o: outcome{ExitCode: 139}, status: StatusError, errType: ErrSandboxCrashed, msg: "SIGSEGV"},
+		{name: "an exit without an envelope is SandboxCrashed", log: "exit-3.log",
+			o: outcome{ExitCode: 3}, status: StatusError, errType: ErrSandboxCrashed, msg: "status 3"},
+		{name: "garbage on the result channel is SandboxCrashed", log: "ok.log",
+			o: outcome{ExitCode: 0, Envelope: []byte("not json")}, status: StatusError, errType: ErrSandboxCrashed, msg: "no valid envelope"},
+		{name: "an oversized envelope is OutputLimit", log: "ok.log",
+			o: outcome{ExitCode: 0, Envelope: []byte(`{"result":"xxxx`), EnvelopeTruncated: true}, status: StatusError, errType: ErrOutputLimit},
+		{name: "an envelope of another protocol is ProtocolMismatch", log: "ok.log",
+			o: outcome{ExitCode: 0, Envelope: []byte(`{"result":1,"protocol_version":2,"status":"ok"}`)}, status: StatusError, errType: ErrProtocolMismatch},
+		{name: "an error type the harness may not claim becomes ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"Timeout","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"Timeout"`},
+		{name: "a caller's cancellation stops the run as a Timeout", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 143, Cancelled: true, CancelErr: os.ErrDeadlineExceeded}, status: StatusError, errType: ErrTimeout, msg: "caller"},
+		{name: "a seccomp policy that does not compile is unavailable", log: "seccomp-compile.log",
+			o: outcome{ExitCode: 255}, unavailable: "seccomp policy"},
+		{name: "a missing cgroup parent is unavailable with the cgroup hint", log: "cgroup-parent-missing.log",
+			o: outcome{ExitCode: 255}, unavailable: "cgroups"},
+		{name: "a missing interpreter is unavailable with the rootfs hint", log: "execve-missing.log",
+			o: outcome{ExitCode: 255}, unavailable: "execgate rootfs build"},
+		{name: "an unsearchable rootfs path is unavailable with the chmod hint", log: "rootfs-not-searchable.log",
+			o: outcome{ExitCode: 255}, unavailable: "chmod o+x"},
+		{name: "a host refusing user-namespace mounts is unavailable with the privileges hint", log: "mount-eperm-synthesized.log",
+			o: outcome{ExitCode: 255}, unavailable: "seccomp=unconfined"},
+		{name: "a child's own exit status 255 after it ran is not a setup failure", log: "ok.log",
+			o: outcome{ExitCode: 255}, status: StatusError, errType: ErrSandboxCrashed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.o
+			o.Log = readLog(t, tt.log)
+			o.Limits = limits
+			v := classify(o)
+			if tt.unavailable != "" {
+				if v.Unavailable == nil {
+					t.Fatalf("want unavailable, got %+v %+v", v, v.Error)
+				}
+				if !strings.Contains(v.Unavailable.Hint, tt.unavailable) {
+					t.Errorf("hint %q lacks %q", v.Unavailable.Hint, tt.unavailable)
+				}
+				if len(v.Unavailable.Log) == 0 {
+					t.Errorf("unavailable error carries no nsjail log")
+				}
+				return
+			}
+			if v.Unavailable != nil {
+				t.Fatalf("unexpected unavailable: %v\n%s", v.Unavailable, v.Unavailable.Detail())
+			}
+			gotType := ""
+			if v.Error != nil {
+				gotType = v.Error.Type
+			}
+			if v.Status != tt.status || gotType != tt.errType {
+				t.Fatalf("got %s/%q (%+v), want %s/%q", v.Status, gotType, v.Error, tt.status, tt.errType)
+			}
+			if tt.msg != "" && !strings.Contains(v.Error.Message, tt.msg) {
+				t.Errorf("message %q lacks %q", v.Error.Message, tt.msg)
+			}
+			if gotType == ErrSandboxCrashed && !strings.Contains(v.Error.Traceback, "nsjail log:") {
+				t.Errorf("SandboxCrashed without the nsjail log in its traceback")
+			}
+		})
+	}
+}
+
+func TestEnvelopeLogsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
+	for i := 0; i < maxEnvelopeLogs+5; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"level":"shout","message":"m"}`)
+	}
+	b.WriteString("]}")
+	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || !strings.Contains(v.Logs[maxEnvelopeLogs].Message, "5 log lines dropped") {
+		t.Errorf("logs: %d lines, first %+v, last %+v", len(v.Logs), v.Logs[0], v.Logs[len(v.Logs)-1])
+	}
+}

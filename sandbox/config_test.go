@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // substring of the error; "" for valid
+	}{
+		{"defaults with a rootfs are valid", Config{RootfsDir: "/var/lib/execgate/rootfs"}, ""},
+		{"the rootfs dir is required", Config{}, "sandbox.rootfs_dir"},
+		{"cgroups must be auto, v1 or v2", Config{RootfsDir: "/r", Cgroups: "v3"}, "sandbox.cgroups"},
+		{"the warm pool cannot be negative", Config{RootfsDir: "/r", WarmPool: -1}, "sandbox.warm_pool"},
+		{"the cgroup parent must be relative", Config{RootfsDir: "/r", CgroupParent: "/abs"}, "sandbox.cgroup_parent"},
+		{"the cgroup parent cannot climb", Config{RootfsDir: "/r", CgroupParent: "a/../b"}, "sandbox.cgroup_parent"},
+		{"a nested cgroup parent is fine", Config{RootfsDir: "/r", CgroupParent: "system.slice/execgate"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsWorkDirBesideTheRootfs(t *testing.T) {
+	c := Config{RootfsDir: "/var/lib/execgate/rootfs"}.withDefaults()
+	if c.WorkDir != "/var/lib/execgate/runs" || c.KillGraceMS != DefaultKillGraceMS || c.CgroupParent != "execgate" {
+		t.Errorf("%+v", c)
+	}
+}
+
+func TestNormalizeSpec(t *testing.T) {
+	tests := []struct {
+		name string
+		spec Spec
+		want string // error substring; "" for valid
+	}{
+		{"an empty spec gets the defaults", Spec{}, ""},
+		{"javascript is not supported yet", Spec{Language: "javascript"}, "language"},
+		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system"}, "entrypoint"},
+		{"an unknown mode", Spec{Mode: "debug"}, "mode"},
+		{"an unknown network", Spec{Network: "wifi"}, "network"},
+		{"proxy is refused until the egress path exists", Spec{Network: NetworkProxy}, "proxy"},
+		{"args must be JSON", Spec{Args: []byte("{")}, "args"},
+		{"variables must be an object", Spec{Variables: []byte("[1]")}, "variables"},
+		{"requirements are refused clearly", Spec{Requirements: []string{"six==1.16.0"}}, "requirements"},
+		{"too little memory to start", Spec{Limits: Limits{MemoryMB: 4}}, "memory_mb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, p, err := normalize(tt.spec)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if got.Entrypoint != "run" || got.Mode != "run" || p.Network != NetworkNone || p.Limits != DefaultLimits {
+					t.Errorf("defaults not applied: %+v %+v", got, p)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTestModeForcesNetworkNone(t *testing.T) {
+	_, p, err := normalize(Spec{Mode: "test", Network: NetworkHost})
+	if err != nil || p.Network != NetworkNone {
+		t.Errorf("test mode: network %s, err %v", p.Network, err)
+	}
+}
+
+func TestEncodeRequestPassesFixturesOnlyInTestMode(t *testing.T) {
+	spec, _, _ := normalize(Spec{ToolFixtures: []byte(`{"t": 1}`)})
+	data, err := encodeRequest(spec, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"tools":{}`) || !strings.Contains(string(data), `"deadline_unix_ms":6000`) {
+		t.Errorf("run mode request: %s", data)
+	}
+	spec.Mode = "test"
+	data, _ = encodeRequest(spec, 1000)
+	if !strings.Contains(string(data), `"tools":{"t":1}`) {
+		t.Errorf("test mode request: %s", data)
+	}
+}

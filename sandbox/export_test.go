@@ -1,0 +1,46 @@
+package sandbox
+
+// Hooks for the external tests (package sandbox_test), which cannot be
+// internal because they use package rootfs, which imports sandbox.
+
+// SetSeccompPolicy replaces r's Kafel policy (to provoke a compile failure).
+func SetSeccompPolicy(r *Runner, policy string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seccomp = policy
+	r.profiles = map[string]string{}
+}
+
+// SeccompPolicy is the shipped policy text.
+func SeccompPolicy() string { return seccompPolicy() }
+
+// CgroupDirs lists the run-parent directories of r (one per hierarchy).
+func CgroupDirs(r *Runner) []string {
+	if r.cg.version == 1 {
+		var dirs []string
+		for _, c := range v1Controllers {
+			dirs = append(dirs, r.cg.root+"/"+c+"/"+r.cg.parent)
+		}
+		return dirs
+	}
+	return []string{r.cg.root + "/" + r.cg.parent}
+}
+
+// WarmIdle is the number of idle warm jails.
+func WarmIdle(r *Runner) int { return r.pool.idleCount() }
+
+// WarmHits is the number of runs served by a warm jail.
+func WarmHits(r *Runner) int64 { return r.pool.hits.Load() }
+
+// ProbeRequest is the harness request of the probe tool.
+func ProbeRequest() []byte {
+	spec, _, _ := normalize(Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n"})
+	req, _ := encodeRequest(spec, 0)
+	return req
+}
+
+// NsjailPath is the nsjail binary r uses.
+func NsjailPath(r *Runner) string { return r.nsjail }
+
+// CgroupParentName is r's parent cgroup, relative to each hierarchy.
+func CgroupParentName(r *Runner) string { return r.cg.parent }

@@ -1,0 +1,149 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestHashCoversNamesAndContents(t *testing.T) {
+	a := fstest.MapFS{"a.py": {Data: []byte("x")}, "b.py": {Data: []byte("y")}}
+	b := fstest.MapFS{"a.py": {Data: []byte("x")}, "b.py": {Data: []byte("z")}}
+	c := fstest.MapFS{"a.py": {Data: []byte("x")}, "c.py": {Data: []byte("y")}}
+	ha, _ := hashFS(a)
+	hb, _ := hashFS(b)
+	hc, _ := hashFS(c)
+	if ha == hb || ha == hc || len(ha) != 64 {
+		t.Errorf("hashes %s %s %s", ha, hb, hc)
+	}
+	if h, err := hashFS(FS); err != nil || h != Hash() || len(h) != 64 {
+		t.Errorf("Hash() = %q", Hash())
+	}
+	if got := strings.Join(Files(), ","); got != "execgate_runtime.py,harness.py" {
+		t.Errorf("Files() = %s", got)
+	}
+}
+
+// runHarness runs the harness with the host interpreter (the same binary the
+// rootfs copies) on a request and returns the envelope from fd 3. Only the
+// fixed snippets below run this way; user code only ever runs in the jail.
+func runHarness(t *testing.T, req string) map[string]any {
+	t.Helper()
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("%s missing: %v", py, err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(py, "-I", "-S", "-B", "-u", "harness.py")
+	cmd.Stdin = strings.NewReader(req)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var out bytes.Buffer
+	if _, err := out.ReadFrom(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("harness: %v\n%s", err, stderr.String())
+	}
+	var env map[string]any
+	if err := json.Unmarshal(out.Bytes(), &env); err != nil {
+		t.Fatalf("envelope %q: %v\n%s", out.String(), err, stderr.String())
+	}
+	return env
+}
+
+func request(source string, extra map[string]any) string {
+	req := map[string]any{"protocol_version": 1, "source": source, "entrypoint": "run", "args": nil, "mode": "run", "output_bytes": 1000}
+	for k, v := range extra {
+		req[k] = v
+	}
+	b, _ := json.Marshal(req)
+	return string(b)
+}
+
+func errType(env map[string]any) string {
+	if e, ok := env["error"].(map[string]any); ok {
+		return e["type"].(string)
+	}
+	return ""
+}
+
+func TestHarnessProtocol(t *testing.T) {
+	tests := []struct {
+		name    string
+		req     string
+		status  string
+		errType string
+		check   func(t *testing.T, env map[string]any)
+	}{
+		{name: "another protocol version is refused", req: `{"protocol_version": 2, "source": "def run(a, c): return 1"}`,
+			status: "error", errType: "ProtocolMismatch"},
+		{name: "a request that is not JSON is refused", req: `{"protocol_version": 1,`,
+			status: "error", errType: "ProtocolMismatch"},
+		{name: "trailing garbage after the request is refused", req: `{"protocol_version": 1} x`,
+			status: "error", errType: "ProtocolMismatch"},
+		{name: "the envelope carries the protocol version", req: request("def run(a, c): return [1, 'é', None]", nil),
+			status: "ok", check: func(t *testing.T, env map[string]any) {
+				if env["protocol_version"] != float64(1) || len(env["result"].([]any)) != 3 {
+					t.Errorf("%v", env)
+				}
+			}},
+		{name: "a ToolFailure with a type the tool may not claim becomes ToolError",
+			req:    request("from execgate_runtime import ToolFailure\ndef run(a, c):\n    raise ToolFailure('Timeout', 'fake')\n", nil),
+			status: "error", errType: "ToolError", check: func(t *testing.T, env map[string]any) {
+				if msg := env["error"].(map[string]any)["message"]; msg != "Timeout: fake" {
+					t.Errorf("message %v", msg)
+				}
+			}},
+		{name: "sys.exit in the tool is a ToolError, not a silent exit",
+			req:    request("import sys\ndef run(a, c):\n    sys.exit(3)\n", nil),
+			status: "error", errType: "ToolError"},
+		{name: "the logger formats and lands in the envelope, capped",
+			req: request("from execgate_runtime import logger\ndef run(a, c):\n    logger.info('n=%d', 4)\n    for i in range(5):\n        c.log('x', level='error')\n    return 1\n",
+				map[string]any{"max_log_lines": 3}),
+			status: "ok", check: func(t *testing.T, env map[string]any) {
+				logs := env["logs"].([]any)
+				if len(logs) != 4 || logs[0].(map[string]any)["message"] != "n=4" || !strings.Contains(logs[3].(map[string]any)["message"].(string), "3 log lines dropped") {
+					t.Errorf("logs %v", logs)
+				}
+			}},
+		{name: "tools are not callable outside test mode",
+			req:    request("def run(a, c):\n    return c.tools.weather()\n", map[string]any{"tools": map[string]any{"weather": 1}}),
+			status: "error", errType: "ToolError"},
+		{name: "a fixture call returns a copy", req: request("def run(a, c):\n    w = c.tools.w()\n    w['x'] = 2\n    return c.tools.w()\n", map[string]any{"mode": "test", "tools": map[string]any{"w": map[string]any{"x": 1}}}),
+			status: "ok", check: func(t *testing.T, env map[string]any) {
+				if env["result"].(map[string]any)["x"] != float64(1) {
+					t.Errorf("result %v", env["result"])
+				}
+			}},
+		{name: "a non-callable entrypoint is EntrypointNotFound", req: request("run = 3\n", nil),
+			status: "error", errType: "EntrypointNotFound"},
+		{name: "NaN is not JSON", req: request("def run(a, c): return float('nan')", nil),
+			status: "error", errType: "InvalidResult"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := runHarness(t, tt.req)
+			if env["status"] != tt.status || errType(env) != tt.errType {
+				t.Fatalf("got %v/%q, want %s/%q: %v", env["status"], errType(env), tt.status, tt.errType, env)
+			}
+			if tt.check != nil {
+				tt.check(t, env)
+			}
+		})
+	}
+}

@@ -1,0 +1,184 @@
+package sandbox
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/execgate/execgate/sandbox/harness"
+)
+
+// Jail constants: what the tool sees.
+const (
+	// ToolUID and ToolGID are the ids inside the jail, mapped to the same
+	// ids outside (never to host root).
+	ToolUID = 99999
+	ToolGID = 99999
+
+	jailPython   = "/usr/bin/python3"
+	jailDepsDir  = "/opt/execgate/deps"
+	jailHostname = "execgate"
+
+	// File descriptors of the jailed process (see jail_linux.go).
+	resultFD = 3 // harness → runner: the envelope
+	logFD    = 4 // nsjail → runner: nsjail's own log; never passed to the tool
+
+	// Resource limits that do not come from Limits.
+	rlimitNofile = 1024
+	// rlimitNproc counts every process of host uid 99999, across all jails
+	// at once; the per-run cap is the pids cgroup (Limits.Pids).
+	rlimitNproc  = 4096
+	rlimitStack  = 8    // MiB
+	rlimitASHead = 1024 // MiB of address space above Limits.MemoryMB (thread stacks, arenas)
+
+	// nsjailMemSlack is added to nsjail's per-jail memory limit so that the
+	// run's own cgroup (limit = Limits.MemoryMB) binds first, even with
+	// large folios charged at once, and records the hit (cgroup_linux.go).
+	nsjailMemSlack = 16 << 20
+	// cpuMsPerSec is the CPU bandwidth of one jail: one CPU.
+	cpuMsPerSec = 1000
+)
+
+// jailEnv is the whole environment of the tool (keep_env is false).
+var jailEnv = []string{
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"HOME=/tmp",
+	"TMPDIR=/tmp",
+	"LANG=C.UTF-8",
+	"PYTHONDONTWRITEBYTECODE=1",
+	"PYTHONUNBUFFERED=1",
+}
+
+// harnessArgv starts the harness: isolated mode (-I: no user site, no
+// PYTHON* variables, no script dir on sys.path), no site module (-S), no
+// bytecode writing (-B), unbuffered stdio (-u) so output survives a kill.
+var harnessArgv = []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.Entry}
+
+// profile is what two runs must share to use the same nsjail config file
+// and the same warm jails. Everything else about a run (its cgroup, its
+// dependencies) is passed as nsjail flags or in the request.
+type profile struct {
+	Network Network
+	Limits  Limits // defaults applied
+}
+
+func (p profile) String() string {
+	l := p.Limits
+	return fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",
+		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB)
+}
+
+// renderInput is everything renderConfig needs; it is pure so the output
+// can be checked against golden files.
+type renderInput struct {
+	Profile       profile
+	RootfsDir     string
+	CgroupVersion int
+	CgroupRoot    string // v1: the directory holding the controller mounts; v2: the cgroup2 mount
+	CgroupParent  string
+	KillGraceMS   int64
+	Seccomp       string
+}
+
+// renderConfig renders the nsjail config (protobuf text format) of one
+// profile. Per-run settings (the run's cgroup, the deps mount) are passed as
+// flags after --config and override it.
+func renderConfig(in renderInput) (string, error) {
+	for name, s := range map[string]string{"rootfs dir": in.RootfsDir, "cgroup root": in.CgroupRoot, "cgroup parent": in.CgroupParent} {
+		if err := checkConfigString(s); err != nil {
+			return "", fmt.Errorf("%s %q: %w", name, s, err)
+		}
+	}
+	p, l := in.Profile, in.Profile.Limits
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("# execgate nsjail profile (generated, do not edit): %s", p)
+	w(`name: "execgate"`)
+	w("mode: ONCE")
+	w("hostname: %s", q(jailHostname))
+	w(`cwd: "/tmp"`)
+	w("time_limit: %d", ceilDiv(l.TimeoutMS+in.KillGraceMS, 1000))
+	w("log_fd: %d", logFD)
+	w("log_level: INFO")
+	w("pass_fd: %d", resultFD)
+	w("keep_env: false")
+	for _, e := range jailEnv {
+		w("envar: %s", q(e))
+	}
+	w("keep_caps: false")
+	w("disable_no_new_privs: false")
+	w("rlimit_as: %d", l.MemoryMB+rlimitASHead)
+	w("rlimit_core: 0")
+	// The harness lowers the soft limit to the CPU limit and reports
+	// CPULimit on SIGXCPU; this hard limit kills a tool stuck in C code.
+	w("rlimit_cpu: %d", ceilDiv(l.CPUMS, 1000)+1)
+	w("rlimit_fsize: %d", l.TmpMB)
+	w("rlimit_nofile: %d", rlimitNofile)
+	w("rlimit_nproc: %d", rlimitNproc)
+	w("rlimit_stack: %d", rlimitStack)
+	w("clone_newnet: %t", p.Network != NetworkHost)
+	w("clone_newuser: true")
+	w("clone_newns: true")
+	w("clone_newpid: true")
+	w("clone_newipc: true")
+	w("clone_newuts: true")
+	w("clone_newcgroup: true")
+	w("uidmap { inside_id: %q outside_id: %q count: 1 }", fmt.Sprint(ToolUID), fmt.Sprint(ToolUID))
+	w("gidmap { inside_id: %q outside_id: %q count: 1 }", fmt.Sprint(ToolGID), fmt.Sprint(ToolGID))
+	w("mount { src: %s dst: \"/\" is_bind: true is_dir: true rw: false nosuid: true nodev: true }", q(in.RootfsDir))
+	if p.Network == NetworkHost {
+		// A read-only parent does not make bind submounts read-only: each
+		// file gets its own read-only bind.
+		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+			w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true nodev: true noexec: true mandatory: false }", q(f), q(f))
+		}
+	}
+	w("mount { dst: \"/tmp\" fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
+	w(`mount { dst: "/dev" fstype: "tmpfs" options: "size=65536,mode=755" rw: false nosuid: true noexec: true }`)
+	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/urandom"} {
+		w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true noexec: true }", q(d), q(d))
+	}
+	w(`mount { dst: "/proc" fstype: "proc" rw: false nosuid: true nodev: true noexec: true }`)
+	w("cgroup_mem_max: %d", l.MemoryMB<<20+nsjailMemSlack)
+	w("cgroup_pids_max: %d", l.Pids)
+	w("cgroup_cpu_ms_per_sec: %d", cpuMsPerSec)
+	switch in.CgroupVersion {
+	case 1:
+		for _, ctrl := range []string{"mem", "pids", "cpu"} {
+			dir := map[string]string{"mem": "memory", "pids": "pids", "cpu": "cpu"}[ctrl]
+			w("cgroup_%s_mount: %s", ctrl, q(in.CgroupRoot+"/"+dir))
+			w("cgroup_%s_parent: %s", ctrl, q(in.CgroupParent))
+		}
+	case 2:
+		w("use_cgroupv2: true")
+		w("cgroupv2_mount: %s", q(in.CgroupRoot+"/"+in.CgroupParent))
+	default:
+		return "", fmt.Errorf("cgroup version %d: not 1 or 2", in.CgroupVersion)
+	}
+	w("seccomp_string: %s", q(in.Seccomp))
+	b.WriteString("exec_bin {\n")
+	fmt.Fprintf(&b, "  path: %s\n", q(jailPython))
+	for _, a := range harnessArgv {
+		fmt.Fprintf(&b, "  arg: %s\n", q(a))
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}
+
+// checkConfigString rejects what the protobuf text quoting below does not
+// handle: control characters and non-ASCII.
+func checkConfigString(s string) error {
+	for _, r := range s {
+		if r < 0x20 || r > 0x7e {
+			return fmt.Errorf("contains %q: only printable ASCII is allowed", r)
+		}
+	}
+	return nil
+}
+
+// q quotes s for the protobuf text format (printable ASCII only; see
+// checkConfigString).
+func q(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

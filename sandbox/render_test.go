@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestRenderConfigGolden(t *testing.T) {
+	base := renderInput{
+		Profile:       profile{Network: NetworkNone, Limits: DefaultLimits},
+		RootfsDir:     "/var/lib/execgate/rootfs",
+		CgroupVersion: 1,
+		CgroupRoot:    "/sys/fs/cgroup",
+		CgroupParent:  "execgate",
+		KillGraceMS:   1000,
+		Seccomp:       seccompPolicy(),
+	}
+	host := base
+	host.Profile.Network = NetworkHost
+	v2 := base
+	v2.CgroupVersion = 2
+	v2.Profile.Limits = Limits{TimeoutMS: 30000, CPUMS: 20000, MemoryMB: 512, Pids: 64, OutputBytes: 1 << 16, TmpMB: 16}
+	tests := []struct {
+		name string
+		in   renderInput
+	}{
+		{"none-v1-defaults", base},
+		{"host-v1-defaults", host},
+		{"none-v2-large", v2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := renderConfig(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "nsjail-"+tt.name+".cfg")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if got != string(want) {
+				t.Errorf("rendered config differs from %s (run with -update after checking):\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestRenderConfigInvariants(t *testing.T) {
+	for _, network := range []Network{NetworkNone, NetworkHost} {
+		got, err := renderConfig(renderInput{Profile: profile{Network: network, Limits: DefaultLimits}, RootfsDir: "/r",
+			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, must := range []string{
+			`uidmap { inside_id: "99999" outside_id: "99999" count: 1 }`,
+			`gidmap { inside_id: "99999" outside_id: "99999" count: 1 }`,
+			"keep_env: false", "mode: ONCE", "time_limit: 6", "log_fd: 4", "pass_fd: 3",
+			`mount { src: "/r" dst: "/" is_bind: true is_dir: true rw: false`,
+		} {
+			if !strings.Contains(got, must) {
+				t.Errorf("network %s: config lacks %q", network, must)
+			}
+		}
+		if hostNet := strings.Contains(got, "clone_newnet: false"); hostNet != (network == NetworkHost) {
+			t.Errorf("network %s: clone_newnet false = %t", network, hostNet)
+		}
+		if binds := strings.Contains(got, `src: "/etc/resolv.conf"`); binds != (network == NetworkHost) {
+			t.Errorf("network %s: host resolver bind = %t", network, binds)
+		}
+	}
+}
+
+func TestRenderConfigRejectsUnquotablePaths(t *testing.T) {
+	for _, dir := range []string{"/root\nfs", "/rööt"} {
+		_, err := renderConfig(renderInput{Profile: profile{Limits: DefaultLimits}, RootfsDir: dir, CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p"})
+		if err == nil || !strings.Contains(err.Error(), "rootfs dir") {
+			t.Errorf("%q: want an error naming the rootfs dir, got %v", dir, err)
+		}
+	}
+}
+
+func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
+	if got := q(`a"b\c`); got != `"a\"b\\c"` {
+		t.Errorf("q = %s", got)
+	}
+}

@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/execgate/execgate/sandbox/harness"
+)
+
+// Errors carried by an *UnavailableError from NewRunner (errors.Is).
+var (
+	// ErrRootfsMissing: there is no rootfs (or no manifest) at RootfsDir.
+	ErrRootfsMissing = errors.New("rootfs missing")
+	// ErrRootfsStale: the rootfs was built by another execgate (protocol or
+	// harness differ).
+	ErrRootfsStale = errors.New("rootfs built by a different execgate")
+	// ErrNotRoot: the runner is not running as root.
+	ErrNotRoot = errors.New("not running as root")
+)
+
+// Info describes the runner for `execgate diagnose` and /readyz.
+type Info struct {
+	NsjailPath      string `json:"nsjail_path"`
+	NsjailVersion   string `json:"nsjail_version"`
+	CgroupVersion   int    `json:"cgroup_version"`
+	CgroupRoot      string `json:"cgroup_root"`
+	RootfsDir       string `json:"rootfs_dir"`
+	PythonVersion   string `json:"python_version"`
+	HarnessSHA256   string `json:"harness_sha256"`
+	ProtocolVersion int    `json:"protocol_version"`
+	// WarmPool is the configured number of warm jails per profile; WarmIdle
+	// how many are waiting right now (all profiles).
+	WarmPool int `json:"warm_pool"`
+	WarmIdle int `json:"warm_idle"`
+}
+
+// manifest is the part of the rootfs manifest the runner checks. It is read
+// here rather than through package rootfs, which itself uses the runner.
+type manifest struct {
+	ProtocolVersion int    `json:"protocol_version"`
+	HarnessSHA256   string `json:"harness_sha256"`
+	PythonVersion   string `json:"python_version"`
+}
+
+// manifestPath is where the rootfs keeps its manifest.
+const manifestPath = "etc/execgate/manifest.json"
+
+// checkRootfs validates the rootfs at dir against this binary.
+func checkRootfs(dir string) (*manifest, error) {
+	rebuild := fmt.Sprintf("rebuild with `execgate rootfs build --out %s`", dir)
+	data, err := os.ReadFile(filepath.Join(dir, manifestPath))
+	if err != nil {
+		return nil, &UnavailableError{
+			Reason: fmt.Sprintf("no rootfs at %s (manifest: %v)", dir, err),
+			Hint:   "build it with `execgate rootfs build --out " + dir + "` (execgate run and serve build it on first use)",
+			Err:    ErrRootfsMissing,
+		}
+	}
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, &UnavailableError{Reason: fmt.Sprintf("rootfs at %s has an unreadable manifest: %v", dir, err), Hint: rebuild, Err: ErrRootfsStale}
+	}
+	if m.ProtocolVersion != ProtocolVersion || m.HarnessSHA256 != harness.Hash() {
+		return nil, &UnavailableError{
+			Reason: fmt.Sprintf("rootfs at %s was built by a different execgate (protocol %d, harness %.12s; this binary: protocol %d, harness %.12s); %s",
+				dir, m.ProtocolVersion, m.HarnessSHA256, ProtocolVersion, harness.Hash(), rebuild),
+			Hint: rebuild,
+			Err:  ErrRootfsStale,
+		}
+	}
+	for _, p := range []string{jailPython, harness.Dir + "/" + harness.Entry} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			return nil, &UnavailableError{Reason: fmt.Sprintf("rootfs at %s lacks %s", dir, p), Hint: rebuild, Err: ErrRootfsStale}
+		}
+	}
+	return &m, nil
+}
+
+var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// normalize applies defaults to spec and checks it. A bad spec is the
+// caller's mistake and is reported as an InvalidInput result (nothing runs).
+func normalize(spec Spec) (Spec, profile, error) {
+	spec.Limits = spec.Limits.WithDefaults()
+	if spec.Entrypoint == "" {
+		spec.Entrypoint = "run"
+	}
+	if spec.Mode == "" {
+		spec.Mode = "run"
+	}
+	if spec.Network == "" {
+		spec.Network = NetworkNone
+	}
+	var errs []error
+	switch spec.Language {
+	case "", "python":
+	default:
+		errs = append(errs, fmt.Errorf("language: %q is not supported (python only)", spec.Language))
+	}
+	if !entrypointRE.MatchString(spec.Entrypoint) {
+		errs = append(errs, fmt.Errorf("entrypoint: %q is not a Python identifier", spec.Entrypoint))
+	}
+	switch spec.Mode {
+	case "run":
+	case "test":
+		// Capability testing never touches the network (DESIGN §12.6).
+		spec.Network = NetworkNone
+	default:
+		errs = append(errs, fmt.Errorf("mode: %q is not run or test", spec.Mode))
+	}
+	switch spec.Network {
+	case NetworkNone, NetworkHost:
+	case NetworkProxy:
+		errs = append(errs, errors.New("network: proxy is not supported by this runner yet (use none, or host where policy grants it)"))
+	default:
+		errs = append(errs, fmt.Errorf("network: %q is not none, proxy or host", spec.Network))
+	}
+	for name, raw := range map[string]json.RawMessage{"args": spec.Args, "variables": spec.Variables, "tools": spec.ToolFixtures} {
+		if len(raw) > 0 && !json.Valid(raw) {
+			errs = append(errs, fmt.Errorf("%s: not valid JSON", name))
+		}
+	}
+	if len(spec.Variables) > 0 && !isJSONObject(spec.Variables) {
+		errs = append(errs, errors.New("variables: must be a JSON object"))
+	}
+	if len(spec.ToolFixtures) > 0 && !isJSONObject(spec.ToolFixtures) {
+		errs = append(errs, errors.New("tools: must be a JSON object"))
+	}
+	if len(spec.Requirements) > 0 {
+		errs = append(errs, errors.New("requirements: installing requirements is not supported by this runner yet"))
+	}
+	l := spec.Limits
+	if l.TimeoutMS < 0 || l.CPUMS < 0 || l.MemoryMB < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.TmpMB < 0 {
+		errs = append(errs, fmt.Errorf("limits: negative value in %+v", l))
+	}
+	if l.MemoryMB < minMemoryMB {
+		errs = append(errs, fmt.Errorf("limits.memory_mb: %d is below the minimum of %d", l.MemoryMB, minMemoryMB))
+	}
+	if l.Pids < minPids {
+		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
+	}
+	return spec, profile{Network: spec.Network, Limits: l}, errors.Join(errs...)
+}
+
+// Minimum limits under which the interpreter cannot start.
+const (
+	minMemoryMB = 16
+	minPids     = 2
+)
+
+func isJSONObject(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return strings.HasPrefix(s, "{") || s == "null"
+}
+
+// request is what the harness reads on stdin (protocol ProtocolVersion).
+type request struct {
+	ProtocolVersion int             `json:"protocol_version"`
+	ExecutionID     string          `json:"execution_id"`
+	TenantID        string          `json:"tenant_id"`
+	Source          string          `json:"source"`
+	Entrypoint      string          `json:"entrypoint"`
+	Args            json.RawMessage `json:"args"`
+	Mode            string          `json:"mode"`
+	Variables       json.RawMessage `json:"variables"`
+	Tools           json.RawMessage `json:"tools"`
+	DeadlineUnixMS  int64           `json:"deadline_unix_ms"`
+	OutputBytes     int64           `json:"output_bytes"`
+	CPUMS           int64           `json:"cpu_ms"`
+	MaxLogLines     int             `json:"max_log_lines"`
+	Deps            bool            `json:"deps"`
+}
+
+func rawOr(raw json.RawMessage, def string) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage(def)
+	}
+	return raw
+}
+
+// encodeRequest renders the harness request for a run handed off at
+// startUnixMS. Fixture tools are passed in test mode only.
+func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
+	req := request{
+		ProtocolVersion: ProtocolVersion,
+		ExecutionID:     spec.ExecutionID,
+		TenantID:        spec.TenantID,
+		Source:          spec.Source,
+		Entrypoint:      spec.Entrypoint,
+		Args:            rawOr(spec.Args, "null"),
+		Mode:            spec.Mode,
+		Variables:       rawOr(spec.Variables, "{}"),
+		Tools:           json.RawMessage("{}"),
+		DeadlineUnixMS:  startUnixMS + spec.Limits.TimeoutMS,
+		OutputBytes:     spec.Limits.OutputBytes,
+		CPUMS:           spec.Limits.CPUMS,
+		MaxLogLines:     maxEnvelopeLogs,
+		Deps:            false,
+	}
+	if spec.Mode == "test" {
+		req.Tools = rawOr(spec.ToolFixtures, "{}")
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the harness request: %w", err)
+	}
+	return data, nil
+}

@@ -1,0 +1,719 @@
+package sandbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/sandbox"
+)
+
+// shared is one rootfs for all integration tests (a build takes seconds).
+var shared struct {
+	once sync.Once
+	dir  string
+	err  error
+	log  string
+}
+
+// cgroupParent is this test binary's own parent cgroup, so the tests can
+// assert that nothing is left behind without racing other users of the host.
+var cgroupParent = fmt.Sprintf("execgate-test-%d", os.Getpid())
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(filepath.Dir(shared.dir))
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "unified", ""} {
+		os.Remove(filepath.Join("/sys/fs/cgroup", c, cgroupParent))
+	}
+	os.Exit(code)
+}
+
+// needJail skips when this host cannot run jails at all.
+func needJail(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("integration test needs root (nsjail maps uid 99999 and creates cgroups)")
+	}
+	if _, err := sandbox.FindNsjail(sandbox.Config{}); err != nil {
+		t.Skipf("integration test needs nsjail: %v", err)
+	}
+}
+
+func rootfsDir(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(func() {
+		parent, err := os.MkdirTemp("", "sandbox-test-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		// The jail's user must be able to traverse to the rootfs.
+		if err := os.Chmod(parent, 0o755); err != nil {
+			shared.err = err
+			return
+		}
+		shared.dir = filepath.Join(parent, "rootfs")
+		var log logBuf
+		_, shared.err = rootfs.Build(context.Background(), rootfs.Options{Dir: shared.dir, Progress: &log})
+		shared.log = log.String()
+	})
+	if shared.err != nil {
+		t.Fatalf("building the test rootfs: %v\n%s", shared.err, shared.log)
+	}
+	return shared.dir
+}
+
+type logBuf struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *logBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return string(l.b) }
+
+func newRunner(t *testing.T, mod func(*sandbox.Config)) *sandbox.Runner {
+	t.Helper()
+	needJail(t)
+	cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := sandbox.NewRunner(cfg)
+	if err != nil {
+		t.Fatalf("NewRunner: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		assertNoCgroupsLeft(t, r)
+	})
+	return r
+}
+
+func assertNoCgroupsLeft(t *testing.T, r *sandbox.Runner) {
+	t.Helper()
+	for _, d := range sandbox.CgroupDirs(r) {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			t.Errorf("reading %s: %v", d, err)
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				t.Errorf("cgroup left behind: %s/%s", d, e.Name())
+			}
+		}
+	}
+}
+
+func run(t *testing.T, r *sandbox.Runner, spec sandbox.Spec) sandbox.Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, detail(err))
+	}
+	return res
+}
+
+func detail(err error) string {
+	if u, ok := err.(*sandbox.UnavailableError); ok {
+		return u.Detail()
+	}
+	return ""
+}
+
+func dump(res sandbox.Result) string {
+	b, _ := json.MarshalIndent(res, "", "  ")
+	return string(b) + "\nnsjail log:\n" + fmt.Sprint(res.NsjailLog)
+}
+
+func TestProbeToolReturnsOK(t *testing.T) {
+	r := newRunner(t, nil)
+	res := run(t, r, sandbox.Spec{ExecutionID: "probe", TenantID: "demo",
+		Source: "async def run(args, context):\n    return {\"ok\": True}\n", Entrypoint: "run"})
+	if res.Status != sandbox.StatusOK || string(res.Result) != `{"ok":true}` {
+		t.Fatalf("want ok/{\"ok\":true}, got %s", dump(res))
+	}
+	t.Logf("usage %+v", res.Usage)
+}
+
+func TestRunOutcomes(t *testing.T) {
+	r := newRunner(t, nil)
+	small := sandbox.Limits{TimeoutMS: 1500, CPUMS: 1000, MemoryMB: 64}
+	tests := []struct {
+		name    string
+		spec    sandbox.Spec
+		status  sandbox.Status
+		errType string
+		check   func(t *testing.T, res sandbox.Result)
+	}{
+		{
+			name:   "a sync tool gets its args and context",
+			spec:   sandbox.Spec{ExecutionID: "e-1", TenantID: "t-1", Source: "def run(args, context):\n    context.log('adding', level='debug')\n    return {'sum': args['a'] + args['b'], 'tenant': context.tenant_id, 'id': context.execution_id, 'left': context.remaining() > 0}\n", Args: json.RawMessage(`{"a": 2, "b": 3}`)},
+			status: sandbox.StatusOK,
+			check: func(t *testing.T, res sandbox.Result) {
+				if string(res.Result) != `{"sum":5,"tenant":"t-1","id":"e-1","left":true}` {
+					t.Errorf("result %s", res.Result)
+				}
+				if len(res.Logs) != 1 || res.Logs[0] != (sandbox.LogLine{Level: "debug", Message: "adding"}) {
+					t.Errorf("logs %+v", res.Logs)
+				}
+			},
+		},
+		{
+			name:   "prints go to stdout and stderr, not into the result",
+			spec:   sandbox.Spec{Source: "import sys\ndef run(args, context):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 7\n"},
+			status: sandbox.StatusOK,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Stdout != "to stdout\n" || res.Stderr != "to stderr\n" || string(res.Result) != "7" {
+					t.Errorf("stdout %q stderr %q result %s", res.Stdout, res.Stderr, res.Result)
+				}
+			},
+		},
+		{
+			name:    "a raised exception is a ToolError with only the tool's frames",
+			spec:    sandbox.Spec{Source: "def helper(x):\n    raise ValueError('bad value %d' % x)\n\ndef run(args, context):\n    return helper(3)\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrToolError,
+			check: func(t *testing.T, res sandbox.Result) {
+				tb := res.Error.Traceback
+				if res.Error.Message != "ValueError: bad value 3" || res.Error.Line != 2 {
+					t.Errorf("message %q line %d", res.Error.Message, res.Error.Line)
+				}
+				if !strings.Contains(tb, `File "tool.py", line 5, in run`) || !strings.Contains(tb, `File "tool.py", line 2, in helper`) {
+					t.Errorf("traceback lacks the tool's frames:\n%s", tb)
+				}
+				for _, h := range []string{"harness", "execgate_runtime", "/opt/execgate"} {
+					if strings.Contains(tb, h) {
+						t.Errorf("traceback shows harness frames (%s):\n%s", h, tb)
+					}
+				}
+			},
+		},
+		{
+			name:    "a syntax error is InvalidSource with its line",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 1\n\ndef broken(:\n    pass\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrInvalidSource,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Error.Line != 4 {
+					t.Errorf("line %d, want 4 (%+v)", res.Error.Line, res.Error)
+				}
+			},
+		},
+		{
+			name:    "an import-time exception is InvalidSource with its line",
+			spec:    sandbox.Spec{Source: "X = 1\nraise RuntimeError('boom at import')\ndef run(a, c):\n    return 1\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrInvalidSource,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Error.Line != 2 || !strings.Contains(res.Error.Message, "boom at import") {
+					t.Errorf("%+v", res.Error)
+				}
+			},
+		},
+		{
+			name:    "a missing entrypoint is EntrypointNotFound naming what exists",
+			spec:    sandbox.Spec{Source: "def main(args, context):\n    return 1\n", Entrypoint: "run"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrEntrypointNotFound,
+			check: func(t *testing.T, res sandbox.Result) {
+				if !strings.Contains(res.Error.Message, "main") {
+					t.Errorf("%+v", res.Error)
+				}
+			},
+		},
+		{
+			name:    "a result that is not JSON is InvalidResult",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return {'s': {1, 2}}\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrInvalidResult,
+		},
+		{
+			name:    "a result over the output cap is OutputLimit",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 'x' * 5000\n", Limits: sandbox.Limits{OutputBytes: 1000}},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrOutputLimit,
+		},
+		{
+			name:    "InvalidInput from execgate_runtime is reported as such",
+			spec:    sandbox.Spec{Source: "from execgate_runtime import InvalidInput\ndef run(args, context):\n    raise InvalidInput('args.name is required')\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrInvalidInput,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Error.Message != "args.name is required" {
+					t.Errorf("%+v", res.Error)
+				}
+			},
+		},
+		{
+			name:    "a busy loop past the wall limit is a Timeout, not a MemoryLimit",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    while True:\n        pass\n", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 5000, MemoryMB: 64}},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrTimeout,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Usage.WallMS < 1000 || res.Usage.WallMS > 3000 {
+					t.Errorf("wall %d ms for a 1000 ms timeout", res.Usage.WallMS)
+				}
+			},
+		},
+		{
+			name:    "a sleeping tool past the wall limit is a Timeout",
+			spec:    sandbox.Spec{Source: "import time\ndef run(args, context):\n    print('before', flush=True)\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 500}},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrTimeout,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Stdout != "before\n" {
+					t.Errorf("output before the kill is lost: %q", res.Stdout)
+				}
+			},
+		},
+		{
+			name:    "a Python CPU burn past the CPU limit is a CPULimit",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    n = 0\n    while True:\n        n += 1\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrCPULimit,
+			check: func(t *testing.T, res sandbox.Result) {
+				// rusage and RLIMIT_CPU sample CPU time differently; allow slack.
+				if res.Usage.CPUMS < 700 || res.Usage.WallMS > 5000 {
+					t.Errorf("usage %+v", res.Usage)
+				}
+			},
+		},
+		{
+			name:    "a CPU burn inside C code past the CPU limit is a CPULimit",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return sum(range(10**12))\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrCPULimit,
+		},
+		{
+			name:    "touching more memory than the cgroup allows is a MemoryLimit, not a Timeout",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    blob = b'x' * (200 * 2**20)\n    return len(blob)\n", Limits: small},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrMemoryLimit,
+			check: func(t *testing.T, res sandbox.Result) {
+				if res.Usage.PeakMemoryKB < 32<<10 {
+					t.Errorf("peak %d KiB: the kernel's peak should be near the 64 MiB limit", res.Usage.PeakMemoryKB)
+				}
+			},
+		},
+		{
+			name:    "an allocation beyond the address space limit is a MemoryLimit",
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return len(bytearray(8 * 2**30))\n", Limits: small},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrMemoryLimit,
+		},
+		{
+			name:    "a segfault is SandboxCrashed naming the signal",
+			spec:    sandbox.Spec{Source: "import ctypes\ndef run(args, context):\n    return ctypes.string_at(0)\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrSandboxCrashed,
+			check: func(t *testing.T, res sandbox.Result) {
+				if !strings.Contains(res.Error.Message, "SIGSEGV") || !strings.Contains(res.Error.Traceback, "nsjail log:") {
+					t.Errorf("%+v", res.Error)
+				}
+			},
+		},
+		{
+			name:    "garbage written over the result channel is SandboxCrashed",
+			spec:    sandbox.Spec{Source: "import os\ndef run(args, context):\n    os.write(3, b'not json')\n    os._exit(0)\n"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrSandboxCrashed,
+		},
+		{
+			name:    "a bad spec is InvalidInput and runs nothing",
+			spec:    sandbox.Spec{Source: "def run(a, c): return 1", Entrypoint: "not-an-identifier"},
+			status:  sandbox.StatusError,
+			errType: sandbox.ErrInvalidInput,
+		},
+		{
+			name:   "test mode offers fixture variables and tools",
+			spec:   sandbox.Spec{Mode: "test", Variables: json.RawMessage(`{"city": "Oslo"}`), ToolFixtures: json.RawMessage(`{"weather": {"temp": 3}}`), Source: "def run(args, context):\n    w = context.tools.weather(city=context.variables['city'])\n    return {'city': context.variables['city'], 'temp': w['temp']}\n"},
+			status: sandbox.StatusOK,
+			check: func(t *testing.T, res sandbox.Result) {
+				if string(res.Result) != `{"city":"Oslo","temp":3}` {
+					t.Errorf("result %s", res.Result)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := run(t, r, tt.spec)
+			if res.Status != tt.status || res.ErrorType() != tt.errType {
+				t.Fatalf("want %s/%q, got %s/%q\n%s", tt.status, tt.errType, res.Status, res.ErrorType(), dump(res))
+			}
+			if tt.check != nil {
+				tt.check(t, res)
+			}
+		})
+	}
+}
+
+// jailFacts runs a tool that reports facts about its jail as a JSON object.
+func jailFacts(t *testing.T, r *sandbox.Runner, spec sandbox.Spec) map[string]any {
+	t.Helper()
+	res := run(t, r, spec)
+	if res.Status != sandbox.StatusOK {
+		t.Fatalf("facts tool failed: %s", dump(res))
+	}
+	var facts map[string]any
+	if err := json.Unmarshal(res.Result, &facts); err != nil {
+		t.Fatalf("facts: %v: %s", err, res.Result)
+	}
+	return facts
+}
+
+const factsTool = `
+import ctypes, errno, os, socket, threading
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def sys(nr, *args):
+    r = libc.syscall(nr, *args)
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+
+def fd_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+def writable(path):
+    try:
+        with open(path, "a"):
+            return "writable"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def mounts():
+    # mount point -> per-mount options (uid 99999 gets EACCES before EROFS,
+    # so read-only-ness is read from mountinfo).
+    out = {}
+    for line in open("/proc/self/mountinfo"):
+        f = line.split()
+        out[f[4]] = f[5]
+    return out
+
+def run(args, context):
+    t = threading.Thread(target=lambda: None)
+    t.start(); t.join()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return {
+        "uid_map": open("/proc/self/uid_map").read().split(),
+        "gid_map": open("/proc/self/gid_map").read().split(),
+        "uid": os.getuid(), "gid": os.getgid(),
+        "env": dict(os.environ),
+        "fd4_open": fd_open(4),
+        "interfaces": sorted(name for _, name in socket.if_nameindex()),
+        "dev": sorted(os.listdir("/dev")),
+        "ptrace": sys(101, 16, 1, 0, 0),
+        "unshare_user": sys(272, 0x10000000),
+        "clone_newuser": sys(56, 0x10000000 | 17, 0, 0, 0, 0),
+        "clone3": sys(435, 0, 0),
+        "io_uring_setup": sys(425, 1, 0),
+        "keyctl": sys(250, 0, 0, 0, 0, 0),
+        "bpf": sys(321, 0, 0, 0),
+        "etc_passwd": writable("/etc/passwd"),
+        "tmp": writable("/tmp/x"),
+        "mounts": mounts(),
+        "cap_eff": [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0],
+    }
+`
+
+func TestJailIsolation(t *testing.T) {
+	r := newRunner(t, nil)
+	f := jailFacts(t, r, sandbox.Spec{Source: factsTool})
+	want := map[string]any{
+		"uid": float64(99999), "gid": float64(99999),
+		"fd4_open":       false,
+		"ptrace":         "EPERM",
+		"unshare_user":   "EPERM",
+		"clone_newuser":  "EPERM",
+		"clone3":         "ENOSYS",
+		"io_uring_setup": "EPERM",
+		"keyctl":         "EPERM",
+		"bpf":            "EPERM",
+		"etc_passwd":     "EACCES",
+		"tmp":            "writable",
+		"cap_eff":        "0000000000000000",
+	}
+	for k, v := range want {
+		if fmt.Sprint(f[k]) != fmt.Sprint(v) {
+			t.Errorf("%s: got %v, want %v", k, f[k], v)
+		}
+	}
+	if got := fmt.Sprint(f["uid_map"]); got != "[99999 99999 1]" {
+		t.Errorf("uid_map %s, want 99999 99999 1 (never host 0)", got)
+	}
+	if got := fmt.Sprint(f["gid_map"]); got != "[99999 99999 1]" {
+		t.Errorf("gid_map %s", got)
+	}
+	if got := fmt.Sprint(f["interfaces"]); got != "[lo]" {
+		t.Errorf("network none: interfaces %s, want only lo", got)
+	}
+	mounts := f["mounts"].(map[string]any)
+	for mnt, want := range map[string][]string{
+		"/":            {"ro", "nosuid", "nodev"},
+		"/tmp":         {"rw", "nosuid", "nodev", "noexec"},
+		"/dev":         {"ro", "nosuid", "noexec"},
+		"/dev/null":    {"ro", "nosuid", "noexec"},
+		"/dev/urandom": {"ro"},
+		"/proc":        {"ro", "nosuid", "nodev", "noexec"},
+	} {
+		opts := strings.Split(fmt.Sprint(mounts[mnt]), ",")
+		for _, w := range want {
+			if !slices.Contains(opts, w) {
+				t.Errorf("mount %s has options %v, want %s", mnt, opts, w)
+			}
+		}
+	}
+	if _, ok := mounts["/etc/resolv.conf"]; ok {
+		t.Errorf("network none binds the host's /etc/resolv.conf")
+	}
+	if got := fmt.Sprint(f["dev"]); got != "[null urandom zero]" {
+		t.Errorf("/dev holds %s", got)
+	}
+	env := f["env"].(map[string]any)
+	wantEnv := []string{"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "TMPDIR"}
+	var keys []string
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if fmt.Sprint(keys) != fmt.Sprint(wantEnv) {
+		t.Errorf("environment %v, want exactly %v", env, wantEnv)
+	}
+}
+
+func TestHostNetworkBindsResolverFilesReadOnly(t *testing.T) {
+	r := newRunner(t, nil)
+	f := jailFacts(t, r, sandbox.Spec{Source: factsTool, Network: sandbox.NetworkHost})
+	// A read-only parent does not make a bind submount read-only: each
+	// host file must be its own read-only bind.
+	mounts := f["mounts"].(map[string]any)
+	for _, p := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		if opts := strings.Split(fmt.Sprint(mounts[p]), ","); !slices.Contains(opts, "ro") {
+			t.Errorf("host mode: %s mounted with %v, want ro", p, opts)
+		}
+	}
+	host, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f["interfaces"].([]any)); n != len(host) {
+		t.Errorf("host mode sees %d interfaces, the host has %d", n, len(host))
+	}
+}
+
+func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
+	r := newRunner(t, nil)
+	res := run(t, r, sandbox.Spec{
+		Source: "import sys\ndef run(args, context):\n    chunk = 'x' * 65536\n    for _ in range(800):\n        sys.stdout.write(chunk)\n        sys.stderr.write(chunk)\n    return 'done'\n",
+		Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000},
+	})
+	if res.Status != sandbox.StatusOK || string(res.Result) != `"done"` {
+		t.Fatalf("%s", dump(res))
+	}
+	limit := int(sandbox.DefaultLimits.OutputBytes)
+	if !res.Truncated.Stdout || !res.Truncated.Stderr || len(res.Stdout) != limit || len(res.Stderr) != limit {
+		t.Errorf("truncated %+v, stdout %d bytes, stderr %d bytes, want %d each", res.Truncated, len(res.Stdout), len(res.Stderr), limit)
+	}
+	if hwm := peakRSS(t); hwm > 100<<20 {
+		t.Errorf("test process peak RSS %d MiB after a 2×50 MiB flood, want < 100 MiB", hwm>>20)
+	}
+}
+
+// peakRSS is this process's peak resident set (VmHWM).
+func peakRSS(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+func TestMissingNsjailIsUnavailable(t *testing.T) {
+	_, err := sandbox.NewRunner(sandbox.Config{RootfsDir: t.TempDir(), NsjailPath: "/nonexistent/nsjail"})
+	var u *sandbox.UnavailableError
+	if !errors.As(err, &u) {
+		t.Fatalf("want *UnavailableError, got %v", err)
+	}
+	if !strings.Contains(u.Hint, "scripts/setup.sh") {
+		t.Errorf("hint %q does not point at scripts/setup.sh", u.Hint)
+	}
+}
+
+func TestBrokenSeccompPolicyIsUnavailable(t *testing.T) {
+	r := newRunner(t, nil)
+	sandbox.SetSeccompPolicy(r, "POLICY p { ERRNO(1) { no_such_syscall } } USE p DEFAULT ALLOW")
+	_, err := r.Run(context.Background(), sandbox.Spec{Source: "def run(a, c):\n    return 1\n"})
+	var u *sandbox.UnavailableError
+	if !errors.As(err, &u) {
+		t.Fatalf("want *UnavailableError, got %v", err)
+	}
+	if !strings.Contains(u.Detail(), "Could not compile policy") {
+		t.Errorf("detail lacks nsjail's complaint:\n%s", u.Detail())
+	}
+}
+
+// TestSeccompPolicyCompiles compiles the shipped policy with the real
+// nsjail: one syscall name Kafel does not know breaks every run.
+func TestSeccompPolicyCompiles(t *testing.T) {
+	needJail(t)
+	nsjail, _ := sandbox.FindNsjail(sandbox.Config{})
+	cmd := exec.Command(nsjail, "-Mo", "--chroot", "/", "-q", "--disable_clone_newnet",
+		"--seccomp_string", sandbox.SeccompPolicy(), "--", "/bin/true")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsjail rejected the policy: %v\n%s", err, out)
+	}
+}
+
+func TestRunsInParallel(t *testing.T) {
+	r := newRunner(t, nil)
+	var wg sync.WaitGroup
+	results := make([]sandbox.Result, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = r.Run(context.Background(), sandbox.Spec{Source: fmt.Sprintf("def run(a, c):\n    return %d\n", i)})
+		}()
+	}
+	wg.Wait()
+	for i, res := range results {
+		if errs[i] != nil || res.Status != sandbox.StatusOK || string(res.Result) != fmt.Sprint(i) {
+			t.Errorf("run %d: %v %s", i, errs[i], dump(res))
+		}
+	}
+}
+
+func TestCancelledContextStopsTheRun(t *testing.T) {
+	r := newRunner(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	start := time.Now()
+	res, err := r.Run(ctx, sandbox.Spec{Source: "import time\ndef run(a, c):\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 20000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ErrorType() != sandbox.ErrTimeout || time.Since(start) > 5*time.Second {
+		t.Errorf("after %v: %s", time.Since(start), dump(res))
+	}
+}
+
+func waitWarm(t *testing.T, r *sandbox.Runner, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for sandbox.WarmIdle(r) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("warm pool did not fill to %d within 10s (idle %d)", n, sandbox.WarmIdle(r))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWarmPool(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.WarmPool = 1 })
+	probe := sandbox.Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n"}
+
+	t.Run("a warm run returns ok and wall time counts from the hand-off", func(t *testing.T) {
+		waitWarm(t, r, 1)
+		time.Sleep(500 * time.Millisecond) // age the waiting jail: its wait must not count
+		hits := sandbox.WarmHits(r)
+		res := run(t, r, probe)
+		if res.Status != sandbox.StatusOK || string(res.Result) != `{"ok":true}` {
+			t.Fatalf("%s", dump(res))
+		}
+		if sandbox.WarmHits(r) != hits+1 {
+			t.Fatalf("the run did not use the warm jail")
+		}
+		if res.Usage.WallMS >= 500 {
+			t.Errorf("wall %d ms includes the time the jail waited", res.Usage.WallMS)
+		}
+	})
+	t.Run("the pool refills", func(t *testing.T) {
+		waitWarm(t, r, 1)
+	})
+	t.Run("a jail is never reused", func(t *testing.T) {
+		waitWarm(t, r, 1)
+		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    open('/tmp/marker', 'w').write('run A')\n    return 'written'\n"})
+		if res.Status != sandbox.StatusOK {
+			t.Fatalf("%s", dump(res))
+		}
+		waitWarm(t, r, 1)
+		hits := sandbox.WarmHits(r)
+		res = run(t, r, sandbox.Spec{Source: "import os\ndef run(a, c):\n    return os.path.exists('/tmp/marker')\n"})
+		if sandbox.WarmHits(r) != hits+1 {
+			t.Fatalf("the second run did not use a warm jail")
+		}
+		if res.Status != sandbox.StatusOK || string(res.Result) != "false" {
+			t.Errorf("run B saw run A's file: %s", dump(res))
+		}
+	})
+	t.Run("another profile starts cold and is warmed for next time", func(t *testing.T) {
+		spec := probe
+		spec.Limits = sandbox.Limits{MemoryMB: 128}
+		hits := sandbox.WarmHits(r)
+		if res := run(t, r, spec); res.Status != sandbox.StatusOK {
+			t.Fatalf("%s", dump(res))
+		}
+		if sandbox.WarmHits(r) != hits {
+			t.Fatalf("a new profile was served warm")
+		}
+		waitWarm(t, r, 2)
+		if res := run(t, r, spec); res.Status != sandbox.StatusOK || sandbox.WarmHits(r) != hits+1 {
+			t.Fatalf("second run of the profile not warm: %s", dump(res))
+		}
+	})
+	t.Run("Close stops the idle jails", func(t *testing.T) {
+		waitWarm(t, r, 1)
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := sandbox.WarmIdle(r); n != 0 {
+			t.Errorf("%d idle jails after Close", n)
+		}
+		assertNoCgroupsLeft(t, r)
+	})
+}

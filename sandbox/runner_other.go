@@ -1,0 +1,31 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"runtime"
+)
+
+// errUnsupported: nsjail, namespaces and cgroups are Linux-only.
+var errUnsupported = errors.New("sandbox: jails need Linux (nsjail), not " + runtime.GOOS)
+
+// Runner runs tools in nsjail; on this OS it cannot.
+type Runner struct{}
+
+// NewRunner always fails off Linux.
+func NewRunner(Config) (*Runner, error) {
+	return nil, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
+}
+
+// Run always fails off Linux.
+func (r *Runner) Run(context.Context, Spec) (Result, error) {
+	return Result{}, &UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}
+}
+
+// Close does nothing off Linux.
+func (r *Runner) Close() error { return nil }
+
+// Info is empty off Linux.
+func (r *Runner) Info() Info { return Info{ProtocolVersion: ProtocolVersion} }
