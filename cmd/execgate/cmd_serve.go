@@ -1,18 +1,88 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/execgate/execgate/app"
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
 )
 
-// TODO: owned by the serve work; replaced when it lands.
 func newServeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
-		Short: "serve (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("serve: not built yet")
+		Short: "Run the gateway (default: the embedded default config)",
+		Long: `Run the HTTP gateway. Without --config it starts the embedded default:
+tenant "demo" (network none only), in-memory quotas, the default policies, a
+rootfs and a dev signing key under the state dir, and prints a ready curl line.
+SIGINT/SIGTERM drain in-flight runs for server.shutdown_grace_seconds; SIGHUP
+reloads the policies.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg)
 		},
 	}
+}
+
+func serve(ctx context.Context, cfg *config.Config) error {
+	shutdownTelemetry, err := telemetry.Setup(ctx, cfg.Telemetry)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTelemetry(sctx)
+	}()
+	a, err := app.New(ctx, app.Options{Config: cfg, Progress: os.Stderr, HandleSIGHUP: true})
+	if err != nil {
+		return err
+	}
+	if err := a.Start(); err != nil {
+		_ = a.Stop(context.Background())
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "execgate: listening on %s (state dir %s)\n", a.URL(), cfg.StateDir)
+	if err := a.SandboxErr(); err != nil {
+		fmt.Fprintf(os.Stderr, "execgate: WARNING: every run will be refused (503 SandboxUnavailable): %v\n", err)
+	}
+	if cfg.Embedded {
+		printCurl(a, cfg)
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(os.Stderr, "execgate: shutting down, draining in-flight runs")
+	case err := <-a.Done():
+		_ = a.Stop(context.Background())
+		return fmt.Errorf("http server: %w", err)
+	}
+	return a.Stop(context.Background())
+}
+
+// printCurl prints, once, a ready-to-paste request with a fresh demo token.
+func printCurl(a *app.App, cfg *config.Config) {
+	s, err := a.Signer()
+	if err != nil {
+		return
+	}
+	tenant := config.DemoTenant().ID
+	tok, err := s.Mint(auth.Claims{Subject: "execgate-serve", TenantID: tenant, Roles: []string{tenancy.RoleExecutor}}, 12*time.Hour)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "execgate: minting the demo token: %v\n", err)
+		return
+	}
+	fmt.Printf(`# execgate is ready (tenant %q, token valid 12h; more: execgate token --tenant %s --state-dir %s)
+curl -s -H "Authorization: Bearer %s" -H 'Content-Type: application/json' -d '{"source":"def run(args, context):\n    return {\"ok\": True}\n"}' %s/v1/execute
+`, tenant, tenant, cfg.StateDir, tok, a.URL())
 }

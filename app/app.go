@@ -1,0 +1,368 @@
+// Package app is the one place that wires the configuration into the real
+// components (auth, tenancy, policy, quota, sandbox, audit, telemetry,
+// gateway) with Start/Stop, so `execgate serve`, the tests and the benchmark
+// harness all start the same server in-process.
+//
+//	a, err := app.New(ctx, app.Options{Config: cfg})
+//	err = a.Start()          // listens on cfg.Listen (":0" for a free port)
+//	... a.URL() ...
+//	err = a.Stop(ctx)        // drains in-flight runs within the grace period
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/gateway"
+	"github.com/execgate/execgate/policies"
+	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// Options configure an App. Only Config is required.
+type Options struct {
+	// Config is the loaded configuration (config.Load).
+	Config *config.Config
+	// Runner replaces the nsjail sandbox. Nil: the real runner (built from
+	// Config.Sandbox, with the rootfs ensured first). Benchmarks pass
+	// NoopRunner{} to measure the gateway alone (auth, validation, policy,
+	// quota, audit).
+	Runner gateway.Runner
+	// Logger for the gateway and components. Nil: slog.Default().
+	Logger *slog.Logger
+	// Progress receives rootfs build progress. Nil: os.Stderr.
+	Progress io.Writer
+	// Registry gets the Prometheus metrics. Nil: a fresh registry per App
+	// (so several Apps can live in one test process).
+	Registry *prometheus.Registry
+	// HandleSIGHUP reloads the policies on SIGHUP (serve sets it).
+	HandleSIGHUP bool
+	// TracerProvider for the gateway's spans. Nil: the global one, which
+	// telemetry.Setup installs (serve calls it); without an SDK provider
+	// envelopes and audit records carry no trace id.
+	TracerProvider trace.TracerProvider
+}
+
+// App is a wired execgate gateway. Create it with New, then Start; Stop
+// releases everything New and Start acquired, in reverse order.
+type App struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	server  *gateway.Server
+	policy  *policy.Engine
+	limiter quota.Limiter
+	runner  gateway.Runner
+	// runnerErr is why the real sandbox is unavailable (nil when it works):
+	// the server still starts, /readyz fails and every run is a 503.
+	runnerErr error
+
+	bgCancel context.CancelFunc // ends JWKS refresh, policy watch, SIGHUP
+	closers  []closer           // cleanup stack, run in reverse by Stop
+
+	httpSrv  *http.Server
+	ln       net.Listener
+	serveErr chan error // the http server's exit, after Start
+}
+
+type closer struct {
+	name string
+	fn   func(ctx context.Context) error
+}
+
+func (a *App) onStop(name string, fn func(ctx context.Context) error) {
+	a.closers = append(a.closers, closer{name, fn})
+}
+
+// New builds every component from opts.Config. A host that cannot jail
+// (nsjail missing, not root, rootfs build failed) does not stop it: the
+// gateway serves, answers every run with 503 SandboxUnavailable and fails
+// /readyz. Anything else that fails (bad keys, policies that do not
+// compile, an unreachable audit file) is an error.
+func New(ctx context.Context, opts Options) (_ *App, err error) {
+	cfg := opts.Config
+	if cfg == nil {
+		return nil, errors.New("app: Options.Config is nil")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = os.Stderr
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &App{cfg: cfg, log: log, bgCancel: cancel}
+	defer func() {
+		if err != nil {
+			_ = a.closeAll(context.Background())
+		}
+	}()
+
+	if cfg.Embedded && cfg.Auth.HS256SecretFile != "" {
+		if _, err := config.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
+			return nil, fmt.Errorf("dev key: %w", err)
+		}
+	}
+	verifier, err := auth.NewVerifier(bg, cfg.Auth, auth.Options{})
+	if err != nil {
+		return nil, err
+	}
+	tenants, err := tenancy.NewRegistry(cfg.Tenants)
+	if err != nil {
+		return nil, err
+	}
+
+	eng, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Dirs: cfg.Policy.Dirs, Bundle: cfg.Policy.Bundle, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("loading policies: %w", err)
+	}
+	a.policy = eng
+	if watch := cfg.Policy.Watch; (watch == nil && len(cfg.Policy.Dirs) > 0) || (watch != nil && *watch) {
+		go func() {
+			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
+				log.Error("policy watch stopped", "err", err)
+			}
+		}()
+	}
+	if opts.HandleSIGHUP {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		a.onStop("sighup", func(context.Context) error { signal.Stop(hup); return nil })
+		go eng.ReloadOnSignal(bg, hup)
+	}
+
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	metrics := telemetry.NewMetrics(reg, cfg.Telemetry.MaxTenantLabels)
+
+	var idem gateway.IdempotencyStore
+	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
+	switch cfg.Quota.Backend {
+	case "redis":
+		client, err := quota.NewRedisClient(cfg.Quota)
+		if err != nil {
+			return nil, err
+		}
+		a.onStop("redis client", func(context.Context) error { return client.Close() })
+		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
+		idem = gateway.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window)
+	default:
+		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
+	}
+	a.onStop("quota", func(context.Context) error { return a.limiter.Close() })
+
+	auditLog, err := audit.New(cfg.Audit)
+	if err != nil {
+		return nil, err
+	}
+	a.onStop("audit", func(context.Context) error { return auditLog.Close() })
+
+	ready := []gateway.Check{
+		{Name: "policy", Run: func(context.Context) error {
+			if st := eng.Status(); st.LastError != "" {
+				return fmt.Errorf("last policy reload failed (revision %s still serving): %s", st.Revision, st.LastError)
+			}
+			return nil
+		}},
+		{Name: "quota", Run: a.limiter.Ping},
+	}
+	a.runner = opts.Runner
+	if a.runner == nil {
+		a.runner, a.runnerErr = a.newSandbox(ctx, progress)
+		ready = append([]gateway.Check{{Name: "rootfs", Run: func(context.Context) error {
+			_, err := rootfs.ReadManifest(cfg.Sandbox.RootfsDir)
+			return err
+		}}}, ready...)
+	}
+
+	a.server, err = gateway.New(cfg.Server, gateway.Deps{
+		Auth:           verifier,
+		Tenants:        tenants,
+		Policy:         eng,
+		Quota:          a.limiter,
+		Runner:         a.runner,
+		Audit:          auditLog,
+		Metrics:        metrics,
+		MetricsHandler: metrics.Handler(),
+		Idempotency:    idem,
+		Ready:          ready,
+		Logger:         log,
+		TracerProvider: opts.TracerProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// newSandbox ensures the rootfs (building it on first use, with progress)
+// and creates the nsjail runner. When the host cannot jail it returns a
+// runner that refuses every run with the reason, and that reason.
+func (a *App) newSandbox(ctx context.Context, progress io.Writer) (gateway.Runner, error) {
+	cfg := a.cfg.Sandbox
+	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: cfg.RootfsDir, PythonPath: cfg.PythonPath, Progress: progress}); err != nil {
+		ue := &sandbox.UnavailableError{
+			Reason: "the rootfs at " + cfg.RootfsDir + " could not be built",
+			Hint:   "run `execgate rootfs build --out " + cfg.RootfsDir + "` to see why; it needs " + cfg.PythonPath,
+			Err:    err,
+		}
+		a.log.Error("sandbox unavailable", "err", ue)
+		return unavailableRunner{ue}, ue
+	}
+	r, err := sandbox.NewRunner(cfg)
+	if err != nil {
+		var ue *sandbox.UnavailableError
+		if !errors.As(err, &ue) {
+			ue = &sandbox.UnavailableError{Reason: "the sandbox could not be set up", Err: err}
+		}
+		a.log.Error("sandbox unavailable", "err", ue, "detail", ue.Detail())
+		return unavailableRunner{ue}, ue
+	}
+	a.onStop("sandbox", func(context.Context) error { return r.Close() })
+	return r, nil
+}
+
+// unavailableRunner answers every run with the reason the sandbox could not
+// be created; nothing runs (DESIGN §1: no in-process fallback, ever).
+type unavailableRunner struct{ err *sandbox.UnavailableError }
+
+func (u unavailableRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
+	return sandbox.Result{}, u.err
+}
+
+// NoopRunner returns ok with result {"ok": true} at once, without a jail:
+// for measuring the gateway's own overhead (auth, validation, policy,
+// quota, audit). Never use it to serve.
+type NoopRunner struct{}
+
+// Run implements gateway.Runner.
+func (NoopRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
+	return sandbox.Result{Status: sandbox.StatusOK, Result: []byte(`{"ok":true}`)}, nil
+}
+
+// Handler is the gateway's HTTP handler (for httptest without a listener).
+func (a *App) Handler() http.Handler { return a.server.Handler() }
+
+// Server is the gateway.
+func (a *App) Server() *gateway.Server { return a.server }
+
+// Policy is the policy engine.
+func (a *App) Policy() *policy.Engine { return a.policy }
+
+// Quota is the quota limiter.
+func (a *App) Quota() quota.Limiter { return a.limiter }
+
+// SandboxErr is why the sandbox is unavailable, or nil.
+func (a *App) SandboxErr() error { return a.runnerErr }
+
+// Signer mints dev tokens with the configured HS256 key (auth.ErrNoSigningKey
+// without one).
+func (a *App) Signer() (*auth.Signer, error) { return auth.NewSigner(a.cfg.Auth, nil) }
+
+// Start listens on the configured address and serves in the background.
+func (a *App) Start() error {
+	if a.httpSrv != nil {
+		return errors.New("app: already started")
+	}
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
+	}
+	a.ln = ln
+	a.httpSrv = &http.Server{
+		Handler:           a.server.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	a.serveErr = make(chan error, 1)
+	go func() {
+		err := a.httpSrv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		a.serveErr <- err
+	}()
+	return nil
+}
+
+// Addr is the listening address (after Start), e.g. 127.0.0.1:43127.
+func (a *App) Addr() string {
+	if a.ln == nil {
+		return ""
+	}
+	return a.ln.Addr().String()
+}
+
+// URL is http://Addr.
+func (a *App) URL() string { return "http://" + a.Addr() }
+
+// Done receives the HTTP server's exit error (nil on a clean Stop).
+func (a *App) Done() <-chan error { return a.serveErr }
+
+// Stop stops accepting, lets in-flight requests (and their runs) finish for
+// up to server.shutdown_grace_seconds (or until ctx ends), then cancels
+// what is left and releases every component.
+func (a *App) Stop(ctx context.Context) error {
+	var errs []error
+	if a.httpSrv != nil {
+		grace := time.Duration(a.cfg.Server.WithDefaults().ShutdownGraceSeconds) * time.Second
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		err := a.httpSrv.Shutdown(gctx)
+		cancel()
+		if err != nil {
+			// Grace over: cancel the remaining requests (their runs are
+			// killed) and give them a moment to write their audit records.
+			errs = append(errs, fmt.Errorf("graceful shutdown: %w", err))
+			_ = a.httpSrv.Close()
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := a.server.Drain(dctx); err != nil {
+				errs = append(errs, err)
+			}
+			cancel()
+		}
+		if err := <-a.serveErr; err != nil {
+			errs = append(errs, err)
+		}
+		a.serveErr <- nil // keep Done readable
+	}
+	if err := a.closeAll(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *App) closeAll(ctx context.Context) error {
+	a.bgCancel()
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i].fn(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("closing %s: %w", a.closers[i].name, err))
+		}
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,166 @@
+package app_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/MicahParks/jwkset"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/config"
+)
+
+// TestJWTAttacksRunNothing sends forged and broken tokens at a gateway
+// that trusts a dev HS256 key, an RSA PEM key and a JWKS (EC key "ec-1"):
+// every one is refused with 401 (or 403 for a tenant mismatch) and nothing
+// reaches the sandbox.
+func TestJWTAttacksRunNothing(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	pemFile := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(pemFile, rsaPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jwks := jwkset.NewMemoryStorage()
+	jwk, err := jwkset.NewJWKFromKey(&ecKey.PublicKey, jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{KID: "ec-1", USE: jwkset.UseSig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jwks.KeyWrite(context.Background(), jwk); err != nil {
+		t.Fatal(err)
+	}
+	set, err := jwks.JSONPublic(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(set) }))
+	t.Cleanup(idp.Close)
+
+	s := start(t, setup{mutate: func(c *config.Config) {
+		c.Auth.PublicKeys = []string{pemFile}
+		c.Auth.JWKSURL = idp.URL
+	}})
+	devKey, err := auth.ReadHMACKey(s.cfg.Auth.HS256SecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Now()
+	claims := func(mut func(jwt.MapClaims)) jwt.MapClaims {
+		c := jwt.MapClaims{"iss": "execgate", "aud": "execgate", "sub": "mallory", "tenant_id": "demo",
+			"roles": []string{"executor"}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+		if mut != nil {
+			mut(c)
+		}
+		return c
+	}
+	sign := func(m jwt.SigningMethod, key any, c jwt.MapClaims, kid string) string {
+		tok := jwt.NewWithClaims(m, c)
+		if kid != "" {
+			tok.Header["kid"] = kid
+		}
+		out, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	unsigned := func(alg string) string {
+		h, _ := json.Marshal(map[string]string{"alg": alg, "typ": "JWT"})
+		p, _ := json.Marshal(claims(nil))
+		return enc(h) + "." + enc(p) + "."
+	}
+	tamper := func(tok string) string {
+		parts := strings.Split(tok, ".")
+		p, _ := json.Marshal(claims(func(c jwt.MapClaims) { c["tenant_id"] = "acme"; c["roles"] = []string{"executor", "admin"} }))
+		parts[1] = enc(p)
+		return strings.Join(parts, ".")
+	}
+
+	body := `{"source":"def run(args, context):\n    return 1\n"}`
+	tests := []struct {
+		name   string
+		token  string
+		body   string
+		status int
+	}{
+		{"alg none", unsigned("none"), body, 401},
+		{"alg None", unsigned("None"), body, 401},
+		{"alg NONE", unsigned("NONE"), body, 401},
+		{"alg nOnE", unsigned("nOnE"), body, 401},
+		{"HS256 signed with the RSA public key as secret", sign(jwt.SigningMethodHS256, rsaPEM, claims(nil), ""), body, 401},
+		{"HS256 with the RSA public key and the JWKS kid", sign(jwt.SigningMethodHS256, rsaPEM, claims(nil), "ec-1"), body, 401},
+		{"expired", sign(jwt.SigningMethodHS256, devKey, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Hour).Unix() }), ""), body, 401},
+		{"nbf in the future", sign(jwt.SigningMethodHS256, devKey, claims(func(c jwt.MapClaims) { c["nbf"] = now.Add(time.Hour).Unix() }), ""), body, 401},
+		{"missing exp", sign(jwt.SigningMethodHS256, devKey, claims(func(c jwt.MapClaims) { delete(c, "exp") }), ""), body, 401},
+		{"wrong iss", sign(jwt.SigningMethodRS256, rsaKey, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }), ""), body, 401},
+		{"wrong aud", sign(jwt.SigningMethodES256, ecKey, claims(func(c jwt.MapClaims) { c["aud"] = "someone-else" }), "ec-1"), body, 401},
+		{"unknown kid", sign(jwt.SigningMethodES256, ecKey, claims(nil), "ghost"), body, 401},
+		{"tampered payload", tamper(sign(jwt.SigningMethodHS256, devKey, claims(nil), "")), body, 401},
+		{"tampered JWKS token", tamper(sign(jwt.SigningMethodES256, ecKey, claims(nil), "ec-1")), body, 401},
+		{"a body tenant_id other than the token's", sign(jwt.SigningMethodRS256, rsaKey, claims(nil), ""), `{"tenant_id":"acme","source":"def run(a, c):\n    return 1\n"}`, 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			audits := len(s.auditLines())
+			r := s.execute(tt.token, tt.body)
+			want := map[int]string{401: "Unauthenticated", 403: "Forbidden"}[tt.status]
+			if r.status != tt.status || r.errType(t) != want {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tt.status, want)
+			}
+			if tt.status == 401 && r.header.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+			wantAudit := map[int]int{401: 0, 403: 1}[tt.status]
+			if got := len(s.auditLines()) - audits; got != wantAudit {
+				t.Errorf("%d audit records, want %d", got, wantAudit)
+			}
+		})
+	}
+	if n := s.runs.Load(); n != 0 {
+		t.Fatalf("%d runs reached the sandbox during the attacks", n)
+	}
+
+	// The same keys do let the real tokens through (the table is not
+	// passing because nothing works).
+	for name, tok := range map[string]string{
+		"dev HS256":   sign(jwt.SigningMethodHS256, devKey, claims(nil), ""),
+		"PEM RS256":   sign(jwt.SigningMethodRS256, rsaKey, claims(nil), ""),
+		"JWKS ES256":  sign(jwt.SigningMethodES256, ecKey, claims(nil), "ec-1"),
+		"leeway okay": sign(jwt.SigningMethodHS256, devKey, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-5 * time.Second).Unix() }), ""),
+	} {
+		if r := s.execute(tok, body); r.status != 200 {
+			t.Errorf("%s token refused: %d %s", name, r.status, r.body)
+		}
+	}
+	if n := s.runs.Load(); n != 4 {
+		t.Fatalf("%d runs for 4 good tokens", n)
+	}
+}

@@ -1,0 +1,432 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/execgate/execgate/app"
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// ProbeSource is the DESIGN §4 probe tool every measurement runs.
+const ProbeSource = "async def run(args, context):\n    return {\"ok\": True}\n"
+
+// Sections of a benchmark run.
+const (
+	SectionStartup  = "startup"  // bare python, raw nsjail, Runner, execgate run
+	SectionGateway  = "gateway"  // HTTP end to end, cold and warm, per concurrency
+	SectionOverhead = "overhead" // gateway with a no-op executor
+	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
+)
+
+// AllSections in report order.
+var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory}
+
+// Options configure Run. Config is required.
+type Options struct {
+	Config      *config.Config // loaded config: state dir, sandbox, auth
+	ConfigFile  string         // passed on to the `execgate run` child ("" = embedded default)
+	Binary      string         // the execgate binary for the `execgate run` row; default os.Executable()
+	Runs        int            // samples per process row, default 20
+	Requests    int            // measured requests per gateway row, default 200
+	Concurrency []int          // default 1, 2, 8, 32
+	WarmPool    int            // warm jails per profile for the warm rows, default 4
+	Sections    []string       // default AllSections
+	Progress    io.Writer      // progress lines; nil: discarded
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Started  time.Time
+	Host     string
+	Options  Options
+	Startup  []*Sample
+	Gateway  []GatewayRow
+	Overhead []*LoadResult
+	Memory   *MemoryReport
+	Notes    []string
+}
+
+// GatewayRow is one load level against the real gateway.
+type GatewayRow struct {
+	Mode string // "cold" (no warm pool) or "warm"
+	*LoadResult
+}
+
+// MemoryReport is resident memory in KiB.
+type MemoryReport struct {
+	GatewayIdleKB int64 // gateway process RSS after start-up, before load
+	GatewayPeakKB int64 // highest RSS sampled during the cold load at the largest concurrency
+	PerWarmJailKB int64 // RSS of an idle warm jail (nsjail + harness python), averaged
+	WarmJails     int
+}
+
+// Run measures what opts.Sections ask for.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Config == nil {
+		return nil, errors.New("bench: a config is required")
+	}
+	if opts.Runs <= 0 {
+		opts.Runs = 20
+	}
+	if opts.Requests <= 0 {
+		opts.Requests = 200
+	}
+	if len(opts.Concurrency) == 0 {
+		opts.Concurrency = []int{1, 2, 8, 32}
+	}
+	if opts.WarmPool <= 0 {
+		opts.WarmPool = 4
+	}
+	if len(opts.Sections) == 0 {
+		opts.Sections = AllSections
+	}
+	for _, s := range opts.Sections {
+		if !slices.Contains(AllSections, s) {
+			return nil, fmt.Errorf("bench: unknown section %q (want %s)", s, strings.Join(AllSections, ", "))
+		}
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	rep := &Report{Started: time.Now().UTC(), Host: hostLine(), Options: opts}
+	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: opts.Config.Sandbox.RootfsDir, PythonPath: opts.Config.Sandbox.PythonPath, Progress: opts.Progress}); err != nil {
+		return nil, fmt.Errorf("bench: preparing the rootfs: %w", err)
+	}
+	has := func(s string) bool { return slices.Contains(opts.Sections, s) }
+	if has(SectionStartup) {
+		if err := rep.startup(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionGateway) || has(SectionMemory) {
+		if err := rep.gateway(ctx, has(SectionGateway), has(SectionMemory)); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionOverhead) {
+		if err := rep.overhead(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func (r *Report) progress(format string, args ...any) {
+	fmt.Fprintf(r.Options.Progress, "bench: "+format+"\n", args...)
+}
+
+func (r *Report) startup(ctx context.Context) error {
+	cfg := r.Options.Config
+	n := r.Options.Runs
+	python := cfg.Sandbox.PythonPath
+	r.progress("startup: bare %s -c pass ×%d", python, n)
+	s, err := sampleProcess(ctx, "bare python", procSpec{argv: []string{python, "-c", "pass"}}, n)
+	if err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+
+	sc := cfg.Sandbox
+	sc.WarmPool = 0
+	runner, err := sandbox.NewRunner(sc)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer runner.Close()
+	probe := sandbox.Spec{Source: ProbeSource}
+	argv, req, err := runner.RawCommand(probe)
+	if err != nil {
+		return err
+	}
+	passCfg, err := pythonPassConfig(argv[2])
+	if err != nil {
+		return err
+	}
+	defer os.Remove(passCfg)
+	passArgv := slices.Clone(argv)
+	passArgv[2] = passCfg
+	r.progress("startup: raw nsjail python -c pass ×%d", n)
+	if s, err = sampleProcess(ctx, "raw nsjail: python -c pass", procSpec{argv: passArgv, extraFiles: 2}, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	r.progress("startup: raw nsjail harness+probe ×%d", n)
+	if s, err = sampleProcess(ctx, "raw nsjail: harness + probe", procSpec{argv: argv, stdin: req, extraFiles: 2}, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+
+	r.progress("startup: Runner.Run cold (in-process) ×%d", n)
+	if s, err = sampleRunner(ctx, "Runner.Run cold (in-process)", runner, probe, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+
+	dir, err := os.MkdirTemp("", "execgate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	probeFile := filepath.Join(dir, "probe.py")
+	if err := os.WriteFile(probeFile, []byte(ProbeSource), 0o644); err != nil {
+		return err
+	}
+	runArgv := []string{r.Options.Binary, "run", probeFile, "--json", "--state-dir", cfg.StateDir}
+	if r.Options.ConfigFile != "" {
+		runArgv = append(runArgv, "--config", r.Options.ConfigFile)
+	}
+	r.progress("startup: execgate run cold ×%d", n)
+	if s, err = sampleProcess(ctx, "execgate run (cold)", procSpec{argv: runArgv, wantOK: wantOKEnvelope}, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	return nil
+}
+
+// pythonPassConfig copies the profile config at path with the harness
+// replaced by `-c pass`, so raw nsjail runs the bare interpreter in the jail.
+func pythonPassConfig(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	const harnessArg = `arg: "/opt/execgate/harness/harness.py"`
+	if !bytes.Contains(b, []byte(harnessArg)) {
+		return "", fmt.Errorf("bench: %s does not run the harness as expected", path)
+	}
+	b = bytes.Replace(b, []byte(harnessArg), []byte("arg: \"-c\"\n  arg: \"pass\""), 1)
+	f, err := os.CreateTemp(filepath.Dir(path), "bench-pass-*.cfg")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return "", err
+	}
+	return f.Name(), f.Close()
+}
+
+func wantOKEnvelope(out []byte) error {
+	var env struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(out, &env); err != nil {
+		return fmt.Errorf("execgate run printed no JSON envelope: %w: %s", err, out)
+	}
+	var compact bytes.Buffer
+	_ = json.Compact(&compact, env.Result)
+	if env.Status != "ok" || compact.String() != `{"ok":true}` {
+		return fmt.Errorf("execgate run: status %q result %s", env.Status, env.Result)
+	}
+	return nil
+}
+
+// sampleRunner times Runner.Run in this process; CPU is the jail's, as the
+// runner measures it.
+func sampleRunner(ctx context.Context, name string, runner *sandbox.Runner, spec sandbox.Spec, n int) (*Sample, error) {
+	var walls, cpus []time.Duration
+	for i := 0; i <= n; i++ {
+		t0 := time.Now()
+		res, err := runner.Run(ctx, spec)
+		wall := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if res.Status != sandbox.StatusOK {
+			return nil, fmt.Errorf("bench: %s: status %s %v", name, res.Status, res.Error)
+		}
+		if i == 0 {
+			continue // warm-up
+		}
+		walls = append(walls, wall)
+		cpus = append(cpus, time.Duration(res.Usage.CPUMS)*time.Millisecond)
+	}
+	return &Sample{Name: name, Command: "sandbox.(*Runner).Run", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
+}
+
+// benchTenant has quota high enough that admission always says yes, so the
+// load measures the gateway rather than refusals.
+func benchTenant() tenancy.Tenant {
+	t := config.DemoTenant()
+	t.ID = "bench"
+	t.Quota = quota.Limits{RatePerMinute: 10_000_000, Burst: 1_000_000, Concurrency: 1_000_000, DailyCPUSeconds: 1_000_000_000}
+	return t
+}
+
+// startApp starts an in-process gateway on a loopback port with the bench
+// tenant, and returns its execute URL and a token.
+func (r *Report) startApp(ctx context.Context, warm int, runner app.Options) (*app.App, string, string, error) {
+	c := *r.Options.Config
+	c.Listen = "127.0.0.1:0"
+	c.Tenants = append(slices.Clone(c.Tenants), benchTenant())
+	c.Sandbox.WarmPool = warm
+	c.Audit.File = filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid()))
+	runner.Config = &c
+	runner.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner.Progress = r.Options.Progress
+	a, err := app.New(ctx, runner)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := a.Start(); err != nil {
+		_ = a.Stop(ctx)
+		return nil, "", "", err
+	}
+	s, err := a.Signer()
+	if err != nil {
+		_ = a.Stop(ctx)
+		return nil, "", "", fmt.Errorf("bench needs the dev HS256 key: %w", err)
+	}
+	tok, err := s.Mint(auth.Claims{Subject: "bench", TenantID: "bench", Roles: []string{tenancy.RoleExecutor}}, time.Hour)
+	if err != nil {
+		_ = a.Stop(ctx)
+		return nil, "", "", err
+	}
+	return a, a.URL() + "/v1/execute", tok, nil
+}
+
+func probeBody() string {
+	b, _ := json.Marshal(map[string]any{"source": ProbeSource, "entrypoint": "run"})
+	return string(b)
+}
+
+func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
+	defer os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid())))
+	modes := []struct {
+		name string
+		warm int
+	}{{"cold", 0}, {"warm", r.Options.WarmPool}}
+	if !loadRows {
+		modes = modes[:1]
+	}
+	mem := &MemoryReport{}
+	for _, m := range modes {
+		a, url, tok, err := r.startApp(ctx, m.warm, app.Options{})
+		if err != nil {
+			return err
+		}
+		if err := a.SandboxErr(); err != nil {
+			_ = a.Stop(ctx)
+			return fmt.Errorf("bench: the sandbox is unavailable: %w", err)
+		}
+		if m.name == "cold" {
+			runtime.GC()
+			mem.GatewayIdleKB = selfRSSKB()
+		}
+		levels := r.Options.Concurrency
+		if !loadRows {
+			levels = levels[len(levels)-1:]
+		}
+		for _, c := range levels {
+			r.progress("gateway %s: %d requests at concurrency %d", m.name, r.Options.Requests, c)
+			stop := make(chan struct{})
+			peak := make(chan int64, 1)
+			go sampleRSS(stop, peak)
+			res, err := Load(ctx, LoadOptions{URL: url, Token: tok, Body: probeBody(), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c)})
+			close(stop)
+			p := <-peak
+			if m.name == "cold" && p > mem.GatewayPeakKB {
+				mem.GatewayPeakKB = p
+			}
+			if err != nil {
+				_ = a.Stop(ctx)
+				return err
+			}
+			if loadRows {
+				r.Gateway = append(r.Gateway, GatewayRow{Mode: m.name, LoadResult: res})
+			}
+		}
+		if err := a.Stop(ctx); err != nil {
+			return err
+		}
+	}
+	if memory {
+		kb, n, err := r.warmJailRSS(ctx)
+		if err != nil {
+			return err
+		}
+		mem.PerWarmJailKB, mem.WarmJails = kb, n
+		r.Memory = mem
+	}
+	return nil
+}
+
+// warmJailRSS fills a warm pool and averages the RSS of its idle jails
+// (every process below this one: nsjail and the waiting harness).
+func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
+	sc := r.Options.Config.Sandbox
+	sc.WarmPool = r.Options.WarmPool
+	runner, err := sandbox.NewRunner(sc)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer runner.Close()
+	// The pool fills for a profile once that profile has been used.
+	if _, err := runner.Run(ctx, sandbox.Spec{Source: ProbeSource}); err != nil {
+		return 0, 0, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for runner.Info().WarmIdle < sc.WarmPool {
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("bench: warm pool filled only %d of %d jails in 30s", runner.Info().WarmIdle, sc.WarmPool)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Let the harnesses reach their blocking read.
+	time.Sleep(300 * time.Millisecond)
+	n := runner.Info().WarmIdle
+	return descendantsRSSKB(os.Getpid()) / int64(n), n, nil
+}
+
+func (r *Report) overhead(ctx context.Context) error {
+	defer os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid())))
+	levels := []int{1, 32}
+	a, url, tok, err := r.startApp(ctx, 0, app.Options{Runner: app.NoopRunner{}})
+	if err != nil {
+		return err
+	}
+	defer a.Stop(ctx) //nolint:errcheck
+	for _, c := range levels {
+		n := max(r.Options.Requests*10, 2000)
+		r.progress("overhead: %d requests at concurrency %d (no-op executor)", n, c)
+		res, err := Load(ctx, LoadOptions{URL: url, Token: tok, Body: probeBody(), Concurrency: c, Requests: n, Warmup: 100})
+		if err != nil {
+			return err
+		}
+		r.Overhead = append(r.Overhead, res)
+	}
+	return nil
+}
+
+func hostLine() string {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	load, _ := os.ReadFile("/proc/loadavg")
+	return fmt.Sprintf("%d CPUs, kernel %s, %s/%s, load average at start %s",
+		runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.GOOS, runtime.GOARCH,
+		strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+}

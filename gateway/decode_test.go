@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+var testCaps = caps{body: 1 << 20, source: 100, args: 50}
+
+func TestDecodeExecuteNamesTheField(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		status  int    // 0: decodes
+		message string // substring of the error message
+	}{
+		{"the minimal request decodes with defaults", `{"source":"x"}`, 0, ""},
+		{"the DESIGN probe decodes", `{"execution_id":"probe","tenant_id":"demo","source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}`, 0, ""},
+		{"every field decodes", `{"execution_id":"a.b:c-1","tenant_id":"t","language":"python","source":"x","entrypoint":"main","args":{"a":[1,2]},"requirements":["six==1.16.0","requests[socks]==2.31.0"],"network_access":"proxy","egress":{"allow":["api.example.com:443","*.example.org"]},"limits":{"timeout_ms":1000,"cpu_ms":1,"memory_mb":64,"pids":4,"output_bytes":10,"tmp_mb":1},"mode":"test","fixtures":{"variables":{"k":"v"},"tools":{"search":[1]}}}`, 0, ""},
+		{"null optional fields count as absent", `{"source":"x","args":null,"limits":null,"egress":null}`, 0, ""},
+
+		{"malformed JSON", `{"source":`, 400, "body: is not valid JSON"},
+		{"an empty body", ``, 400, "body: is empty"},
+		{"a JSON array body", `["source"]`, 400, "body: must be a JSON object"},
+		{"trailing data", `{"source":"x"} {}`, 400, "body: is not valid JSON"},
+		{"an unknown top-level field", `{"source":"x","sauce":"y"}`, 400, "sauce: unknown field"},
+		{"an unknown nested field", `{"source":"x","limits":{"timeout":5}}`, 400, "limits.timeout: unknown field"},
+		{"an unknown fixtures field", `{"source":"x","mode":"test","fixtures":{"vars":{}}}`, 400, "fixtures.vars: unknown field"},
+		{"a missing source", `{"entrypoint":"run"}`, 400, "source: is required"},
+		{"an empty source", `{"source":""}`, 400, "source: is required"},
+		{"source of the wrong type", `{"source":42}`, 400, "source: must be a string, got a number"},
+		{"a NUL in the source", `{"source":"a\u0000b"}`, 400, "source: contains a NUL byte"},
+		{"an entrypoint that is no identifier", `{"source":"x","entrypoint":"os.system"}`, 400, "entrypoint: \"os.system\" is not a Python identifier"},
+		{"an execution_id with a newline", `{"source":"x","execution_id":"a\nb"}`, 400, "execution_id: must be"},
+		{"an execution_id too long", `{"source":"x","execution_id":"` + strings.Repeat("a", 129) + `"}`, 400, "execution_id: must be"},
+		{"an unknown language", `{"source":"x","language":"cobol"}`, 400, `language: "cobol" is not one of python, javascript`},
+		{"javascript is not available yet", `{"source":"x","language":"javascript"}`, 400, "python only"},
+		{"an unknown network mode", `{"source":"x","network_access":"all"}`, 400, `network_access: "all" is not one of none, proxy, host`},
+		{"an unknown mode", `{"source":"x","mode":"debug"}`, 400, `mode: "debug" is not one of run, test`},
+		{"a negative limit", `{"source":"x","limits":{"memory_mb":-1}}`, 400, "limits.memory_mb: must be >= 0"},
+		{"a fractional limit", `{"source":"x","limits":{"timeout_ms":1.5}}`, 400, "limits.timeout_ms: must be an integer, got 1.5"},
+		{"a string limit", `{"source":"x","limits":{"pids":"8"}}`, 400, "limits.pids: must be an integer, got a string"},
+		{"an absurd limit", `{"source":"x","limits":{"timeout_ms":99999999999}}`, 400, "limits.timeout_ms: 99999999999 is over the maximum"},
+		{"limits of the wrong type", `{"source":"x","limits":[1]}`, 400, "limits: must be a JSON object"},
+		{"an unpinned requirement", `{"source":"x","requirements":["six"]}`, 400, `requirements[0]: "six" is not a pinned requirement`},
+		{"a requirement with a URL", `{"source":"x","requirements":["evil @ https://x/y.whl"]}`, 400, "requirements[0]"},
+		{"requirements of the wrong type", `{"source":"x","requirements":"six==1"}`, 400, "requirements: must be an array of strings, got a string"},
+		{"a requirement of the wrong type", `{"source":"x","requirements":[1]}`, 400, "requirements[0]: must be a string, got a number"},
+		{"an egress host with a bad port", `{"source":"x","network_access":"proxy","egress":{"allow":["a.example:99999"]}}`, 400, "egress.allow[0]: \"a.example:99999\" has an invalid port"},
+		{"an egress host with a path", `{"source":"x","network_access":"proxy","egress":{"allow":["a.example/x"]}}`, 400, "egress.allow[0]"},
+		{"a glob in the middle", `{"source":"x","network_access":"proxy","egress":{"allow":["a.*.example"]}}`, 400, "egress.allow[0]"},
+		{"egress without proxy", `{"source":"x","egress":{"allow":["a.example"]}}`, 400, `egress.allow: only allowed with network_access "proxy"`},
+		{"fixtures outside test mode", `{"source":"x","fixtures":{"variables":{}}}`, 400, `fixtures: only allowed with mode "test"`},
+		{"fixture variables that are no object", `{"source":"x","mode":"test","fixtures":{"variables":[1]}}`, 400, "fixtures.variables: must be an object"},
+		{"a bad fixture tool name", `{"source":"x","mode":"test","fixtures":{"tools":{"a b":1}}}`, 400, "fixtures.tools"},
+
+		{"a source over the cap", `{"source":"` + strings.Repeat("x", 101) + `"}`, 413, "source: 101 bytes is over the 100-byte cap"},
+		{"args over the cap", `{"source":"x","args":"` + strings.Repeat("x", 60) + `"}`, 413, "args: 62 bytes is over the 50-byte cap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := decodeExecute([]byte(tt.body), testCaps)
+			if tt.status == 0 {
+				if err != nil {
+					t.Fatalf("decodeExecute: %v", err)
+				}
+				if req.Language != "python" || req.Entrypoint == "" || req.NetworkAccess == "" || req.Mode == "" {
+					t.Fatalf("defaults not applied: %+v", req)
+				}
+				return
+			}
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				t.Fatalf("err = %v, want an apiError", err)
+			}
+			if ae.Status != tt.status || !strings.Contains(ae.Message, tt.message) {
+				t.Fatalf("got %d %q, want %d containing %q", ae.Status, ae.Message, tt.status, tt.message)
+			}
+			wantType := TypeBadRequest
+			if tt.status == http.StatusRequestEntityTooLarge {
+				wantType = TypePayloadTooLarge
+			}
+			if ae.Type != wantType {
+				t.Fatalf("type = %s, want %s", ae.Type, wantType)
+			}
+		})
+	}
+}
+
+func TestDecodeExecuteDefaultsAndCompaction(t *testing.T) {
+	req, err := decodeExecute([]byte(`{"source":"x","args":{ "b" : [1, 2] }}`), testCaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(req.Args) != `{"b":[1,2]}` {
+		t.Errorf("args = %s, want compacted", req.Args)
+	}
+	if req.Language != "python" || req.Entrypoint != "run" || req.NetworkAccess != "none" || req.Mode != "run" {
+		t.Errorf("defaults = %+v", req)
+	}
+	a, _ := decodeExecute([]byte(`{"source":"x","args":{"b":[1,2]}}`), testCaps)
+	if fingerprint(a) != fingerprint(req) {
+		t.Error("whitespace in args changed the idempotency fingerprint")
+	}
+	b, _ := decodeExecute([]byte(`{"source":"y","args":{"b":[1,2]}}`), testCaps)
+	if fingerprint(b) == fingerprint(req) {
+		t.Error("another source has the same fingerprint")
+	}
+}
+
+func TestDecodeQuota(t *testing.T) {
+	l, err := decodeQuota([]byte(`{"rate_per_minute":60,"burst":5,"concurrency":2,"daily_cpu_seconds":100}`))
+	if err != nil || l.RatePerMinute != 60 || l.Burst != 5 || l.Concurrency != 2 || l.DailyCPUSeconds != 100 {
+		t.Fatalf("decodeQuota = %+v, %v", l, err)
+	}
+	for body, want := range map[string]string{
+		`{"rate":1}`:            "rate: unknown field",
+		`{"burst":-1}`:          "burst: must be >= 0",
+		`{"concurrency":"two"}`: "concurrency: must be an integer",
+	} {
+		if _, err := decodeQuota([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("decodeQuota(%s) = %v, want %q", body, err, want)
+		}
+	}
+}
+
+func TestDecodeEvaluatePrefixesTheNestedField(t *testing.T) {
+	_, _, _, err := decodeEvaluate([]byte(`{"tenant_id":"demo","request":{"source":"x","limits":{"pids":-1}}}`), testCaps)
+	if err == nil || !strings.Contains(err.Error(), "request.limits.pids: must be >= 0") {
+		t.Fatalf("err = %v", err)
+	}
+	_, _, _, err = decodeEvaluate([]byte(`{"tenant_id":"demo"}`), testCaps)
+	if err == nil || !strings.Contains(err.Error(), "request: is required") {
+		t.Fatalf("err = %v", err)
+	}
+	tenant, roles, req, err := decodeEvaluate([]byte(`{"tenant_id":"demo","roles":["admin"],"request":{"source":"x"}}`), testCaps)
+	if err != nil || tenant != "demo" || len(roles) != 1 || req.Source != "x" {
+		t.Fatalf("decodeEvaluate = %q %v %+v %v", tenant, roles, req, err)
+	}
+}

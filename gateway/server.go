@@ -1,0 +1,437 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// TracerName names the gateway's tracer (child spans of the edge span).
+const TracerName = "github.com/execgate/execgate/gateway"
+
+// The small interfaces the gateway needs from the domain packages (STYLE:
+// declared where used, only the methods used). app wires the real ones.
+
+// Authenticator verifies bearer tokens (*auth.Verifier).
+type Authenticator interface {
+	Verify(ctx context.Context, raw string) (auth.Claims, error)
+}
+
+// Decider decides what a tenant may run (*policy.Engine). Any error is a
+// PolicyError: deny, never allow.
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) (policy.Decision, error)
+}
+
+// Quotas admits runs and serves the admin quota API (quota.MemoryLimiter,
+// quota.RedisLimiter).
+type Quotas interface {
+	Admit(ctx context.Context, req quota.AdmitRequest) (*quota.Admission, error)
+	Override(ctx context.Context, tenant string) (quota.Limits, bool, error)
+	SetOverride(ctx context.Context, tenant string, l quota.Limits) error
+	ClearOverride(ctx context.Context, tenant string) error
+	Effective(ctx context.Context, tenant string, configured quota.Limits) (quota.Limits, error)
+	Usage(ctx context.Context, tenant string, configured quota.Limits) (quota.Usage, error)
+}
+
+// Runner runs one tool inside the sandbox (*sandbox.Runner). Its only error
+// is *sandbox.UnavailableError: nothing was run.
+type Runner interface {
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+}
+
+// Auditor writes one durable record per authenticated execute request
+// (*audit.Log).
+type Auditor interface {
+	Record(ctx context.Context, r audit.Record) error
+}
+
+// Metrics are the gateway's Prometheus hooks (*telemetry.Metrics).
+type Metrics interface {
+	Execution(tenant, status, errType string)
+	Stage(stage string, d time.Duration)
+	PolicyEval(d time.Duration)
+	QuotaRefusal(tenant, kind string)
+	SandboxCrash()
+	SetQueue(waiting, running int)
+}
+
+// Check is one readiness check besides the sandbox's (which the gateway
+// runs itself through the Runner). Run returns nil when healthy.
+type Check struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Deps are the components a Server uses. Auth, Tenants, Policy, Quota,
+// Runner and Audit are required.
+type Deps struct {
+	Auth    Authenticator
+	Tenants *tenancy.Registry
+	Policy  Decider
+	Quota   Quotas
+	Runner  Runner
+	Audit   Auditor
+	// Metrics may be nil (no metrics); MetricsHandler serves /metrics
+	// (nil: 404).
+	Metrics        Metrics
+	MetricsHandler http.Handler
+	// Idempotency remembers run responses per (tenant, execution_id). Nil:
+	// an in-memory store.
+	Idempotency IdempotencyStore
+	// Ready are the readiness checks besides the sandbox probe (rootfs,
+	// policy, quota backend).
+	Ready []Check
+	// Logger gets one line per execute request. Nil: slog.Default().
+	Logger *slog.Logger
+	// TracerProvider for the edge and child spans. Nil: the global one.
+	TracerProvider trace.TracerProvider
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Server is the HTTP API. Create it with New; Handler serves it. It is safe
+// for concurrent use; its run queue and caches live as long as it does.
+type Server struct {
+	cfg    Config
+	d      Deps
+	caps   caps
+	engine *gin.Engine
+	queue  *runQueue
+	idem   IdempotencyStore
+	ready  *readiness
+	tracer trace.Tracer
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// New validates cfg (after defaults) and builds the router.
+func New(cfg Config, d Deps) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := OpenAPI(); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for name, ok := range map[string]bool{
+		"Auth": d.Auth != nil, "Tenants": d.Tenants != nil, "Policy": d.Policy != nil,
+		"Quota": d.Quota != nil, "Runner": d.Runner != nil, "Audit": d.Audit != nil,
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("gateway: missing dependencies: %s", strings.Join(missing, ", "))
+	}
+	if d.Metrics == nil {
+		d.Metrics = nopMetrics{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.TracerProvider == nil {
+		d.TracerProvider = otel.GetTracerProvider()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Idempotency == nil {
+		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, d.Now)
+	}
+	s := &Server{
+		cfg:    cfg,
+		d:      d,
+		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes},
+		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
+		idem:   d.Idempotency,
+		tracer: d.TracerProvider.Tracer(TracerName),
+		log:    d.Logger,
+		now:    d.Now,
+	}
+	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
+	s.engine = s.routes()
+	return s, nil
+}
+
+// Handler is the HTTP handler of the whole API.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Route is one registered route (method and Gin path, e.g. /v1/admin/tenants/:id/quota).
+type Route struct{ Method, Path string }
+
+// Routes lists the registered routes (the OpenAPI test checks each is
+// documented).
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.engine.Routes() {
+		out = append(out, Route{Method: r.Method, Path: r.Path})
+	}
+	return out
+}
+
+// Drain waits until no run is queued or running, or ctx ends. Shutdown
+// calls it after the listener stopped accepting.
+func (s *Server) Drain(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if w, r := s.queue.load(); w == 0 && r == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			w, r := s.queue.load()
+			return fmt.Errorf("draining runs (%d waiting, %d running): %w", w, r, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+// gin context keys.
+const (
+	keyEnvelope    = "execgate.envelope"     // bool: render errors as an Envelope (execute)
+	keyExecutionID = "execgate.execution_id" // string: the response's execution id
+	keyTenantID    = "execgate.tenant_id"    // string: the caller's tenant once known
+)
+
+func (s *Server) routes() *gin.Engine {
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, rec any) {
+		s.log.ErrorContext(c.Request.Context(), "panic in handler", "panic", fmt.Sprint(rec), "path", c.FullPath())
+		s.fail(c, &apiError{Status: http.StatusInternalServerError, Type: TypeInternal, Message: "internal error"})
+	}))
+	e.Use(otelgin.Middleware("execgate",
+		otelgin.WithTracerProvider(s.d.TracerProvider),
+		otelgin.WithPropagators(telemetry.Propagator()),
+		otelgin.WithSpanNameFormatter(func(c *gin.Context) string {
+			if p := c.FullPath(); p != "" {
+				return c.Request.Method + " " + p
+			}
+			return c.Request.Method
+		}),
+	))
+	e.NoRoute(func(c *gin.Context) {
+		s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "no such route: " + c.Request.URL.Path})
+	})
+	e.NoMethod(func(c *gin.Context) {
+		s.fail(c, &apiError{Status: http.StatusMethodNotAllowed, Type: TypeMethodNotAllowed, Message: c.Request.Method + " is not allowed on " + c.Request.URL.Path})
+	})
+
+	e.GET("/healthz", s.handleHealthz)
+	e.GET("/readyz", s.handleReadyz)
+	e.GET("/openapi.json", s.handleOpenAPI)
+	e.GET("/metrics", s.handleMetrics)
+
+	v1 := e.Group("/v1")
+	v1.POST("/execute", s.envelopeMode, s.authenticate, s.handleExecute)
+	v1.POST("/validate", s.authenticate, s.handleValidate)
+	admin := v1.Group("/admin", s.authenticate)
+	admin.GET("/tenants", s.requireAdmin, s.handleListTenants)
+	admin.GET("/tenants/:id/quota", s.requireAdmin, s.handleGetQuota)
+	admin.PUT("/tenants/:id/quota", s.requireAdmin, s.handlePutQuota)
+	admin.DELETE("/tenants/:id/quota", s.requireAdmin, s.handleDeleteQuota)
+	admin.GET("/tenants/:id/usage", s.requireAdmin, s.handleUsage)
+	admin.POST("/policy/evaluate", s.requireRole(tenancy.RoleAdmin, tenancy.RolePolicyAuthor), s.handleEvaluate)
+	return e
+}
+
+// envelopeMode marks the execute route: errors render as an Envelope and
+// the execution headers are set on every response, even a 401.
+func (s *Server) envelopeMode(c *gin.Context) {
+	c.Set(keyEnvelope, true)
+	c.Set(keyExecutionID, newID())
+	c.Next()
+}
+
+// authenticate verifies the bearer token and puts the Principal in the
+// request context.
+func (s *Server) authenticate(c *gin.Context) {
+	ctx, span := s.tracer.Start(c.Request.Context(), telemetry.StageAuth)
+	start := time.Now()
+	p, err := s.principal(ctx, c.GetHeader("Authorization"))
+	s.d.Metrics.Stage(telemetry.StageAuth, time.Since(start))
+	span.End()
+	if err != nil {
+		c.Header("WWW-Authenticate", `Bearer realm="execgate", error="invalid_token"`)
+		s.fail(c, err)
+		c.Abort()
+		return
+	}
+	c.Set(keyTenantID, p.TenantID)
+	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
+	c.Next()
+}
+
+func (s *Server) principal(ctx context.Context, header string) (tenancy.Principal, error) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if header == "" {
+		return tenancy.Principal{}, &auth.Error{Reason: "missing bearer token"}
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return tenancy.Principal{}, &auth.Error{Reason: "the Authorization header is not \"Bearer <token>\""}
+	}
+	claims, err := s.d.Auth.Verify(ctx, strings.TrimSpace(token))
+	if err != nil {
+		return tenancy.Principal{}, err
+	}
+	p, err := tenancy.PrincipalFromClaims(claims.Subject, claims.TenantID, claims.Roles)
+	if err != nil {
+		return tenancy.Principal{}, &auth.Error{Reason: err.Error()}
+	}
+	return p, nil
+}
+
+func (s *Server) requireAdmin(c *gin.Context) { s.requireRole(tenancy.RoleAdmin)(c) }
+
+// requireRole refuses a caller with none of roles (403 Forbidden). The
+// caller's own tenant must be configured.
+func (s *Server) requireRole(roles ...string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		p, _ := tenancy.PrincipalFrom(c.Request.Context())
+		var err error
+		for _, r := range roles {
+			if _, err = s.d.Tenants.Authorize(p, "", r); err == nil {
+				c.Next()
+				return
+			}
+		}
+		s.fail(c, err)
+		c.Abort()
+	}
+}
+
+// fail renders err (through toAPIError) in the route's shape.
+func (s *Server) fail(c *gin.Context, err error) {
+	ae := toAPIError(err)
+	if ae.Status >= 500 && !expected5xx(ae.Type) {
+		s.log.ErrorContext(c.Request.Context(), "request failed", "path", c.FullPath(), "error_type", ae.Type, "err", ae.Error())
+	}
+	if ae.RetryAfter > 0 {
+		c.Header("Retry-After", retryAfterSeconds(ae.RetryAfter))
+	}
+	if c.GetBool(keyEnvelope) {
+		env := s.errorEnvelope(c, ae)
+		s.writeEnvelope(c, ae.Status, env)
+		return
+	}
+	writeJSON(c, ae.Status, ErrorResponse{Status: "error", Error: ae.body()})
+}
+
+// errorEnvelope is the envelope of a request refused before (or instead
+// of) a run.
+func (s *Server) errorEnvelope(c *gin.Context, ae *apiError) *Envelope {
+	body := ae.body()
+	return &Envelope{
+		ExecutionID: c.GetString(keyExecutionID),
+		TenantID:    c.GetString(keyTenantID),
+		Status:      sandbox.StatusError,
+		Result:      nil,
+		Error:       &body,
+		TraceID:     traceID(c.Request.Context()),
+	}
+}
+
+// writeEnvelope sets the execution headers and writes env.
+func (s *Server) writeEnvelope(c *gin.Context, status int, env *Envelope) {
+	c.Header("X-Execution-Id", env.ExecutionID)
+	c.Header("X-Execution-Status", executionStatus(env))
+	writeJSON(c, status, env)
+}
+
+// executionStatus is the X-Execution-Status value: ok or error:<Type>.
+func executionStatus(env *Envelope) string {
+	if env.Status == sandbox.StatusOK {
+		return "ok"
+	}
+	if env.Error != nil {
+		return "error:" + env.Error.Type
+	}
+	return "error"
+}
+
+func traceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// newID returns a random execution id (32 hex digits).
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // the kernel's RNG failing is not recoverable
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) handleHealthz(c *gin.Context) {
+	writeJSON(c, http.StatusOK, gin.H{"status": "ok"})
+}
+
+func (s *Server) handleMetrics(c *gin.Context) {
+	if s.d.MetricsHandler == nil {
+		s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "metrics are not enabled"})
+		return
+	}
+	s.d.MetricsHandler.ServeHTTP(c.Writer, c.Request)
+}
+
+// nopMetrics is used when Deps.Metrics is nil.
+type nopMetrics struct{}
+
+func (nopMetrics) Execution(string, string, string) {}
+func (nopMetrics) Stage(string, time.Duration)      {}
+func (nopMetrics) PolicyEval(time.Duration)         {}
+func (nopMetrics) QuotaRefusal(string, string)      {}
+func (nopMetrics) SandboxCrash()                    {}
+func (nopMetrics) SetQueue(int, int)                {}
+
+// encodeJSON encodes v without HTML escaping: tool output and messages
+// keep their <, > and & readable.
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// writeJSON writes v as the JSON response body.
+func writeJSON(c *gin.Context, status int, v any) {
+	b, err := encodeJSON(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"status":"error","error":{"type":"Internal","message":"encoding the response failed"}}`)
+	}
+	c.Data(status, "application/json; charset=utf-8", b)
+}

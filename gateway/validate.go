@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// validatorSource is the fixed tool behind POST /v1/validate. It parses and
+// compiles the caller's source (compile of an AST runs nothing of it) and
+// looks for the entrypoint among the module's top-level names. It runs in
+// the jail like any tool: user-influenced text is never handled by a host
+// interpreter.
+const validatorSource = `import ast
+
+
+def _problem(line, col, message):
+    return {"line": int(line or 0), "col": int(col or 0), "message": str(message)}
+
+
+def run(args, context):
+    source = args["source"]
+    entrypoint = args["entrypoint"]
+    try:
+        tree = ast.parse(source, filename="<tool>", mode="exec")
+        compile(tree, "<tool>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return {"valid": False, "errors": [_problem(e.lineno, e.offset, e.msg)]}
+    except (ValueError, RecursionError, MemoryError) as e:
+        return {"valid": False, "errors": [_problem(0, 0, "%s: %s" % (type(e).__name__, e))]}
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                names.add(a.asname or a.name.split(".")[0])
+    if entrypoint not in names:
+        return {"valid": False, "errors": [_problem(0, 0, "entrypoint %r is not defined at module level" % entrypoint)]}
+    return {"valid": True, "errors": []}
+`
+
+// validatorLimits bound the validator run.
+var validatorLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256, Pids: 8, OutputBytes: 1 << 20, TmpMB: 8}
+
+// handleValidate is POST /v1/validate: {source, entrypoint} → {valid,
+// errors}. It goes through the run queue and quota like a run (it is one).
+func (s *Server) handleValidate(c *gin.Context) {
+	ctx := c.Request.Context()
+	p, _ := tenancy.PrincipalFrom(ctx)
+	tenant, err := s.d.Tenants.Authorize(p, "", tenancy.RoleExecutor)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	req, err := decodeValidate(body, s.caps)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	resp, err := s.validate(ctx, tenant, req)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, resp)
+}
+
+func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *ValidateRequest) (*ValidateResponse, error) {
+	args, err := json.Marshal(map[string]string{"source": req.Source, "entrypoint": req.Entrypoint})
+	if err != nil {
+		return nil, fmt.Errorf("encoding validator args: %w", err)
+	}
+	tk := s.queue.enter()
+	if tk == nil {
+		return nil, errOverloaded
+	}
+	defer tk.release()
+	id := "validate-" + newID()
+	qctx, span := s.tracer.Start(ctx, telemetry.StageQuota)
+	adm, err := s.d.Quota.Admit(qctx, quota.AdmitRequest{TenantID: tenant.ID, ExecutionID: id, Limits: tenant.Quota, CPUReserveMS: validatorLimits.CPUMS})
+	span.End()
+	if err != nil {
+		return nil, err
+	}
+	if err := tk.acquire(ctx); err != nil {
+		_ = adm.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	rctx, span := s.tracer.Start(ctx, telemetry.StageRun)
+	start := time.Now()
+	res, err := s.d.Runner.Run(rctx, sandbox.Spec{
+		ExecutionID: id,
+		TenantID:    tenant.ID,
+		Language:    "python",
+		Source:      validatorSource,
+		Entrypoint:  "run",
+		Args:        args,
+		Mode:        "run",
+		Network:     sandbox.NetworkNone,
+		Limits:      validatorLimits,
+	})
+	s.d.Metrics.Stage(telemetry.StageRun, time.Since(start))
+	span.End()
+	tk.release()
+	if err != nil {
+		_ = adm.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := adm.Settle(context.WithoutCancel(ctx), res.Usage.CPUMS); err != nil {
+		s.log.ErrorContext(ctx, "quota settle failed", telemetry.KeyExecutionID, id, "err", err)
+	}
+	if res.Status != sandbox.StatusOK {
+		// The parser itself hit a limit (e.g. absurd nesting): the source
+		// cannot be accepted, and the caller learns why.
+		msg := "the source could not be checked"
+		if res.Error != nil {
+			msg = fmt.Sprintf("the source could not be checked: %s: %s", res.Error.Type, res.Error.Message)
+		}
+		return &ValidateResponse{Valid: false, Errors: []SourceProblem{{Message: msg}}}, nil
+	}
+	var out ValidateResponse
+	if err := json.Unmarshal(res.Result, &out); err != nil {
+		return nil, fmt.Errorf("decoding validator result: %w", err)
+	}
+	if out.Errors == nil {
+		out.Errors = []SourceProblem{}
+	}
+	return &out, nil
+}

@@ -1,0 +1,30 @@
+package sandbox
+
+import "path/filepath"
+
+// RawCommand returns nsjail's argv and the harness request that run spec's
+// jail by hand: the runner's own rendered profile config, placed directly
+// under the runner's parent cgroup. It is the jail the runner starts minus the
+// runner (no per-run cgroup, capture, deadline or classification), so
+// benchmarks can compare the runner with raw nsjail on the very same jail.
+// Start it with the request on stdin and fds 3 and 4 open (e.g. /dev/null).
+func (r *Runner) RawCommand(spec Spec) (argv []string, request []byte, err error) {
+	spec, p, err := normalize(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfgPath, err := r.profileFile(p, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if request, err = encodeRequest(spec, 0); err != nil {
+		return nil, nil, err
+	}
+	argv = []string{r.nsjail, "--config", cfgPath}
+	if r.cg.version == 1 {
+		argv = append(argv, "--cgroup_mem_parent", r.cg.parent, "--cgroup_pids_parent", r.cg.parent, "--cgroup_cpu_parent", r.cg.parent)
+	} else {
+		argv = append(argv, "--cgroupv2_mount", filepath.Join(r.cg.root, r.cg.parent))
+	}
+	return argv, request, nil
+}
