@@ -82,7 +82,11 @@ func printCurl(a *app.App, cfg *config.Config) {
 		fmt.Fprintf(os.Stderr, "execgate: minting the demo token: %v\n", err)
 		return
 	}
-	fmt.Printf(`# execgate is ready (tenant %q, token valid 12h; more: execgate token --tenant %s --state-dir %s)
+	state := "is ready"
+	if a.SandboxErr() != nil {
+		state = "is serving but CANNOT RUN TOOLS (see the warning above)"
+	}
+	fmt.Printf(`# execgate %s (tenant %q, token valid 12h; more: execgate token --tenant %s --state-dir %s)
 curl -s -H "Authorization: Bearer %s" -H 'Content-Type: application/json' -d '{"source":"def run(args, context):\n    return {\"ok\": True}\n"}' %s/v1/execute
-`, tenant, tenant, cfg.StateDir, tok, a.URL())
+`, state, tenant, tenant, cfg.StateDir, tok, a.URL())
 }
