@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,10 +18,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -458,18 +462,20 @@ func TestProcessCreationPastThePidsLimitFailsWithEAGAIN(t *testing.T) {
 	assertNoProcessesLeft(t, r, cfg)
 }
 
-// 5. Shared memory (memfd, /dev/shm, multiprocessing.shared_memory) cannot
-// grow past the memory and tmpfs caps: the attempt fails inside or the run
-// ends in MemoryLimit.
+// 5. Shared memory (memfd, /dev/shm, multiprocessing.shared_memory, one
+// segment or many) cannot grow past the memory and tmpfs caps: the attempt
+// fails inside or the run ends in MemoryLimit (a write through a mapping
+// past the /dev/shm size is a SIGBUS, reported as MemoryLimit).
 func TestSharedMemoryCannotExceedTheCaps(t *testing.T) {
 	t.Parallel()
 	r, _ := newRunner(t, "shm")
 	const memMB, tmpMB, askMB = 64, 16, 160
-	for _, mode := range []string{"memfd", "dev_shm", "shared_memory"} {
+	for _, mode := range []string{"memfd", "dev_shm", "shared_memory", "shared_memory_many"} {
 		t.Run(mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "shm", args: map[string]any{"mode": mode, "mb": askMB},
 				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: 20000}})
 			if res.ErrorType() == sandbox.ErrMemoryLimit {
+				t.Logf("%s: MemoryLimit: %s", mode, res.Error.Message)
 				return
 			}
 			var out struct {
@@ -618,7 +624,8 @@ func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
 }
 
 // 9. No process can ptrace another or read another's memory through
-// /proc/<pid>/mem: not the tool's child, not its parent, not pid 1.
+// /proc/<pid>/mem: not the tool's child (forked or exec'd), not its parent,
+// not pid 1; and no process can make itself dumpable again.
 func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 	t.Parallel()
 	r, _ := newRunner(t, "ptrace")
@@ -630,6 +637,11 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 		Read  int `json:"read"`
 		Errno int `json:"errno"`
 	}
+	type dumpable struct {
+		Ret   int `json:"ret"`
+		Errno int `json:"errno"`
+		Now   int `json:"now"`
+	}
 	var out struct {
 		AttachChild call `json:"attach_child"`
 		SeizeChild  call `json:"seize_child"`
@@ -639,15 +651,35 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 			ParentMem    mem  `json:"parent_mem"`
 			AttachParent call `json:"attach_parent"`
 		} `json:"from_child"`
+		Exec struct {
+			ChildMem    mem  `json:"child_mem"`
+			AttachChild call `json:"attach_child"`
+			FromChild   struct {
+				ParentMem mem `json:"parent_mem"`
+			} `json:"from_child"`
+		} `json:"exec"`
+		SetDumpable         dumpable `json:"set_dumpable"`
+		SetDumpableHighBits dumpable `json:"set_dumpable_high_bits"`
 	}
-	decode(t, runTool(t, r, job{tool: "ptrace"}), &out)
+	decode(t, runTool(t, r, job{tool: "ptrace", limits: sandbox.Limits{TimeoutMS: 20000}}), &out)
 	for name, c := range map[string]call{"attach child": out.AttachChild, "seize child": out.SeizeChild,
 		"attach pid 1": out.AttachInit, "child attaches parent": out.FromChild.AttachParent} {
 		if c.Ret != -1 || c.Errno != EPERM {
 			t.Errorf("ptrace %s: ret %d errno %s, want EPERM", name, c.Ret, errnoName(c.Errno))
 		}
 	}
-	for name, m := range map[string]mem{"parent reads child": out.ChildMem, "child reads parent": out.FromChild.ParentMem} {
+	if c := out.Exec.AttachChild; c.Ret != -1 || c.Errno != EPERM {
+		t.Errorf("ptrace attach to an exec'd child: ret %d errno %s, want EPERM", c.Ret, errnoName(c.Errno))
+	}
+	// Every process of the jail is non-dumpable (the interpreter is not
+	// readable by the tool's uid) and cannot become dumpable again.
+	for name, d := range map[string]dumpable{"PR_SET_DUMPABLE": out.SetDumpable, "PR_SET_DUMPABLE with high bits set": out.SetDumpableHighBits} {
+		if d.Ret != -1 || d.Errno != EPERM || d.Now != 0 {
+			t.Errorf("prctl(%s, 1): ret %d errno %s, dumpable now %d; want EPERM and 0", name, d.Ret, errnoName(d.Errno), d.Now)
+		}
+	}
+	for name, m := range map[string]mem{"parent reads child": out.ChildMem, "child reads parent": out.FromChild.ParentMem,
+		"parent reads exec'd child": out.Exec.ChildMem, "exec'd child reads parent": out.Exec.FromChild.ParentMem} {
 		if m.Read != 0 || (m.Errno != EPERM && m.Errno != EACCES) {
 			t.Errorf("/proc/<pid>/mem, %s: read %d bytes, errno %s; want EACCES or EPERM", name, m.Read, errnoName(m.Errno))
 		}
@@ -964,7 +996,9 @@ func TestHostPathsAreAbsent(t *testing.T) {
 }
 
 // 17. /dev holds only null, zero and urandom (and, at most, the standard
-// fd/std* links): no kvm, mem, block devices or fuse.
+// fd/std* links), plus shm, the jail's own small tmpfs for POSIX shared
+// memory (mounted nosuid, nodev, noexec; item 5 bounds it): no kvm, mem,
+// block devices or fuse.
 func TestDevIsMinimal(t *testing.T) {
 	t.Parallel()
 	r, _ := newRunner(t, "dev")
@@ -976,6 +1010,11 @@ func TestDevIsMinimal(t *testing.T) {
 		} `json:"entries"`
 		ZeroOK       bool `json:"zero_ok"`
 		UrandomBytes int  `json:"urandom_bytes"`
+		Shm          *struct {
+			Point   string `json:"point"`
+			Options string `json:"options"`
+			FSType  string `json:"fstype"`
+		} `json:"shm"`
 	}
 	decode(t, runTool(t, r, job{tool: "filesystem", args: map[string]any{"check": "dev"}}), &out)
 	devices := map[string][2]int{"null": {1, 3}, "zero": {1, 5}, "urandom": {1, 9}}
@@ -985,8 +1024,18 @@ func TestDevIsMinimal(t *testing.T) {
 		switch {
 		case isDevice && (e.Kind != "char" || e.Major != want[0] || e.Minor != want[1]):
 			t.Errorf("/dev/%s is %s %d:%d, want char %d:%d", name, e.Kind, e.Major, e.Minor, want[0], want[1])
+		case name == "shm" && e.Kind == "dir":
 		case !isDevice && !(e.Kind == "link" && slices.Contains(links, name)):
 			t.Errorf("/dev/%s (%s %d:%d) should not exist in the jail", name, e.Kind, e.Major, e.Minor)
+		}
+	}
+	if s := out.Shm; s == nil || s.Point != "/dev/shm" || s.FSType != "tmpfs" {
+		t.Errorf("/dev/shm is not a tmpfs of its own: %+v", out.Shm)
+	} else {
+		for _, opt := range []string{"nosuid", "nodev", "noexec"} {
+			if !slices.Contains(strings.Split(s.Options, ","), opt) {
+				t.Errorf("/dev/shm is mounted %s, without %s", s.Options, opt)
+			}
 		}
 	}
 	for name := range devices {
@@ -1050,26 +1099,67 @@ var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITE
 // 99999 to 99999, never to host root.
 func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 	t.Parallel()
-	r, _ := newRunner(t, "identity")
+	r, cfg := newRunner(t, "identity")
 	const nsjailLogFD = 4
 	var out struct {
-		Environ        map[string]string `json:"environ"`
-		InitialEnviron []string          `json:"initial_environ"`
-		FDs            map[string]string `json:"fds"`
-		WriteLogFD     int               `json:"write_log_fd_errno"`
-		UIDMap         string            `json:"uid_map"`
-		GIDMap         string            `json:"gid_map"`
-		IDs            []int             `json:"ids"`
-		Groups         []int             `json:"groups"`
+		Environ             map[string]string `json:"environ"`
+		InitialEnviron      []string          `json:"initial_environ"`
+		InitialEnvironErrno int               `json:"initial_environ_errno"`
+		FDs                 map[string]string `json:"fds"`
+		WriteLogFD          int               `json:"write_log_fd_errno"`
+		UIDMap              string            `json:"uid_map"`
+		GIDMap              string            `json:"gid_map"`
+		IDs                 []int             `json:"ids"`
+		Groups              []int             `json:"groups"`
 	}
-	decode(t, runTool(t, r, job{tool: "identity", args: map[string]any{"log_fd": nsjailLogFD}}), &out)
-	t.Run("environment is the whitelist", func(t *testing.T) {
-		var initial []string
-		for _, kv := range out.InitialEnviron {
-			k, _, _ := strings.Cut(kv, "=")
-			initial = append(initial, k)
+	// While the tool holds, the host reads the environment the kernel
+	// holds for every process of the jail (the process itself may not: it
+	// is non-dumpable, item 9).
+	wait := startTool(t, r, job{tool: "identity", args: map[string]any{"log_fd": nsjailLogFD, "hold_ms": 1500}})
+	hostEnv := map[string][]string{}
+	for deadline := time.Now().Add(10 * time.Second); len(hostEnv) == 0 && time.Now().Before(deadline); {
+		for _, d := range parentCgroupDirs(r.Info(), cfg.CgroupParent) {
+			for _, p := range procsBelow(d) {
+				_, pid, _ := strings.Cut(p, ":")
+				data, err := os.ReadFile("/proc/" + pid + "/environ")
+				if err != nil || len(data) == 0 {
+					continue
+				}
+				if cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline"); !bytes.Contains(cmdline, []byte("harness.py")) {
+					continue // nsjail itself, not the jail
+				}
+				hostEnv[pid] = strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+			}
 		}
-		for _, keys := range [][]string{mapKeys(out.Environ), initial} {
+		time.Sleep(20 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	res, err := wait()
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
+	}
+	decode(t, res, &out)
+	t.Run("environment is the whitelist", func(t *testing.T) {
+		if len(hostEnv) == 0 {
+			t.Fatal("never saw the jail's processes from the host while the tool held")
+		}
+		keysOf := func(kvs []string) []string {
+			var keys []string
+			for _, kv := range kvs {
+				k, _, _ := strings.Cut(kv, "=")
+				keys = append(keys, k)
+			}
+			return keys
+		}
+		lists := [][]string{mapKeys(out.Environ), keysOf(out.InitialEnviron)}
+		for _, kvs := range hostEnv {
+			lists = append(lists, keysOf(kvs))
+			for _, kv := range kvs {
+				if strings.Contains(kv, secret) {
+					t.Errorf("the jail's environment carries the gateway's secret: %s", kv)
+				}
+			}
+		}
+		for _, keys := range lists {
 			for _, k := range keys {
 				if !slices.Contains(jailEnvAllowed, k) {
 					t.Errorf("variable %s is not on the whitelist %v", k, jailEnvAllowed)
@@ -1080,6 +1170,9 @@ func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 			if strings.Contains(v, secret) {
 				t.Errorf("%s carries the gateway's secret", k)
 			}
+		}
+		if out.InitialEnviron == nil && out.InitialEnvironErrno != EACCES {
+			t.Errorf("reading /proc/1/environ inside: %s, want it readable or EACCES (non-dumpable)", errnoName(out.InitialEnvironErrno))
 		}
 	})
 	t.Run("only descriptors 0-3 are open", func(t *testing.T) {
@@ -1259,4 +1352,264 @@ func TestNetworkNoneReachesNothing(t *testing.T) {
 		t.Errorf("the host's TCP listener accepted a connection from %v", c.RemoteAddr())
 		c.Close()
 	}
+}
+
+// ---- 25–26: network proxy ----
+
+// proxyResolver is the egress proxy's resolver in the proxy test: test
+// names only, nothing reaches real DNS.
+type proxyResolver map[string]string
+
+func (f proxyResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// recordingDialer dials only the one backend the test opened and refuses,
+// after recording it, every other address: no packet ever goes to a
+// private, link-local or public address.
+type recordingDialer struct {
+	allow string
+
+	mu     sync.Mutex // guards dialed
+	dialed []string
+}
+
+func (d *recordingDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dialed = append(d.dialed, addr)
+	d.mu.Unlock()
+	if addr != d.allow {
+		return nil, fmt.Errorf("test dialer: refusing %s", addr)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+func (d *recordingDialer) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dialed...)
+}
+
+// 25–26. Network proxy: the run's egress proxy is the only way out. An
+// allow-listed host works, through plain HTTP and CONNECT; a host, port or
+// IP literal off the list, and names resolving to metadata or private
+// addresses, are refused with 403 (the tool sees the refusal, never a fake
+// success) and recorded as denied, the refused addresses never dialled;
+// direct TCP (the host's loopback, public, metadata addresses), DNS and UDP
+// from inside reach nothing.
+func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex // guards paths
+	var paths []string
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		fmt.Fprintf(w, "backend says hello at %s", r.URL.Path)
+	})}
+	go srv.Serve(backend)
+	t.Cleanup(func() { srv.Close() })
+	port := backend.Addr().(*net.TCPAddr).Port
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	otherAccepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				close(otherAccepted)
+				return
+			}
+			otherAccepted <- c
+		}
+	}()
+	otherPort := other.Addr().(*net.TCPAddr).Port
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { udp.Close() })
+
+	dialer := &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", port)}
+	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
+		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1",
+			"metadata.test": "169.254.169.254", "private.test": "10.0.0.1"},
+		Dial: dialer.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testenv.SandboxConfig(t)
+	cfg.CgroupParent = cgroupPrefix + "-proxy"
+	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
+	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
+	if err != nil {
+		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
+	}
+	t.Cleanup(func() { r.Close() })
+
+	args, _ := json.Marshal(map[string]any{"port": port, "other_port": otherPort, "udp_port": udp.LocalAddr().(*net.UDPAddr).Port})
+	res, err := r.Run(context.Background(), sandbox.Spec{
+		ExecutionID: "containment-proxy-" + randomHex(4), TenantID: "containment",
+		Source: source(t, "proxy"), Args: args, Network: sandbox.NetworkProxy,
+		EgressAllow: []string{fmt.Sprintf("api.test:%d", port), "metadata.test:80", fmt.Sprintf("private.test:%d", port)},
+		Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
+	}
+	type fetch struct {
+		OK     bool   `json:"ok"`
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+		Error  string `json:"error"`
+	}
+	type tunnel struct {
+		netAttempt
+		Out struct {
+			Status   string `json:"status"`
+			Response string `json:"response"`
+		} `json:"out"`
+	}
+	var out struct {
+		Env                  map[string]string `json:"env"`
+		Interfaces           []string          `json:"interfaces"`
+		Allowed              fetch             `json:"allowed"`
+		AllowedTunnel        tunnel            `json:"allowed_tunnel"`
+		NotAllowedHost       fetch             `json:"not_allowed_host"`
+		NotAllowedHostTunnel tunnel            `json:"not_allowed_host_tunnel"`
+		NotAllowedPort       fetch             `json:"not_allowed_port"`
+		IPThroughProxy       fetch             `json:"ip_through_proxy"`
+		Metadata             fetch             `json:"metadata"`
+		Private              fetch             `json:"private"`
+		DirectHost           netAttempt        `json:"direct_tcp_host_loopback"`
+		DirectPublic         netAttempt        `json:"direct_tcp_public"`
+		DirectMetadata       netAttempt        `json:"direct_tcp_metadata"`
+		DNS                  netAttempt        `json:"dns"`
+		UDPDNS               netAttempt        `json:"udp_dns"`
+		UDPHost              netAttempt        `json:"udp_host_loopback"`
+	}
+	decode(t, res, &out)
+
+	t.Run("the proxy is the environment's only way out", func(t *testing.T) {
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			if out.Env[k] != "http://127.0.0.1:3128" {
+				t.Errorf("%s = %q", k, out.Env[k])
+			}
+		}
+		if v, ok := out.Env["NO_PROXY"]; !ok || v != "" {
+			t.Errorf("NO_PROXY = %q (set: %t), want set and empty", v, ok)
+		}
+		if !slices.Equal(out.Interfaces, []string{"lo"}) {
+			t.Errorf("interfaces = %v, want only lo", out.Interfaces)
+		}
+	})
+	t.Run("an allow-listed host works over HTTP and CONNECT", func(t *testing.T) {
+		if !out.Allowed.OK || out.Allowed.Status != 200 || !strings.Contains(out.Allowed.Body, "/allowed") {
+			t.Errorf("allowed host over HTTP: %+v", out.Allowed)
+		}
+		if !strings.Contains(out.AllowedTunnel.Out.Status, " 200 ") || !strings.Contains(out.AllowedTunnel.Out.Response, "hello at /tunnel") {
+			t.Errorf("allowed host over CONNECT: %+v", out.AllowedTunnel)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(paths, []string{"/allowed", "/tunnel"}) {
+			t.Errorf("the backend served %v, want exactly /allowed and /tunnel", paths)
+		}
+	})
+	t.Run("refusals are reported to the tool as refusals", func(t *testing.T) {
+		for name, f := range map[string]fetch{"a host off the list": out.NotAllowedHost, "a port off the list": out.NotAllowedPort,
+			"an IP literal": out.IPThroughProxy, "a name resolving to the metadata address": out.Metadata,
+			"a name resolving to a private address": out.Private} {
+			if f.OK || f.Status != http.StatusForbidden || !strings.Contains(f.Error, "execgate egress") {
+				t.Errorf("%s: %+v, want HTTP 403 from the egress proxy", name, f)
+			}
+		}
+		if !strings.Contains(out.Metadata.Error, "169.254.0.0/16") || !strings.Contains(out.Private.Error, "10.0.0.0/8") {
+			t.Errorf("the refusals do not name the denied ranges: %q, %q", out.Metadata.Error, out.Private.Error)
+		}
+		if s := out.NotAllowedHostTunnel.Out.Status; !strings.Contains(s, " 403 ") {
+			t.Errorf("CONNECT to a host off the list answered %q, want 403", s)
+		}
+	})
+	t.Run("every attempt is recorded, the refused ones as denied", func(t *testing.T) {
+		type key struct {
+			host    string
+			port    int
+			allowed bool
+		}
+		count := map[key]int{}
+		for _, a := range res.Egress {
+			count[key{a.Host, a.Port, a.Allowed}]++
+			if !a.Allowed && a.Reason == "" {
+				t.Errorf("denied attempt without a reason: %+v", a)
+			}
+		}
+		for k, n := range map[key]int{
+			{"api.test", port, true}:          2,
+			{"other.test", port, false}:       2,
+			{"api.test", otherPort, false}:    1,
+			{"127.0.0.1", port, false}:        1,
+			{"metadata.test", 80, false}:      1,
+			{"private.test", port, false}:     1,
+			{"api.test", port, false}:         0,
+			{"metadata.test", 80, true}:       0,
+			{"other.test", port, true}:        0,
+			{"private.test", port, true}:      0,
+			{"127.0.0.1", otherPort, false}:   0,
+			{"api.test", otherPort, true}:     0,
+			{"127.0.0.1", port, true}:         0,
+			{"169.254.169.254", 80, true}:     0,
+			{"169.254.169.254", 80, false}:    0,
+			{"private.test", otherPort, true}: 0,
+		} {
+			if count[k] != n {
+				t.Errorf("%s:%d allowed=%t recorded %d times, want %d (all: %+v)", k.host, k.port, k.allowed, count[k], n, res.Egress)
+			}
+		}
+		for _, addr := range dialer.seen() {
+			if addr != dialer.allow {
+				t.Errorf("the proxy dialled %s, which policy refused", addr)
+			}
+		}
+	})
+	t.Run("direct connections, DNS and UDP reach nothing", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			got  netAttempt
+			want []int
+		}{
+			"TCP to the host's 127.0.0.1 backend": {out.DirectHost, []int{ECONNREFUSED}},
+			"TCP to 192.0.2.1":                    {out.DirectPublic, []int{ENETUNREACH}},
+			"TCP to 169.254.169.254":              {out.DirectMetadata, []int{ENETUNREACH}},
+			"UDP to 192.0.2.1:53":                 {out.UDPDNS, []int{ENETUNREACH}},
+		} {
+			if tc.got.OK || !slices.Contains(tc.want, tc.got.Errno) {
+				t.Errorf("%s: ok=%v %s (%s), want it refused with %v", name, tc.got.OK, errnoName(tc.got.Errno), tc.got.Error, tc.want)
+			}
+		}
+		if out.DNS.OK {
+			t.Errorf("api.test resolved inside the jail: %+v", out.DNS)
+		}
+		udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		buf := make([]byte, 64)
+		if n, from, err := udp.ReadFrom(buf); err == nil {
+			t.Errorf("the host's UDP listener received %q from %v", buf[:n], from)
+		}
+		other.Close()
+		for c := range otherAccepted {
+			t.Errorf("the host's listener on the port off the list accepted %v", c.RemoteAddr())
+			c.Close()
+		}
+	})
 }

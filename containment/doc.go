@@ -1,7 +1,7 @@
 // Package containment is the containment suite: integration tests that run
 // real attacks as tools through the real sandbox (nsjail, the built rootfs,
 // seccomp, cgroups) and assert each one fails in the precise way
-// /work/shared/CONTAINMENT.md (items 1–24 and 27) requires, with nothing left
+// /work/shared/CONTAINMENT.md (items 1–27) requires, with nothing left
 // behind on the host.
 //
 // It has no non-test code. The tests run with plain `go test ./...`; they

@@ -44,6 +44,11 @@ type Proxy struct {
 	timeout  time.Duration
 }
 
+var (
+	_ sandbox.EgressProxy   = (*Proxy)(nil)
+	_ sandbox.EgressSession = (*Session)(nil)
+)
+
 // New validates cfg and returns a Proxy.
 func New(cfg Config, opts Options) (*Proxy, error) {
 	ips, err := newIPPolicy(cfg.AllowCIDRs)
@@ -73,11 +78,12 @@ func New(cfg Config, opts Options) (*Proxy, error) {
 
 // Start serves a new session on a unix socket at socketPath (created 0666 so
 // the jail's unprivileged user can connect; the directory holding it is the
-// run's private dir) with the given allow-list.
+// run's private dir) with the given allow-list. An allow-list entry that
+// does not parse is an error wrapping sandbox.ErrInvalidEgressAllow.
 func (p *Proxy) Start(socketPath string, allow []string) (sandbox.EgressSession, error) {
 	rules, err := ParseRules(allow)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidEgressAllow, err)
 	}
 	_ = os.Remove(socketPath)
 	ln, err := net.Listen("unix", socketPath)

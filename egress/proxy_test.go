@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 func TestParseRules(t *testing.T) {
@@ -284,5 +287,16 @@ func TestSession_CloseCutsTunnels(t *testing.T) {
 func TestNew_RejectsBadUpstream(t *testing.T) {
 	if _, err := New(Config{UpstreamProxy: "socks5://x:1"}, Options{}); err == nil || !strings.Contains(err.Error(), "upstream_proxy") {
 		t.Fatalf("want an upstream_proxy error, got %v", err)
+	}
+}
+
+func TestStartRefusesABadAllowListAsTheRunsFault(t *testing.T) {
+	p, err := New(Config{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Start(filepath.Join(t.TempDir(), "s.sock"), []string{"api.example.com", "*"})
+	if !errors.Is(err, sandbox.ErrInvalidEgressAllow) || !strings.Contains(err.Error(), `"*"`) {
+		t.Fatalf("got %v, want sandbox.ErrInvalidEgressAllow naming the entry", err)
 	}
 }

@@ -78,6 +78,8 @@ func staleness(opts Options) (string, *Manifest) {
 	switch {
 	case err != nil:
 		return err.Error(), m
+	case m.Layout != Layout:
+		return fmt.Sprintf("built with layout %d, this binary builds layout %d", m.Layout, Layout), m
 	case m.ProtocolVersion != hv.protocol:
 		return fmt.Sprintf("built for protocol %d, this binary speaks %d", m.ProtocolVersion, hv.protocol), m
 	case m.HarnessSHA256 != hv.sha256:
@@ -138,6 +140,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		{"shared libraries", b.libraries},
 		{"/etc", b.etc},
 		{"CA trust store", func(context.Context) error { return b.trustStore(ca) }},
+		{"time zones", b.zoneinfo},
 		{"mount points", b.mountPoints},
 		{"harness", b.harness},
 		{"compiling to .pyc", b.compile},
@@ -165,6 +168,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 	hv := currentHarness()
 	m := &Manifest{
 		Format:          ManifestFormat,
+		Layout:          Layout,
 		ProtocolVersion: hv.protocol,
 		HarnessSHA256:   hv.sha256,
 		PythonVersion:   py.Version,
@@ -622,7 +626,7 @@ func (b *builder) trustStore(ca *caStore) error {
 
 // mountPointDirs exist so nsjail never has to create a mount point inside
 // the (bind-mounted, host-backed) tree.
-var mountPointDirs = []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, HarnessDir, path.Dir(ManifestPath)}
+var mountPointDirs = []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, EgressDir, HarnessDir, path.Dir(ManifestPath)}
 
 // devPlaceholders are empty files the sandbox binds the host's devices
 // over; without them nsjail would have to create the targets in the tree,
@@ -728,10 +732,105 @@ func (b *builder) normalize(context.Context) error {
 			return nil
 		case fi.IsDir():
 			return os.Chmod(p, 0o755)
+		case p == b.host(PythonPath):
+			return os.Chmod(p, interpreterMode)
 		case fi.Mode().Perm()&0o111 != 0:
 			return os.Chmod(p, 0o755)
 		default:
 			return os.Chmod(p, 0o644)
 		}
 	})
+}
+
+// interpreterMode keeps the interpreter executable but unreadable for the
+// tool's user: execve of a file the caller cannot read leaves the new
+// process non-dumpable (and its memory owned by the initial user
+// namespace), so no process of the jail can open another's
+// /proc/<pid>/mem, whichever started which. The ELF loader reads the file
+// in the kernel; nothing in the interpreter reads its own binary.
+const interpreterMode = 0o711
+
+// zoneinfo installs the host's time zone database (IANA tzdata), so
+// zoneinfo.ZoneInfo("Europe/Berlin") works in the jail. Every symlink is
+// dereferenced: a link inside the database becomes a hard link to the
+// file it names (no link is left to resolve at run time), and a link that
+// leaves the database (localtime → /etc/localtime: host configuration) is
+// dropped. A host without /usr/share/zoneinfo gets none, and a note.
+func (b *builder) zoneinfo(context.Context) error {
+	src := ZoneinfoDir
+	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
+		b.opts.progress("  no %s on the host: the jail has no time zone database", src)
+		return nil
+	}
+	if _, err := b.mirrorDir(ZoneinfoDir, 0); err != nil {
+		return err
+	}
+	installed := map[string]string{} // host real path → tree path of its copy
+	open := map[string]bool{}        // real directories being walked (a link back to one is a loop)
+	var walk func(hostDir, jailDir string) error
+	walk = func(hostDir, jailDir string) error {
+		real, err := filepath.EvalSymlinks(hostDir)
+		if err != nil {
+			return err
+		}
+		open[real] = true
+		defer delete(open, real)
+		entries, err := os.ReadDir(hostDir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			hp := filepath.Join(hostDir, e.Name())
+			jp := path.Join(jailDir, e.Name())
+			inside := func(p string) bool {
+				rel, err := filepath.Rel(src, p)
+				return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+			}
+			if e.Type()&fs.ModeSymlink != 0 {
+				// A link naming a path outside the database is host
+				// configuration (localtime → /etc/localtime), wherever
+				// it ends up.
+				t, err := os.Readlink(hp)
+				if err != nil || !inside(linkTarget(hp, t)) {
+					continue
+				}
+			}
+			real, err := filepath.EvalSymlinks(hp)
+			if err != nil || !inside(real) {
+				continue // dangling, or leaves the database
+			}
+			fi, err := os.Stat(real)
+			if err != nil {
+				return err
+			}
+			switch {
+			case fi.IsDir() && open[real]:
+				continue // a link back up: the directory is already there
+			case fi.IsDir():
+				if err := os.Mkdir(b.host(jp), 0o755); err != nil {
+					return err
+				}
+				if err := walk(hp, jp); err != nil {
+					return err
+				}
+			case fi.Mode().IsRegular():
+				if first, ok := installed[real]; ok {
+					if err := os.Link(b.host(first), b.host(jp)); err != nil {
+						return err
+					}
+					continue
+				}
+				if err := copyFile(real, b.host(jp), fi); err != nil {
+					return err
+				}
+				installed[real] = jp
+			}
+		}
+		return nil
+	}
+	if err := walk(src, ZoneinfoDir); err != nil {
+		return err
+	}
+	b.opts.progress("  %d time zone files from %s", len(installed), src)
+	return nil
 }

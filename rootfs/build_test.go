@@ -71,6 +71,7 @@ func TestBuildWritesTheManifest(t *testing.T) {
 		ok   bool
 	}{
 		{"format is 1", m.Format == ManifestFormat},
+		{"layout is this binary's", m.Layout == Layout},
 		{"protocol is the sandbox's", m.ProtocolVersion == sandbox.ProtocolVersion},
 		{"harness hash is the embedded harness's", m.HarnessSHA256 == harness.Hash()},
 		{"python version is 3.x.y", strings.HasPrefix(m.PythonVersion, "3.") && strings.Count(m.PythonVersion, ".") == 2},
@@ -114,7 +115,7 @@ func TestBuildLayout(t *testing.T) {
 			}
 		})
 	}
-	dirs := []string{"/tmp", "/dev", "/proc", DepsDir, HarnessDir, m.Stdlib + "/lib-dynload", OpenSSLDir + "/certs"}
+	dirs := []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, EgressDir, HarnessDir, m.Stdlib + "/lib-dynload", OpenSSLDir + "/certs"}
 	for _, p := range dirs {
 		t.Run("directory "+p, func(t *testing.T) {
 			fi, err := os.Stat(filepath.Join(dir, p))
@@ -162,6 +163,49 @@ func TestBuildLayout(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "_test") || strings.HasPrefix(e.Name(), "xxlimited") {
 			t.Errorf("lib-dynload ships test module %s", e.Name())
 		}
+	}
+}
+
+func TestBuildInterpreterIsExecutableButNotReadable(t *testing.T) {
+	dir, _ := buildOnce(t)
+	fi, err := os.Stat(filepath.Join(dir, PythonPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Others (the tool's uid) may run it, not read it: every process of
+	// the jail starts non-dumpable.
+	if got := fi.Mode().Perm(); got != 0o711 {
+		t.Errorf("%s: mode %v, want 0711", PythonPath, got)
+	}
+}
+
+func TestBuildShipsTheTimeZoneDatabaseDereferenced(t *testing.T) {
+	if _, err := os.Stat("/usr/share/zoneinfo/Europe/Berlin"); err != nil {
+		t.Skipf("the host has no time zone database: %v", err)
+	}
+	dir, _ := buildOnce(t)
+	zi := filepath.Join(dir, ZoneinfoDir)
+	for _, p := range []string{"Europe/Berlin", "UTC", "America/New_York", "zone1970.tab"} {
+		fi, err := os.Lstat(filepath.Join(zi, p))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s/%s: %v %v, want a regular file", ZoneinfoDir, p, fi, err)
+		}
+	}
+	want, _ := os.ReadFile("/usr/share/zoneinfo/Europe/Berlin")
+	if got, _ := os.ReadFile(filepath.Join(zi, "Europe/Berlin")); !bytes.Equal(got, want) || len(got) == 0 {
+		t.Errorf("Europe/Berlin differs from the host's (%d bytes, host %d)", len(got), len(want))
+	}
+	if _, err := os.Lstat(filepath.Join(zi, "localtime")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("localtime (the host's configuration) was shipped: %v", err)
+	}
+	err := filepath.WalkDir(zi, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSymlink != 0 {
+			t.Errorf("%s is a symlink; the database must be dereferenced", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -100,6 +100,31 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 		}
 	})
 
+	t.Run("a tree of an older layout is stale", func(t *testing.T) {
+		opts, err := Options{Dir: dir}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mp := filepath.Join(dir, ManifestPath)
+		orig, err := os.ReadFile(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.WriteFile(mp, orig, 0o644) })
+		var raw map[string]any
+		if err := json.Unmarshal(orig, &raw); err != nil {
+			t.Fatal(err)
+		}
+		delete(raw, "layout") // what an execgate before layouts wrote
+		data, _ := json.Marshal(raw)
+		if err := os.WriteFile(mp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if reason, _ := staleness(opts); !strings.Contains(reason, "layout 0") {
+			t.Errorf("staleness = %q, want the old layout named", reason)
+		}
+	})
+
 	t.Run("a changed interpreter stamp triggers a rebuild", func(t *testing.T) {
 		opts, err := Options{Dir: dir}.withDefaults()
 		if err != nil {

@@ -19,13 +19,20 @@
 //	/etc/nsswitch.conf, hosts, resolv.conf
 //	/etc/ssl/certs/ca-certificates.crt   CA bundle (and hashed certs beside it)
 //	/usr/lib/ssl/cert.pem, /usr/lib/ssl/certs   the same, at OpenSSL's OPENSSLDIR
-//	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps  empty mount points
+//	/usr/share/zoneinfo                  the host's time zone database, dereferenced
+//	                                     (when the host has one)
+//	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps, /opt/execgate/egress
+//	                                     empty mount points
 //	/dev/null, /dev/zero, /dev/urandom  empty files the sandbox binds devices over
 //	/opt/execgate/harness/               the harness (sandbox/harness.FS)
 //	/etc/execgate/manifest.json          the Manifest
 //
 // Every file is owned by root (when built as root), readable by all and
 // writable by nobody but the owner; no file carries a setuid or setgid bit.
+// The one exception to "readable by all" is the interpreter, mode 0711:
+// executable but not readable by the tool's user, which makes the kernel
+// start every process of the jail non-dumpable, so no process can read
+// another's memory through /proc/<pid>/mem (CONTAINMENT item 9).
 //
 // Build replaces a rootfs atomically (the new tree is built beside the old
 // one and swapped in with one rename); Ensure builds only when the rootfs is
@@ -42,11 +49,21 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
 // ManifestFormat is the version of the manifest's layout.
 const ManifestFormat = 1
+
+// Layout is the version of the tree's layout: what Build puts where. Bump
+// it whenever Build changes what a tree holds, so Ensure rebuilds trees an
+// older execgate built.
+//
+//	1 (or absent): the original tree
+//	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
+//	   readable by the tool's user
+const Layout = 2
 
 // Paths inside the rootfs (absolute, as seen from inside the jail).
 const (
@@ -54,6 +71,8 @@ const (
 	ManifestPath = "/etc/execgate/manifest.json"
 	HarnessDir   = harness.Dir
 	DepsDir      = "/opt/execgate/deps"
+	EgressDir    = sandbox.JailEgressDir
+	ZoneinfoDir  = "/usr/share/zoneinfo"
 	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
 	CADirPath    = "/etc/ssl/certs"
 	// OpenSSLDir is OpenSSL's OPENSSLDIR on Debian; cert.pem and certs/
@@ -93,6 +112,7 @@ type Options struct {
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
 type Manifest struct {
 	Format          int    `json:"format"`
+	Layout          int    `json:"layout"`
 	ProtocolVersion int    `json:"protocol_version"`
 	HarnessSHA256   string `json:"harness_sha256"`
 	PythonVersion   string `json:"python_version"`

@@ -66,10 +66,14 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 			name: "a setuid file",
 			tamper: func(t *testing.T) func() {
 				p := filepath.Join(dir, PythonPath)
-				if err := os.Chmod(p, 0o755|os.ModeSetuid); err != nil {
+				fi, err := os.Stat(p)
+				if err != nil {
 					t.Fatal(err)
 				}
-				return func() { os.Chmod(p, 0o755) }
+				if err := os.Chmod(p, fi.Mode().Perm()|os.ModeSetuid); err != nil {
+					t.Fatal(err)
+				}
+				return func() { os.Chmod(p, fi.Mode().Perm()) }
 			},
 			checks: []string{"setuid/setgid files", "content"},
 			detail: PythonPath,

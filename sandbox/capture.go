@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 )
@@ -36,6 +37,29 @@ func (c *capture) readFrom(r io.Reader) {
 			return
 		}
 	}
+}
+
+// Write keeps what fits under the cap and reports everything as written,
+// so a writer (an installer's output) is never blocked or failed by it.
+func (c *capture) Write(p []byte) (int, error) {
+	c.total += int64(len(p))
+	keep := min(len(p), c.max-c.buf.Len())
+	if keep > 0 {
+		c.buf.Write(p[:keep])
+	}
+	if keep < len(p) {
+		c.truncated = true
+	}
+	return len(p), nil
+}
+
+// text returns what a capture kept, marking a cut.
+func (c *capture) text() string {
+	s := string(bytes.TrimSpace(c.buf.Bytes()))
+	if c.truncated {
+		s += fmt.Sprintf("\n…[%d more bytes of installer output cut]", c.total-int64(c.buf.Len()))
+	}
+	return s
 }
 
 // logCapture keeps nsjail's log lines, at most maxLines of at most

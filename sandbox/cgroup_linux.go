@@ -23,6 +23,17 @@ import (
 //	v2: /sys/fs/cgroup/<parent>/<run>/NSJAIL.<pid>
 //
 // nsjail creates (and at exit deletes) NSJAIL.<pid> below the run's cgroup.
+//
+// CPU time is accounted for the whole jail (every process together) so the
+// runner can enforce Limits.CPUMS on the jail, not per process:
+//
+//	v2:                       cpu.stat usage_usec of the run's cgroup
+//	v1, cpu and cpuacct       cpuacct.usage of the run's cpu cgroup
+//	    mounted together:
+//	v1 with a hybrid cgroup2  cpu.stat usage_usec of <unified>/<parent>/<run>,
+//	    mount (unified):      which nsjail is started in (CLONE_INTO_CGROUP),
+//	                          so every process of the jail is born in it
+//	otherwise:                none; RLIMIT_CPU per process and rusage remain
 // The run's own cgroup carries the binding memory and pids limits, so its
 // counters (peak usage, limit hits, OOM kills) are still there to read after
 // nsjail is gone; the runner reads them and then removes the run's cgroup
@@ -44,6 +55,22 @@ type cgroups struct {
 	version int    // 1 or 2
 	root    string // v1: directory holding the controller mounts; v2: the cgroup2 mount
 	parent  string // Config.CgroupParent
+	acct    acctKind
+	unified string // the hybrid cgroup2 mount (acctUnified only)
+}
+
+// acctKind is how a run's CPU time is read (see the layout above).
+type acctKind int
+
+const (
+	acctNone      acctKind = iota
+	acctV2                 // cpu.stat in the run's cgroup
+	acctV1Cpuacct          // cpuacct.usage in the run's cpu cgroup (cpu,cpuacct co-mounted)
+	acctUnified            // cpu.stat in the run's cgroup of the hybrid cgroup2 mount
+)
+
+func (k acctKind) String() string {
+	return [...]string{"none", "cgroup v2 cpu.stat", "cgroup v1 cpuacct", "hybrid cgroup2 cpu.stat"}[k]
 }
 
 // detectCgroups picks the cgroup version for mode ("auto", "v1", "v2") under
@@ -63,9 +90,17 @@ func detectCgroups(mode, root, parent string) (*cgroups, error) {
 	}
 	switch {
 	case (mode == "auto" || mode == "v2") && v2root != "" && hasControllers(v2root, "memory", "pids"):
-		return &cgroups{version: 2, root: v2root, parent: parent}, nil
+		return &cgroups{version: 2, root: v2root, parent: parent, acct: acctV2}, nil
 	case (mode == "auto" || mode == "v1") && v1ok:
-		return &cgroups{version: 1, root: root, parent: parent}, nil
+		c := &cgroups{version: 1, root: root, parent: parent}
+		if _, err := os.Stat(filepath.Join(root, "cpu", "cpuacct.usage")); err == nil {
+			c.acct = acctV1Cpuacct
+		} else if u := filepath.Join(root, "unified"); isFS(u, cgroup2Magic) {
+			if _, err := os.Stat(filepath.Join(u, "cpu.stat")); err == nil {
+				c.acct, c.unified = acctUnified, u
+			}
+		}
+		return c, nil
 	}
 	want := map[string]string{"auto": "a cgroup v2 mount with the memory and pids controllers, or cgroup v1 memory, pids and cpu hierarchies",
 		"v1": "cgroup v1 memory, pids and cpu hierarchies", "v2": "a cgroup v2 mount with the memory and pids controllers"}[mode]
@@ -105,8 +140,14 @@ func hasControllers(dir string, want ...string) bool {
 // controllers down to it.
 func (c *cgroups) setup() error {
 	if c.version == 1 {
-		for _, ctrl := range v1Controllers {
-			dir := filepath.Join(c.root, ctrl, c.parent)
+		if c.acct == acctUnified {
+			// CPU accounting is worth having, not worth refusing to run
+			// for: a hybrid mount the runner may not write leaves it off.
+			if err := os.MkdirAll(filepath.Join(c.unified, c.parent), 0o755); err != nil {
+				c.acct, c.unified = acctNone, ""
+			}
+		}
+		for _, dir := range c.parentDirs() {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return c.unavailable("creating the parent cgroup", err)
 			}
@@ -173,14 +214,7 @@ var runDirRE = regexp.MustCompile(`^run-([0-9]+)-[0-9a-f]+$`)
 // processes, this one included, are left alone. It returns how many runs
 // it removed.
 func (c *cgroups) sweep() int {
-	var dirs []string
-	if c.version == 1 {
-		for _, ctrl := range v1Controllers {
-			dirs = append(dirs, filepath.Join(c.root, ctrl, c.parent))
-		}
-	} else {
-		dirs = []string{filepath.Join(c.root, c.parent)}
-	}
+	dirs := c.parentDirs()
 	removed := map[string]bool{}
 	deadline := time.Now().Add(time.Second)
 	for _, dir := range dirs {
@@ -205,6 +239,21 @@ func (c *cgroups) sweep() int {
 	return len(removed)
 }
 
+// parentDirs are the parent cgroup's directories, one per hierarchy.
+func (c *cgroups) parentDirs() []string {
+	if c.version == 2 {
+		return []string{filepath.Join(c.root, c.parent)}
+	}
+	var dirs []string
+	for _, ctrl := range v1Controllers {
+		dirs = append(dirs, filepath.Join(c.root, ctrl, c.parent))
+	}
+	if c.acct == acctUnified {
+		dirs = append(dirs, filepath.Join(c.unified, c.parent))
+	}
+	return dirs
+}
+
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
@@ -225,17 +274,29 @@ type runCgroup struct {
 	// for the notification instead. -1 when unused.
 	oomEvents int
 	oomCtl    *os.File
+	// cpuFile is where the jail's CPU time is read ("" when the host has
+	// no CPU accounting); cpuStat says it is a cpu.stat (usage_usec), not
+	// a cpuacct.usage (nanoseconds).
+	cpuFile string
+	cpuStat bool
+	// into is the open directory of the cgroup nsjail is started in
+	// (CLONE_INTO_CGROUP), nil when it starts where the runner is.
+	into *os.File
 }
 
 // create makes the run's cgroup with its limits. On error nothing is left.
 func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
 	rc := &runCgroup{cg: c, name: c.parent + "/" + run, oomEvents: -1}
-	if c.version == 1 {
-		for _, ctrl := range v1Controllers {
-			rc.dirs = append(rc.dirs, filepath.Join(c.root, ctrl, c.parent, run))
-		}
-	} else {
-		rc.dirs = []string{filepath.Join(c.root, c.parent, run)}
+	for _, d := range c.parentDirs() {
+		rc.dirs = append(rc.dirs, filepath.Join(d, run))
+	}
+	switch c.acct {
+	case acctV2:
+		rc.cpuFile, rc.cpuStat = filepath.Join(rc.dirs[0], "cpu.stat"), true
+	case acctV1Cpuacct:
+		rc.cpuFile = filepath.Join(rc.dirs[2], "cpuacct.usage")
+	case acctUnified:
+		rc.cpuFile, rc.cpuStat = filepath.Join(rc.dirs[3], "cpu.stat"), true
 	}
 	for _, d := range rc.dirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -275,7 +336,33 @@ func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
 			return nil, c.unavailable("registering for OOM notifications", err)
 		}
 	}
+	if c.acct == acctUnified {
+		f, err := os.Open(rc.dirs[3])
+		if err != nil {
+			rc.remove(time.Second)
+			return nil, c.unavailable("opening the run's CPU accounting cgroup", err)
+		}
+		rc.into = f
+	}
 	return rc, nil
+}
+
+// cpuUsage returns the CPU time every process of the jail has used so far
+// (those that exited included); ok is false without CPU accounting.
+func (rc *runCgroup) cpuUsage() (used time.Duration, ok bool) {
+	if rc.cpuFile == "" {
+		return 0, false
+	}
+	if rc.cpuStat {
+		us, found := readKeyOK(rc.cpuFile, "usage_usec")
+		return time.Duration(us) * time.Microsecond, found
+	}
+	data, err := os.ReadFile(rc.cpuFile)
+	if err != nil {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+	return time.Duration(ns), err == nil
 }
 
 // watchOOM registers an eventfd for the v1 memory cgroup's OOM notification.
@@ -324,8 +411,13 @@ func (rc *runCgroup) nsjailArgs() []string {
 // cgroupStats are the kernel's counters for one run, read after it ended.
 type cgroupStats struct {
 	PeakBytes int64
-	// MemoryLimitHit: the run's memory limit was reached and the kernel
-	// killed a task for it (v2 oom_kill) or refused a charge (v1 failcnt).
+	// OOMKilled: the run's memory limit was reached and the kernel's OOM
+	// killer acted in the run's cgroup (v2 oom_kill; v1 the OOM
+	// notification), whichever process it chose.
+	OOMKilled bool
+	// MemoryLimitHit: OOMKilled, or the kernel refused a charge at the
+	// limit (v1 failcnt, v2 oom): weaker evidence, used only when the jail
+	// also ended without an envelope.
 	MemoryLimitHit bool
 }
 
@@ -334,17 +426,18 @@ func (rc *runCgroup) stats() cgroupStats {
 	d := rc.dirs[0]
 	if rc.cg.version == 1 {
 		s.PeakBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
+		s.OOMKilled = rc.oomCount() > 0 || readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
 		// With swap accounting the memsw counter (same limit) is charged
 		// first and records the failure.
-		s.MemoryLimitHit = rc.oomCount() > 0 ||
+		s.MemoryLimitHit = s.OOMKilled ||
 			readInt(filepath.Join(d, "memory.failcnt")) > 0 ||
-			readInt(filepath.Join(d, "memory.memsw.failcnt")) > 0 ||
-			readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
+			readInt(filepath.Join(d, "memory.memsw.failcnt")) > 0
 		return s
 	}
 	s.PeakBytes = readInt(filepath.Join(d, "memory.peak"))
 	ev := filepath.Join(d, "memory.events")
-	s.MemoryLimitHit = readKey(ev, "oom_kill") > 0 || readKey(ev, "oom") > 0
+	s.OOMKilled = readKey(ev, "oom_kill") > 0
+	s.MemoryLimitHit = s.OOMKilled || readKey(ev, "oom") > 0
 	return s
 }
 
@@ -355,6 +448,10 @@ func (rc *runCgroup) remove(wait time.Duration) error {
 		syscall.Close(rc.oomEvents)
 		rc.oomCtl.Close()
 		rc.oomEvents, rc.oomCtl = -1, nil
+	}
+	if rc.into != nil {
+		rc.into.Close()
+		rc.into = nil
 	}
 	deadline := time.Now().Add(wait)
 	var errs []error
@@ -416,18 +513,24 @@ func readInt(path string) int64 {
 
 // readKey reads "key value" from a flat-keyed cgroup file.
 func readKey(path, key string) int64 {
+	n, _ := readKeyOK(path, key)
+	return n
+}
+
+// readKeyOK is readKey that also says whether the key was there.
+func readKeyOK(path, key string) (int64, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), " ")
 		if ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }

@@ -33,12 +33,15 @@ func TestCgroupStats(t *testing.T) {
 		files   map[string]string
 		peak    int64
 		hit     bool
+		oom     bool
 	}{
-		{"v2 peak and an OOM kill", 2, map[string]string{"memory.peak": "73400320\n", "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n"}, 73400320, true},
-		{"v2 without an OOM", 2, map[string]string{"memory.peak": "1048576\n", "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"}, 1048576, false},
-		{"v1 failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "67108864\n", "memory.failcnt": "3\n", "memory.memsw.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 67108864, true},
-		{"v1 memsw failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "1\n", "memory.failcnt": "0\n", "memory.memsw.failcnt": "2\n"}, 1, true},
-		{"v1 quiet", 1, map[string]string{"memory.max_usage_in_bytes": "4096\n", "memory.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 4096, false},
+		{"v2 peak and an OOM kill", 2, map[string]string{"memory.peak": "73400320\n", "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n"}, 73400320, true, true},
+		{"v2 an OOM without a kill", 2, map[string]string{"memory.peak": "73400320\n", "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 0\n"}, 73400320, true, false},
+		{"v2 without an OOM", 2, map[string]string{"memory.peak": "1048576\n", "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"}, 1048576, false, false},
+		{"v1 failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "67108864\n", "memory.failcnt": "3\n", "memory.memsw.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 67108864, true, false},
+		{"v1 memsw failcnt", 1, map[string]string{"memory.max_usage_in_bytes": "1\n", "memory.failcnt": "0\n", "memory.memsw.failcnt": "2\n"}, 1, true, false},
+		{"v1 oom_kill counted in the run's cgroup", 1, map[string]string{"memory.max_usage_in_bytes": "1\n", "memory.failcnt": "9\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}, 1, true, true},
+		{"v1 quiet", 1, map[string]string{"memory.max_usage_in_bytes": "4096\n", "memory.failcnt": "0\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}, 4096, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,10 +49,49 @@ func TestCgroupStats(t *testing.T) {
 			writeFiles(t, dir, tt.files)
 			rc := &runCgroup{cg: &cgroups{version: tt.version}, dirs: []string{dir}, oomEvents: -1}
 			s := rc.stats()
-			if s.PeakBytes != tt.peak || s.MemoryLimitHit != tt.hit {
-				t.Errorf("got %+v, want peak %d hit %t", s, tt.peak, tt.hit)
+			if s.PeakBytes != tt.peak || s.MemoryLimitHit != tt.hit || s.OOMKilled != tt.oom {
+				t.Errorf("got %+v, want peak %d hit %t oom %t", s, tt.peak, tt.hit, tt.oom)
 			}
 		})
+	}
+}
+
+func TestCgroupCPUUsage(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"cpu.stat":      "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n",
+		"cpuacct.usage": "987654321\n",
+	})
+	tests := []struct {
+		name string
+		rc   runCgroup
+		want time.Duration
+		ok   bool
+	}{
+		{"cgroup v2 cpu.stat", runCgroup{cpuFile: filepath.Join(dir, "cpu.stat"), cpuStat: true}, 1234567 * time.Microsecond, true},
+		{"cgroup v1 cpuacct.usage", runCgroup{cpuFile: filepath.Join(dir, "cpuacct.usage")}, 987654321, true},
+		{"no accounting", runCgroup{}, 0, false},
+		{"a vanished cgroup", runCgroup{cpuFile: filepath.Join(dir, "gone", "cpu.stat"), cpuStat: true}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := tt.rc.cpuUsage()
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("got %v, %t; want %v, %t", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestCPUPollDelayNarrowsNearTheLimit(t *testing.T) {
+	if d := cpuPollDelay(time.Hour); d != cpuPollMax {
+		t.Errorf("far from the limit: %v, want %v", d, cpuPollMax)
+	}
+	if d := cpuPollDelay(time.Millisecond); d != cpuPollMin {
+		t.Errorf("at the limit: %v, want %v", d, cpuPollMin)
+	}
+	if d := cpuPollDelay(-time.Second); d != cpuPollMin {
+		t.Errorf("past the limit: %v, want %v", d, cpuPollMin)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 //	0        the harness exited normally (it does so right after writing
 //	         its envelope)
 //	1–127    the harness exited with that code without an envelope (70: its
-//	         result fd was missing, 71: writing the envelope failed; others:
-//	         the tool called os._exit or the interpreter failed)
+//	         result fd was missing, 71: writing the envelope failed, 72: the
+//	         egress relay could not start; others: the tool called os._exit
+//	         or the interpreter failed)
 //	128+n    the harness was killed by signal n: 137 SIGKILL (the memory
 //	         cgroup's OOM killer, the hard RLIMIT_CPU, or the runner), 139
 //	         SIGSEGV, 134 SIGABRT, 152 SIGXCPU, 159 SIGSYS (a seccomp kill);
@@ -26,17 +27,25 @@ import (
 //	         "Executing '…'" line (logged right before execve)
 //
 // The exit status alone cannot tell a timeout from an OOM kill (both are
-// 137), so classify also uses what the runner knows (its own deadline), the
-// nsjail log ("run time >= time limit") and the run's memory cgroup
-// (limit hits), in this order of precedence:
+// 137), so classify also uses what the runner knows (its own deadline and
+// CPU watch), the nsjail log ("run time >= time limit") and the run's
+// memory cgroup (OOM kills, limit hits), in this order of precedence:
 //
 //  1. nsjail failed before the tool ran           → *UnavailableError
 //  2. the runner's deadline fired, or nsjail's    → Timeout
-//  3. a well-formed envelope                      → its status and error
-//  4. the memory cgroup recorded a limit hit      → MemoryLimit
-//  5. SIGXCPU, or SIGKILL with CPU ≥ the limit    → CPULimit
-//  6. SIGSYS                                      → SyscallDenied
-//  7. anything else                               → SandboxCrashed (with the nsjail log)
+//  3. the runner stopped the jail for its CPU     → CPULimit
+//  4. the OOM killer acted in the run's cgroup    → MemoryLimit, whatever the
+//     envelope says: a tool whose processes were killed did not run as
+//     written
+//  5. a well-formed envelope                      → its status and error
+//  6. the memory cgroup recorded a limit hit      → MemoryLimit
+//  7. SIGXCPU, or SIGKILL with CPU ≥ the limit    → CPULimit
+//  8. SIGSYS                                      → SyscallDenied
+//  9. SIGBUS                                      → MemoryLimit: a shared
+//     memory segment or memory-mapped file outgrew /dev/shm or /tmp (their
+//     size is what the jail may keep there, and the kernel answers a write
+//     through a mapping with SIGBUS, not ENOSPC)
+//  10. anything else                              → SandboxCrashed (with the nsjail log)
 const (
 	exitNsjailFailure = 255
 	exitSignalBase    = 128
@@ -87,12 +96,16 @@ type outcome struct {
 	TimedOut  bool
 	Cancelled bool
 	CancelErr error
+	// CPUKilled: the runner stopped the jail because all its processes
+	// together used more CPU time than the limit.
+	CPUKilled bool
 	Log       []string
 	// Envelope holds the bytes read from fd 3; EnvelopeTruncated says the
 	// harness wrote more than the cap.
 	Envelope          []byte
 	EnvelopeTruncated bool
 	MemoryLimitHit    bool
+	OOMKilled         bool
 	CPUMS             int64
 	Limits            Limits
 }
@@ -124,6 +137,10 @@ func classify(o outcome) verdict {
 		return fail(ErrTimeout, fmt.Sprintf("the run was stopped because its caller went away (%v)", o.CancelErr), "")
 	case o.TimedOut || logHas(o.Log, "run time >= time limit"):
 		return fail(ErrTimeout, fmt.Sprintf("the tool ran longer than its time limit of %d ms", o.Limits.TimeoutMS), "")
+	case o.CPUKilled:
+		return fail(ErrCPULimit, fmt.Sprintf("the tool used more CPU time than its limit of %d ms (all its processes together)", o.Limits.CPUMS), "")
+	case o.OOMKilled:
+		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB (all its processes together); the kernel killed a process of it", o.Limits.MemoryMB), "")
 	}
 	if env != nil {
 		return fromEnvelope(env)
@@ -138,6 +155,8 @@ func classify(o outcome) verdict {
 		return fail(ErrCPULimit, fmt.Sprintf("the tool used more CPU time than its limit of %d ms", o.Limits.CPUMS), "")
 	case sig == syscall.SIGSYS:
 		return fail(ErrSyscallDenied, "the tool was killed for a forbidden system call (seccomp)", nsjailTrace(o.Log))
+	case sig == syscall.SIGBUS:
+		return fail(ErrMemoryLimit, fmt.Sprintf("the tool was killed by SIGBUS: a shared memory segment or memory-mapped file outgrew its tmpfs (/dev/shm and /tmp hold %d MiB each)", o.Limits.TmpMB), nsjailTrace(o.Log))
 	}
 	msg := "the jail ended without a result: " + o.describeExit()
 	if envErr != nil {
@@ -276,9 +295,18 @@ func (o outcome) describeExit() string {
 		return fmt.Sprintf("nsjail was killed by signal %s", signalName(o.Signal))
 	case o.childSignal() != 0:
 		return fmt.Sprintf("the tool process was killed by signal %s", signalName(o.childSignal()))
+	case harnessExits[o.ExitCode] != "":
+		return fmt.Sprintf("the harness exited with status %d (%s)", o.ExitCode, harnessExits[o.ExitCode])
 	default:
 		return fmt.Sprintf("the tool process exited with status %d", o.ExitCode)
 	}
+}
+
+// harnessExits are the harness's own exit statuses (harness.py EXIT_*).
+var harnessExits = map[int]string{
+	70: "its result channel, fd 3, was not open",
+	71: "writing the result envelope failed",
+	72: "the egress relay could not start",
 }
 
 func signalName(s syscall.Signal) string {

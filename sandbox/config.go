@@ -38,6 +38,20 @@ type Config struct {
 	// which every run gets its own cgroup. Created on start-up when missing.
 	// Default "execgate".
 	CgroupParent string `yaml:"cgroup_parent" json:"cgroup_parent"`
+	// UVPath is the uv binary that installs a run's requirements (wheels
+	// only, on the host). Empty: $EXECGATE_UV, then the project tools link
+	// (.tools/bin/uv, found like nsjail's), then $PATH. Only runs with
+	// requirements need it.
+	UVPath string `yaml:"uv_path" json:"uv_path"`
+	// DepsDir caches installed requirement sets, one directory per set
+	// (named by the hash of the normalised pins), bound read-only into the
+	// jails that asked for them. Every directory above it must be searchable
+	// by others (the jail's uid). Empty: "deps" beside RootfsDir, i.e.
+	// <state_dir>/deps.
+	DepsDir string `yaml:"deps_dir" json:"deps_dir"`
+	// DepsTimeoutMS bounds one requirements install, milliseconds.
+	// Default 120000.
+	DepsTimeoutMS int64 `yaml:"deps_timeout_ms" json:"deps_timeout_ms"`
 }
 
 // Defaults for Config fields left zero.
@@ -46,6 +60,7 @@ const (
 	DefaultCgroups      = "auto"
 	DefaultCgroupParent = "execgate"
 	DefaultKillGraceMS  = 1000
+	DefaultDepsTimeout  = 120000 // ms
 )
 
 // withDefaults returns c with zero fields defaulted. RootfsDir has no
@@ -53,6 +68,12 @@ const (
 func (c Config) withDefaults() Config {
 	if c.WorkDir == "" && c.RootfsDir != "" {
 		c.WorkDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runs")
+	}
+	if c.DepsDir == "" && c.RootfsDir != "" {
+		c.DepsDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "deps")
+	}
+	if c.DepsTimeoutMS <= 0 {
+		c.DepsTimeoutMS = DefaultDepsTimeout
 	}
 	if c.PythonPath == "" {
 		c.PythonPath = DefaultPythonPath
@@ -80,6 +101,11 @@ func (c Config) Validate() error {
 	case "auto", "v1", "v2":
 	default:
 		errs = append(errs, fmt.Errorf("sandbox.cgroups: %q is not auto, v1 or v2", c.Cgroups))
+	}
+	if c.DepsDir != "" {
+		if err := checkConfigString(c.DepsDir); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox.deps_dir: %w", err))
+		}
 	}
 	if c.WarmPool < 0 {
 		errs = append(errs, fmt.Errorf("sandbox.warm_pool: %d is negative", c.WarmPool))

@@ -53,10 +53,9 @@ func TestNormalizeSpec(t *testing.T) {
 		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system"}, "entrypoint"},
 		{"an unknown mode", Spec{Mode: "debug"}, "mode"},
 		{"an unknown network", Spec{Network: "wifi"}, "network"},
-		{"proxy is refused until the egress path exists", Spec{Network: NetworkProxy}, "proxy"},
 		{"args must be JSON", Spec{Args: []byte("{")}, "args"},
 		{"variables must be an object", Spec{Variables: []byte("[1]")}, "variables"},
-		{"requirements are refused clearly", Spec{Requirements: []string{"six==1.16.0"}}, "requirements"},
+		{"requirements must be exact pins", Spec{Requirements: []string{"six>=1"}}, `requirements[0]: "six>=1" is not pinned`},
 		{"too little memory to start", Spec{Limits: Limits{MemoryMB: 4}}, "memory_mb"},
 	}
 	for _, tt := range tests {
@@ -75,6 +74,30 @@ func TestNormalizeSpec(t *testing.T) {
 				t.Errorf("got %v, want an error naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
+	got, p, err := normalize(Spec{Network: NetworkProxy, Requirements: []string{"Six == 1.16.0", "a_b[X]==2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Network != NetworkProxy || strings.Join(got.Requirements, " ") != "a-b[x]==2 six==1.16.0" {
+		t.Errorf("network %s, requirements %q", p.Network, got.Requirements)
+	}
+	data, err := encodeRequest(got, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"deps":true`, `"egress_socket":"` + JailEgressSocket + `"`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("request lacks %s: %s", want, data)
+		}
+	}
+	none, _, _ := normalize(Spec{})
+	data, _ = encodeRequest(none, 0)
+	if strings.Contains(string(data), "egress_socket") || !strings.Contains(string(data), `"deps":false`) {
+		t.Errorf("network none request: %s", data)
 	}
 }
 

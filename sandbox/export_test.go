@@ -14,17 +14,9 @@ func SetSeccompPolicy(r *Runner, policy string) {
 // SeccompPolicy is the shipped policy text.
 func SeccompPolicy() string { return seccompPolicy() }
 
-// CgroupDirs lists the run-parent directories of r (one per hierarchy).
-func CgroupDirs(r *Runner) []string {
-	if r.cg.version == 1 {
-		var dirs []string
-		for _, c := range v1Controllers {
-			dirs = append(dirs, r.cg.root+"/"+c+"/"+r.cg.parent)
-		}
-		return dirs
-	}
-	return []string{r.cg.root + "/" + r.cg.parent}
-}
+// CgroupDirs lists the run-parent directories of r (one per hierarchy,
+// the CPU accounting one included).
+func CgroupDirs(r *Runner) []string { return r.cg.parentDirs() }
 
 // WarmIdle is the number of idle warm jails.
 func WarmIdle(r *Runner) int { return r.pool.idleCount() }

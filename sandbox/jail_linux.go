@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +32,10 @@ type jail struct {
 	cg      *runCgroup
 	stdin   *os.File // write end of the request pipe
 	readEnd []*os.File
+	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
+	// needs one: its nsjail config and, in network mode proxy, the egress
+	// directory bound at JailEgressDir. "" otherwise. Removed by release.
+	dir string
 
 	stdout, stderr, envelope capture
 	log                      logCapture
@@ -41,12 +47,9 @@ type jail struct {
 }
 
 // startJail starts nsjail for profile p, up to the point where the harness
-// waits for its request on stdin.
-func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
-	cfgPath, err := r.profileFile(p, warm)
-	if err != nil {
-		return nil, err
-	}
+// waits for its request on stdin. depsDir, when not empty, is the host
+// directory of the run's requirements, bound read-only at jailDepsDir.
+func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err error) {
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -55,8 +58,48 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 			}
 		}
 	}()
+	runID := newRunID()
 
-	cg, err := r.cg.create(newRunID(), p.Limits.MemoryMB<<20, p.Limits.Pids)
+	// A jail with host directories of its own (the egress socket's, the
+	// requirements) gets its own config; the others share their profile's.
+	var dir, cfgPath string
+	var binds []bind
+	if p.Network == NetworkProxy {
+		binds = append(binds, bind{Dst: JailEgressDir})
+	}
+	if depsDir != "" {
+		binds = append(binds, bind{Src: depsDir, Dst: jailDepsDir, Exec: true})
+	}
+	if len(binds) == 0 {
+		if cfgPath, err = r.profileFile(p, warm); err != nil {
+			return nil, err
+		}
+	} else {
+		dir = filepath.Join(r.cfg.WorkDir, jailsDir, runID)
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
+		}
+		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+		if p.Network == NetworkProxy {
+			egressDir := filepath.Join(dir, "egress")
+			if err := os.Mkdir(egressDir, 0o755); err != nil {
+				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
+			}
+			binds[0].Src = egressDir
+		}
+		in := r.renderInput(p, warm)
+		in.Binds = binds
+		text, err := renderConfig(in)
+		if err != nil {
+			return nil, fmt.Errorf("rendering the nsjail config: %w", err)
+		}
+		cfgPath = filepath.Join(dir, "nsjail.cfg")
+		if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+			return nil, &UnavailableError{Reason: "writing the nsjail config", Err: err}
+		}
+	}
+
+	cg, err := r.cg.create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +134,12 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 			Pdeathsig: syscall.SIGKILL, // and nsjail dies with the runner (the tool with nsjail)
 		},
 	}
+	if cg.into != nil {
+		// Born in the run's CPU accounting cgroup, with everything the
+		// jail will ever start: no process escapes the count.
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cg.into.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, &UnavailableError{Reason: "starting nsjail " + r.nsjail, Hint: setupHint, Err: err}
 	}
@@ -104,6 +153,7 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		prof:     p,
 		cmd:      cmd,
 		cg:       cg,
+		dir:      dir,
 		stdin:    in.w,
 		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
 		stdout:   capture{max: int(l.OutputBytes)},
@@ -155,14 +205,40 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	var o outcome
 	timer := time.NewTimer(timeout - time.Since(handoff))
 	defer timer.Stop()
-	select {
-	case <-j.exited:
-	case <-timer.C:
-		o.TimedOut = true
-		j.stop(grace)
-	case <-ctx.Done():
-		o.Cancelled, o.CancelErr = true, ctx.Err()
-		j.stop(grace)
+	// The CPU watch: the jail's CPU time from the hand-off on (a warm
+	// jail's start-up is not the tool's), read from its cgroup while it
+	// runs, checked more often as the limit nears.
+	cpuLimit := time.Duration(j.prof.Limits.CPUMS) * time.Millisecond
+	cpuBase, watching := j.cg.cpuUsage()
+	var cpuTick <-chan time.Time // nil (never ready) without CPU accounting
+	cpuTimer := time.NewTimer(cpuPollDelay(cpuLimit))
+	defer cpuTimer.Stop()
+	if watching {
+		cpuTick = cpuTimer.C
+	}
+wait:
+	for {
+		select {
+		case <-j.exited:
+			break wait
+		case <-timer.C:
+			o.TimedOut = true
+			j.stop(grace)
+			break wait
+		case <-ctx.Done():
+			o.Cancelled, o.CancelErr = true, ctx.Err()
+			j.stop(grace)
+			break wait
+		case <-cpuTick:
+			used, _ := j.cg.cpuUsage()
+			used -= cpuBase
+			if used > cpuLimit && j.alive() {
+				o.CPUKilled = true
+				j.stop(grace)
+				break wait
+			}
+			cpuTimer.Reset(cpuPollDelay(cpuLimit - used))
+		}
 	}
 	<-j.exited
 	wall := time.Since(handoff)
@@ -172,7 +248,9 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		o.Signal = ws.Signal()
 	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+	if used, ok := j.cg.cpuUsage(); ok {
+		o.CPUMS = (used - cpuBase).Milliseconds()
+	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
 	}
 	o.Log = j.log.lines
@@ -181,7 +259,21 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	o.Limits = j.prof.Limits
 	stats := j.cg.stats()
 	o.MemoryLimitHit = stats.MemoryLimitHit
+	o.OOMKilled = stats.OOMKilled
 	return finished{outcome: o, wall: wall, stats: stats}
+}
+
+// CPU watch polling: often enough that a jail overshoots its CPU limit by
+// at most a few milliseconds per CPU, rarely while the limit is far away
+// (the jail cannot use more than every CPU of the host meanwhile).
+const (
+	cpuPollMin = 10 * time.Millisecond
+	cpuPollMax = 250 * time.Millisecond
+)
+
+// cpuPollDelay is how long the watch may wait with remaining CPU time left.
+func cpuPollDelay(remaining time.Duration) time.Duration {
+	return min(max(remaining/time.Duration(runtime.NumCPU()), cpuPollMin), cpuPollMax)
 }
 
 // stop asks nsjail to end the jail (SIGTERM: it kills the tool and removes
@@ -221,7 +313,7 @@ func (j *jail) collect(grace time.Duration) {
 	j.stdin.Close()
 }
 
-// discard stops an unused (warm) jail and removes its cgroup.
+// discard stops an unused (warm) jail and removes its cgroup and directory.
 func (j *jail) discard(grace time.Duration) error {
 	j.stdin.Close()
 	if j.alive() {
@@ -229,7 +321,21 @@ func (j *jail) discard(grace time.Duration) error {
 	}
 	<-j.exited
 	j.collect(grace)
-	return j.cg.remove(3 * time.Second)
+	err := j.cg.remove(3 * time.Second)
+	j.release()
+	return err
+}
+
+// release removes the jail's own directory, once the jail is gone.
+func (j *jail) release() {
+	if j.dir != "" {
+		os.RemoveAll(j.dir)
+	}
+}
+
+// egressSocket is where the jail's egress socket is created on the host.
+func (j *jail) egressSocket() string {
+	return filepath.Join(j.dir, "egress", egressSocketName)
 }
 
 // newRunID names a run's cgroup "run-<pid>-<random>": random so runners

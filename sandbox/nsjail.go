@@ -32,21 +32,53 @@ func FindNsjail(cfg Config) (string, error) {
 
 func findNsjail(cfg Config, getenv func(string) string, executable func() (string, error),
 	getwd func() (string, error), lookPath func(string) (string, error)) (string, error) {
+	return findTool(toolNsjail, cfg.NsjailPath, getenv, executable, getwd, lookPath)
+}
+
+// EnvUV names the environment variable that points at the uv binary when
+// sandbox.uv_path is empty.
+const EnvUV = "EXECGATE_UV"
+
+const uvSetupHint = "install uv with scripts/setup.sh (it links .tools/bin/uv), or set sandbox.uv_path / " + EnvUV
+
+// FindUV locates the uv binary that installs requirements, the same way
+// FindNsjail finds nsjail: cfg.UVPath, $EXECGATE_UV, .tools/bin/uv, $PATH.
+func FindUV(cfg Config) (string, error) {
+	return findTool(toolUV, cfg.UVPath, os.Getenv, os.Executable, os.Getwd, exec.LookPath)
+}
+
+// tool is a binary execgate finds on the host.
+type tool struct {
+	name   string // on $PATH
+	key    string // config key
+	env    string // override variable
+	link   string // relative to the repository (or install) root
+	hint   string
+	reason string // what is missing, for the error
+}
+
+var (
+	toolNsjail = tool{name: "nsjail", key: "sandbox.nsjail_path", env: EnvNsjail, link: toolsLink, hint: setupHint, reason: "nsjail not found"}
+	toolUV     = tool{name: "uv", key: "sandbox.uv_path", env: EnvUV, link: ".tools/bin/uv", hint: uvSetupHint, reason: "uv (the requirements installer) not found"}
+)
+
+func findTool(tl tool, configured string, getenv func(string) string, executable func() (string, error),
+	getwd func() (string, error), lookPath func(string) (string, error)) (string, error) {
 	explicit := func(p, source string) (string, error) {
 		if err := checkExecutable(p); err != nil {
 			return "", &UnavailableError{
-				Reason: fmt.Sprintf("nsjail from %s (%s) is not usable", source, p),
-				Hint:   setupHint,
+				Reason: fmt.Sprintf("%s from %s (%s) is not usable", tl.name, source, p),
+				Hint:   tl.hint,
 				Err:    err,
 			}
 		}
 		return filepath.Abs(p)
 	}
-	if cfg.NsjailPath != "" {
-		return explicit(cfg.NsjailPath, "sandbox.nsjail_path")
+	if configured != "" {
+		return explicit(configured, tl.key)
 	}
-	if p := getenv(EnvNsjail); p != "" {
-		return explicit(p, EnvNsjail)
+	if p := getenv(tl.env); p != "" {
+		return explicit(p, tl.env)
 	}
 	var looked []string
 	seen := map[string]bool{}
@@ -62,13 +94,13 @@ func findNsjail(cfg Config, getenv func(string) string, executable func() (strin
 		if real, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = real
 		}
-		if p := filepath.Join(filepath.Dir(filepath.Dir(exe)), toolsLink); try(p) {
+		if p := filepath.Join(filepath.Dir(filepath.Dir(exe)), tl.link); try(p) {
 			return p, nil
 		}
 	}
 	if wd, err := getwd(); err == nil {
 		for dir := wd; ; dir = filepath.Dir(dir) {
-			if p := filepath.Join(dir, toolsLink); try(p) {
+			if p := filepath.Join(dir, tl.link); try(p) {
 				return p, nil
 			}
 			if filepath.Dir(dir) == dir {
@@ -76,14 +108,14 @@ func findNsjail(cfg Config, getenv func(string) string, executable func() (strin
 			}
 		}
 	}
-	if p, err := lookPath("nsjail"); err == nil {
+	if p, err := lookPath(tl.name); err == nil {
 		return filepath.Abs(p)
 	}
 	looked = append(looked, "$PATH")
 	return "", &UnavailableError{
-		Reason: "nsjail not found",
+		Reason: tl.reason,
 		Log:    []string{"looked in: " + strings.Join(looked, ", ")},
-		Hint:   setupHint,
+		Hint:   tl.hint,
 		Err:    fs.ErrNotExist,
 	}
 }

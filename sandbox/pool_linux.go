@@ -97,7 +97,7 @@ func (p *pool) fillLocked(prof profile) {
 				return
 			}
 			p.mu.Unlock()
-			j, err := p.r.startJail(prof, true)
+			j, err := p.r.startJail(prof, true, "")
 			if err != nil {
 				p.r.log.Warn("starting a warm jail", "profile", prof.String(), "error", err)
 				p.mu.Lock()

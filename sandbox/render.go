@@ -17,6 +17,15 @@ const (
 	jailPython   = "/usr/bin/python3"
 	jailDepsDir  = "/opt/execgate/deps"
 	jailHostname = "execgate"
+	// JailEgressDir is the (empty) directory of the rootfs over which a
+	// proxy-mode jail gets its own host directory, read-only; the egress
+	// proxy's unix socket for the run appears in it as JailEgressSocket.
+	JailEgressDir    = "/opt/execgate/egress"
+	JailEgressSocket = JailEgressDir + "/" + egressSocketName
+	egressSocketName = "proxy.sock"
+	// egressProxyURL is where the harness relays to the egress socket,
+	// inside the jail (HTTP_PROXY and friends).
+	egressProxyURL = "http://127.0.0.1:3128"
 
 	// File descriptors of the jailed process (see jail_linux.go).
 	resultFD = 3 // harness → runner: the envelope
@@ -48,6 +57,18 @@ var jailEnv = []string{
 	"PYTHONUNBUFFERED=1",
 }
 
+// proxyEnv is added to jailEnv in network mode proxy: every HTTP client
+// that honours the usual variables goes through the egress relay, and
+// nothing bypasses it by name (NO_PROXY empty).
+var proxyEnv = []string{
+	"HTTP_PROXY=" + egressProxyURL,
+	"HTTPS_PROXY=" + egressProxyURL,
+	"http_proxy=" + egressProxyURL,
+	"https_proxy=" + egressProxyURL,
+	"NO_PROXY=",
+	"no_proxy=",
+}
+
 // harnessArgv starts the harness: isolated mode (-I: no user site, no
 // PYTHON* variables, no script dir on sys.path), no site module (-S), no
 // bytecode writing (-B), unbuffered stdio (-u) so output survives a kill.
@@ -77,6 +98,17 @@ type renderInput struct {
 	CgroupParent  string
 	KillGraceMS   int64
 	Seccomp       string
+	// Binds are one jail's own host directories (its egress directory, its
+	// requirements); a jail with binds gets its own config file.
+	Binds []bind
+}
+
+// bind is a host directory bound into one jail: never writable, never
+// setuid or device-bearing; Exec allows mapping its files executable
+// (extension modules of installed requirements).
+type bind struct {
+	Src, Dst string
+	Exec     bool
 }
 
 // renderConfig renders the nsjail config (protobuf text format) of one
@@ -86,6 +118,13 @@ func renderConfig(in renderInput) (string, error) {
 	for name, s := range map[string]string{"rootfs dir": in.RootfsDir, "cgroup root": in.CgroupRoot, "cgroup parent": in.CgroupParent} {
 		if err := checkConfigString(s); err != nil {
 			return "", fmt.Errorf("%s %q: %w", name, s, err)
+		}
+	}
+	for _, m := range in.Binds {
+		for _, s := range []string{m.Src, m.Dst} {
+			if err := checkConfigString(s); err != nil {
+				return "", fmt.Errorf("bind %q: %w", s, err)
+			}
 		}
 	}
 	p, l := in.Profile, in.Profile.Limits
@@ -103,6 +142,11 @@ func renderConfig(in renderInput) (string, error) {
 	w("keep_env: false")
 	for _, e := range jailEnv {
 		w("envar: %s", q(e))
+	}
+	if p.Network == NetworkProxy {
+		for _, e := range proxyEnv {
+			w("envar: %s", q(e))
+		}
 	}
 	w("keep_caps: false")
 	w("disable_no_new_privs: false")
@@ -132,11 +176,18 @@ func renderConfig(in renderInput) (string, error) {
 			w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true nodev: true noexec: true mandatory: false }", q(f), q(f))
 		}
 	}
+	for _, m := range in.Binds {
+		w("mount { src: %s dst: %s is_bind: true is_dir: true rw: false nosuid: true nodev: true noexec: %t mandatory: true }", q(m.Src), q(m.Dst), !m.Exec)
+	}
 	w("mount { dst: \"/tmp\" fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
 	w(`mount { dst: "/dev" fstype: "tmpfs" options: "size=65536,mode=755" rw: false nosuid: true noexec: true }`)
 	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/urandom"} {
 		w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true noexec: true }", q(d), q(d))
 	}
+	// POSIX shared memory and semaphores (multiprocessing's Pool, Queue,
+	// Lock; shared_memory) live here: a tmpfs of its own, as large as /tmp,
+	// its pages charged to the run's memory cgroup like /tmp's.
+	w("mount { dst: \"/dev/shm\" fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
 	w(`mount { dst: "/proc" fstype: "proc" rw: false nosuid: true nodev: true noexec: true }`)
 	w("cgroup_mem_max: %d", l.MemoryMB<<20+nsjailMemSlack)
 	w("cgroup_pids_max: %d", l.Pids)

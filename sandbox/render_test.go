@@ -22,6 +22,12 @@ func TestRenderConfigGolden(t *testing.T) {
 	}
 	host := base
 	host.Profile.Network = NetworkHost
+	proxy := base
+	proxy.Profile.Network = NetworkProxy
+	proxy.Binds = []bind{
+		{Src: "/var/lib/execgate/runs/jails/run-1-abc/egress", Dst: JailEgressDir},
+		{Src: "/var/lib/execgate/deps/0123abcd", Dst: jailDepsDir, Exec: true},
+	}
 	v2 := base
 	v2.CgroupVersion = 2
 	v2.Profile.Limits = Limits{TimeoutMS: 30000, CPUMS: 20000, MemoryMB: 512, Pids: 64, OutputBytes: 1 << 16, TmpMB: 16}
@@ -31,6 +37,7 @@ func TestRenderConfigGolden(t *testing.T) {
 	}{
 		{"none-v1-defaults", base},
 		{"host-v1-defaults", host},
+		{"proxy-v1-binds", proxy},
 		{"none-v2-large", v2},
 	}
 	for _, tt := range tests {
@@ -79,6 +86,40 @@ func TestRenderConfigInvariants(t *testing.T) {
 		if binds := strings.Contains(got, `src: "/etc/resolv.conf"`); binds != (network == NetworkHost) {
 			t.Errorf("network %s: host resolver bind = %t", network, binds)
 		}
+	}
+}
+
+func TestRenderConfigProxyProfile(t *testing.T) {
+	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: DefaultLimits}, RootfsDir: "/r",
+		CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P",
+		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: JailEgressDir}}}
+	got, err := renderConfig(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{
+		"clone_newnet: true",
+		`envar: "HTTP_PROXY=http://127.0.0.1:3128"`, `envar: "https_proxy=http://127.0.0.1:3128"`, `envar: "NO_PROXY="`,
+		`mount { src: "/w/jails/run-1/egress" dst: "/opt/execgate/egress" is_bind: true is_dir: true rw: false nosuid: true nodev: true noexec: true mandatory: true }`,
+	} {
+		if !strings.Contains(got, must) {
+			t.Errorf("proxy config lacks %q", must)
+		}
+	}
+	none := in
+	none.Profile.Network = NetworkNone
+	none.Binds = nil
+	got, err = renderConfig(none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "PROXY") || strings.Contains(got, "/opt/execgate/egress") {
+		t.Errorf("network none config mentions the proxy:\n%s", got)
+	}
+	bad := in
+	bad.Binds = []bind{{Src: "/w/\n", Dst: JailEgressDir}}
+	if _, err := renderConfig(bad); err == nil || !strings.Contains(err.Error(), "bind") {
+		t.Errorf("an unquotable bind source: got %v", err)
 	}
 }
 

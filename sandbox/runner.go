@@ -37,6 +37,10 @@ type Info struct {
 	// how many are waiting right now (all profiles).
 	WarmPool int `json:"warm_pool"`
 	WarmIdle int `json:"warm_idle"`
+	// CPUAccounting says how the jail's CPU time is measured (and the CPU
+	// limit enforced for all its processes together); "none" where the
+	// host offers no cgroup for it.
+	CPUAccounting string `json:"cpu_accounting"`
 }
 
 // manifest is the part of the rootfs manifest the runner checks. It is read
@@ -73,7 +77,7 @@ func checkRootfs(dir string) (*manifest, error) {
 			Err:  ErrRootfsStale,
 		}
 	}
-	for _, p := range []string{jailPython, harness.Dir + "/" + harness.Entry} {
+	for _, p := range []string{jailPython, harness.Dir + "/" + harness.Entry, JailEgressDir} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return nil, &UnavailableError{Reason: fmt.Sprintf("rootfs at %s lacks %s", dir, p), Hint: rebuild, Err: ErrRootfsStale}
 		}
@@ -114,9 +118,7 @@ func normalize(spec Spec) (Spec, profile, error) {
 		errs = append(errs, fmt.Errorf("mode: %q is not run or test", spec.Mode))
 	}
 	switch spec.Network {
-	case NetworkNone, NetworkHost:
-	case NetworkProxy:
-		errs = append(errs, errors.New("network: proxy is not supported by this runner yet (use none, or host where policy grants it)"))
+	case NetworkNone, NetworkHost, NetworkProxy:
 	default:
 		errs = append(errs, fmt.Errorf("network: %q is not none, proxy or host", spec.Network))
 	}
@@ -132,7 +134,11 @@ func normalize(spec Spec) (Spec, profile, error) {
 		errs = append(errs, errors.New("tools: must be a JSON object"))
 	}
 	if len(spec.Requirements) > 0 {
-		errs = append(errs, errors.New("requirements: installing requirements is not supported by this runner yet"))
+		pins, err := normalizeRequirements(spec.Requirements)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		spec.Requirements = pins
 	}
 	l := spec.Limits
 	if l.TimeoutMS < 0 || l.CPUMS < 0 || l.MemoryMB < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.TmpMB < 0 {
@@ -174,6 +180,9 @@ type request struct {
 	CPUMS           int64           `json:"cpu_ms"`
 	MaxLogLines     int             `json:"max_log_lines"`
 	Deps            bool            `json:"deps"`
+	// EgressSocket is the egress proxy's socket inside the jail (network
+	// mode proxy): the harness relays 127.0.0.1:3128 to it.
+	EgressSocket string `json:"egress_socket,omitempty"`
 }
 
 func rawOr(raw json.RawMessage, def string) json.RawMessage {
@@ -200,7 +209,10 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		OutputBytes:     spec.Limits.OutputBytes,
 		CPUMS:           spec.Limits.CPUMS,
 		MaxLogLines:     maxEnvelopeLogs,
-		Deps:            false,
+		Deps:            len(spec.Requirements) > 0,
+	}
+	if spec.Network == NetworkProxy {
+		req.EgressSocket = JailEgressSocket
 	}
 	if spec.Mode == "test" {
 		req.Tools = rawOr(spec.ToolFixtures, "{}")

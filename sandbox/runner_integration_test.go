@@ -485,6 +485,7 @@ func TestJailIsolation(t *testing.T) {
 		"/dev":         {"ro", "nosuid", "noexec"},
 		"/dev/null":    {"ro", "nosuid", "noexec"},
 		"/dev/urandom": {"ro"},
+		"/dev/shm":     {"rw", "nosuid", "nodev", "noexec"},
 		"/proc":        {"ro", "nosuid", "nodev", "noexec"},
 	} {
 		opts := strings.Split(fmt.Sprint(mounts[mnt]), ",")
@@ -497,7 +498,7 @@ func TestJailIsolation(t *testing.T) {
 	if _, ok := mounts["/etc/resolv.conf"]; ok {
 		t.Errorf("network none binds the host's /etc/resolv.conf")
 	}
-	if got := fmt.Sprint(f["dev"]); got != "[null urandom zero]" {
+	if got := fmt.Sprint(f["dev"]); got != "[null shm urandom zero]" {
 		t.Errorf("/dev holds %s", got)
 	}
 	env := f["env"].(map[string]any)

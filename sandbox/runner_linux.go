@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,14 +40,21 @@ type Runner struct {
 	mu       sync.Mutex        // guards profiles
 	profiles map[string]string // profile key → rendered config file
 
-	pool *pool // nil without a warm pool
+	pool   *pool          // nil without a warm pool
+	egress EgressProxy    // nil: network mode proxy is refused
+	deps   *depsInstaller // installs requirements
 }
+
+// jailsDir holds, below WorkDir, the directories of jails that need one
+// (jail_linux.go).
+const jailsDir = "jails"
 
 // NewRunner checks that this host can jail tools (nsjail present, running
 // as root, a rootfs built by this binary, usable cgroups) and prepares the
 // parent cgroups. A host that cannot jail gets an *UnavailableError; a bad
-// Config a plain error naming the key.
-func NewRunner(cfg Config) (*Runner, error) {
+// Config a plain error naming the key. Options add collaborators
+// (WithEgress for network mode proxy).
+func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -86,7 +95,15 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if n := cg.sweep(); n > 0 {
 		slog.Default().Info("removed cgroups left by dead execgate processes", "component", "sandbox", "runs", n)
 	}
+	// WorkDir: profiles are private; jails/ holds directories bound into
+	// jails, so it is reachable (not listable) by the jail's uid.
+	if err := os.MkdirAll(cfg.WorkDir, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "profiles"), 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, jailsDir), 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
 	}
 	r := &Runner{
@@ -98,6 +115,29 @@ func NewRunner(cfg Config) (*Runner, error) {
 		seccomp:  seccompPolicy(),
 		log:      slog.Default().With("component", "sandbox"),
 		profiles: map[string]string{},
+		deps: &depsInstaller{
+			dir:       cfg.DepsDir,
+			python:    cfg.PythonPath,
+			pyVersion: m.PythonVersion,
+			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
+			findUV:    func() (string, error) { return FindUV(cfg) },
+			getenv:    os.Getenv,
+			inflight:  map[string]*depsCall{},
+		},
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
+	if r.egress != nil {
+		// The egress directory of a jail is bound from below WorkDir.
+		if err := checkSearchable(filepath.Join(cfg.WorkDir, jailsDir)); err != nil {
+			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
+		}
+	}
+	if cg.acct == acctNone {
+		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
+			"cgroup_version", cg.version)
 	}
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
@@ -119,6 +159,7 @@ func (r *Runner) Info() Info {
 		HarnessSHA256:   harness.Hash(),
 		ProtocolVersion: ProtocolVersion,
 		WarmPool:        r.cfg.WarmPool,
+		CPUAccounting:   r.cg.acct.String(),
 	}
 	if r.pool != nil {
 		in.WarmIdle = r.pool.idleCount()
@@ -136,19 +177,56 @@ func (r *Runner) Close() error {
 
 // Run runs spec once in a fresh jail. The error is non-nil only when the
 // jail could not be created (an *UnavailableError: nothing ran); everything
-// that happened to the tool, including a bad spec (InvalidInput), is in the
+// that happened to the tool, including a bad spec (InvalidInput) and
+// requirements that could not be installed (DependencyError), is in the
 // Result.
+//
+// Requirements are installed (or found in the cache) before the jail
+// starts; a run with requirements always starts cold. In network mode
+// proxy, the run's egress session is started on the jail's socket at the
+// hand-off and closed when the jail is gone; Result.Egress lists every
+// connection attempt.
 func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
-		return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: ErrInvalidInput, Message: "invalid run spec: " + err.Error()}}, nil
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	if prof.Network == NetworkProxy && r.egress == nil {
+		return Result{}, &UnavailableError{
+			Reason: "network mode proxy: this runner has no egress proxy",
+			Hint:   "the service must create its runner with sandbox.WithEgress (execgate serve and run do); until then only network none and host work",
+			Err:    ErrNoEgressProxy,
+		}
+	}
+	var depsDir string
+	if len(spec.Requirements) > 0 {
+		dir, failure, err := r.deps.ensure(ctx, spec.Requirements)
+		if err != nil {
+			return Result{}, err
+		}
+		if failure != nil {
+			failure.Message = clip(failure.Message, maxErrorText)
+			failure.Traceback = clip(failure.Traceback, maxErrorText)
+			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
+		}
+		depsDir = dir
 	}
 	var j *jail
-	if r.pool != nil {
+	if r.pool != nil && depsDir == "" {
 		j = r.pool.take(prof)
 	}
 	if j == nil {
-		if j, err = r.startJail(prof, false); err != nil {
+		if j, err = r.startJail(prof, false, depsDir); err != nil {
+			return Result{}, err
+		}
+	}
+	var session EgressSession
+	if prof.Network == NetworkProxy {
+		if session, err = r.startEgress(j, spec.EgressAllow); err != nil {
+			_ = j.discard(r.grace())
+			if errors.Is(err, ErrInvalidEgressAllow) {
+				return errorResult(ErrInvalidInput, "invalid run spec: egress: "+err.Error(), ""), nil
+			}
 			return Result{}, err
 		}
 	}
@@ -156,12 +234,23 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	req, err := encodeRequest(spec, handoff.UnixMilli())
 	if err != nil {
 		_ = j.discard(r.grace())
-		return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: ErrInvalidInput, Message: err.Error()}}, nil
+		if session != nil {
+			_ = session.Close()
+		}
+		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
 	fin := j.run(ctx, req, time.Duration(spec.Limits.TimeoutMS)*time.Millisecond, r.grace(), handoff)
 	if err := j.cg.remove(3 * time.Second); err != nil {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
+	var attempts []EgressAttempt
+	if session != nil {
+		if err := session.Close(); err != nil {
+			r.log.Warn("closing a run's egress session", "execution_id", spec.ExecutionID, "error", err)
+		}
+		attempts = session.Attempts()
+	}
+	j.release()
 	v := classify(fin.outcome)
 	if v.Unavailable != nil {
 		return Result{NsjailLog: fin.outcome.Log}, v.Unavailable
@@ -174,6 +263,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		Truncated: Truncated{Stdout: j.stdout.truncated, Stderr: j.stderr.truncated},
 		Error:     v.Error,
 		Logs:      v.Logs,
+		Egress:    attempts,
 		Usage: Usage{
 			WallMS:       fin.wall.Milliseconds(),
 			CPUMS:        fin.outcome.CPUMS,
@@ -185,6 +275,54 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		res.Result = nullJSON
 	}
 	return res, nil
+}
+
+func errorResult(typ, msg, tb string) Result {
+	return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
+}
+
+// maxSocketPath is the longest path a unix socket can be bound at.
+const maxSocketPath = 107
+
+// startEgress starts the run's egress session on the jail's socket. A
+// socket path too long for bind(2) is reached through the directory's
+// descriptor, kept open for the session's lifetime.
+func (r *Runner) startEgress(j *jail, allow []string) (EgressSession, error) {
+	path := j.egressSocket()
+	if len(path) <= maxSocketPath {
+		s, err := r.egress.Start(path, allow)
+		return s, wrapEgressErr(err)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, &UnavailableError{Reason: "opening the jail's egress directory", Err: err}
+	}
+	s, err := r.egress.Start(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), egressSocketName), allow)
+	if err != nil {
+		dir.Close()
+		return nil, wrapEgressErr(err)
+	}
+	return &dirSession{EgressSession: s, dir: dir}, nil
+}
+
+func wrapEgressErr(err error) error {
+	if err == nil || errors.Is(err, ErrInvalidEgressAllow) {
+		return err
+	}
+	return &UnavailableError{Reason: "starting the run's egress proxy session", Err: err}
+}
+
+// dirSession keeps the directory descriptor its socket path goes through
+// open until the session is closed (closing unlinks the socket by path).
+type dirSession struct {
+	EgressSession
+	dir *os.File
+}
+
+func (s *dirSession) Close() error {
+	err := s.EgressSession.Close()
+	s.dir.Close()
+	return err
 }
 
 var nullJSON = []byte("null")
@@ -203,19 +341,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	if path, ok := r.profiles[key]; ok {
 		return path, nil
 	}
-	grace := r.cfg.KillGraceMS
-	if warm {
-		grace += warmIdleMax.Milliseconds()
-	}
-	text, err := renderConfig(renderInput{
-		Profile:       p,
-		RootfsDir:     r.cfg.RootfsDir,
-		CgroupVersion: r.cg.version,
-		CgroupRoot:    r.cg.root,
-		CgroupParent:  r.cg.parent,
-		KillGraceMS:   grace,
-		Seccomp:       r.seccomp,
-	})
+	text, err := renderConfig(r.renderInputLocked(p, warm))
 	if err != nil {
 		return "", fmt.Errorf("rendering the nsjail config: %w", err)
 	}
@@ -230,9 +356,60 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	return path, nil
 }
 
-// checkSearchable makes sure the jail's user can reach dir: nsjail bind
-// mounts it from inside the user namespace, as uid 99999, so dir and every
-// parent need the search bit for others.
+// sweepDirs removes what dead execgate processes left behind: jail
+// directories of runs whose owner is gone (named like their cgroups,
+// run-<pid>-<random>), and requirement installs abandoned midway (older
+// than twice the install timeout). Failures are ignored: it is
+// housekeeping.
+func sweepDirs(jails, deps string, abandoned time.Duration) {
+	if entries, err := os.ReadDir(jails); err == nil {
+		for _, e := range entries {
+			m := runDirRE.FindStringSubmatch(e.Name())
+			if m == nil {
+				continue
+			}
+			if pid, err := strconv.Atoi(m[1]); err == nil && pid != os.Getpid() && !processAlive(pid) {
+				os.RemoveAll(filepath.Join(jails, e.Name()))
+			}
+		}
+	}
+	if entries, err := os.ReadDir(deps); err == nil {
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err == nil && strings.HasPrefix(e.Name(), ".tmp-") && time.Since(fi.ModTime()) > abandoned {
+				os.RemoveAll(filepath.Join(deps, e.Name()))
+			}
+		}
+	}
+}
+
+// renderInput is what renderConfig needs for profile p.
+func (r *Runner) renderInput(p profile, warm bool) renderInput {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.renderInputLocked(p, warm)
+}
+
+func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
+	grace := r.cfg.KillGraceMS
+	if warm {
+		grace += warmIdleMax.Milliseconds()
+	}
+	return renderInput{
+		Profile:       p,
+		RootfsDir:     r.cfg.RootfsDir,
+		CgroupVersion: r.cg.version,
+		CgroupRoot:    r.cg.root,
+		CgroupParent:  r.cg.parent,
+		KillGraceMS:   grace,
+		Seccomp:       r.seccomp, // guarded by mu: tests swap it
+	}
+}
+
+// checkSearchable makes sure the jail's user can reach dir (the rootfs, a
+// deps set, a jail's egress directory): nsjail bind mounts it from inside
+// the user namespace, as uid 99999, so dir and every parent need the
+// search bit for others.
 func checkSearchable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
@@ -241,7 +418,7 @@ func checkSearchable(dir string) error {
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
 			return &UnavailableError{
-				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (uid %d) cannot reach the rootfs at %s", d, ToolUID, dir),
+				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (uid %d) cannot reach %s", d, ToolUID, dir),
 				Hint:   "chmod o+x " + d,
 			}
 		}

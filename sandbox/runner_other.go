@@ -12,10 +12,12 @@ import (
 var errUnsupported = errors.New("sandbox: jails need Linux (nsjail), not " + runtime.GOOS)
 
 // Runner runs tools in nsjail; on this OS it cannot.
-type Runner struct{}
+type Runner struct {
+	egress EgressProxy // set by WithEgress; unused here
+}
 
 // NewRunner always fails off Linux.
-func NewRunner(Config) (*Runner, error) {
+func NewRunner(Config, ...Option) (*Runner, error) {
 	return nil, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
 }
 

@@ -40,6 +40,12 @@ var deniedSyscalls = []string{
 	"fanotify_init",
 }
 
+// prSetDumpable is PR_SET_DUMPABLE: a process may drop its dumpability, never
+// regain it. Every process of the jail is non-dumpable (see the harness), so
+// no process can open another's /proc/<pid>/mem; denying the way back keeps
+// it so.
+const prSetDumpable = "4"
+
 // cloneNamespaceFlags is CLONE_NEWNS|CLONE_NEWCGROUP|CLONE_NEWUTS|
 // CLONE_NEWIPC|CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNET.
 const cloneNamespaceFlags = "0x7e020000"
@@ -49,6 +55,10 @@ func seccompPolicy() string {
 	var b strings.Builder
 	b.WriteString("POLICY execgate { ERRNO(1) { ")
 	b.WriteString(strings.Join(deniedSyscalls, ", "))
-	b.WriteString(", clone { (clone_flags & " + cloneNamespaceFlags + ") != 0 } }, ERRNO(38) { clone3 } } USE execgate DEFAULT ALLOW")
+	b.WriteString(", clone { (clone_flags & " + cloneNamespaceFlags + ") != 0 }")
+	// option is an int: the kernel ignores its upper 32 bits, so the filter
+	// must too, or 0x1_00000004 would slip past as "not 4".
+	b.WriteString(", prctl(option, value) { (option & 0xffffffff) == " + prSetDumpable + " && value != 0 }")
+	b.WriteString(" }, ERRNO(38) { clone3 } } USE execgate DEFAULT ALLOW")
 	return b.String()
 }

@@ -7,11 +7,20 @@
 // of the run outcome types below. Usage numbers come from the kernel (cgroups
 // and rusage), never from the harness.
 //
-//	r, err := sandbox.NewRunner(cfg)
+//	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
 //	res, err := r.Run(ctx, sandbox.Spec{Source: src, Entrypoint: "run", ...})
 //
 // Run returns a non-nil error only when the jail could not be created at all
 // (an *UnavailableError); everything that happened to the tool is in Result.
+//
+// Limits hold for the jail as a whole: memory and pids through the run's
+// cgroups, CPU time through the run's CPU accounting cgroup, which the
+// runner watches while the tool runs (RLIMIT_CPU only backs it up per
+// process). Network mode proxy needs an EgressProxy (WithEgress): the run's
+// session listens on a unix socket in the jail's own host directory, bound
+// into the jail, and the harness relays 127.0.0.1:3128 to it. Requirements
+// (exact pins) are installed once per set, wheels only, into Config.DepsDir
+// and bound read-only into the jails that ask for them (deps.go).
 package sandbox
 
 import (

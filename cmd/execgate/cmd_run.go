@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -34,6 +35,7 @@ type runFlags struct {
 	timeout      time.Duration
 	memory       string
 	requirements []string
+	egress       []string
 	json         bool
 }
 
@@ -46,11 +48,16 @@ func newRunCmd() *cobra.Command {
 rootfs, seccomp, cgroups) and print the result envelope: pretty by default,
 the raw JSON with --json. The rootfs is built first if it is missing or stale.
 
---timeout sets both the wall-clock and the CPU limit. Exit status: 0 when the
-envelope's status is ok, 1 when it is error, 3 when the sandbox is unavailable
-(nothing ran).`,
+--timeout sets both the wall-clock and the CPU limit. --requirements installs
+exact pins (name==version, wheels only) into the deps cache under the state
+directory first. --network proxy lets the tool out only through execgate's
+egress proxy, to the hosts named by --egress (egress.allow_cidrs from the
+config opens private ranges). Exit status: 0 when the envelope's status is
+ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 		Example: `  execgate run tool.py --args '{"name": "Ada"}'
-  execgate run tool.py --timeout 30s --memory 512M --json`,
+  execgate run tool.py --timeout 30s --memory 512M --json
+  execgate run tool.py --requirements six==1.16.0,attrs==23.1.0
+  execgate run tool.py --network proxy --egress api.example.com:443,*.example.org`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := f.spec(args[0])
@@ -68,10 +75,11 @@ envelope's status is ok, 1 when it is error, 3 when the sandbox is unavailable
 	fl := cmd.Flags()
 	fl.StringVar(&f.args, "args", "null", "the tool's args, as JSON")
 	fl.StringVar(&f.entrypoint, "entrypoint", "run", "the function to call: run(args, context)")
-	fl.StringVar(&f.network, "network", "none", "network mode: none or host (proxy is not available to local runs yet)")
+	fl.StringVar(&f.network, "network", "none", "network mode: none, proxy (only the --egress hosts, through the egress proxy) or host")
 	fl.DurationVar(&f.timeout, "timeout", time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
 	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", sandbox.DefaultLimits.MemoryMB), "memory limit (e.g. 256M, 1G)")
-	fl.StringSliceVar(&f.requirements, "requirements", nil, "packages to install first, e.g. a==1,b==2 (not supported yet: refused)")
+	fl.StringSliceVar(&f.requirements, "requirements", nil, "exact pins to install first (wheels only), e.g. a==1,b==2")
+	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
 	return cmd
 }
@@ -97,6 +105,12 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 	if err != nil {
 		return sandbox.Spec{}, fmt.Errorf("--memory: %w", err)
 	}
+	if len(f.egress) > 0 && sandbox.Network(f.network) != sandbox.NetworkProxy {
+		return sandbox.Spec{}, fmt.Errorf("--egress: only meaningful with --network proxy (network is %s)", f.network)
+	}
+	if _, err := egress.ParseRules(f.egress); err != nil {
+		return sandbox.Spec{}, fmt.Errorf("--egress: %w", err)
+	}
 	return sandbox.Spec{
 		ExecutionID:  newExecutionID(),
 		TenantID:     "local",
@@ -106,6 +120,7 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 		Args:         json.RawMessage(f.args),
 		Network:      sandbox.Network(f.network),
 		Requirements: f.requirements,
+		EgressAllow:  f.egress,
 		Limits: sandbox.Limits{
 			TimeoutMS: f.timeout.Milliseconds(),
 			CPUMS:     f.timeout.Milliseconds(),
@@ -153,7 +168,15 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, progre
 	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: scfg.RootfsDir, PythonPath: scfg.PythonPath, Progress: progress}); err != nil {
 		return sandbox.Result{}, fmt.Errorf("preparing the rootfs: %w", err)
 	}
-	r, err := sandbox.NewRunner(scfg)
+	var opts []sandbox.Option
+	if spec.Network == sandbox.NetworkProxy {
+		p, err := egress.New(cfg.Egress, egress.Options{})
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		opts = append(opts, sandbox.WithEgress(p))
+	}
+	r, err := sandbox.NewRunner(scfg, opts...)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -174,6 +197,8 @@ type runEnvelope struct {
 	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
 	Logs        []sandbox.LogLine  `json:"logs,omitempty"`
 	Usage       sandbox.Usage      `json:"usage"`
+	// Egress lists the connection attempts of a proxy-mode run.
+	Egress []sandbox.EgressAttempt `json:"egress,omitempty"`
 }
 
 // errSandboxUnavailable is the error type of a run refused by the host.
@@ -191,6 +216,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
 		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
 		Truncated: res.Truncated, Error: res.Error, Logs: res.Logs, Usage: res.Usage,
+		Egress: res.Egress,
 	}
 	if u != nil {
 		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
@@ -243,6 +269,16 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 		fmt.Fprintf(w, "logs:\n")
 		for _, l := range env.Logs {
 			fmt.Fprintf(w, "  [%s] %s\n", l.Level, l.Message)
+		}
+	}
+	if len(env.Egress) > 0 {
+		fmt.Fprintf(w, "egress:\n")
+		for _, a := range env.Egress {
+			verdict := "allowed"
+			if !a.Allowed {
+				verdict = "denied: " + a.Reason
+			}
+			fmt.Fprintf(w, "  %s:%d %s\n", a.Host, a.Port, verdict)
 		}
 	}
 	if env.Error != nil && env.Error.Type == errSandboxUnavailable {

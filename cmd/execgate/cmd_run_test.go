@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +50,8 @@ func TestRunFlagsNameTheBadFlag(t *testing.T) {
 		{"network must be known", func(f *runFlags) { f.network = "wifi" }, tool, "--network"},
 		{"timeout must be positive", func(f *runFlags) { f.timeout = 0 }, tool, "--timeout"},
 		{"memory must be a size", func(f *runFlags) { f.memory = "big" }, tool, "--memory"},
+		{"egress needs network proxy", func(f *runFlags) { f.egress = []string{"api.example.com"} }, tool, "--egress: only meaningful with --network proxy"},
+		{"egress entries must parse", func(f *runFlags) { f.network, f.egress = "proxy", []string{"*"} }, tool, `--egress: egress allow entry "*"`},
 		{"the file must exist", func(*runFlags) {}, tool + ".missing", "reading the tool"},
 	}
 	for _, tt := range tests {
@@ -132,6 +139,53 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			t.Errorf("%v\n%s", err, out)
 		}
 	})
+	t.Run("requirements are installed and importable", func(t *testing.T) {
+		tool := write("six.py", "import six\ndef run(args, context):\n    return six.__version__\n")
+		out, err := execute(t, "run", tool, "--requirements", "six==1.16.0", "--json", "--state-dir", state)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var env runEnvelope
+		if err := json.Unmarshal([]byte(out), &env); err != nil || env.Status != sandbox.StatusOK || string(env.Result) != `"1.16.0"` {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(state, "deps")); err != nil {
+			t.Errorf("the deps cache is not under the state dir: %v", err)
+		}
+	})
+	t.Run("network proxy reaches only the --egress hosts", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "through the proxy") }))
+		t.Cleanup(srv.Close)
+		port := srv.Listener.Addr().(*net.TCPAddr).Port
+		t.Setenv("EXECGATE_EGRESS_ALLOW_CIDRS", "127.0.0.1/32")
+		tool := write("fetch.py", "import urllib.request, urllib.error\n"+
+			"def run(args, context):\n"+
+			"    out = []\n"+
+			"    for url in args:\n"+
+			"        try:\n"+
+			"            out.append(urllib.request.urlopen(url, timeout=10).read().decode())\n"+
+			"        except urllib.error.HTTPError as e:\n"+
+			"            out.append(e.code)\n"+
+			"    return out\n")
+		urls, _ := json.Marshal([]string{fmt.Sprintf("http://127.0.0.1:%d/", port), fmt.Sprintf("http://localhost:%d/", port)})
+		out, err := execute(t, "run", tool, "--network", "proxy", "--egress", fmt.Sprintf("127.0.0.1:%d", port),
+			"--args", string(urls), "--json", "--state-dir", state)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var env runEnvelope
+		if err := json.Unmarshal([]byte(out), &env); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var result bytes.Buffer
+		_ = json.Compact(&result, env.Result)
+		if env.Status != sandbox.StatusOK || result.String() != `["through the proxy",403]` {
+			t.Errorf("want the allowed host's body and a 403 for the other: %s", out)
+		}
+		if len(env.Egress) != 2 || !env.Egress[0].Allowed || env.Egress[1].Allowed {
+			t.Errorf("egress attempts: %+v", env.Egress)
+		}
+	})
 	t.Run("without nsjail nothing runs and the exit is 3 with the hint", func(t *testing.T) {
 		t.Setenv("EXECGATE_SANDBOX_NSJAIL_PATH", "/nonexistent/nsjail")
 		out, err := execute(t, "run", ok, "--state-dir", state)
@@ -143,7 +197,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			t.Errorf("output:\n%s", out)
 		}
 	})
-	for _, c := range []string{"memory", "pids", "cpu"} {
+	for _, c := range []string{"memory", "pids", "cpu", "unified"} {
 		os.Remove(filepath.Join("/sys/fs/cgroup", c, "execgate-cmdtest"))
 	}
 }

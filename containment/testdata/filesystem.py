@@ -22,7 +22,18 @@ def mount_of(path):
             point, opts = parts[4], parts[5]
             if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
                 best = (point, opts)
-    return {"point": best[0], "ro": "ro" in best[1].split(",")}
+    return {"point": best[0], "ro": "ro" in best[1].split(","), "options": best[1]}
+
+
+def fstype_of(point):
+    """The filesystem type and super options of the mount at point."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if parts[4] == point:
+                rest = parts[parts.index("-") + 1:]
+                return {"fstype": rest[0], "super": rest[2] if len(rest) > 2 else ""}
+    return {"fstype": "", "super": ""}
 
 
 def readonly(args):
@@ -115,7 +126,8 @@ def dev(args):
         zero = f.read(4) == b"\0\0\0\0"
     with open("/dev/urandom", "rb") as f:
         rnd = len(f.read(16))
-    return {"entries": out, "zero_ok": zero, "urandom_bytes": rnd}
+    shm = dict(mount_of("/dev/shm"), **fstype_of("/dev/shm")) if "shm" in out else None
+    return {"entries": out, "zero_ok": zero, "urandom_bytes": rnd, "shm": shm}
 
 
 def run(args, context):

@@ -1,8 +1,12 @@
 # Containment 9: ptrace another process and read another process's memory
-# through /proc/<pid>/mem, both ways between this process and a child.
+# through /proc/<pid>/mem, both ways between this process and a child, for a
+# forked child and for a child that exec'd a fresh interpreter; and try to
+# make this process dumpable again.
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import time
 
 PTRACE_ATTACH = 16
@@ -29,6 +33,53 @@ def read_mem(pid):
         return {"read": 0, "errno": e.errno}
 
 
+EXEC_CHILD = """
+import json, os, sys, time
+sys.path.insert(0, %r)
+from tool_helpers import read_mem
+print(json.dumps({"parent_mem": read_mem(os.getppid())}), flush=True)
+time.sleep(30)
+"""
+
+PR_SET_DUMPABLE = 4
+PR_GET_DUMPABLE = 3
+
+
+def exec_child():
+    """A child that exec'd /usr/bin/python3: reads its parent's memory, then
+    waits to have its own read."""
+    helpers = "/tmp/helpers"
+    os.makedirs(helpers, exist_ok=True)
+    with open(os.path.join(helpers, "tool_helpers.py"), "w") as f:
+        f.write("def read_mem(pid):\n")
+        f.write("    try:\n")
+        f.write("        with open('/proc/%d/maps' % pid) as f:\n")
+        f.write("            start = int(f.readline().split('-')[0], 16)\n")
+        f.write("        with open('/proc/%d/mem' % pid, 'rb', buffering=0) as f:\n")
+        f.write("            f.seek(start)\n")
+        f.write("            return {'read': len(f.read(16)), 'errno': 0}\n")
+        f.write("    except OSError as e:\n")
+        f.write("        return {'read': 0, 'errno': e.errno}\n")
+    p = subprocess.Popen([sys.executable, "-I", "-c", EXEC_CHILD % helpers], stdout=subprocess.PIPE)
+    line = p.stdout.readline()
+    import json
+
+    out = {"from_child": json.loads(line), "child_mem": read_mem(p.pid), "attach_child": ptrace(PTRACE_ATTACH, p.pid)}
+    p.kill()
+    p.wait()
+    return out
+
+
+def set_dumpable(option):
+    """prctl(PR_SET_DUMPABLE, 1) through syscall(2), with the option as
+    given (the kernel reads only its low 32 bits)."""
+    libc.syscall.restype = ctypes.c_long
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(157), ctypes.c_ulong(option), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    err = ctypes.get_errno() if r == -1 else 0
+    return {"ret": r, "errno": err, "now": libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)}
+
+
 def run(args, context):
     r, w = os.pipe()
     child = os.fork()
@@ -53,6 +104,9 @@ def run(args, context):
         "child_mem": read_mem(child),
         "from_child": eval(from_child.decode()),
         "self_pid": os.getpid(),
+        "exec": exec_child(),
+        "set_dumpable": set_dumpable(PR_SET_DUMPABLE),
+        "set_dumpable_high_bits": set_dumpable(PR_SET_DUMPABLE | (1 << 32)),
     }
     os.kill(child, signal.SIGKILL)
     os.waitpid(child, 0)

@@ -51,6 +51,22 @@ def run(args, context):
             shm.buf[off:off + CHUNK] = b"s" * CHUNK
             written += CHUNK
         err = None
+    elif mode == "shared_memory_many":
+        # Segments each under the file-size limit, together over /dev/shm:
+        # the kernel answers a write through the mapping with SIGBUS.
+        from multiprocessing import shared_memory
+
+        segs, written, err = [], 0, None
+        while written < mb * CHUNK:
+            try:
+                segs.append(shared_memory.SharedMemory(create=True, size=4 * CHUNK))
+            except OSError as e:
+                err = e.errno
+                break
+            for off in range(0, 4 * CHUNK, CHUNK):
+                segs[-1].buf[off:off + CHUNK] = b"s" * CHUNK
+                written += CHUNK
+        return {"written": written, "errno": err, "where": "create"}
     else:
         raise ValueError(mode)
     return {"written": written, "errno": err, "where": "write"}

@@ -18,7 +18,25 @@ Protocol (PROTOCOL_VERSION):
 The harness is PID 1 of the jail's PID namespace, so it installs its own
 SIGXCPU handler (PID 1 ignores signals without one) to report CPULimit when the
 soft RLIMIT_CPU it sets is reached; the hard limit (set by nsjail one second
-later) kills the jail if the tool never returns to the interpreter.
+later) kills the jail if the tool never returns to the interpreter. RLIMIT_CPU
+counts per process: the runner enforces the limit on the whole jail from its
+cgroup, so a tool burning CPU in several processes is stopped as well.
+
+Only the harness process itself ever writes the envelope: a forked child
+(os.fork, multiprocessing) closes fd 3 right after the fork, dies of SIGXCPU
+instead of reporting it, and leaves without writing if it ever returns into
+the harness.
+
+Other processes of the jail cannot read the harness's memory: the rootfs's
+interpreter is not readable by the tool's user, which makes every process
+started from it non-dumpable (and the seccomp policy refuses
+PR_SET_DUMPABLE 1); where that is not so, the harness drops dumpability
+itself before it reads the request.
+
+Network mode proxy: the request names the egress socket (a unix socket bound
+into the jail by the runner). The harness serves 127.0.0.1:3128 inside the
+jail from a daemon thread and relays each connection to that socket; the
+jail's environment points HTTP(S)_PROXY there.
 """
 
 import os
@@ -31,6 +49,15 @@ DEPS_DIR = "/opt/execgate/deps"
 TOOL_FILE = "tool.py"
 TOOL_MODULE = "tool"
 DEFAULT_OUTPUT_BYTES = 1 << 20
+# The process that owns the result channel (PID 1 in the jail).
+HARNESS_PID = os.getpid()
+# Exit statuses of a harness that could not write an envelope (the runner's
+# classifier knows them).
+EXIT_NO_RESULT_FD = 70
+EXIT_WRITE_FAILED = 71
+EXIT_NO_RELAY = 72
+# Where the egress relay listens inside the jail (network mode proxy).
+EGRESS_LISTEN = ("127.0.0.1", 3128)
 
 # -I drops the script's directory from sys.path; tools import
 # execgate_runtime from here.
@@ -105,6 +132,14 @@ def _emit(status, result_json=None, error=None, logs=()):
     """Write the envelope to fd 3 once, then leave without running atexit
     handlers or joining the tool's threads."""
     global _done
+    if os.getpid() != HARNESS_PID:
+        # A forked child that returned into the harness: it has no say.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0 if status == "ok" else 1)
     if _done:
         return
     _done = True
@@ -124,7 +159,7 @@ def _emit(status, result_json=None, error=None, logs=()):
             n = os.write(RESULT_FD, data)
             data = data[n:]
     except OSError:
-        os._exit(71)
+        os._exit(EXIT_WRITE_FAILED)
     os._exit(0)
 
 
@@ -182,7 +217,46 @@ def _register_source():
 
 
 def _on_sigxcpu(signum, frame):
+    if os.getpid() != HARNESS_PID:
+        # A child over its own RLIMIT_CPU dies of it, as it would without
+        # the harness; the runner watches the jail's total.
+        import signal
+
+        signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGXCPU)
+        return
     _emit("error", error=_error("CPULimit", "the tool used more CPU time than allowed"), logs=_sink.export())
+
+
+def _close_result_fd_in_child():
+    """After os.fork (and multiprocessing's fork): the child has no use for
+    the result channel."""
+    try:
+        os.close(RESULT_FD)
+    except OSError:
+        pass
+
+
+PR_SET_DUMPABLE = 4
+
+
+def _make_undumpable():
+    """Keep other processes of the jail out of this one's memory
+    (/proc/<pid>/mem). A process started from the rootfs's interpreter is
+    already non-dumpable (the binary is not readable by the tool's user), and
+    its /proc entries then belong to root rather than to the tool: one stat
+    tells, and ctypes is loaded only when it is needed."""
+    try:
+        if os.stat("/proc/self/stat").st_uid != os.geteuid():
+            return
+    except OSError:
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except Exception:
+        pass
 
 
 def _set_cpu_limit(cpu_ms):
@@ -200,6 +274,118 @@ def _set_cpu_limit(cpu_ms):
 
 
 _sink = rt._LogSink()
+
+
+def _start_egress_relay(path):
+    """Serve EGRESS_LISTEN inside the jail and relay every connection to the
+    egress proxy's unix socket at path, from one daemon thread (threads
+    count against the pids limit, so there is one, not one per connection).
+    A connection the proxy does not accept is closed: the tool sees an error,
+    never a fake success."""
+    import socket
+    import threading
+
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(EGRESS_LISTEN)
+    ls.listen(128)
+    ls.setblocking(False)
+    threading.Thread(target=_relay_loop, args=(ls, path), name="execgate-egress", daemon=True).start()
+
+
+def _relay_loop(listener, path):
+    import selectors
+    import socket
+
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    # socket -> [peer, bytes waiting to be written to it, still reading from it]
+    conns = {}
+    high_water = 256 << 10
+
+    def close_pair(s):
+        for x in (s, conns.get(s, [None])[0]):
+            if x is None or x not in conns:
+                continue
+            del conns[x]
+            try:
+                sel.unregister(x)
+            except (KeyError, ValueError):
+                pass
+            x.close()
+
+    def update(s):
+        if s not in conns:
+            return
+        peer, out, reading = conns[s]
+        ev = 0
+        if reading and len(conns[peer][1]) < high_water:
+            ev |= selectors.EVENT_READ
+        if out:
+            ev |= selectors.EVENT_WRITE
+        try:
+            if ev:
+                try:
+                    sel.modify(s, ev)
+                except KeyError:
+                    sel.register(s, ev)
+            else:
+                sel.unregister(s)
+        except (KeyError, ValueError):
+            pass
+
+    def finish_if_done(s):
+        peer = conns[s][0]
+        if not conns[s][2] and not conns[peer][2] and not conns[s][1] and not conns[peer][1]:
+            close_pair(s)
+
+    while True:
+        for key, mask in sel.select():
+            s = key.fileobj
+            if s is listener:
+                try:
+                    c, _ = listener.accept()
+                except OSError:
+                    continue
+                u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    u.connect(path)
+                except OSError:
+                    c.close()
+                    u.close()
+                    continue
+                c.setblocking(False)
+                u.setblocking(False)
+                conns[c] = [u, bytearray(), True]
+                conns[u] = [c, bytearray(), True]
+                update(c)
+                update(u)
+                continue
+            if s not in conns:
+                continue
+            peer = conns[s][0]
+            try:
+                if mask & selectors.EVENT_WRITE and conns[s][1]:
+                    n = s.send(conns[s][1])
+                    del conns[s][1][:n]
+                    if not conns[s][1] and not conns[peer][2]:
+                        s.shutdown(socket.SHUT_WR)
+                if mask & selectors.EVENT_READ and conns[s][2]:
+                    data = s.recv(64 << 10)
+                    if data:
+                        conns[peer][1] += data
+                    else:
+                        conns[s][2] = False
+                        if not conns[peer][1]:
+                            peer.shutdown(socket.SHUT_WR)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                close_pair(s)
+                continue
+            update(s)
+            update(peer)
+            finish_if_done(s)
 
 
 def _never_suspends(coro):
@@ -314,7 +500,9 @@ def main():
         os.set_inheritable(RESULT_FD, False)
     except OSError:
         sys.stderr.write("execgate harness: fd %d (result channel) is not open\n" % RESULT_FD)
-        os._exit(70)
+        os._exit(EXIT_NO_RESULT_FD)
+    os.register_at_fork(after_in_child=_close_result_fd_in_child)
+    _make_undumpable()
     raw = sys.stdin.buffer.read()
     # The tool reads EOF from stdin.
     try:
@@ -333,6 +521,12 @@ def main():
     _sink = rt._LogSink(max_lines=int(req.get("max_log_lines") or 1000))
     if req.get("deps"):
         sys.path.append(DEPS_DIR)
+    if req.get("egress_socket"):
+        try:
+            _start_egress_relay(req["egress_socket"])
+        except (OSError, RuntimeError) as e:
+            sys.stderr.write("execgate harness: the egress relay could not start on %s:%d: %s\n" % (EGRESS_LISTEN + (e,)))
+            os._exit(EXIT_NO_RELAY)
     _set_cpu_limit(req.get("cpu_ms"))
     status, result, error = _run(req)
     _emit(status, result, error, _sink.export())

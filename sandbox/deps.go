@@ -1,0 +1,139 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Requirements (DESIGN §3 --requirements, §4 DependencyError).
+//
+// A run may ask for third-party packages as exact pins, "name==version"
+// (extras allowed: "name[extra]==version"). Nothing else is accepted: no
+// ranges, URLs, paths, markers or installer options, so the set installed
+// is exactly the set the policy saw.
+//
+// A set is installed once, on the host, by uv into
+// <DepsDir>/<sha256 of the sorted, normalised pins and the interpreter
+// version>, and bound read-only at /opt/execgate/deps into every jail that
+// asks for the same set; the harness appends that directory to sys.path.
+// The install is safe to run outside the jail because no package code runs:
+//
+//   - wheels only (--only-binary :all:): no sdist, so no setup.py or build
+//     backend is ever executed;
+//   - no dependency resolution (--no-deps): every installed distribution is
+//     one the request named (and the policy allowed);
+//   - installing a wheel unpacks files and writes metadata; bytecode is
+//     compiled by the host interpreter's compiler, which does not import
+//     the modules;
+//   - .pth files a wheel may ship are never processed: the jail's
+//     interpreter runs without site (-S) and the deps directory is a plain
+//     sys.path entry.
+//
+// Concurrent runs asking for the same set wait for one install (within the
+// process, and across processes through a lock file); the set appears under
+// its final name with one atomic rename, so a directory under its final name
+// is always complete. A failed install leaves nothing behind and is reported
+// as DependencyError with uv's output.
+
+const (
+	// maxRequirements bounds the pins of one run.
+	maxRequirements = 64
+	// maxRequirementLen bounds one pin.
+	maxRequirementLen = 200
+	// maxInstallerOutput bounds the installer output kept for a
+	// DependencyError traceback.
+	maxInstallerOutput = 32 << 10
+	// depsKeyVersion changes whenever the install recipe changes, so old
+	// cache entries are never reused for a different recipe.
+	depsKeyVersion = "execgate-deps-v1"
+)
+
+// pinRE is one requirement: a PEP 508 name, optional extras, "==", and a
+// PEP 440 version without wildcards.
+var pinRE = regexp.MustCompile(`^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[\s*([A-Za-z0-9._,\s-]*)\])?\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$`)
+
+var nameSeparators = regexp.MustCompile(`[-_.]+`)
+
+// normalizeName is the PEP 503 normal form of a distribution or extra name.
+func normalizeName(n string) string {
+	return nameSeparators.ReplaceAllString(strings.ToLower(n), "-")
+}
+
+// normalizeRequirements checks every entry and returns the pins in normal
+// form ("name[extra,...]==version", names per PEP 503, extras sorted),
+// sorted by name. The error names the first bad entry and why.
+func normalizeRequirements(reqs []string) ([]string, error) {
+	if len(reqs) > maxRequirements {
+		return nil, fmt.Errorf("requirements: %d entries, at most %d are allowed", len(reqs), maxRequirements)
+	}
+	out := make([]string, 0, len(reqs))
+	seen := map[string]string{}
+	for i, raw := range reqs {
+		r := strings.TrimSpace(raw)
+		bad := func(why string) error {
+			return fmt.Errorf("requirements[%d]: %q %s; want an exact pin like six==1.16.0", i, raw, why)
+		}
+		switch {
+		case r == "":
+			return nil, bad("is empty")
+		case len(r) > maxRequirementLen:
+			return nil, bad(fmt.Sprintf("is longer than %d characters", maxRequirementLen))
+		case strings.HasPrefix(r, "-"):
+			return nil, bad("is an installer option, which is not allowed")
+		case strings.Contains(r, "://") || strings.Contains(r, "@"):
+			return nil, bad("is a URL or direct reference, which is not allowed")
+		case strings.ContainsAny(r, `/\`) || strings.HasPrefix(r, "."):
+			return nil, bad("is a path, which is not allowed")
+		case strings.Contains(r, ";"):
+			return nil, bad("has an environment marker, which is not allowed")
+		}
+		m := pinRE.FindStringSubmatch(r)
+		if m == nil {
+			return nil, bad("is not pinned with ==")
+		}
+		name := normalizeName(m[1])
+		var extras []string
+		for _, e := range strings.Split(m[2], ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				extras = append(extras, normalizeName(e))
+			}
+		}
+		sort.Strings(extras)
+		pin := name
+		if len(extras) > 0 {
+			pin += "[" + strings.Join(extras, ",") + "]"
+		}
+		pin += "==" + m[3]
+		if prev, ok := seen[name]; ok {
+			return nil, fmt.Errorf("requirements[%d]: %q names %s again (already %q)", i, raw, name, prev)
+		}
+		seen[name] = raw
+		out = append(out, pin)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// depsKey names the cache directory of a normalised set for an
+// interpreter version.
+func depsKey(pythonVersion string, pins []string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\npython=%s\n", depsKeyVersion, pythonVersion)
+	for _, p := range pins {
+		h.Write([]byte(p))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// installerEnv are the variables of the gateway's environment uv may see:
+// how to reach an index (proxies, a private index, its CA), nothing else.
+var installerEnv = []string{
+	"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+	"SSL_CERT_FILE", "SSL_CERT_DIR",
+	"UV_DEFAULT_INDEX", "UV_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_HTTP_TIMEOUT",
+}
