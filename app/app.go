@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/execgate/execgate/audit"
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
@@ -60,7 +62,15 @@ type Options struct {
 	// telemetry.Setup installs (serve calls it); without an SDK provider
 	// envelopes and audit records carry no trace id.
 	TracerProvider trace.TracerProvider
+	// EgressResolver resolves the hosts tools reach through the egress
+	// proxy (network mode proxy). Nil: the system resolver. Tests map
+	// made-up names to loopback servers (with egress.allow_cidrs opening
+	// 127.0.0.1/32).
+	EgressResolver egress.Resolver
 }
+
+// poolGaugeInterval is how often the warm-pool gauge is refreshed.
+const poolGaugeInterval = 2 * time.Second
 
 // App is a wired execgate gateway. Create it with New, then Start; Stop
 // releases everything New and Start acquired, in reverse order.
@@ -74,6 +84,9 @@ type App struct {
 	// runnerErr is why the real sandbox is unavailable (nil when it works):
 	// the server still starts, /readyz fails and every run is a 503.
 	runnerErr error
+	// egressErr is why the runner serves no network mode proxy (nil when
+	// it does); /readyz reports it.
+	egressErr error
 
 	bgCancel context.CancelFunc // ends JWKS refresh, policy watch, SIGHUP
 	closers  []closer           // cleanup stack, run in reverse by Stop
@@ -137,7 +150,10 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("loading policies: %w", err)
 	}
 	a.policy = eng
-	if watch := cfg.Policy.Watch; (watch == nil && len(cfg.Policy.Dirs) > 0) || (watch != nil && *watch) {
+	// Watch reloads changed policy dirs and polls the bundle server; it is
+	// on by default whenever there is either, and policy.watch: false
+	// turns both off.
+	if watch := cfg.Policy.Watch; (watch == nil && (len(cfg.Policy.Dirs) > 0 || cfg.Policy.Bundle != nil)) || (watch != nil && *watch) {
 		go func() {
 			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
 				log.Error("policy watch stopped", "err", err)
@@ -190,11 +206,31 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}
 	a.runner = opts.Runner
 	if a.runner == nil {
-		a.runner, a.runnerErr = a.newSandbox(ctx, progress)
+		proxy, err := egress.New(cfg.Egress, egress.Options{Resolver: opts.EgressResolver})
+		if err != nil {
+			return nil, fmt.Errorf("egress proxy: %w", err)
+		}
+		a.runner, a.runnerErr = a.newSandbox(ctx, progress, proxy)
 		ready = append([]gateway.Check{{Name: "rootfs", Run: func(context.Context) error {
 			_, err := rootfs.ReadManifest(cfg.Sandbox.RootfsDir)
 			return err
 		}}}, ready...)
+		// Optional: without the egress proxy only network mode proxy runs
+		// are refused; the rest of the service is fine.
+		ready = append(ready, gateway.Check{Name: "egress", Optional: true, Run: func(context.Context) error {
+			if a.egressErr != nil {
+				return a.egressErr
+			}
+			return egressReady(proxy, cfg.Sandbox.WorkDir)
+		}})
+		if r, ok := a.runner.(*sandbox.Runner); ok {
+			// Stopped before the runner is closed (the cleanup stack runs
+			// in reverse).
+			pctx, stop := context.WithCancel(bg)
+			done := make(chan struct{})
+			go func() { defer close(done); reportPool(pctx, r, metrics) }()
+			a.onStop("warm pool gauge", func(context.Context) error { stop(); <-done; return nil })
+		}
 	}
 
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
@@ -218,9 +254,10 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 }
 
 // newSandbox ensures the rootfs (building it on first use, with progress)
-// and creates the nsjail runner. When the host cannot jail it returns a
-// runner that refuses every run with the reason, and that reason.
-func (a *App) newSandbox(ctx context.Context, progress io.Writer) (gateway.Runner, error) {
+// and creates the nsjail runner, serving network mode proxy through proxy.
+// When the host cannot jail it returns a runner that refuses every run
+// with the reason, and that reason.
+func (a *App) newSandbox(ctx context.Context, progress io.Writer, proxy *egress.Proxy) (gateway.Runner, error) {
 	cfg := a.cfg.Sandbox
 	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: cfg.RootfsDir, PythonPath: cfg.PythonPath, Progress: progress}); err != nil {
 		ue := &sandbox.UnavailableError{
@@ -231,7 +268,17 @@ func (a *App) newSandbox(ctx context.Context, progress io.Writer) (gateway.Runne
 		a.log.Error("sandbox unavailable", "err", ue)
 		return unavailableRunner{ue}, ue
 	}
-	r, err := sandbox.NewRunner(cfg)
+	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
+	if err != nil {
+		// A host that cannot serve network mode proxy (e.g. a work dir the
+		// jail user cannot reach) can still run everything else: proxy runs
+		// are refused as SandboxUnavailable and /readyz names the reason.
+		if plain, perr := sandbox.NewRunner(cfg); perr == nil {
+			a.egressErr = err
+			a.log.Warn("network mode proxy is unavailable; runs asking for it are refused", "err", err)
+			r, err = plain, nil
+		}
+	}
 	if err != nil {
 		var ue *sandbox.UnavailableError
 		if !errors.As(err, &ue) {
@@ -242,6 +289,40 @@ func (a *App) newSandbox(ctx context.Context, progress io.Writer) (gateway.Runne
 	}
 	a.onStop("sandbox", func(context.Context) error { return r.Close() })
 	return r, nil
+}
+
+// reportPool keeps the warm-pool gauge current until ctx ends. The pool's
+// profiles are not labels of their own: "all" is the sum.
+func reportPool(ctx context.Context, r *sandbox.Runner, m *telemetry.Metrics) {
+	t := time.NewTicker(poolGaugeInterval)
+	defer t.Stop()
+	for {
+		m.SetPool("all", r.Info().WarmIdle)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// egressReady checks that the egress proxy can serve a session: it starts
+// one on a socket in a fresh directory under workDir (where the runner
+// puts the runs' sockets) and closes it.
+func egressReady(p *egress.Proxy, workDir string) error {
+	if err := os.MkdirAll(workDir, 0o711); err != nil {
+		return fmt.Errorf("creating sandbox.work_dir: %w", err)
+	}
+	dir, err := os.MkdirTemp(workDir, "readyz-egress-")
+	if err != nil {
+		return fmt.Errorf("creating a probe dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := p.Start(filepath.Join(dir, "proxy.sock"), nil)
+	if err != nil {
+		return fmt.Errorf("starting an egress session: %w", err)
+	}
+	return s.Close()
 }
 
 // unavailableRunner answers every run with the reason the sandbox could not

@@ -22,6 +22,7 @@ import (
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
@@ -36,6 +37,8 @@ type setup struct {
 	// runs.
 	realSandbox bool
 	noop        bool // app.NoopRunner (gateway-only tests)
+	// egressResolver is app.Options.EgressResolver (realSandbox only).
+	egressResolver egress.Resolver
 }
 
 // server is a started App with its helpers.
@@ -89,6 +92,15 @@ func testConfig(t *testing.T, sb sandbox.Config) *config.Config {
 		t.Fatalf("config.Load: %v", err)
 	}
 	cfg.Sandbox = sb
+	if sb.WorkDir != "" {
+		// The jail user reaches the egress socket's directory below
+		// WorkDir; t.TempDir makes 0700 directories.
+		for _, d := range []string{sb.WorkDir, filepath.Dir(sb.WorkDir)} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	acme := config.DemoTenant()
 	acme.ID = "acme"
 	cfg.Tenants = append(cfg.Tenants, acme)
@@ -114,6 +126,7 @@ func start(t *testing.T, s setup) *server {
 		Logger:         slog.New(slog.NewJSONHandler(srv.logs, nil)),
 		Progress:       io.Discard,
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(srv.spans)),
+		EgressResolver: s.egressResolver,
 	}
 	switch {
 	case s.noop:

@@ -29,18 +29,44 @@ const backupTimeFormat = "2006-01-02T15-04-05.000000000"
 // torn last line left by a crash, and opens the file for appending; close
 // releases both. A record is either wholly in the file or not at all: a
 // failed write is truncated away before the error is returned.
+//
+// Group commit: concurrent writeLine calls share one write and one fsync.
+// A caller queues its line in the pending batch; the first caller to find
+// no flush in progress becomes the leader, takes the whole pending batch,
+// writes it in one write (one per file when it spans a rotation), fsyncs
+// once and releases every waiter of that batch with its result. Lines
+// queued meanwhile form the next batch, whose first waiter to wake leads
+// it. One fsync thus covers every record that arrived during the previous
+// one, and no Record returns before its own line is on disk.
 type fileSink struct {
 	path       string
 	maxBytes   int64
 	maxBackups int
 	now        func() time.Time
+	// writeFile and syncFile are (*os.File).Write and Sync; tests replace
+	// them to count fsyncs and to inject failures.
+	writeFile func(f *os.File, b []byte) (int, error)
+	syncFile  func(f *os.File) error
 
-	mu     sync.Mutex // guards f, size, closed (and therefore the file's contents)
-	f      *os.File
-	size   int64
-	closed bool
+	mu       sync.Mutex // guards pending, flushing, closed and every batch's done/errs
+	cond     *sync.Cond // on mu: a batch finished, or a flush ended
+	pending  *batch     // lines waiting for the next flush; nil when none
+	flushing bool       // a leader is writing; it alone touches f and size
+	closed   bool
+
+	// f and size belong to whoever holds the flush (flushing set under mu),
+	// or to open/close when no flush can run.
+	f    *os.File
+	size int64
 
 	lock *os.File // holds the flock for the sink's lifetime
+}
+
+// batch is the lines one leader writes and fsyncs together.
+type batch struct {
+	lines [][]byte
+	errs  []error // per line, set when done
+	done  bool
 }
 
 func openFileSink(path string, maxBytes int64, maxBackups int, now func() time.Time) (*fileSink, error) {
@@ -55,7 +81,12 @@ func openFileSink(path string, maxBytes int64, maxBackups int, now func() time.T
 		lock.Close()
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	s := &fileSink{path: path, maxBytes: maxBytes, maxBackups: maxBackups, now: now, lock: lock}
+	s := &fileSink{
+		path: path, maxBytes: maxBytes, maxBackups: maxBackups, now: now, lock: lock,
+		writeFile: (*os.File).Write,
+		syncFile:  (*os.File).Sync,
+	}
+	s.cond = sync.NewCond(&s.mu)
 	if err := s.open(); err != nil {
 		lock.Close()
 		return nil, err
@@ -125,37 +156,100 @@ func truncateSync(f *os.File, size int64) error {
 	return nil
 }
 
-// writeLine appends one line (which must end in '\n') and fsyncs it.
+// writeLine appends one line (which must end in '\n') and returns once it
+// is fsynced, sharing the write and fsync with concurrent callers (see
+// fileSink).
 func (s *fileSink) writeLine(line []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	if s.size > 0 && s.size+int64(len(line)) > s.maxBytes {
-		if err := s.rotate(); err != nil {
-			return err
-		}
+	b := s.pending
+	if b == nil {
+		b = &batch{}
+		s.pending = b
 	}
-	n, err := s.f.Write(line)
+	i := len(b.lines)
+	b.lines = append(b.lines, line)
+	for !b.done && s.flushing {
+		s.cond.Wait()
+	}
+	if !b.done {
+		// Lead: take the whole pending batch (ours) and flush it without
+		// holding mu, so the next batch can gather meanwhile.
+		s.flushing = true
+		s.pending = nil
+		s.mu.Unlock()
+		errs := s.flush(b.lines)
+		s.mu.Lock()
+		b.errs, b.done = errs, true
+		s.flushing = false
+		s.cond.Broadcast()
+	}
+	return b.errs[i]
+}
+
+// flush appends lines to the file and fsyncs them, rotating first whenever
+// the next line would take a non-empty file past maxBytes. It returns one
+// error per line (nil: durable). Called by the batch leader only.
+func (s *fileSink) flush(lines [][]byte) []error {
+	errs := make([]error, len(lines))
+	var buf []byte
+	first := 0 // index of buf's first line
+	commit := func(end int) {
+		err := s.appendSync(buf)
+		for j := first; j < end; j++ {
+			errs[j] = err
+		}
+		buf, first = buf[:0], end
+	}
+	for i, line := range lines {
+		if s.size+int64(len(buf)) > 0 && s.size+int64(len(buf)+len(line)) > s.maxBytes {
+			if len(buf) > 0 {
+				commit(i)
+			}
+			if err := s.rotate(); err != nil {
+				// The file is still the old one (rotate reopens it); later
+				// lines keep going to it rather than being lost.
+				for j := i; j < len(lines); j++ {
+					errs[j] = err
+				}
+				return errs
+			}
+		}
+		buf = append(buf, line...)
+	}
+	if len(buf) > 0 {
+		commit(len(lines))
+	}
+	return errs
+}
+
+// appendSync writes b (whole lines) in one write and fsyncs. A failed write
+// is truncated away, so no half line is left for the next one to be glued to.
+func (s *fileSink) appendSync(b []byte) error {
+	n, err := s.writeFile(s.f, b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
 	if err != nil {
-		// Never leave half a record for the next one to be glued to.
 		if n > 0 {
 			if terr := s.f.Truncate(s.size); terr != nil {
-				err = errors.Join(err, fmt.Errorf("truncating partial record: %w", terr))
+				err = errors.Join(err, fmt.Errorf("truncating partial records: %w", terr))
 			}
 		}
 		return fmt.Errorf("writing audit file: %w", err)
 	}
 	s.size += int64(n)
-	if err := s.f.Sync(); err != nil {
+	if err := s.syncFile(s.f); err != nil {
 		return fmt.Errorf("syncing audit file: %w", err)
 	}
 	return nil
 }
 
 // rotate moves the active file to a timestamped backup, opens a fresh one
-// and prunes old backups. Called with mu held.
+// and prunes old backups. Called by the flush leader.
 func (s *fileSink) rotate() error {
 	if err := s.f.Close(); err != nil {
 		return fmt.Errorf("closing audit file for rotation: %w", err)
@@ -292,6 +386,8 @@ func (s *fileSink) prune() error {
 	return errors.Join(errs...)
 }
 
+// closeFile refuses new lines, lets queued ones be flushed, then closes
+// the file and releases the lock.
 func (s *fileSink) closeFile() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -299,6 +395,9 @@ func (s *fileSink) closeFile() error {
 		return nil
 	}
 	s.closed = true
+	for s.flushing || s.pending != nil {
+		s.cond.Wait()
+	}
 	err := s.f.Close()
 	return errors.Join(err, s.lock.Close())
 }

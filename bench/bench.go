@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,12 +15,9 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/app"
-	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
-	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
-	"github.com/execgate/execgate/tenancy"
 )
 
 // ProbeSource is the DESIGN §4 probe tool every measurement runs.
@@ -269,54 +265,12 @@ func sampleRunner(ctx context.Context, name string, runner *sandbox.Runner, spec
 	return &Sample{Name: name, Command: "sandbox.(*Runner).Run", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
 }
 
-// benchTenant has quota high enough that admission always says yes, so the
-// load measures the gateway rather than refusals.
-func benchTenant() tenancy.Tenant {
-	t := config.DemoTenant()
-	t.ID = "bench"
-	t.Quota = quota.Limits{RatePerMinute: 10_000_000, Burst: 1_000_000, Concurrency: 1_000_000, DailyCPUSeconds: 1_000_000_000}
-	return t
-}
-
-// startApp starts an in-process gateway on a loopback port with the bench
-// tenant, and returns its execute URL and a token.
-func (r *Report) startApp(ctx context.Context, warm int, runner app.Options) (*app.App, string, string, error) {
-	c := *r.Options.Config
-	c.Listen = "127.0.0.1:0"
-	c.Tenants = append(slices.Clone(c.Tenants), benchTenant())
-	c.Sandbox.WarmPool = warm
-	c.Audit.File = filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid()))
-	runner.Config = &c
-	runner.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	runner.Progress = r.Options.Progress
-	a, err := app.New(ctx, runner)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := a.Start(); err != nil {
-		_ = a.Stop(ctx)
-		return nil, "", "", err
-	}
-	s, err := a.Signer()
-	if err != nil {
-		_ = a.Stop(ctx)
-		return nil, "", "", fmt.Errorf("bench needs the dev HS256 key: %w", err)
-	}
-	tok, err := s.Mint(auth.Claims{Subject: "bench", TenantID: "bench", Roles: []string{tenancy.RoleExecutor}}, time.Hour)
-	if err != nil {
-		_ = a.Stop(ctx)
-		return nil, "", "", err
-	}
-	return a, a.URL() + "/v1/execute", tok, nil
-}
-
 func probeBody() string {
 	b, _ := json.Marshal(map[string]any{"source": ProbeSource, "entrypoint": "run"})
 	return string(b)
 }
 
 func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
-	defer os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid())))
 	modes := []struct {
 		name string
 		warm int
@@ -326,12 +280,12 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 	}
 	mem := &MemoryReport{}
 	for _, m := range modes {
-		a, url, tok, err := r.startApp(ctx, m.warm, app.Options{})
+		tg, err := startTarget(ctx, r.Options.Config, m.warm, app.Options{Progress: r.Options.Progress})
 		if err != nil {
 			return err
 		}
-		if err := a.SandboxErr(); err != nil {
-			_ = a.Stop(ctx)
+		if err := tg.app.SandboxErr(); err != nil {
+			_ = tg.stop(ctx)
 			return fmt.Errorf("bench: the sandbox is unavailable: %w", err)
 		}
 		if m.name == "cold" {
@@ -347,21 +301,21 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 			stop := make(chan struct{})
 			peak := make(chan int64, 1)
 			go sampleRSS(stop, peak)
-			res, err := Load(ctx, LoadOptions{URL: url, Token: tok, Body: probeBody(), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c)})
+			res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody(), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c)})
 			close(stop)
 			p := <-peak
 			if m.name == "cold" && p > mem.GatewayPeakKB {
 				mem.GatewayPeakKB = p
 			}
 			if err != nil {
-				_ = a.Stop(ctx)
+				_ = tg.stop(ctx)
 				return err
 			}
 			if loadRows {
 				r.Gateway = append(r.Gateway, GatewayRow{Mode: m.name, LoadResult: res})
 			}
 		}
-		if err := a.Stop(ctx); err != nil {
+		if err := tg.stop(ctx); err != nil {
 			return err
 		}
 	}
@@ -404,17 +358,10 @@ func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
 }
 
 func (r *Report) overhead(ctx context.Context) error {
-	defer os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("execgate-bench-audit-%d.jsonl", os.Getpid())))
-	levels := []int{1, 32}
-	a, url, tok, err := r.startApp(ctx, 0, app.Options{Runner: app.NoopRunner{}})
-	if err != nil {
-		return err
-	}
-	defer a.Stop(ctx) //nolint:errcheck
-	for _, c := range levels {
+	for _, c := range []int{1, 32} {
 		n := max(r.Options.Requests*10, 2000)
 		r.progress("overhead: %d requests at concurrency %d (no-op executor)", n, c)
-		res, err := Load(ctx, LoadOptions{URL: url, Token: tok, Body: probeBody(), Concurrency: c, Requests: n, Warmup: 100})
+		res, err := MeasureOverhead(ctx, OverheadOptions{Config: r.Options.Config, Concurrency: c, Requests: n, Warmup: 100})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -36,6 +37,12 @@ type LoadResult struct {
 	P50, P95, P99 time.Duration
 	Max           time.Duration
 	RPS           float64
+}
+
+func (r LoadResult) String() string {
+	return fmt.Sprintf("concurrency %d: %d requests in %s, %.0f req/s, p50 %s, p95 %s, p99 %s, max %s, errors %d",
+		r.Concurrency, r.Requests, r.Elapsed.Round(time.Millisecond), r.RPS,
+		r.P50.Round(time.Microsecond), r.P95.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.Errors)
 }
 
 // Load runs the load and returns latency percentiles and throughput.

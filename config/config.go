@@ -186,6 +186,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs,
 		c.Server.WithDefaults().Validate(),
+		c.Auth.Validate(),
 		c.Sandbox.Validate(),
 		c.Quota.WithDefaults().Validate(),
 		c.Policy.Validate(),
@@ -204,9 +205,6 @@ func (c *Config) Validate() error {
 		if err := t.Quota.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("tenants[%d].quota: %w", i, err))
 		}
-	}
-	if c.Auth.HS256SecretFile == "" && len(c.Auth.PublicKeys) == 0 && c.Auth.JWKSURL == "" {
-		errs = append(errs, errors.New("auth: configure hs256_secret_file, public_keys or jwks_url"))
 	}
 	return errors.Join(errs...)
 }

@@ -97,6 +97,9 @@ func TestLoad_Invalid(t *testing.T) {
 		{"duplicate tenant", []string{`EXECGATE_TENANTS=[{"id":"a"},{"id":"a"}]`}, "duplicate tenant"},
 		{"negative quota", []string{`EXECGATE_TENANTS=[{"id":"a","quota":{"burst":-1}}]`}, "burst"},
 		{"unknown tenant field", []string{`EXECGATE_TENANTS=[{"id":"a","plna":"x"}]`}, "plna"},
+		{"empty issuer", []string{"EXECGATE_AUTH_ISSUER="}, "auth.issuer"},
+		{"leeway out of range", []string{"EXECGATE_AUTH_LEEWAY_SECONDS=3600"}, "auth.leeway_seconds"},
+		{"negative jwks refresh", []string{"EXECGATE_AUTH_JWKS_REFRESH_SECONDS=-1"}, "auth.jwks_refresh_seconds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,6 +92,9 @@ func (s *Server) handleExecute(c *gin.Context) {
 	}
 	span.End()
 
+	if env.Logs == nil { // a remembered response from before logs existed
+		env.Logs = []sandbox.LogLine{}
+	}
 	body, err := encodeJSON(env)
 	if err != nil { // cannot happen for these types; keep the contract anyway
 		body = []byte(`{"status":"error"}`)
@@ -207,6 +210,11 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 	if res.Status == sandbox.StatusOK {
 		s.ready.succeeded(s.now())
 	}
+	for _, a := range res.Egress {
+		if !a.Allowed {
+			s.d.Metrics.EgressDenied(tenant.ID)
+		}
+	}
 
 	sctx, span := s.tracer.Start(ctx, telemetry.StageSettle)
 	sstart := time.Now()
@@ -228,11 +236,15 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		Stderr:      res.Stderr,
 		Truncated:   res.Truncated,
 		Usage:       res.Usage,
+		Logs:        res.Logs,
 		Decision:    envelopeDecision(x.decision, x.limits),
 		TraceID:     traceID(ctx),
 	}
 	if env.Status == "" {
 		env.Status = sandbox.StatusError
+	}
+	if env.Logs == nil {
+		env.Logs = []sandbox.LogLine{}
 	}
 	if res.Error != nil {
 		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback}

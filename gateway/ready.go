@@ -127,8 +127,8 @@ func errMessage(e *sandbox.ErrorInfo) string {
 // checkTimeout bounds each non-sandbox readiness check.
 const checkTimeout = 3 * time.Second
 
-// handleReadyz is GET /readyz: 200 only when every check passes; the body
-// lists each.
+// handleReadyz is GET /readyz: 200 only when every check that is not
+// optional passes; the body lists each.
 func (s *Server) handleReadyz(c *gin.Context) {
 	ctx := c.Request.Context()
 	resp := ReadyResponse{Ready: true}
@@ -138,11 +138,13 @@ func (s *Server) handleReadyz(c *gin.Context) {
 		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err := chk.Run(cctx)
 		cancel()
-		resp.Checks = append(resp.Checks, checkResult(chk.Name, 0, err))
+		r := checkResult(chk.Name, 0, err)
+		r.Optional = chk.Optional
+		resp.Checks = append(resp.Checks, r)
 	}
 	status := http.StatusOK
 	for _, r := range resp.Checks {
-		if !r.OK {
+		if !r.OK && !r.Optional {
 			resp.Ready = false
 			status = http.StatusServiceUnavailable
 		}

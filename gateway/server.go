@@ -73,14 +73,19 @@ type Metrics interface {
 	PolicyEval(d time.Duration)
 	QuotaRefusal(tenant, kind string)
 	SandboxCrash()
+	EgressDenied(tenant string)
 	SetQueue(waiting, running int)
 }
 
 // Check is one readiness check besides the sandbox's (which the gateway
-// runs itself through the Runner). Run returns nil when healthy.
+// runs itself through the Runner). Run returns nil when healthy. An
+// Optional check is listed in /readyz but its failure does not make the
+// gateway unready: it marks a degraded capability (e.g. network mode
+// proxy) that the other runs do not need.
 type Check struct {
-	Name string
-	Run  func(ctx context.Context) error
+	Name     string
+	Run      func(ctx context.Context) error
+	Optional bool
 }
 
 // Deps are the components a Server uses. Auth, Tenants, Policy, Quota,
@@ -354,6 +359,7 @@ func (s *Server) errorEnvelope(c *gin.Context, ae *apiError) *Envelope {
 		Status:      sandbox.StatusError,
 		Result:      nil,
 		Error:       &body,
+		Logs:        []sandbox.LogLine{},
 		TraceID:     traceID(c.Request.Context()),
 	}
 }
@@ -412,6 +418,7 @@ func (nopMetrics) Stage(string, time.Duration)      {}
 func (nopMetrics) PolicyEval(time.Duration)         {}
 func (nopMetrics) QuotaRefusal(string, string)      {}
 func (nopMetrics) SandboxCrash()                    {}
+func (nopMetrics) EgressDenied(string)              {}
 func (nopMetrics) SetQueue(int, int)                {}
 
 // encodeJSON encodes v without HTML escaping: tool output and messages

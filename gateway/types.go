@@ -48,6 +48,10 @@ type Envelope struct {
 	Truncated   sandbox.Truncated `json:"truncated"`
 	Error       *ErrorBody        `json:"error,omitempty"`
 	Usage       sandbox.Usage     `json:"usage"`
+	// Logs are the lines the tool logged through context.log or the
+	// execgate_runtime logger, in order; always an array (empty when none,
+	// and on refusals).
+	Logs []sandbox.LogLine `json:"logs"`
 	// Decision is null when the request was refused before policy decided.
 	Decision *EnvelopeDecision `json:"decision"`
 	TraceID  string            `json:"trace_id"`
@@ -146,4 +150,6 @@ type CheckResult struct {
 	Error string `json:"error,omitempty"`
 	// AgeMS is how old a cached result is (the sandbox check is cached).
 	AgeMS int64 `json:"age_ms"`
+	// Optional: a failure here does not make the gateway unready.
+	Optional bool `json:"optional,omitempty"`
 }
