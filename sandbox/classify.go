@@ -302,7 +302,7 @@ func (o outcome) describeExit() string {
 	}
 }
 
-// harnessExits are the harness's own exit statuses (harness.py EXIT_*).
+// harnessExits are the harness's own exit statuses (execgate_harness.py EXIT_*).
 var harnessExits = map[int]string{
 	70: "its result channel, fd 3, was not open",
 	71: "writing the result envelope failed",

@@ -22,7 +22,7 @@ import (
 
 // FS holds the harness files, at the top level (no directories).
 //
-//go:embed harness.py execgate_runtime.py
+//go:embed harness.py execgate_harness.py execgate_runtime.py
 var FS embed.FS
 
 // Dir is where the rootfs installs FS, as seen from inside the jail.

@@ -23,7 +23,7 @@ func TestHashCoversNamesAndContents(t *testing.T) {
 	if h, err := hashFS(FS); err != nil || h != Hash() || len(h) != 64 {
 		t.Errorf("Hash() = %q", Hash())
 	}
-	if got := strings.Join(Files(), ","); got != "execgate_runtime.py,harness.py" {
+	if got := strings.Join(Files(), ","); got != "execgate_harness.py,execgate_runtime.py,harness.py" {
 		t.Errorf("Files() = %s", got)
 	}
 }
