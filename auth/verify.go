@@ -2,13 +2,10 @@ package auth
 
 import (
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +19,8 @@ import (
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
+
+	"github.com/execgate/execgate/internal/pemkey"
 )
 
 // ErrUnauthenticated is matched (errors.Is) by every verification failure.
@@ -385,24 +384,7 @@ func readPublicKey(path string) (staticKey, error) {
 	if err != nil {
 		return staticKey{}, fmt.Errorf("reading auth.public_keys: %w", err)
 	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return staticKey{}, fmt.Errorf("auth.public_keys %s: no PEM block", path)
-	}
-	var pub crypto.PublicKey
-	switch block.Type {
-	case "PUBLIC KEY":
-		pub, err = x509.ParsePKIXPublicKey(block.Bytes)
-	case "RSA PUBLIC KEY":
-		pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
-	case "CERTIFICATE":
-		var cert *x509.Certificate
-		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
-			pub = cert.PublicKey
-		}
-	default:
-		return staticKey{}, fmt.Errorf("auth.public_keys %s: PEM block %q is not a public key", path, block.Type)
-	}
+	pub, err := pemkey.Parse(b)
 	if err != nil {
 		return staticKey{}, fmt.Errorf("auth.public_keys %s: %w", path, err)
 	}

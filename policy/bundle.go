@@ -5,9 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -21,6 +19,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/rest"
+
+	"github.com/execgate/execgate/internal/pemkey"
 )
 
 // DefaultBundlePoll is the bundle polling interval when poll_seconds is 0.
@@ -82,26 +82,9 @@ func (b BundleConfig) verificationKey() (pemText, alg string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("policy.bundle.verification_key: %w", err)
 	}
-	block, _ := pem.Decode(raw)
-	if block == nil {
-		return "", "", fmt.Errorf("policy.bundle.verification_key: %s holds no PEM block", b.VerificationKey)
-	}
-	var pub any
-	switch block.Type {
-	case "PUBLIC KEY":
-		pub, err = x509.ParsePKIXPublicKey(block.Bytes)
-	case "RSA PUBLIC KEY":
-		pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
-	case "CERTIFICATE":
-		var cert *x509.Certificate
-		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
-			pub = cert.PublicKey
-		}
-	default:
-		return "", "", fmt.Errorf("policy.bundle.verification_key: PEM block %q is not a public key or certificate", block.Type)
-	}
+	pub, err := pemkey.Parse(raw)
 	if err != nil {
-		return "", "", fmt.Errorf("policy.bundle.verification_key: %w", err)
+		return "", "", fmt.Errorf("policy.bundle.verification_key %s: %w", b.VerificationKey, err)
 	}
 	switch k := pub.(type) {
 	case *rsa.PublicKey:
