@@ -175,18 +175,28 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Session) handleConnect(w http.ResponseWriter, r *http.Request) {
-	host, port, err := splitHostPort(r.Host, 443)
+// openUpstream checks and dials hostport (defPort when it names none) for
+// request r, answering the client itself when that fails (400 for a bad
+// address, 403 for a refusal). The caller must call release.
+func (s *Session) openUpstream(w http.ResponseWriter, r *http.Request, hostport string, defPort int) (up net.Conn, release func(), ok bool) {
+	host, port, err := splitHostPort(hostport, defPort)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, nil, false
 	}
-	up, err := s.dialChecked(r.Context(), host, port)
+	up, err = s.dialChecked(r.Context(), host, port)
 	if err != nil {
 		http.Error(w, "execgate egress: "+err.Error(), http.StatusForbidden)
+		return nil, nil, false
+	}
+	return up, s.track(up), true
+}
+
+func (s *Session) handleConnect(w http.ResponseWriter, r *http.Request) {
+	up, release, ok := s.openUpstream(w, r, r.Host, 443)
+	if !ok {
 		return
 	}
-	release := s.track(up)
 	defer release()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -206,17 +216,10 @@ func (s *Session) handleConnect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Session) handleHTTP(w http.ResponseWriter, r *http.Request) {
-	host, port, err := splitHostPort(r.URL.Host, 80)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	up, release, ok := s.openUpstream(w, r, r.URL.Host, 80)
+	if !ok {
 		return
 	}
-	up, err := s.dialChecked(r.Context(), host, port)
-	if err != nil {
-		http.Error(w, "execgate egress: "+err.Error(), http.StatusForbidden)
-		return
-	}
-	release := s.track(up)
 	defer release()
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
