@@ -94,7 +94,7 @@ func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox))
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
 	checks = append(checks,
-		diagCheck{Name: "DNS via egress proxy", Status: diagNA, Detail: "n/a: egress proxy not configured"},
+		diagEgress(ctx, cfg),
 		diagRedis(ctx, cfg),
 	)
 	return checks

@@ -158,3 +158,25 @@ func TestDiagnoseNamespacesOnThisHost(t *testing.T) {
 		t.Errorf("namespaces check = %+v", c)
 	}
 }
+
+func TestDiagnoseEgressReachesALoopbackNameOnlyTheProxyResolves(t *testing.T) {
+	cfg := &config.Config{Sandbox: testenv.SandboxConfig(t)}
+	cfg.Sandbox.WorkDir = testenv.JailDir(t)
+	c := diagEgress(context.Background(), cfg)
+	if c.Status != diagOK || !strings.Contains(c.Detail, diagProbeHost) || !strings.Contains(c.Detail, "allowed=true") {
+		t.Fatalf("egress check: %+v", c)
+	}
+
+	// A work dir the jail user cannot traverse makes proxy mode impossible:
+	// the check must say so rather than pass.
+	cfg.Sandbox.WorkDir = filepath.Join(t.TempDir(), "private")
+	if err := os.MkdirAll(cfg.Sandbox.WorkDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(cfg.Sandbox.WorkDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if c := diagEgress(context.Background(), cfg); c.Status != diagFail {
+		t.Fatalf("egress check with an unreachable work dir: %+v, want FAIL", c)
+	}
+}
