@@ -10,8 +10,8 @@ cd "$ROOT"
 ./scripts/setup.sh --test
 
 export PATH="$ROOT/.tools/bin:$PATH"
-echo "== opa test policies/ (stock OPA CLI)"
-opa test --v1-compatible policies/ 2>/dev/null || opa test policies/
+echo "== opa test policies/ deploy/examples/policies/ (stock OPA CLI)"
+opa test policies/ deploy/examples/policies/
 
 echo "== go test ./..."
 go test -count=1 -timeout 30m ./...
