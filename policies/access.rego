@@ -12,7 +12,9 @@ default tenant_data := null
 
 tenant_data := input.tenant.data
 
-roles := {r | some r in input.subject.roles}
+default roles := []
+
+roles := input.subject.roles
 
 default language := ""
 
@@ -32,20 +34,24 @@ tenant_known if {
 	is_object(tenant_data)
 }
 
-violations contains "unknown tenant" if not tenant_known
+# tenant_violations depend on input.tenant alone, so the engine computes them
+# once per tenant (policy.tenantOnlyRefs) instead of on every request.
+tenant_violations contains "unknown tenant" if not tenant_known
 
-violations contains sprintf("tenant %q is disabled", [tenant_id]) if {
-	tenant_known
+tenant_violations contains sprintf("tenant %q is disabled", [tenant_id]) if {
 	tenant_data.disabled == true
+	tenant_known
 }
 
-violations contains msg if {
+tenant_violations contains msg if {
 	tenant_known
 	some key, want in platform.tenant_data_types
 	value := tenant_data[key]
 	type_name(value) != want
 	msg := sprintf("tenant policy data %s must be %s, not %s", [key, want, type_name(value)])
 }
+
+violations contains reason if some reason in tenant_violations
 
 violations contains "subject lacks role executor" if not "executor" in roles
 

@@ -18,15 +18,18 @@ label := `[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?`
 
 port := `([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]|\*)`
 
-entry_re := concat("", [`^(\*|(\*\.)?`, label, `(\.`, label, `)*)(:`, port, `)?$`])
+# entry_re is concat("", [`^(\*|(\*\.)?`, label, `(\.`, label, `)*)(:`, port, `)?$`])
+# written out, so no evaluation rebuilds it (egress_test.rego checks the two
+# agree).
+entry_re := `^(\*|(\*\.)?[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*)(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]|\*))?$`
 
 valid(s) if {
 	is_string(s)
 	regex.match(entry_re, s)
 }
 
-# parse("host[:port]") is {"host": host, "port": port or "*"}.
-parse(s) := {"host": p[0], "port": p[1]} if p := split(concat("", [s, ":*"]), ":")
+# Entries are parsed into [host, port] pairs, port "*" when absent:
+# split("host[:port]:*", ":") has the host first and the port second.
 
 # covers(p, h): every name host pattern h matches, pattern p matches too.
 covers(p, h) if {
@@ -54,15 +57,48 @@ render(h, p) := h if p == "*"
 
 else := concat(":", [h, p])
 
-requested_entries := [parse(r) | some r in requested; valid(r)]
+# valid_requested are the requested entries that are well formed (checked
+# once, for requested_entries and violations).
+valid_requested := {r | some r in requested; valid(r)}
 
-pattern_entries := [parse(p) | some p in tenant_patterns; valid(p)]
+requested_entries := [split(concat("", [r, ":*"]), ":") | some r in valid_requested]
 
+pattern_entries := [split(concat("", [p, ":*"]), ":") | some p in tenant_patterns; valid(p)]
+
+# pattern_ports maps each pattern host to its ports, and wildcard_ports the
+# ".domain" of each "*.domain" pattern to its ports (tenant-only, so
+# computed once per tenant).
+pattern_ports := {h: {p[1] | some p in pattern_entries; p[0] == h} | some pat in pattern_entries; h := pat[0]}
+
+wildcard_ports := {substring(h, 1, -1): pattern_ports[h] | some h, _ in pattern_ports; startswith(h, "*.")}
+
+# A requested name without "*" is met by lookup: the patterns covering name
+# n are n itself, "*", and each "*.d" where n ends in ".d" (see covers);
+# the meet's host is n.
+allowed contains render(req[0], p) if {
+	some req in requested_entries
+	not contains(req[0], "*")
+	some key in [req[0], "*"]
+	some port in pattern_ports[key]
+	p := port_meet(req[1], port)
+}
+
+allowed contains render(req[0], p) if {
+	some req in requested_entries
+	not contains(req[0], "*")
+	some suffix, ports in wildcard_ports
+	endswith(req[0], suffix)
+	some port in ports
+	p := port_meet(req[1], port)
+}
+
+# A requested wildcard is met pattern by pattern.
 allowed contains render(h, p) if {
 	some req in requested_entries
+	contains(req[0], "*")
 	some pat in pattern_entries
-	h := host_meet(req.host, pat.host)
-	p := port_meet(req.port, pat.port)
+	h := host_meet(req[0], pat[0])
+	p := port_meet(req[1], pat[1])
 }
 
 # allow is the decided egress allow-list (sorted).
@@ -72,5 +108,5 @@ allow := sort(allowed) if network.mode == "proxy"
 
 violations contains sprintf("egress host %q is not a valid host[:port] pattern", [r]) if {
 	some r in requested
-	not valid(r)
+	not r in valid_requested
 }

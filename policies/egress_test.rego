@@ -98,3 +98,7 @@ test_invalid_entries_are_denied if {
 test_port_zero_is_invalid if {
 	`egress host "x.com:0" is not a valid host[:port] pattern` in egress.violations with input as object.union(base, {"request": {"egress_hosts": ["x.com:0"]}})
 }
+
+test_entry_re_is_built_from_label_and_port if {
+	egress.entry_re == concat("", [`^(\*|(\*\.)?`, egress.label, `(\.`, egress.label, `)*)(:`, egress.port, `)?$`])
+}

@@ -12,12 +12,17 @@
 //  1. Write languages.rego in package execgate.languages with a
 //     `violations contains reason if { … }` set (and whatever values the
 //     decision needs), reading constants from platform.rego.
-//  2. In main.rego, import it and add
-//     `deny contains reason if some reason in languages.violations`.
+//  2. In main.rego, import it and add languages.violations to baseline.
 //  3. Write languages_test.rego; `execgate policy test` must stay at ≥ 90 %
 //     coverage (policy.TestRegoTestsPassWithCoverage enforces it).
 //  4. If the decision gains a field, add it to policy.Decision and to
 //     decodeDecision's checks.
+//
+// Performance: the policy engine evaluates every rule that depends on
+// input.tenant alone (and constants) once per tenant, not per request (see
+// policy.tenantOnlyRefs). Keep tenant-derived values (normalised lists,
+// parsed patterns, tenant data checks) in rules of their own, apart from
+// rules that read input.request or input.subject, so they qualify.
 //
 // Extension modules (policy.dirs, bundles) cannot do this: they may only add
 // `deny` rules to package execgate.main, with helpers in their own package.

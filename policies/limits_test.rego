@@ -77,3 +77,10 @@ test_bad_tenant_max_is_denied if {
 test_zero_means_not_requested if {
 	limits.effective.timeout_ms == 5000 with input as with_limits({"timeout_ms": 0})
 }
+
+test_limits_that_are_not_an_object_are_unknown if {
+	v := limits.violations with input as object.union(base, {"request": {"limits": [5]}})
+	count(v) == 1
+	some msg in v
+	endswith(msg, " is not a known limit")
+}

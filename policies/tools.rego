@@ -13,10 +13,13 @@ tenant_tools := {t | some t in input.tenant.data.tools; is_string(t)}
 
 in_test_mode if input.request.mode == "test"
 
+# all_tools is every tool of the tenant, sorted (depends on the tenant alone).
+all_tools := sort(tenant_tools)
+
 # granted is the decided tool list (sorted).
 default granted := []
 
-granted := sort(tenant_tools) if {
+granted := all_tools if {
 	not in_test_mode
 	count(requested) == 0
 }

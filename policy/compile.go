@@ -213,6 +213,8 @@ type compiled struct {
 	query    rego.PreparedEvalQuery
 	revision string
 	modules  []string
+	seedQ    *seedQuery // nil when no rule depends on the tenant alone
+	seeds    seeds      // per-tenant values of seedQ, for this policy set only
 }
 
 // compile checks the extension modules against the defaults, compiles
@@ -278,11 +280,15 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 	if err != nil {
 		return nil, fmt.Errorf("preparing policies: %w", err)
 	}
+	seedQ, err := newSeedQuery(ctx, c, store, tenantOnlyRefs(c))
+	if err != nil {
+		return nil, err
+	}
 	rev := "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
 	if revisionTag != "" {
 		rev = revisionTag + "+" + rev
 	}
-	return &compiled{query: pq, revision: rev, modules: names}, nil
+	return &compiled{query: pq, revision: rev, modules: names, seedQ: seedQ}, nil
 }
 
 func newCompiler() *ast.Compiler {

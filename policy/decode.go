@@ -14,34 +14,48 @@ import (
 // produces exactly what the JSON encoding of in would: nil maps and slices
 // become null.
 func (in Input) value() (ast.Value, error) {
+	tenant, err := in.Tenant.term()
+	if err != nil {
+		return nil, err
+	}
+	return in.valueWith(tenant), nil
+}
+
+// term converts the tenant document (id, plan, data) to an OPA value.
+func (t TenantInput) term() (*ast.Term, error) {
 	data := ast.NullTerm()
-	if in.Tenant.Data != nil {
-		v, err := ast.InterfaceToValue(in.Tenant.Data)
+	if t.Data != nil {
+		v, err := ast.InterfaceToValue(t.Data)
 		if err != nil {
 			return nil, fmt.Errorf("tenant data: %w", err)
 		}
 		data = ast.NewTerm(v)
 	}
+	return ast.ObjectTerm(
+		item("id", ast.StringTerm(t.ID)),
+		item("plan", ast.StringTerm(t.Plan)),
+		item("data", data),
+	), nil
+}
+
+// valueWith is value with input.tenant already converted (tenant.term()).
+func (in Input) valueWith(tenant *ast.Term) ast.Value {
 	r := in.Request
 	return ast.NewObject(
-		item("version", ast.IntNumberTerm(in.Version)),
-		item("tenant", ast.ObjectTerm(
-			item("id", ast.StringTerm(in.Tenant.ID)),
-			item("plan", ast.StringTerm(in.Tenant.Plan)),
-			item("data", data),
-		)),
+		item("version", ast.InternedTerm(in.Version)),
+		item("tenant", tenant),
 		item("subject", ast.ObjectTerm(
-			item("sub", ast.StringTerm(in.Subject.Sub)),
+			item("sub", stringTerm(in.Subject.Sub)),
 			item("roles", stringsTerm(in.Subject.Roles)),
 		)),
 		item("request", ast.ObjectTerm(
-			item("language", ast.StringTerm(r.Language)),
-			item("entrypoint", ast.StringTerm(r.Entrypoint)),
-			item("source_sha256", ast.StringTerm(r.SourceSHA256)),
-			item("source_bytes", ast.IntNumberTerm(r.SourceBytes)),
-			item("args_bytes", ast.IntNumberTerm(r.ArgsBytes)),
+			item("language", stringTerm(r.Language)),
+			item("entrypoint", stringTerm(r.Entrypoint)),
+			item("source_sha256", stringTerm(r.SourceSHA256)),
+			item("source_bytes", ast.InternedTerm(r.SourceBytes)),
+			item("args_bytes", ast.InternedTerm(r.ArgsBytes)),
 			item("requirements", stringsTerm(r.Requirements)),
-			item("network_access", ast.StringTerm(r.NetworkAccess)),
+			item("network_access", stringTerm(r.NetworkAccess)),
 			item("egress_hosts", stringsTerm(r.EgressHosts)),
 			item("limits", ast.ObjectTerm(
 				item("timeout_ms", int64Term(r.Limits.TimeoutMS)),
@@ -51,15 +65,38 @@ func (in Input) value() (ast.Value, error) {
 				item("output_bytes", int64Term(r.Limits.OutputBytes)),
 				item("tmp_mb", int64Term(r.Limits.TmpMB)),
 			)),
-			item("mode", ast.StringTerm(r.Mode)),
+			item("mode", stringTerm(r.Mode)),
 			item("tools", stringsTerm(r.Tools)),
 		)),
-	), nil
+	)
 }
 
-func item(k string, v *ast.Term) [2]*ast.Term { return ast.Item(ast.StringTerm(k), v) }
+// keyTerms are the input's object keys, built once: OPA never modifies a
+// term it is given, so every input can share them (as OPA shares its own
+// interned terms).
+var keyTerms = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
+		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
+		"requirements", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
+		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools"} {
+		m[k] = stringTerm(k)
+	}
+	return m
+}()
 
-func int64Term(n int64) *ast.Term { return ast.NumberTerm(json.Number(fmt.Sprint(n))) }
+func item(k string, v *ast.Term) [2]*ast.Term {
+	if t, ok := keyTerms[k]; ok {
+		return [2]*ast.Term{t, v}
+	}
+	return ast.Item(ast.StringTerm(k), v)
+}
+
+// int64Term is n as a number term, interned for small values.
+func int64Term(n int64) *ast.Term { return ast.InternedTerm(n) }
+
+// stringTerm is s as a string term, interned when OPA interns s.
+func stringTerm(s string) *ast.Term { return ast.InternedTerm(s) }
 
 func stringsTerm(s []string) *ast.Term {
 	if s == nil {
@@ -67,7 +104,7 @@ func stringsTerm(s []string) *ast.Term {
 	}
 	terms := make([]*ast.Term, len(s))
 	for i, x := range s {
-		terms[i] = ast.StringTerm(x)
+		terms[i] = stringTerm(x)
 	}
 	return ast.ArrayTerm(terms...)
 }

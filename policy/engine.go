@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -136,11 +138,23 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 }
 
 func (e *Engine) eval(ctx context.Context, s *served, in Input) (Decision, error) {
-	v, err := in.value()
+	sd, err := s.seedFor(ctx, in.Tenant)
 	if err != nil {
 		return Decision{}, &EvalError{Err: fmt.Errorf("converting input: %w", err)}
 	}
-	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(v), rego.EvalTime(e.now()))
+	// Cancellation without OPA's per-evaluation goroutine: ctx's done
+	// signal cancels the evaluation through an AfterFunc (free when ctx
+	// cannot be cancelled).
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	rs, err := s.query.Eval(ctx,
+		rego.EvalParsedInput(in.valueWith(sd.tenant)),
+		rego.EvalTime(e.now()),
+		rego.EvalExternalCancel(cancel),
+		rego.EvalMetrics(metrics.NoOp()), // nobody reads per-evaluation metrics
+		rego.EvalVirtualCache(&seedCache{seed: sd.cache, live: newRefCache(32)}),
+	)
 	if err != nil {
 		return Decision{}, &EvalError{Err: err}
 	}
@@ -156,6 +170,36 @@ func (e *Engine) eval(ctx context.Context, s *served, in Input) (Decision, error
 	}
 	return out, nil
 }
+
+// seedFor returns the seed of tenant t, evaluating it on first use. A
+// tenant whose data cannot be keyed gets a fresh, empty seed each time.
+func (s *served) seedFor(ctx context.Context, t TenantInput) (*seed, error) {
+	buf := keyBufs.Get().(*[]byte)
+	defer keyBufs.Put(buf)
+	key, ok := appendTenantKey((*buf)[:0], t)
+	*buf = key
+	if ok {
+		if sd := s.seeds.get(string(key)); sd != nil {
+			return sd, nil
+		}
+	}
+	tenant, err := t.term()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &seed{tenant: tenant, cache: newRefCache(0)}, nil
+	}
+	sd, complete := s.seedQ.newSeed(ctx, tenant)
+	// A seed cut short by cancellation is used once but not kept; one
+	// whose rules fail is kept (empty): the decision fails the same way.
+	if complete || ctx.Err() == nil {
+		s.seeds.put(string(key), sd)
+	}
+	return sd, nil
+}
+
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // Reload fetches the bundle (if configured) and recompiles the defaults,
 // the directories and the latest verified bundle. On error the previous
