@@ -239,22 +239,8 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 			}
 			return oneOf(p, req.Language, "python", "javascript")
 		},
-		"source": func(p string, raw json.RawMessage) error {
-			sawSource = true
-			if err := decodeString(p, raw, &req.Source); err != nil {
-				return err
-			}
-			return checkSource(p, req.Source, c.source)
-		},
-		"entrypoint": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
-				return err
-			}
-			if !identifierRe().MatchString(req.Entrypoint) {
-				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
-			}
-			return nil
-		},
+		"source":     sourceField(&req.Source, c.source, &sawSource),
+		"entrypoint": entrypointField(&req.Entrypoint),
 		"args": func(p string, raw json.RawMessage) error {
 			raw = bytes.TrimSpace(raw)
 			if len(raw) > c.args {
@@ -368,6 +354,33 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 }
 
 // checkSource applies the size cap and rejects what can never compile.
+// sourceField decodes the tool source into dst and checks it against the
+// cap; seen, when not nil, records that the field was present.
+func sourceField(dst *string, limit int, seen *bool) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if seen != nil {
+			*seen = true
+		}
+		if err := decodeString(p, raw, dst); err != nil {
+			return err
+		}
+		return checkSource(p, *dst, limit)
+	}
+}
+
+// entrypointField decodes the entrypoint into dst: a Python identifier.
+func entrypointField(dst *string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeString(p, raw, dst); err != nil {
+			return err
+		}
+		if !identifierRe().MatchString(*dst) {
+			return badRequest(p, "%q is not a Python identifier", *dst)
+		}
+		return nil
+	}
+}
+
 func checkSource(path, src string, limit int) error {
 	if len(src) > limit {
 		return tooLarge(path, int64(len(src)), int64(limit))
@@ -411,21 +424,8 @@ func decodeLimits(path string, raw json.RawMessage, l *policy.Limits) error {
 func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	req := &ValidateRequest{}
 	err := decodeObject("", body, fieldFuncs{
-		"source": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.Source); err != nil {
-				return err
-			}
-			return checkSource(p, req.Source, c.source)
-		},
-		"entrypoint": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.Entrypoint); err != nil {
-				return err
-			}
-			if !identifierRe().MatchString(req.Entrypoint) {
-				return badRequest(p, "%q is not a Python identifier", req.Entrypoint)
-			}
-			return nil
-		},
+		"source":     sourceField(&req.Source, c.source, nil),
+		"entrypoint": entrypointField(&req.Entrypoint),
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/rootfs"
 )
 
@@ -67,13 +68,9 @@ the interpreter, the CA trust store, imports and the identity inside the jail.
 Exits non-zero when a check fails.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
+			cfg, dir, err := rootfsDirArg(args)
 			if err != nil {
 				return err
-			}
-			dir := cfg.Sandbox.RootfsDir
-			if len(args) == 1 {
-				dir = args[0]
 			}
 			rep, verr := rootfs.Verify(cmd.Context(), dir, cfg.Sandbox)
 			if rep == nil {
@@ -107,13 +104,9 @@ func newRootfsShowCmd() *cobra.Command {
 		Short: "Print a rootfs manifest",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
+			_, dir, err := rootfsDirArg(args)
 			if err != nil {
 				return err
-			}
-			dir := cfg.Sandbox.RootfsDir
-			if len(args) == 1 {
-				dir = args[0]
 			}
 			m, err := rootfs.ReadManifest(dir)
 			if err != nil {
@@ -128,4 +121,17 @@ func printRootfsJSON(cmd *cobra.Command, v any) error {
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// rootfsDirArg loads the config and returns the rootfs directory: the
+// optional DIR argument, else sandbox.rootfs_dir.
+func rootfsDirArg(args []string) (*config.Config, string, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	if len(args) == 1 {
+		return cfg, args[0], nil
+	}
+	return cfg, cfg.Sandbox.RootfsDir, nil
 }
