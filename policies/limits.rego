@@ -44,7 +44,7 @@ violations contains sprintf("limits.%s must be a non-negative integer", [k]) if 
 	not valid_request(r)
 }
 
-violations contains sprintf("limits.%s is not a known limit", [k]) if some k in unknown
+violations contains sprintf("limits.%v is not a known limit", [k]) if some k in unknown
 
 # unknown are the requested keys that name no limit (for an array, every
 # index; limit_keys depends on the platform alone).
