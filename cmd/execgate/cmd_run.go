@@ -195,7 +195,7 @@ type runEnvelope struct {
 	Stderr      string             `json:"stderr"`
 	Truncated   sandbox.Truncated  `json:"truncated"`
 	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
-	Logs        []sandbox.LogLine  `json:"logs,omitempty"`
+	Logs        []sandbox.LogLine  `json:"logs"`
 	Usage       sandbox.Usage      `json:"usage"`
 	// Egress lists the connection attempts of a proxy-mode run.
 	Egress []sandbox.EgressAttempt `json:"egress,omitempty"`
@@ -215,7 +215,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	env := runEnvelope{
 		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
 		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
-		Truncated: res.Truncated, Error: res.Error, Logs: res.Logs, Usage: res.Usage,
+		Truncated: res.Truncated, Error: res.Error, Logs: append([]sandbox.LogLine{}, res.Logs...), Usage: res.Usage,
 		Egress: res.Egress,
 	}
 	if u != nil {
