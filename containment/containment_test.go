@@ -1272,22 +1272,7 @@ type netAttempt struct {
 func TestNetworkNoneReachesNothing(t *testing.T) {
 	t.Parallel()
 	r, _ := newRunner(t, "network")
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tcpLn.Close() })
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := tcpLn.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	tcpLn, accepted := listenLoopback(t)
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -1418,22 +1403,7 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 	go srv.Serve(backend)
 	t.Cleanup(func() { srv.Close() })
 	port := backend.Addr().(*net.TCPAddr).Port
-	other, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
-	otherAccepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := other.Accept()
-			if err != nil {
-				close(otherAccepted)
-				return
-			}
-			otherAccepted <- c
-		}
-	}()
+	other, otherAccepted := listenLoopback(t)
 	otherPort := other.Addr().(*net.TCPAddr).Port
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -1612,4 +1582,28 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 			c.Close()
 		}
 	})
+}
+
+// listenLoopback opens a TCP listener on the host's 127.0.0.1 that a jail
+// must not reach, and hands every connection it accepts to the channel,
+// which is closed once the listener is (at test cleanup).
+func listenLoopback(t *testing.T) (net.Listener, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return ln, accepted
 }
