@@ -29,6 +29,7 @@ import (
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // The end-to-end tests of audit and telemetry run the real gateway: real
@@ -68,15 +69,7 @@ func newObsGateway(t *testing.T, listen string) *obsGateway {
 	if _, err := config.EnsureDevKey(filepath.Join(dir, obsDevKeyName)); err != nil {
 		t.Fatal(err)
 	}
-	yaml := fmt.Sprintf(`listen: %q
-state_dir: %q
-auth:
-  hs256_secret_file: %q
-sandbox:
-  nsjail_path: %q
-  rootfs_dir: %q
-  work_dir: %q
-server:
+	yaml := e2eGatewayYAML(listen, dir, filepath.Join(dir, obsDevKeyName), sb) + fmt.Sprintf(`server:
   max_concurrent_runs: 4
   max_queue: 256
   shutdown_grace_seconds: 5
@@ -96,8 +89,7 @@ tenants:
     quota: { rate_per_minute: 1, burst: 1, concurrency: 1, daily_cpu_seconds: 3600 }
     policy:
       network: [none]
-`, listen, dir, filepath.Join(dir, obsDevKeyName), sb.NsjailPath, sb.RootfsDir, filepath.Join(dir, "runs"),
-		g.auditFile, obsFastTenant, obsTinyTenant)
+`, g.auditFile, obsFastTenant, obsTinyTenant)
 	if err := os.WriteFile(g.configPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +103,22 @@ tenants:
 		t.Fatal(err)
 	}
 	return g
+}
+
+// e2eGatewayYAML is the head of a config file for an `execgate serve`
+// subprocess on the real sandbox: listen address, state dir, dev key and the
+// sandbox section; callers append their own server, quota, audit and
+// tenants sections.
+func e2eGatewayYAML(listen, stateDir, devKey string, sb sandbox.Config) string {
+	return fmt.Sprintf(`listen: %q
+state_dir: %q
+auth:
+  hs256_secret_file: %q
+sandbox:
+  nsjail_path: %q
+  rootfs_dir: %q
+  work_dir: %q
+`, listen, stateDir, devKey, sb.NsjailPath, sb.RootfsDir, filepath.Join(stateDir, "runs"))
 }
 
 // token mints a token for tenant with roles (default executor).

@@ -76,16 +76,7 @@ func quotaE2ENewCluster(t *testing.T, bin string, n int, redisURL string, q quot
 			t.Fatal(err)
 		}
 		listen := obsFreeAddr(t)
-		yaml := fmt.Sprintf(`listen: %q
-state_dir: %q
-auth:
-  hs256_secret_file: %q
-sandbox:
-  nsjail_path: %q
-  rootfs_dir: %q
-  work_dir: %q
-  warm_pool: 0
-server:
+		yaml := e2eGatewayYAML(listen, dir, keyPath, sb) + fmt.Sprintf(`server:
   max_concurrent_runs: 8
   max_queue: 256
   shutdown_grace_seconds: 5
@@ -101,8 +92,7 @@ tenants:
     policy:
       network: [none]
       max_limits: { timeout_ms: 30000, memory_mb: 512 }
-`, listen, dir, keyPath, sb.NsjailPath, sb.RootfsDir, filepath.Join(dir, "runs"),
-			redisURL, lease, filepath.Join(dir, obsAuditFileName), quotaE2ETenant, q.concurrency)
+`, redisURL, lease, filepath.Join(dir, obsAuditFileName), quotaE2ETenant, q.concurrency)
 		path := filepath.Join(dir, obsConfigName)
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
