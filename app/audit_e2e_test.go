@@ -526,7 +526,7 @@ func TestAuditSurvivesTheGatewayBeingKilledMidLoad(t *testing.T) {
 func obsServe(t *testing.T, bin, cfg, base string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", cfg)
-	var logs obsSyncBuffer
+	var logs testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -575,24 +575,6 @@ func obsFreeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// obsSyncBuffer collects a subprocess's output.
-type obsSyncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *obsSyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *obsSyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // obsErrType is the envelope's error.type, "" when ok.

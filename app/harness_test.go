@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,7 +48,7 @@ type server struct {
 	signer *auth.Signer
 	runs   *atomic.Int64 // runs that reached the runner (when counted)
 	spans  *tracetest.SpanRecorder
-	logs   *syncBuffer
+	logs   *testenv.SyncBuffer
 	spec   *specChecker
 	client *http.Client
 }
@@ -63,23 +62,6 @@ type countingRunner struct {
 func (c countingRunner) Run(ctx context.Context, s sandbox.Spec) (sandbox.Result, error) {
 	c.n.Add(1)
 	return c.inner.Run(ctx, s)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // testConfig is the embedded default with the test's sandbox, a temp state
@@ -120,7 +102,7 @@ func start(t *testing.T, s setup) *server {
 	if s.mutate != nil {
 		s.mutate(cfg)
 	}
-	srv := &server{t: t, cfg: cfg, runs: &atomic.Int64{}, logs: &syncBuffer{}, spec: loadSpec(t), spans: tracetest.NewSpanRecorder()}
+	srv := &server{t: t, cfg: cfg, runs: &atomic.Int64{}, logs: &testenv.SyncBuffer{}, spec: loadSpec(t), spans: tracetest.NewSpanRecorder()}
 	opts := app.Options{
 		Config:         cfg,
 		Logger:         slog.New(slog.NewJSONHandler(srv.logs, nil)),

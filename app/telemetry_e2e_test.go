@@ -21,6 +21,7 @@ import (
 
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/audit/audittest"
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/telemetry/otlptest"
 )
@@ -47,7 +48,7 @@ func obsSecretRequest(id string) map[string]any {
 }
 
 // obsSyncLogs is a concurrency-safe log sink whose lines can be decoded.
-type obsSyncLogs struct{ obsSyncBuffer }
+type obsSyncLogs struct{ testenv.SyncBuffer }
 
 // executions returns the JSON log lines with msg == "execution".
 func (l *obsSyncLogs) executions(t *testing.T) []map[string]any {

@@ -22,6 +22,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/stretchr/testify/require"
+
+	"github.com/execgate/execgate/internal/testenv"
 )
 
 // bundleServer serves one bundle tarball with an ETag and answers 304 to a
@@ -120,7 +122,7 @@ func TestBundleSignedPollingAndTamperRefusal(t *testing.T) {
 	key := newSigningKey(t)
 	srv := newBundleServer(t)
 	srv.serve(buildBundle(t, "r1", teamModule, &key, nil))
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	e := newEngine(t, Options{
 		Bundle: &BundleConfig{URL: srv.url(), PollSeconds: 1, VerificationKey: key.pubFile, KeyID: "team-key"},
 		Logger: slogTo(logs),

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/execgate/execgate/internal/testenv"
 )
 
 func denyModule(reason string) string {
@@ -27,7 +29,7 @@ func reasonsOf(t *testing.T, e *Engine) []string {
 func TestWatchReloadsOnEditAndKeepsServingOnBrokenEdit(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "team.rego", denyModule("v1"))
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	e := newEngine(t, Options{Dirs: []string{dir}, Logger: slogTo(logs)})
 	require.Equal(t, []string{"v1"}, reasonsOf(t, e))
 

@@ -5,7 +5,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -33,25 +32,7 @@ type RedisServer struct {
 	mu   sync.Mutex // guards cmd, done and log
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
-	log  *syncBuffer
-}
-
-// syncBuffer is the server's output, written by exec's copier goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log  *SyncBuffer
 }
 
 const redisStartTimeout = 10 * time.Second
@@ -117,7 +98,7 @@ func (s *RedisServer) start() error {
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
-	log := &syncBuffer{}
+	log := &SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
