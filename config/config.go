@@ -161,6 +161,9 @@ func (c *Config) fill() {
 	if c.Sandbox.WorkDir == "" {
 		c.Sandbox.WorkDir = filepath.Join(c.StateDir, "runs")
 	}
+	if c.Sandbox.DepsDir == "" {
+		c.Sandbox.DepsDir = filepath.Join(c.StateDir, "deps")
+	}
 	if c.Audit.File == "" {
 		c.Audit.File = filepath.Join(c.StateDir, "audit.jsonl")
 	}

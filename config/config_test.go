@@ -28,6 +28,9 @@ func TestLoad_EmbeddedDefault(t *testing.T) {
 	if want := "/tmp/eg-state/rootfs"; cfg.Sandbox.RootfsDir != want {
 		t.Errorf("rootfs = %q, want %q", cfg.Sandbox.RootfsDir, want)
 	}
+	if want := "/tmp/eg-state/deps"; cfg.Sandbox.DepsDir != want {
+		t.Errorf("deps dir = %q, want %q (the state dir holds the deps cache even with a custom rootfs_dir)", cfg.Sandbox.DepsDir, want)
+	}
 }
 
 func TestLoad_RejectsUnknownKeys(t *testing.T) {
