@@ -145,7 +145,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 
-	eng, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Dirs: cfg.Policy.Dirs, Bundle: cfg.Policy.Bundle, Logger: log})
+	eng, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Dirs: cfg.Policy.Dirs, Bundle: cfg.Policy.Bundle, Logger: log, DecisionCache: cfg.Policy.CacheOption()})
 	if err != nil {
 		return nil, fmt.Errorf("loading policies: %w", err)
 	}

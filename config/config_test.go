@@ -103,6 +103,7 @@ func TestLoad_Invalid(t *testing.T) {
 		{"empty issuer", []string{"EXECGATE_AUTH_ISSUER="}, "auth.issuer"},
 		{"leeway out of range", []string{"EXECGATE_AUTH_LEEWAY_SECONDS=3600"}, "auth.leeway_seconds"},
 		{"negative jwks refresh", []string{"EXECGATE_AUTH_JWKS_REFRESH_SECONDS=-1"}, "auth.jwks_refresh_seconds"},
+		{"negative decision cache", []string{"EXECGATE_POLICY_DECISION_CACHE=-1"}, "policy.decision_cache"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

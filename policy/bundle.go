@@ -40,6 +40,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("policy.dirs[%d]: %s is not a directory", i, d))
 		}
 	}
+	if c.DecisionCache != nil && *c.DecisionCache < 0 {
+		errs = append(errs, fmt.Errorf("policy.decision_cache: %d is negative (0 turns the memo off)", *c.DecisionCache))
+	}
 	if c.Bundle != nil {
 		if err := c.Bundle.validate(); err != nil {
 			errs = append(errs, err)

@@ -213,14 +213,18 @@ type compiled struct {
 	query    rego.PreparedEvalQuery
 	revision string
 	modules  []string
-	seedQ    *seedQuery // nil when no rule depends on the tenant alone
-	seeds    seeds      // per-tenant values of seedQ, for this policy set only
+	seedQ    *seedQuery    // nil when no rule depends on the tenant alone
+	seeds    seeds         // per-tenant values of seedQ, for this policy set only
+	memo     *decisionMemo // nil when decisions are not remembered
+	memoPlan memoPlan
 }
 
 // compile checks the extension modules against the defaults, compiles
 // everything with the restricted capabilities and prepares the decision
 // query. data is the base document (bundle data; nil for none).
-func compile(ctx context.Context, defaults, extras []source, data map[string]any, revisionTag string) (*compiled, error) {
+//
+// memoSize is the most decisions remembered (see memo.go); <= 0 disables.
+func compile(ctx context.Context, defaults, extras []source, data map[string]any, revisionTag string, memoSize int) (*compiled, error) {
 	g := newGuard(defaults)
 	var errs []error
 	for _, s := range extras {
@@ -288,7 +292,8 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 	if revisionTag != "" {
 		rev = revisionTag + "+" + rev
 	}
-	return &compiled{query: pq, revision: rev, modules: names, seedQ: seedQ}, nil
+	plan := analyzeMemo(c)
+	return &compiled{query: pq, revision: rev, modules: names, seedQ: seedQ, memoPlan: plan, memo: newDecisionMemo(plan, memoSize)}, nil
 }
 
 func newCompiler() *ast.Compiler {

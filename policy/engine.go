@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -35,6 +36,10 @@ type Options struct {
 	// Now is the clock for LoadedAt and for time.now_ns in policies.
 	// Default: time.Now.
 	Now func() time.Time
+	// DecisionCache is the most decisions remembered per policy set (see
+	// memo.go): 0 means DefaultDecisionCache, a negative number turns the
+	// memo off.
+	DecisionCache int
 }
 
 // Engine evaluates the decision query against the current prepared policy
@@ -126,15 +131,42 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 		attribute.String("execgate.policy.revision", s.revision),
 		attribute.String("execgate.tenant.id", in.Tenant.ID),
 	)
-	out, err := e.eval(ctx, s, in)
+	out, remembered, err := e.decide(ctx, s, in)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "policy error")
 		return d, err
 	}
 	out.ID, out.PolicyRevision = d.ID, d.PolicyRevision
-	span.SetAttributes(attribute.Bool("execgate.decision.allow", out.Allow))
+	span.SetAttributes(
+		attribute.Bool("execgate.decision.allow", out.Allow),
+		attribute.Bool("execgate.decision.remembered", remembered),
+	)
 	return out, nil
+}
+
+// decide answers from the memo when it can and evaluates otherwise,
+// remembering a successful evaluation.
+func (e *Engine) decide(ctx context.Context, s *served, in Input) (d Decision, remembered bool, err error) {
+	m := s.memo
+	if m == nil {
+		d, err = e.eval(ctx, s, in)
+		return d, false, err
+	}
+	buf := keyBufs.Get().(*[]byte)
+	b, ok := m.plan.appendKey((*buf)[:0], in)
+	key := memoKey(sha256.Sum256(b))
+	*buf = b
+	keyBufs.Put(buf)
+	if ok {
+		if d, hit := m.get(key); hit {
+			return d, true, nil
+		}
+	}
+	if d, err = e.eval(ctx, s, in); err == nil && ok {
+		m.put(key, d)
+	}
+	return d, false, err
 }
 
 func (e *Engine) eval(ctx context.Context, s *served, in Input) (Decision, error) {
@@ -261,6 +293,11 @@ func (e *Engine) rebuild(ctx context.Context) error {
 	prev := e.current.Swap(&served{compiled: c, loadedAt: e.now(), bundleRev: bundleRev})
 	if prev == nil || prev.revision != c.revision {
 		e.log.Info("policies loaded", "revision", c.revision, "modules", len(c.modules), "bundle", bundleRev)
+		if c.memoPlan.uncacheable != "" {
+			e.log.Info("policy decisions are evaluated every time: "+c.memoPlan.uncacheable, "revision", c.revision)
+		} else if c.memo != nil {
+			e.log.Debug("policy decisions are remembered", "revision", c.revision, "key", c.memoPlan.names)
+		}
 	}
 	return nil
 }
@@ -284,7 +321,11 @@ func (e *Engine) build(ctx context.Context) (*compiled, string, error) {
 			tag = "bundle:" + rev
 		}
 	}
-	c, err := compile(ctx, e.defaults, extras, data, tag)
+	memoSize := e.opts.DecisionCache
+	if memoSize == 0 {
+		memoSize = DefaultDecisionCache
+	}
+	c, err := compile(ctx, e.defaults, extras, data, tag, memoSize)
 	return c, rev, err
 }
 

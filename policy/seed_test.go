@@ -35,20 +35,39 @@ func unseeded(t testing.TB, e *Engine, in Input) (Decision, error) {
 	return decodeDecision(rs[0].Expressions[0].Value)
 }
 
-// requireSameDecision decides in both ways (the seeded one twice: computing
-// the seed, then reusing it) and requires identical outcomes.
+// requireSameDecision decides in every way — seeded twice (computing the
+// seed, then reusing it) and through the decision memo twice (the second
+// time remembered, when the engine's memo is on) — and requires each to
+// match the plain evaluation. The engine's memo is shared across calls, so
+// a table or fuzz run also checks that no two inputs share a memo key
+// unless they share a decision.
 func requireSameDecision(t testing.TB, e *Engine, in Input) Decision {
 	t.Helper()
 	want, wantErr := unseeded(t, e, in)
-	for _, pass := range []string{"new seed", "cached seed"} {
-		got, err := e.eval(context.Background(), e.current.Load(), in)
+	s := e.current.Load()
+	passes := []struct {
+		name   string
+		decide func() (Decision, bool, error)
+	}{
+		{"new seed", func() (Decision, bool, error) { d, err := e.eval(context.Background(), s, in); return d, false, err }},
+		{"cached seed", func() (Decision, bool, error) { d, err := e.eval(context.Background(), s, in); return d, false, err }},
+		{"memo", func() (Decision, bool, error) { return e.decide(context.Background(), s, in) }},
+		{"memo again", func() (Decision, bool, error) { return e.decide(context.Background(), s, in) }},
+	}
+	for _, pass := range passes {
+		got, remembered, err := pass.decide()
 		if wantErr != nil {
-			require.Error(t, err, "%s: unseeded failed with %v, seeded did not (input %+v)", pass, wantErr, in)
-			require.Equal(t, wantErr.Error(), err.Error(), pass)
+			require.Error(t, err, "%s: unseeded failed with %v, seeded did not (input %+v)", pass.name, wantErr, in)
+			require.Equal(t, wantErr.Error(), err.Error(), pass.name)
+			require.False(t, remembered, pass.name)
 			continue
 		}
-		require.NoError(t, err, "%s: input %+v", pass, in)
-		require.Equal(t, want, got, "%s: input %+v", pass, in)
+		require.NoError(t, err, "%s: input %+v", pass.name, in)
+		require.Equal(t, want, got, "%s: input %+v", pass.name, in)
+		if pass.name == "memo again" && s.memo != nil {
+			_, keyable := s.memo.plan.appendKey(nil, in)
+			require.Equal(t, keyable, remembered, "a keyable input is remembered after its first decision")
+		}
 	}
 	return want
 }

@@ -95,6 +95,23 @@ type Config struct {
 	Bundle *BundleConfig `yaml:"bundle" json:"bundle,omitempty"`
 	// Watch reloads on file change (default true when Dirs is non-empty).
 	Watch *bool `yaml:"watch" json:"watch,omitempty"`
+	// DecisionCache is the most decisions remembered per policy set, keyed
+	// by the input fields the policies read (see memo.go). Absent:
+	// DefaultDecisionCache; 0 evaluates every decision. Policies that ask
+	// the clock or a random source are evaluated every time regardless.
+	DecisionCache *int `yaml:"decision_cache" json:"decision_cache,omitempty"`
+}
+
+// CacheOption is DecisionCache as an Options.DecisionCache value.
+func (c Config) CacheOption() int {
+	switch {
+	case c.DecisionCache == nil:
+		return 0
+	case *c.DecisionCache <= 0:
+		return -1
+	default:
+		return *c.DecisionCache
+	}
 }
 
 // BundleConfig points at an OPA bundle server.

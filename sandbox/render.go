@@ -229,7 +229,10 @@ func checkConfigString(s string) error {
 // q quotes s for the protobuf text format (printable ASCII only; see
 // checkConfigString).
 func q(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+	return `"` + protoQuoter.Replace(s) + `"`
 }
+
+// protoQuoter is built once: a Replacer builds its tables on first use.
+var protoQuoter = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
