@@ -12,18 +12,6 @@ default tenant_data := null
 
 tenant_data := input.tenant.data
 
-default roles := []
-
-roles := input.subject.roles
-
-default language := ""
-
-language := input.request.language
-
-default mode := ""
-
-mode := input.request.mode
-
 # A tenant is known when the gateway found it in the registry: it then has an
 # id and a (possibly empty) policy data object.
 default tenant_known := false
@@ -51,17 +39,41 @@ tenant_violations contains msg if {
 	msg := sprintf("tenant policy data %s must be %s, not %s", [key, want, type_name(value)])
 }
 
-violations contains reason if some reason in tenant_violations
+# violations are the tenant's problems and the request's. A plain request
+# (an executor asking for a supported language and mode, the common case) is
+# recognised in one step; request_violations names what is wrong with any
+# other. Rules on the request run on every decision, so each concern keeps
+# the common case to one rule evaluation.
+violations := tenant_violations if {
+	"executor" in input.subject.roles
+	input.request.language in platform.languages
+	input.request.mode in platform.modes
+} else := tenant_violations | request_violations
 
-violations contains "subject lacks role executor" if not "executor" in roles
+request_violations contains "subject lacks role executor" if not has_role("executor")
 
-violations contains sprintf("language %q is not supported", [language]) if {
-	not language in platform.languages
-}
+request_violations contains sprintf("language %q is not supported", [language]) if not language_supported
 
-violations contains sprintf("mode %q is not run or test", [mode]) if {
-	not mode in platform.modes
-}
+request_violations contains sprintf("mode %q is not run or test", [mode]) if not mode_supported
+
+# The checks above read input through helper rules, so that a missing field
+# fails its check (a negated expression over a missing input field would
+# not: OPA evaluates the field first) and is named "" in the reason. Each
+# names its field: the decision memo keys on the input fields rules read,
+# and a field read by a variable key would make it key on all of them.
+has_role(role) if role in input.subject.roles
+
+language_supported if input.request.language in platform.languages
+
+mode_supported if input.request.mode in platform.modes
+
+default language := ""
+
+language := input.request.language
+
+default mode := ""
+
+mode := input.request.mode
 
 # record_source asks the audit log to keep the submitted source.
 default record_source := false

@@ -59,3 +59,13 @@ test_record_source_defaults_to_false if {
 test_record_source_follows_tenant_data if {
 	access.record_source with input as object.union(base, {"tenant": {"data": {"audit": {"record_source": true}}}})
 }
+
+test_missing_language_and_mode_are_denied if {
+	v := access.violations with input as object.remove(base, ["request"])
+	`language "" is not supported` in v
+	`mode "" is not run or test` in v
+}
+
+test_tenant_violations_apply_to_a_plain_request if {
+	access.violations == {`tenant "t1" is disabled`} with input as object.union(base, {"tenant": {"data": {"disabled": true}}})
+}

@@ -8,10 +8,6 @@ package execgate.egress
 
 import data.execgate.network
 
-default requested := []
-
-requested := input.request.egress_hosts
-
 tenant_patterns := {lower(p) | some p in input.tenant.data.egress_allow; is_string(p)}
 
 label := `[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?`
@@ -57,29 +53,32 @@ render(h, p) := h if p == "*"
 
 else := concat(":", [h, p])
 
-# valid_requested are the requested entries that are well formed (checked
-# once, for requested_entries and violations).
-valid_requested := {r | some r in requested; valid(r)}
-
-requested_entries := [split(concat("", [r, ":*"]), ":") | some r in valid_requested]
+# requested_entries maps each well-formed requested entry to its [host, port]
+# pair (parsed once, for allowed and violations). A request without an
+# egress_hosts list asks for none.
+requested_entries := {r: split(concat("", [r, ":*"]), ":") |
+	some r in input.request.egress_hosts
+	is_string(r)
+	regex.match(entry_re, r) # valid(r), written out: a call costs an evaluation per entry
+}
 
 pattern_entries := [split(concat("", [p, ":*"]), ":") | some p in tenant_patterns; valid(p)]
 
 # pattern_ports maps each pattern host to its ports, and wildcard_ports the
-# ".domain" of each "*.domain" pattern to its ports (tenant-only, so
+# suffix a name must end in to match a wildcard pattern host ("*.domain":
+# ".domain"; "*": "", as every name matches) to its ports (tenant-only, so
 # computed once per tenant).
 pattern_ports := {h: {p[1] | some p in pattern_entries; p[0] == h} | some pat in pattern_entries; h := pat[0]}
 
-wildcard_ports := {substring(h, 1, -1): pattern_ports[h] | some h, _ in pattern_ports; startswith(h, "*.")}
+wildcard_ports := {substring(h, 1, -1): pattern_ports[h] | some h, _ in pattern_ports; startswith(h, "*")}
 
 # A requested name without "*" is met by lookup: the patterns covering name
-# n are n itself, "*", and each "*.d" where n ends in ".d" (see covers);
-# the meet's host is n.
+# n are n itself (pattern_ports), "*" and each "*.d" where n ends in ".d"
+# (wildcard_ports; see covers); the meet's host is n.
 allowed contains render(req[0], p) if {
 	some req in requested_entries
 	not contains(req[0], "*")
-	some key in [req[0], "*"]
-	some port in pattern_ports[key]
+	some port in pattern_ports[req[0]]
 	p := port_meet(req[1], port)
 }
 
@@ -101,12 +100,17 @@ allowed contains render(h, p) if {
 	p := port_meet(req[1], pat[1])
 }
 
-# allow is the decided egress allow-list (sorted).
+# allow is the decided egress allow-list (sorted). The test on the request
+# comes first: OPA's rule index evaluates it, so runs not asking for proxy
+# skip the rule.
 default allow := []
 
-allow := sort(allowed) if network.mode == "proxy"
+allow := sort(allowed) if {
+	input.request.network_access == "proxy"
+	network.mode == "proxy"
+}
 
 violations contains sprintf("egress host %q is not a valid host[:port] pattern", [r]) if {
-	some r in requested
-	not r in valid_requested
+	some r in input.request.egress_hosts
+	not requested_entries[r]
 }

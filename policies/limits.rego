@@ -7,19 +7,13 @@ import data.execgate.access
 
 import data.execgate.platform
 
-default requested := {}
-
-requested := input.request.limits
-
 default tenant_max := {}
 
 tenant_max := input.tenant.data.max_limits
 
-# tenant_caps and asked keep the positive numbers of the tenant's maxima and
-# of the request; anything else is "not set" (and denied below).
+# tenant_caps keeps the positive numbers of the tenant's maxima; anything
+# else is "not set" (and denied below).
 tenant_caps := {k: v | some k, v in tenant_max; is_number(v); v > 0}
-
-asked := {k: v | some k, v in requested; is_number(v); v > 0}
 
 # caps is the most each limit may be, min(platform max, tenant max), and
 # capped_defaults what a run gets for a limit it does not request,
@@ -30,31 +24,52 @@ caps := {k: min([pmax, object.get(tenant_caps, k, pmax)]) | some k, pmax in plat
 capped_defaults := {k: min([platform.limits_default[k], cap]) | some k, cap in caps}
 
 # effective is the decided limits object, every key always:
-# min(requested or platform default, platform max, tenant max).
-effective := object.union(capped_defaults, {k: min([v, cap]) |
-	some k, v in asked
-	cap := caps[k]
-	platform.limits_default[k]
+# min(requested or platform default, platform max, tenant max). A limit is
+# requested when it is a positive number; anything else is "not set" (and
+# denied below). The request's limits are read from input directly: a
+# request without them asks for none, and one that sets no limit (all 0, as
+# the gateway sends it) gets the capped defaults in one step.
+effective := capped_defaults if {
+	input.request.limits == unrequested
+} else := object.union(capped_defaults, {k: min([v, cap]) |
+	some k, cap in caps
+	v := input.request.limits[k]
+	v > 0
+	is_number(v)
 })
 
-violations contains sprintf("limits.%s must be a non-negative integer", [k]) if {
-	some k, r in requested
+# violations cover the tenant's maxima and the request's limits. A request
+# that sets no limit is recognised in one step; request_violations checks
+# any other.
+violations := tenant_violations if {
+	input.request.limits == unrequested
+} else := tenant_violations | request_violations
+
+request_violations contains sprintf("limits.%s must be a non-negative integer", [k]) if {
+	some k, _ in platform.limits_max
+	r := input.request.limits[k]
 	r != 0 # 0 means "not requested"
-	platform.limits_max[k]
 	not valid_request(r)
 }
 
-violations contains sprintf("limits.%v is not a known limit", [k]) if some k in unknown
+# A requested key that names no limit is denied; limits that are not an
+# object name none (for an array, every index is denied).
+request_violations contains sprintf("limits.%v is not a known limit", [k]) if {
+	is_object(input.request.limits)
+	some k in (object.keys(input.request.limits) - limit_keys)
+}
 
-# unknown are the requested keys that name no limit (for an array, every
-# index; limit_keys depends on the platform alone).
+request_violations contains sprintf("limits.%v is not a known limit", [k]) if {
+	is_array(input.request.limits)
+	some k, _ in input.request.limits
+}
+
+# limit_keys and unrequested depend on the platform alone: the limits' names,
+# and the limits of a request that sets none, as the gateway sends it (every
+# limit 0).
 limit_keys := object.keys(platform.limits_max)
 
-unknown := object.keys(requested) - limit_keys if {
-	is_object(requested)
-} else := {k | some k, _ in requested}
-
-violations contains reason if some reason in tenant_violations
+unrequested := {k: 0 | some k in limit_keys}
 
 # tenant_violations depend on input.tenant alone (computed once per tenant).
 tenant_violations contains sprintf("tenant %q policy data max_limits.%s must be a positive number", [access.tenant_id, k]) if {
@@ -63,6 +78,7 @@ tenant_violations contains sprintf("tenant %q policy data max_limits.%s must be 
 	not tenant_caps[k]
 }
 
+# valid_request(r): r is a non-negative integer.
 valid_request(r) if {
 	is_number(r)
 	r >= 0

@@ -83,3 +83,25 @@ test_limits_that_are_not_an_object_are_unknown if {
 	count(v) == 1
 	"limits.0 is not a known limit" in v
 }
+
+# The gateway sends every limit, 0 when not requested.
+unrequested := {"timeout_ms": 0, "cpu_ms": 0, "memory_mb": 0, "pids": 0, "output_bytes": 0, "tmp_mb": 0}
+
+test_gateway_request_without_limits_gets_capped_defaults if {
+	inp := object.union(with_limits(unrequested), {"tenant": {"data": {"max_limits": {"memory_mb": 128}}}})
+	limits.effective == object.union(platform.limits_default, {"memory_mb": 128}) with input as inp
+	count(limits.violations) == 0 with input as inp
+}
+
+test_gateway_request_without_limits_keeps_tenant_violations if {
+	inp := object.union(with_limits(unrequested), {"tenant": {"data": {"max_limits": {"pids": "lots"}}}})
+	limits.violations == {`tenant "t1" policy data max_limits.pids must be a positive number`} with input as inp
+}
+
+test_gateway_request_with_one_limit_is_checked if {
+	inp := with_limits(object.union(unrequested, {"pids": -1, "memory_mb": 4096}))
+	limits.violations == {"limits.pids must be a non-negative integer"} with input as inp
+	e := limits.effective with input as inp
+	e.memory_mb == 512
+	e.pids == 32
+}

@@ -34,28 +34,32 @@ baseline := union({
 	tools.violations,
 })
 
+# decision is the answer: an allowed run gets what its concerns decided; a
+# denied decision grants nothing (no network, no egress, no tools) and lists
+# the reasons. Both branches name every key of the decision, so an allowed
+# run costs one evaluation of deny. The else branch states its condition: if
+# the allowed branch could not be built, the decision stays undefined (a
+# PolicyError) rather than becoming a denial without reasons.
 decision := {
-	"allow": allow,
-	"reasons": sort(deny),
-	"network_access": network_access,
+	"allow": true,
+	"reasons": [],
+	"network_access": network.mode,
 	"limits": limits.effective,
-	"egress": {"allow": egress_allow},
+	"egress": {"allow": egress.allow},
 	"requirements_allowed": packages.allowed,
-	"tools": tools_granted,
+	"tools": tools.granted,
 	"audit": {"record_source": access.record_source},
+} if {
+	count(deny) == 0
+} else := {
+	"allow": false,
+	"reasons": sort(deny),
+	"network_access": "none",
+	"limits": limits.effective,
+	"egress": {"allow": []},
+	"requirements_allowed": packages.allowed,
+	"tools": [],
+	"audit": {"record_source": access.record_source},
+} if {
+	count(deny) > 0
 }
-
-allow := count(deny) == 0
-
-# A denied decision grants nothing: no network, no egress, no tools.
-default network_access := "none"
-
-network_access := network.mode if allow
-
-default egress_allow := []
-
-egress_allow := egress.allow if allow
-
-default tools_granted := []
-
-tools_granted := tools.granted if allow

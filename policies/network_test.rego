@@ -62,3 +62,14 @@ test_test_mode_forces_none_without_denial if {
 	network.mode == "none" with input as inp
 	count(network.violations) == 0 with input as inp
 }
+
+test_missing_network_access_is_none if {
+	inp := object.union(object.remove(base, ["request"]), {"request": {"mode": "run"}})
+	network.mode == "none" with input as inp
+	count(network.violations) == 0 with input as inp
+}
+
+test_host_without_roles_needs_admin if {
+	inp := object.union(object.remove(with_request({"network_access": "host"}), ["subject"]), {"tenant": {"data": {"network": ["host"]}}})
+	"network_access host requires role admin" in network.violations with input as inp
+}

@@ -8,22 +8,15 @@ import data.execgate.access
 
 import data.execgate.platform
 
-default requirements := []
-
-requirements := input.request.requirements
-
 default tenant_packages := {}
 
 tenant_packages := input.tenant.data.packages
 
+# A requirement is valid when it is a string matching spec_re:
+# name[extras] [op version[, op version]...]; name_re matches its name.
 name_re := `^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?`
 
 spec_re := `^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._, -]*\])?\s*((===|==|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$`
-
-valid(r) if {
-	is_string(r)
-	regex.match(spec_re, r)
-}
 
 normalize(n) := regex.replace(lower(n), `[-_.]+`, "-")
 
@@ -33,26 +26,50 @@ tenant_allow := names_of(object.get(tenant_packages, "allow", []))
 
 tenant_deny := names_of(object.get(tenant_packages, "deny", []))
 
-# names are the normalised package names of the valid requirements.
-names := {normalize(regex.find_n(name_re, r, 1)[0]) | some r in requirements; valid(r)}
-
-violations contains sprintf("requirement %q is not a valid requirement (name[extras] [op version])", [r]) if {
-	some r in requirements
-	not valid(r)
+# names maps each valid requirement to its normalised package name. The
+# rules below read the requirements from input directly (a request without
+# them asks for none) and look names up only for requirements there are.
+names := {r: normalize(regex.find_n(name_re, r, 1)[0]) |
+	some r in input.request.requirements
+	is_string(r)
+	regex.match(spec_re, r)
 }
 
-violations contains sprintf("package %q is on the platform deny-list", [n]) if {
-	some n in names
+# installable are the names a run may install: on the tenant's allow-list
+# and on neither deny-list (depends on the tenant alone).
+installable := (tenant_allow - tenant_deny) - platform.package_deny
+
+# violations: a request without requirements (the common case), or whose
+# requirements are all valid and installable, is recognised in one step;
+# request_violations names what is wrong with any other.
+violations := set() if {
+	input.request.requirements == []
+} else := set() if {
+	every r in input.request.requirements {
+		names[r] in installable
+	}
+} else := request_violations
+
+request_violations contains sprintf("requirement %q is not a valid requirement (name[extras] [op version])", [r]) if {
+	some r in input.request.requirements
+	not names[r]
+}
+
+request_violations contains sprintf("package %q is on the platform deny-list", [n]) if {
+	some r in input.request.requirements
+	n := names[r]
 	n in platform.package_deny
 }
 
-violations contains sprintf("package %q is on tenant %q's deny-list", [n, access.tenant_id]) if {
-	some n in names
+request_violations contains sprintf("package %q is on tenant %q's deny-list", [n, access.tenant_id]) if {
+	some r in input.request.requirements
+	n := names[r]
 	n in tenant_deny
 }
 
-violations contains sprintf("package %q is not in tenant %q's allow-list", [n, access.tenant_id]) if {
-	some n in names
+request_violations contains sprintf("package %q is not in tenant %q's allow-list", [n, access.tenant_id]) if {
+	some r in input.request.requirements
+	n := names[r]
 	not n in tenant_allow
 }
 

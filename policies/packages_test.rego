@@ -50,3 +50,9 @@ test_missing_tenant_packages_denies_all if {
 	inp := {"tenant": {"id": "t1", "data": {}}, "request": {"requirements": ["six"]}}
 	not packages.allowed with input as inp
 }
+
+test_missing_requirements_are_none if {
+	inp := object.remove(base, ["request"])
+	packages.allowed with input as inp
+	count(packages.violations) == 0 with input as inp
+}

@@ -5,32 +5,22 @@ package execgate.tools
 
 import data.execgate.access
 
-default requested := []
-
-requested := input.request.tools
-
 tenant_tools := {t | some t in input.tenant.data.tools; is_string(t)}
-
-in_test_mode if input.request.mode == "test"
 
 # all_tools is every tool of the tenant, sorted (depends on the tenant alone).
 all_tools := sort(tenant_tools)
 
-# granted is the decided tool list (sorted).
-default granted := []
-
-granted := all_tools if {
-	not in_test_mode
-	count(requested) == 0
-}
-
-granted := sort({t | some t in requested; t in tenant_tools}) if {
-	not in_test_mode
-	count(requested) > 0
-}
+# granted is the decided tool list (sorted): none in test mode, else the
+# requested tools the tenant has, or all of them for a request naming none
+# (an empty list, or no tools list at all).
+granted := [] if {
+	input.request.mode == "test"
+} else := sort({t | some t in input.request.tools; t in tenant_tools}) if {
+	count(input.request.tools) > 0
+} else := all_tools
 
 violations contains sprintf("tool %q is not granted to tenant %q", [t, access.tenant_id]) if {
-	not in_test_mode
-	some t in requested
+	some t in input.request.tools
 	not t in tenant_tools
+	not input.request.mode == "test"
 }

@@ -30,3 +30,7 @@ test_test_mode_gets_no_tools if {
 test_tenant_without_tools if {
 	tools.granted == [] with input as {"tenant": {"id": "t1", "data": {}}, "request": {"mode": "run"}}
 }
+
+test_missing_tools_gets_all_tenant_tools if {
+	tools.granted == ["calendar", "search"] with input as {"tenant": base.tenant, "request": {"mode": "run"}}
+}

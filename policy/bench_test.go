@@ -51,8 +51,9 @@ func benchDecide(b *testing.B, opts Options, build func() Input) {
 	e := newEngine(b, opts)
 	ctx := context.Background()
 	ins := make([]Input, 1024)
+	base := build() // one tenant document, shared as the gateway's registry shares it
 	for i := range ins {
-		ins[i] = build()
+		ins[i] = base
 		ins[i].Subject.Sub = fmt.Sprintf("user-%d", i)
 		ins[i].Request.SourceSHA256 = fmt.Sprintf("%064x", i)
 		ins[i].Request.SourceBytes += i
