@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compares execgate's embedded OPA decision with the same default policies
 # served by a stock `opa run --server` on loopback (POST
-# /v1/data/execgate/main/decision). Prints p50/p90/p99/mean and req/s for a
+# /v1/data/execgate/main/decision). Prints p50/p90/p99/mean and req/s for the
+# engine as served (decision memo on), the engine evaluating every decision
+# (memo off, like the sidecar) and the sidecar, for a
 # minimal probe request and a full one (proxy, egress, a requirement, limits).
 #
 #   scripts/bench-opa-sidecar.sh [N]          # default N=5000 decisions each

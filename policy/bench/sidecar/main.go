@@ -61,7 +61,15 @@ func inputs() map[string]policy.Input {
 
 func run(opaURL string, n, warmup int) error {
 	ctx := context.Background()
-	e, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// e is the engine as `execgate serve` runs it (decision memo on, so a
+	// repeated request shape is answered from memory); evaluated has the
+	// memo off, so every decision runs OPA, like the sidecar.
+	e, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	evaluated, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Logger: quiet, DecisionCache: -1})
 	if err != nil {
 		return err
 	}
@@ -74,6 +82,13 @@ func run(opaURL string, n, warmup int) error {
 			return d.Allow, err
 		}
 		if err := measure(name, "embedded (Decide)", n, warmup, embedded); err != nil {
+			return err
+		}
+		evaluate := func() (bool, error) {
+			d, err := evaluated.Decide(ctx, in)
+			return d.Allow, err
+		}
+		if err := measure(name, "embedded, evaluated", n, warmup, evaluate); err != nil {
 			return err
 		}
 		if opaURL == "" {
