@@ -25,8 +25,10 @@ import (
 // reads. A policy that reads input.request.source_sha256 makes it part of
 // the key. Only successful decisions are kept; the decision ID is fresh
 // every time. The memo belongs to one served policy set: a reload starts
-// empty. TestMemoDecisionsMatchEvaluation and FuzzMemoDecisionMatchesFull
-// compare remembered decisions with fresh evaluations.
+// empty. TestSeededDecisionsMatchFullEvaluation and
+// FuzzSeededDecisionMatchesFull also decide through the memo and compare
+// remembered decisions with plain evaluations; TestInputFieldsCoverTheInput
+// keeps inputFields in step with the input document.
 
 // DefaultDecisionCache is the number of decisions remembered per policy set
 // when Options.DecisionCache is 0.

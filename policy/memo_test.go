@@ -3,8 +3,10 @@ package policy
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/require"
 
 	"github.com/execgate/execgate/tenancy"
@@ -165,4 +167,32 @@ func TestCacheOption(t *testing.T) {
 	require.Equal(t, -1, Config{DecisionCache: n(0)}.CacheOption())
 	require.Equal(t, 64, Config{DecisionCache: n(64)}.CacheOption())
 	require.Error(t, Config{DecisionCache: n(-1)}.Validate())
+}
+
+// TestInputFieldsCoverTheInput: every field of the input document other
+// than the tenant is a memo field, so a policy reading a new field can never
+// be answered from a key that leaves it out.
+func TestInputFieldsCoverTheInput(t *testing.T) {
+	v, err := BuildInput(demoTenant(), executor(), Request{}).value()
+	require.NoError(t, err)
+	var doc []string
+	top := v.(ast.Object)
+	for _, k := range top.Keys() {
+		name := string(k.Value.(ast.String))
+		if name == "tenant" {
+			continue
+		}
+		if obj, ok := top.Get(k).Value.(ast.Object); ok {
+			for _, k2 := range obj.Keys() {
+				doc = append(doc, name+"."+string(k2.Value.(ast.String)))
+			}
+			continue
+		}
+		doc = append(doc, name)
+	}
+	var fields []string
+	for _, f := range inputFields {
+		fields = append(fields, strings.Join(f.path, "."))
+	}
+	require.ElementsMatch(t, doc, fields)
 }
