@@ -429,6 +429,12 @@ func (a *App) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		a.serveErr <- nil // keep Done readable
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := a.server.FlushSettlements(fctx); err != nil {
+			a.log.Error(err.Error())
+			errs = append(errs, err)
+		}
+		cancel()
 	}
 	if err := a.closeAll(ctx); err != nil {
 		errs = append(errs, err)

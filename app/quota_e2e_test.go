@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
@@ -275,6 +277,50 @@ func TestQuotaE2E(t *testing.T) {
 	t.Run("Redis killed under load fails closed and recovers", func(t *testing.T) {
 		quotaE2ERedisOutage(t, bin)
 	})
+	t.Run("a run ending during a Redis outage is charged once Redis is back", func(t *testing.T) {
+		quotaE2ESettleAfterOutage(t, bin)
+	})
+}
+
+// quotaE2ESettleAfterOutage: a tool burns ~0.3 s of CPU, then sleeps; Redis
+// is killed while it sleeps, so the settlement at the end of the run fails.
+// The answer still comes back ok, and once Redis is back (empty: no
+// persistence) the gateway's background retry charges exactly the run's
+// measured CPU to the day's budget — once.
+func quotaE2ESettleAfterOutage(t *testing.T, bin string) {
+	const src = "import time\n\ndef run(args, context):\n    end = time.process_time() + 0.3\n    while time.process_time() < end:\n        pass\n    time.sleep(args['sleep'])\n    return {'ok': True}\n"
+	rs := testenv.Redis(t)
+	c := quotaE2ENewCluster(t, bin, 1, rs.URL(), quotaE2EQuota{concurrency: 2})
+	c.serve(t, 0)
+	client := quotaE2EClient(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	leases := "execgate:{t:" + quotaE2ETenant + "}:leases"
+	budget := "execgate:{t:" + quotaE2ETenant + "}:budget"
+
+	done := make(chan quotaE2EResult, 1)
+	go func() {
+		done <- quotaE2ESend(client, c.bases[0], c.token, 0, "settle-after-outage", src, map[string]any{"sleep": 2}, nil)
+	}()
+	waitFor(t, "the run to hold its lease", 20*time.Second, func() bool { return rdb.ZCard(ctx, leases).Val() == 1 })
+	time.Sleep(500 * time.Millisecond) // into the tool's sleep
+	rs.Kill()
+	r := <-done
+	if !quotaE2EIsOK(r) {
+		t.Fatalf("the run ending during the outage: %s, want 200 ok (its answer stands)", quotaE2EOutcome(r))
+	}
+	cpu := r.resp.Env.Usage.CPUMS
+	if cpu < 200 {
+		t.Fatalf("the run's measured cpu_ms is %d, want about 300", cpu)
+	}
+	rs.Restart()
+	used := func() int64 { n, _ := rdb.HGet(ctx, budget, "used_ms").Int64(); return n }
+	waitFor(t, "the run's CPU charged after Redis came back", 20*time.Second, func() bool { return used() > 0 })
+	time.Sleep(time.Second) // a second charge would land by now
+	if got := used(); got != cpu {
+		t.Errorf("budget used_ms = %d after Redis came back, want the run's cpu_ms %d, charged once", got, cpu)
+	}
 }
 
 // quotaE2ENoOverAdmission: concurrency 3 shared by three gateways; 200

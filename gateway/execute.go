@@ -218,11 +218,10 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 
 	sctx, span := s.tracer.Start(ctx, telemetry.StageSettle)
 	sstart := time.Now()
-	if err := adm.Settle(context.WithoutCancel(sctx), res.Usage.CPUMS); err != nil {
-		// The run happened and its answer stands; the budget may be off by
-		// the reservation until the backend is back. Loud, not fatal.
+	// The run happened and its answer stands; if the backend is down the
+	// charge is retried in the background (settle.go).
+	if err := s.settle.settle(sctx, adm, res.Usage.CPUMS); err != nil {
 		span.RecordError(err)
-		s.log.ErrorContext(ctx, "quota settle failed", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, tenant.ID, "err", err)
 	}
 	s.d.Metrics.Stage(telemetry.StageSettle, time.Since(sstart))
 	span.End()

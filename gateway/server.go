@@ -125,6 +125,7 @@ type Server struct {
 	queue  *runQueue
 	idem   IdempotencyStore
 	ready  *readiness
+	settle *settler
 	tracer trace.Tracer
 	log    *slog.Logger
 	now    func() time.Time
@@ -172,6 +173,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes},
 		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
 		idem:   d.Idempotency,
+		settle: newSettler(d.Logger),
 		tracer: d.TracerProvider.Tracer(TracerName),
 		log:    d.Logger,
 		now:    d.Now,
@@ -213,6 +215,17 @@ func (s *Server) Drain(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// FlushSettlements makes one last attempt at the quota settlements still
+// being retried (the backend was down when their runs ended) and waits for
+// them until ctx ends. Stop calls it before closing the quota backend; an
+// error says how many runs' CPU could not be charged.
+func (s *Server) FlushSettlements(ctx context.Context) error {
+	if n := s.settle.Flush(ctx); n > 0 {
+		return fmt.Errorf("%d quota settlements failed at shutdown (quota backend unreachable): their runs' CPU is not charged", n)
+	}
+	return nil
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }

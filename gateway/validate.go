@@ -127,9 +127,7 @@ func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *Valid
 		_ = adm.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := adm.Settle(context.WithoutCancel(ctx), res.Usage.CPUMS); err != nil {
-		s.log.ErrorContext(ctx, "quota settle failed", telemetry.KeyExecutionID, id, "err", err)
-	}
+	_ = s.settle.settle(ctx, adm, res.Usage.CPUMS) // logged and retried
 	if res.Status != sandbox.StatusOK {
 		// The parser itself hit a limit (e.g. absurd nesting): the source
 		// cannot be accepted, and the caller learns why.
