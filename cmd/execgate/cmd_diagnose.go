@@ -29,6 +29,7 @@ type diagStatus string
 const (
 	diagOK   diagStatus = "ok"
 	diagFail diagStatus = "FAIL"
+	diagWarn diagStatus = "warn" // works, but slower or weaker than it could be
 	diagNA   diagStatus = "n/a"
 )
 
@@ -91,7 +92,7 @@ check fails. Nothing is built or changed except probe cgroups, which are removed
 func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	var checks []diagCheck
 	nsjail, c := diagNsjail(cfg.Sandbox)
-	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox))
+	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods())
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
 	checks = append(checks,
 		diagEgress(ctx, cfg),
@@ -106,7 +107,7 @@ func printDiagnose(w io.Writer, checks []diagCheck) {
 	for _, c := range checks {
 		detail := strings.ReplaceAll(c.Detail, "\n", " | ")
 		hint := c.Hint
-		if c.Status != diagFail {
+		if c.Status != diagFail && c.Status != diagWarn {
 			hint = ""
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Status, c.Name, detail, hint)
@@ -314,6 +315,50 @@ func detectAndProbeCgroups(root, mode, parent string, magic func(string) int64) 
 	c.Status = diagFail
 	c.Detail = fmt.Sprintf("sandbox.cgroups=%s: no cgroup v2 mount with memory+pids and no v1 memory/pids/cpu hierarchies under %s", mode, root)
 	c.Hint = "mount cgroup2 at /sys/fs/cgroup (or run the container with --cgroupns=private and a writable cgroup)"
+	return c
+}
+
+// diagFavorDynmods reports whether cgroup migrations are cheap. nsjail
+// moves every jail into its cgroups by writing to their tasks/cgroup.procs
+// files, which takes the kernel's global cgroup_threadgroup_rwsem for
+// writing; unless a cgroup hierarchy is mounted with favordynmods (Linux
+// 6.0+), that waits for an RCU grace period whenever no migration happened
+// recently. Measured on the development VM: the first tasks write of a run
+// after an idle moment took 18.4 ms, and raw nsjail runs 50 ms apart took
+// 26-40 ms instead of 19-25 ms with favordynmods on.
+func diagFavorDynmods() diagCheck {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return diagCheck{Name: "cgroup favordynmods", Status: diagNA, Detail: err.Error()}
+	}
+	return favorDynmodsCheck(string(data))
+}
+
+func favorDynmodsCheck(mounts string) diagCheck {
+	c := diagCheck{Name: "cgroup favordynmods"}
+	var cgroup2 string
+	for line := range strings.Lines(mounts) {
+		f := strings.Fields(line)
+		if len(f) < 4 || (f[2] != "cgroup" && f[2] != "cgroup2") {
+			continue
+		}
+		if f[2] == "cgroup2" && cgroup2 == "" {
+			cgroup2 = f[1]
+		}
+		for opt := range strings.SplitSeq(f[3], ",") {
+			if opt == "favordynmods" {
+				c.Status, c.Detail = diagOK, "on ("+f[2]+" at "+f[1]+"): moving a jail into its cgroups does not wait for RCU"
+				return c
+			}
+		}
+	}
+	c.Status = diagWarn
+	c.Detail = "off: after an idle moment, moving a jail into its cgroups waits for an RCU grace period (~10-20 ms per cold run)"
+	target := cgroup2
+	if target == "" {
+		target = "/sys/fs/cgroup"
+	}
+	c.Hint = "on Linux 6.0+: mount -o remount,favordynmods " + target + " (or boot with a cgroup2 mount that has it)"
 	return c
 }
 

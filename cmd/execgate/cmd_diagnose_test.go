@@ -180,3 +180,26 @@ func TestDiagnoseEgressReachesALoopbackNameOnlyTheProxyResolves(t *testing.T) {
 		t.Fatalf("egress check with an unreachable work dir: %+v, want FAIL", c)
 	}
 }
+
+func TestFavorDynmodsCheck(t *testing.T) {
+	const hybrid = `tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+`
+	c := favorDynmodsCheck(hybrid)
+	if c.Status != diagWarn || c.Required || !strings.Contains(c.Hint, "remount,favordynmods /sys/fs/cgroup/unified") {
+		t.Fatalf("hybrid without favordynmods: %+v", c)
+	}
+	c = favorDynmodsCheck(strings.Replace(hybrid, "cgroup2 rw,relatime", "cgroup2 rw,relatime,favordynmods", 1))
+	if c.Status != diagOK || !strings.Contains(c.Detail, "/sys/fs/cgroup/unified") {
+		t.Fatalf("with favordynmods: %+v", c)
+	}
+	c = favorDynmodsCheck("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nsdelegate,favordynmods 0 0\n")
+	if c.Status != diagOK {
+		t.Fatalf("v2 host with favordynmods: %+v", c)
+	}
+	c = favorDynmodsCheck("proc /proc proc rw 0 0\n")
+	if c.Status != diagWarn || !strings.Contains(c.Hint, "/sys/fs/cgroup") {
+		t.Fatalf("no cgroup mounts: %+v", c)
+	}
+}
