@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
@@ -180,12 +181,24 @@ func (e *Engine) eval(ctx context.Context, s *served, in Input) (Decision, error
 	cancel := topdown.NewCancel()
 	stop := context.AfterFunc(ctx, cancel.Cancel)
 	defer stop()
+	// The evaluation's own cache is reused across evaluations (emptied
+	// after each): OPA holds it only while Eval runs.
+	vc := seedCaches.Get().(*seedCache)
+	vc.seed = sd.cache
+	defer func() {
+		vc.seed, vc.depth = nil, 0
+		vc.live.reset()
+		seedCaches.Put(vc)
+	}()
 	rs, err := s.query.Eval(ctx,
 		rego.EvalParsedInput(in.valueWith(sd.tenant)),
 		rego.EvalTime(e.now()),
 		rego.EvalExternalCancel(cancel),
 		rego.EvalMetrics(metrics.NoOp()), // nobody reads per-evaluation metrics
-		rego.EvalVirtualCache(&seedCache{seed: sd.cache, live: newRefCache(32)}),
+		rego.EvalVirtualCache(vc),
+		// Keep the result as OPA's value: decodeDecisionValue reads it
+		// without a conversion to Go maps.
+		rego.EvalGenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	)
 	if err != nil {
 		return Decision{}, &EvalError{Err: err}
@@ -196,7 +209,11 @@ func (e *Engine) eval(ctx context.Context, s *served, in Input) (Decision, error
 	if len(rs) > 1 {
 		return Decision{}, &EvalError{Err: fmt.Errorf("%w: %d results for %s", ErrMalformed, len(rs), DecisionQuery)}
 	}
-	out, err := decodeDecision(rs[0].Expressions[0].Value)
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return Decision{}, &EvalError{Err: fmt.Errorf("%w: result is %T", ErrMalformed, rs[0].Expressions[0].Value)}
+	}
+	out, err := decodeDecisionValue(t.Value)
 	if err != nil {
 		return Decision{}, &EvalError{Err: err}
 	}
@@ -232,6 +249,8 @@ func (s *served) seedFor(ctx context.Context, t TenantInput) (*seed, error) {
 }
 
 var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+var seedCaches = sync.Pool{New: func() any { return &seedCache{live: newRefCache(32)} }}
 
 // Reload fetches the bundle (if configured) and recompiles the defaults,
 // the directories and the latest verified bundle. On error the previous

@@ -410,7 +410,14 @@ func appendKeyValue(b []byte, v any) ([]byte, bool) {
 // per Get, where OPA's own cache walks a trie level by level and allocates
 // a node and a map per level on Put. Like OPA's, only the top frame is seen.
 type refCache struct {
-	frames []map[int][]refEntry
+	frames []refFrame
+}
+
+// refFrame is one frame's entries by ref hash; a hash shared by two refs
+// (rare) puts the later ones in more.
+type refFrame struct {
+	first map[int]refEntry
+	more  []refEntry
 }
 
 // refEntry is one cached value; value nil records an undefined result.
@@ -422,41 +429,74 @@ type refEntry struct {
 var _ topdown.VirtualCache = (*refCache)(nil)
 
 func newRefCache(size int) *refCache {
-	return &refCache{frames: []map[int][]refEntry{make(map[int][]refEntry, size)}}
+	return &refCache{frames: []refFrame{{first: make(map[int]refEntry, size)}}}
 }
 
-func (c *refCache) Push() { c.frames = append(c.frames, make(map[int][]refEntry)) }
+// reset empties the cache for reuse, keeping the top frame's storage.
+func (c *refCache) reset() {
+	c.frames = c.frames[:1]
+	clear(c.frames[0].first)
+	c.frames[0].more = c.frames[0].more[:0]
+}
+
+func (c *refCache) Push() { c.frames = append(c.frames, refFrame{first: make(map[int]refEntry)}) }
 
 func (c *refCache) Pop() { c.frames = c.frames[:len(c.frames)-1] }
 
-func (c *refCache) Get(ref ast.Ref) (*ast.Term, bool) {
-	for _, e := range c.frames[len(c.frames)-1][ref.Hash()] {
+func (f *refFrame) find(ref ast.Ref, h int) (refEntry, bool) {
+	if e, ok := f.first[h]; ok {
 		if e.ref.Equal(ref) {
-			return e.value, e.value == nil
+			return e, true
 		}
+		for _, m := range f.more {
+			if m.ref.Equal(ref) {
+				return m, true
+			}
+		}
+	}
+	return refEntry{}, false
+}
+
+func (c *refCache) Get(ref ast.Ref) (*ast.Term, bool) { return c.get(ref, ref.Hash()) }
+
+func (c *refCache) Put(ref ast.Ref, value *ast.Term) { c.put(ref, ref.Hash(), value) }
+
+// get and put take the hash as an argument so tests can force collisions.
+func (c *refCache) get(ref ast.Ref, h int) (*ast.Term, bool) {
+	if e, ok := c.frames[len(c.frames)-1].find(ref, h); ok {
+		return e.value, e.value == nil
 	}
 	return nil, false
 }
 
-func (c *refCache) Put(ref ast.Ref, value *ast.Term) {
-	m := c.frames[len(c.frames)-1]
-	h := ref.Hash()
-	es := m[h]
-	for i := range es {
-		if es[i].ref.Equal(ref) {
-			es[i].value = value
-			return
+func (c *refCache) put(ref ast.Ref, h int, value *ast.Term) {
+	f := &c.frames[len(c.frames)-1]
+	e, ok := f.first[h]
+	switch {
+	case !ok:
+		f.first[h] = refEntry{ref: slices.Clone(ref), value: value}
+	case e.ref.Equal(ref):
+		e.value = value
+		f.first[h] = e
+	default:
+		for i := range f.more {
+			if f.more[i].ref.Equal(ref) {
+				f.more[i].value = value
+				return
+			}
 		}
+		f.more = append(f.more, refEntry{ref: slices.Clone(ref), value: value})
 	}
-	m[h] = append(es, refEntry{ref: slices.Clone(ref), value: value})
 }
 
 func (c *refCache) Keys() []ast.Ref {
 	var keys []ast.Ref
-	for _, es := range c.frames[len(c.frames)-1] {
-		for _, e := range es {
-			keys = append(keys, e.ref)
-		}
+	f := c.frames[len(c.frames)-1]
+	for _, e := range f.first {
+		keys = append(keys, e.ref)
+	}
+	for _, e := range f.more {
+		keys = append(keys, e.ref)
 	}
 	return keys
 }

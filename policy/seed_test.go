@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/stretchr/testify/require"
 
@@ -380,4 +381,34 @@ func TestSeedsAreSharedSafely(t *testing.T) {
 	for range 4 {
 		require.NoError(t, <-errs)
 	}
+}
+
+// TestRefCacheKeepsCollidingRefsApart: two refs with the same hash are
+// stored, found, updated and listed separately; an undefined result (nil)
+// is cached as such; reset empties the cache.
+func TestRefCacheKeepsCollidingRefsApart(t *testing.T) {
+	a, b := ast.MustParseRef("data.x.a"), ast.MustParseRef("data.x.b")
+	c := newRefCache(4)
+	c.put(a, 1, ast.StringTerm("A"))
+	c.put(b, 1, ast.StringTerm("B"))
+	for ref, want := range map[string]string{"data.x.a": `"A"`, "data.x.b": `"B"`} {
+		v, undefined := c.get(ast.MustParseRef(ref), 1)
+		require.False(t, undefined)
+		require.Equal(t, want, v.String(), ref)
+	}
+	c.put(b, 1, nil)
+	v, undefined := c.get(b, 1)
+	require.Nil(t, v)
+	require.True(t, undefined, "nil records an undefined result")
+	c.put(a, 1, ast.StringTerm("A2"))
+	v, _ = c.get(a, 1)
+	require.Equal(t, `"A2"`, v.String())
+	require.Len(t, c.Keys(), 2)
+	_, found := c.get(ast.MustParseRef("data.x.c"), 1)
+	require.False(t, found)
+	c.reset()
+	require.Empty(t, c.Keys())
+	v, undefined = c.get(a, 1)
+	require.Nil(t, v)
+	require.False(t, undefined)
 }
