@@ -1307,10 +1307,7 @@ func TestNetworkNoneReachesNothing(t *testing.T) {
 	if out.DNS.OK {
 		t.Error("DNS resolved example.com")
 	}
-	for name, tc := range map[string]struct {
-		got  netAttempt
-		want []int
-	}{
+	requireRefused(t, map[string]refusal{
 		"TCP to the host's 127.0.0.1 listener": {out.TCPHost, []int{ECONNREFUSED}},
 		"TCP to 192.0.2.1":                     {out.TCPPublic, []int{ENETUNREACH}},
 		"UDP to 192.0.2.1":                     {out.UDPPublic, []int{ENETUNREACH}},
@@ -1320,21 +1317,43 @@ func TestNetworkNoneReachesNothing(t *testing.T) {
 		"raw IPv4 socket":                      {out.Raw, []int{EPERM}},
 		"raw IPv6 socket":                      {out.Raw6, []int{EPERM}},
 		"packet socket":                        {out.Packet, []int{EPERM}},
-	} {
+	})
+	// The datagram to 127.0.0.1 may leave the socket (the jail has its own
+	// lo); it must not arrive on the host's.
+	requireHostUnreached(t, udp, tcpLn, accepted, "the host's TCP listener")
+}
+
+// refusal is what a jailed network attempt got and the errnos it may be
+// refused with.
+type refusal struct {
+	got  netAttempt
+	want []int
+}
+
+// requireRefused fails for every attempt that succeeded or failed with an
+// errno other than those it may be refused with.
+func requireRefused(t *testing.T, attempts map[string]refusal) {
+	t.Helper()
+	for name, tc := range attempts {
 		if tc.got.OK || !slices.Contains(tc.want, tc.got.Errno) {
 			t.Errorf("%s: ok=%v %s (%s), want it refused with %v", name, tc.got.OK, errnoName(tc.got.Errno), tc.got.Error, tc.want)
 		}
 	}
-	// The datagram to 127.0.0.1 may leave the socket (the jail has its own
-	// lo); it must not arrive on the host's.
+}
+
+// requireHostUnreached fails when the host's UDP socket received a datagram
+// (waiting 100 ms) or the host's TCP listener ln (named what) accepted a
+// connection; it closes ln.
+func requireHostUnreached(t *testing.T, udp net.PacketConn, ln net.Listener, accepted <-chan net.Conn, what string) {
+	t.Helper()
 	udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	buf := make([]byte, 64)
 	if n, from, err := udp.ReadFrom(buf); err == nil {
 		t.Errorf("the host's UDP listener received %q from %v", buf[:n], from)
 	}
-	tcpLn.Close()
+	ln.Close()
 	for c := range accepted {
-		t.Errorf("the host's TCP listener accepted a connection from %v", c.RemoteAddr())
+		t.Errorf("%s accepted a connection from %v", what, c.RemoteAddr())
 		c.Close()
 	}
 }
@@ -1555,32 +1574,16 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 		}
 	})
 	t.Run("direct connections, DNS and UDP reach nothing", func(t *testing.T) {
-		for name, tc := range map[string]struct {
-			got  netAttempt
-			want []int
-		}{
+		requireRefused(t, map[string]refusal{
 			"TCP to the host's 127.0.0.1 backend": {out.DirectHost, []int{ECONNREFUSED}},
 			"TCP to 192.0.2.1":                    {out.DirectPublic, []int{ENETUNREACH}},
 			"TCP to 169.254.169.254":              {out.DirectMetadata, []int{ENETUNREACH}},
 			"UDP to 192.0.2.1:53":                 {out.UDPDNS, []int{ENETUNREACH}},
-		} {
-			if tc.got.OK || !slices.Contains(tc.want, tc.got.Errno) {
-				t.Errorf("%s: ok=%v %s (%s), want it refused with %v", name, tc.got.OK, errnoName(tc.got.Errno), tc.got.Error, tc.want)
-			}
-		}
+		})
 		if out.DNS.OK {
 			t.Errorf("api.test resolved inside the jail: %+v", out.DNS)
 		}
-		udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		buf := make([]byte, 64)
-		if n, from, err := udp.ReadFrom(buf); err == nil {
-			t.Errorf("the host's UDP listener received %q from %v", buf[:n], from)
-		}
-		other.Close()
-		for c := range otherAccepted {
-			t.Errorf("the host's listener on the port off the list accepted %v", c.RemoteAddr())
-			c.Close()
-		}
+		requireHostUnreached(t, udp, other, otherAccepted, "the host's listener on the port off the list")
 	})
 }
 
