@@ -109,17 +109,8 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	t.Setenv("EXECGATE_SANDBOX_CGROUP_PARENT", "execgate-cmdtest")
 
 	t.Run("an ok tool prints its envelope and exits 0", func(t *testing.T) {
-		out, err := execute(t, "run", ok, "--args", `{"x": 1}`, "--json", "--state-dir", state)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		var env runEnvelope
-		if err := json.Unmarshal([]byte(out), &env); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		var result bytes.Buffer
-		_ = json.Compact(&result, env.Result)
-		if env.Status != sandbox.StatusOK || result.String() != `{"got":{"x":1}}` || env.Stdout != "hello\n" {
+		env, result, out := runJSON(t, ok, "--args", `{"x": 1}`, "--state-dir", state)
+		if env.Status != sandbox.StatusOK || result != `{"got":{"x":1}}` || env.Stdout != "hello\n" {
 			t.Errorf("%s", out)
 		}
 	})
@@ -141,13 +132,9 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	})
 	t.Run("requirements are installed and importable", func(t *testing.T) {
 		tool := write("six.py", "import six\ndef run(args, context):\n    return six.__version__\n")
-		out, err := execute(t, "run", tool, "--requirements", "six==1.16.0", "--json", "--state-dir", state)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		var env runEnvelope
-		if err := json.Unmarshal([]byte(out), &env); err != nil || env.Status != sandbox.StatusOK || string(env.Result) != `"1.16.0"` {
-			t.Fatalf("%v: %s", err, out)
+		env, result, out := runJSON(t, tool, "--requirements", "six==1.16.0", "--state-dir", state)
+		if env.Status != sandbox.StatusOK || result != `"1.16.0"` {
+			t.Fatalf("%s", out)
 		}
 		if _, err := os.Stat(filepath.Join(state, "deps")); err != nil {
 			t.Errorf("the deps cache is not under the state dir: %v", err)
@@ -168,18 +155,9 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			"            out.append(e.code)\n"+
 			"    return out\n")
 		urls, _ := json.Marshal([]string{fmt.Sprintf("http://127.0.0.1:%d/", port), fmt.Sprintf("http://localhost:%d/", port)})
-		out, err := execute(t, "run", tool, "--network", "proxy", "--egress", fmt.Sprintf("127.0.0.1:%d", port),
-			"--args", string(urls), "--json", "--state-dir", state)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		var env runEnvelope
-		if err := json.Unmarshal([]byte(out), &env); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		var result bytes.Buffer
-		_ = json.Compact(&result, env.Result)
-		if env.Status != sandbox.StatusOK || result.String() != `["through the proxy",403]` {
+		env, result, out := runJSON(t, tool, "--network", "proxy", "--egress", fmt.Sprintf("127.0.0.1:%d", port),
+			"--args", string(urls), "--state-dir", state)
+		if env.Status != sandbox.StatusOK || result != `["through the proxy",403]` {
 			t.Errorf("want the allowed host's body and a 403 for the other: %s", out)
 		}
 		if len(env.Egress) != 2 || !env.Egress[0].Allowed || env.Egress[1].Allowed {
@@ -200,4 +178,21 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	for _, c := range []string{"memory", "pids", "cpu", "unified"} {
 		os.Remove(filepath.Join("/sys/fs/cgroup", c, "execgate-cmdtest"))
 	}
+}
+
+// runJSON runs `execgate run FILE ARGS… --json`, fails the test unless it
+// exits 0 with an envelope, and returns the envelope, its result compacted
+// and the raw output.
+func runJSON(t *testing.T, file string, args ...string) (env runEnvelope, result, out string) {
+	t.Helper()
+	out, err := execute(t, append([]string{"run", file, "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := json.Unmarshal([]byte(out), &env); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var compact bytes.Buffer
+	_ = json.Compact(&compact, env.Result)
+	return env, compact.String(), out
 }
