@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -18,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/internal/testenv"
 )
 
 // TestJWTAttacksRunNothing sends forged and broken tokens at a gateway
@@ -47,18 +46,7 @@ func TestJWTAttacksRunNothing(t *testing.T) {
 	if err := os.WriteFile(pemFile, rsaPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	jwks := jwkset.NewMemoryStorage()
-	jwk, err := jwkset.NewJWKFromKey(&ecKey.PublicKey, jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{KID: "ec-1", USE: jwkset.UseSig}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jwks.KeyWrite(context.Background(), jwk); err != nil {
-		t.Fatal(err)
-	}
-	set, err := jwks.JSONPublic(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := testenv.JWKSet(t, map[string]any{"ec-1": &ecKey.PublicKey})
 	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(set) }))
 	t.Cleanup(idp.Close)
 

@@ -23,8 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/execgate/execgate/internal/testenv"
 )
 
 // now is the fixed instant every test token is checked at.
@@ -164,20 +165,7 @@ func newJWKSServer(t *testing.T) *jwksServer {
 // publish replaces the served set with these public keys by kid.
 func (s *jwksServer) publish(t *testing.T, pubs map[string]any) {
 	t.Helper()
-	store := jwkset.NewMemoryStorage()
-	for kid, pub := range pubs {
-		jwk, err := jwkset.NewJWKFromKey(pub, jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{KID: kid, USE: jwkset.UseSig}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.KeyWrite(context.Background(), jwk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := store.JSONPublic(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testenv.JWKSet(t, pubs)
 	s.mu.Lock()
 	s.set = b
 	s.mu.Unlock()
