@@ -3,7 +3,6 @@ package policy
 import (
 	"crypto/sha256"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -192,10 +191,6 @@ func (p *memoPlan) appendKey(b []byte, in Input) ([]byte, bool) {
 		b = f.appendKey(b, in)
 	}
 	return b, true
-}
-
-func appendKeyInt(b []byte, n int64) []byte {
-	return append(strconv.AppendInt(append(b, 'i'), n, 10), ';')
 }
 
 func appendKeyStrings(b []byte, s []string) []byte {

@@ -347,6 +347,10 @@ func appendKeyString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+func appendKeyInt(b []byte, n int64) []byte {
+	return append(strconv.AppendInt(append(b, 'i'), n, 10), ';')
+}
+
 func appendKeyValue(b []byte, v any) ([]byte, bool) {
 	switch x := v.(type) {
 	case nil:
@@ -359,9 +363,9 @@ func appendKeyValue(b []byte, v any) ([]byte, bool) {
 	case string:
 		return appendKeyString(b, x), true
 	case int:
-		return append(strconv.AppendInt(append(b, 'i'), int64(x), 10), ';'), true
+		return appendKeyInt(b, int64(x)), true
 	case int64:
-		return append(strconv.AppendInt(append(b, 'i'), x, 10), ';'), true
+		return appendKeyInt(b, x), true
 	case uint64:
 		return append(strconv.AppendUint(append(b, 'u'), x, 10), ';'), true
 	case float64:
