@@ -15,7 +15,7 @@ import (
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("needs root (nsjail namespaces, uid maps and cgroups); running as uid %d", os.Geteuid())
+		SkipUnlessCI(t, "needs root (nsjail namespaces, uid maps and cgroups); running as uid %d", os.Geteuid())
 	}
 }
 
@@ -60,9 +60,9 @@ func Nsjail(t testing.TB) string {
 	if err != nil {
 		var ue *sandbox.UnavailableError
 		if errors.As(err, &ue) {
-			t.Skipf("nsjail missing: %v\n%s", err, ue.Detail())
+			SkipUnlessCI(t, "nsjail missing: %v\n%s", err, ue.Detail())
 		}
-		t.Skipf("nsjail missing: %v (run scripts/setup.sh)", err)
+		SkipUnlessCI(t, "nsjail missing: %v (run scripts/setup.sh)", err)
 	}
 	return p
 }

@@ -44,7 +44,7 @@ func Redis(t testing.TB, extraArgs ...string) *RedisServer {
 	t.Helper()
 	bin, err := findRedis()
 	if err != nil {
-		t.Skipf("redis-server not installed (apt-get install redis-server): %v", err)
+		SkipUnlessCI(t, "redis-server not installed (apt-get install redis-server): %v", err)
 	}
 	s := &RedisServer{t: t, bin: bin, dir: t.TempDir(), args: extraArgs}
 	t.Cleanup(s.Kill)

@@ -1,0 +1,29 @@
+package testenv
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where a missing
+// privilege, nsjail, Redis or browser is a failure: CI must prove what
+// these tests prove, never skip it.
+func InCI() bool {
+	switch strings.ToLower(os.Getenv("CI")) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// SkipUnlessCI skips t with the formatted reason on a host that truly
+// cannot run it, and fails it instead under CI=true. Every helper here that
+// stops a test for a missing real component goes through it.
+func SkipUnlessCI(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("CI=true forbids skipping: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
