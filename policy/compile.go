@@ -123,6 +123,29 @@ func readDirs(dirs []string, withTests bool) ([]source, error) {
 	return out, nil
 }
 
+// withExtras returns the defaults followed by the extension modules, less
+// any extension module byte-identical to an embedded default: pointing
+// `policy test` or `policy.dirs` at the repository's own policies/ directory
+// layers the defaults on themselves, which is no extension at all.
+func withExtras(defaults, extras []source) []source {
+	known := make(map[string]bool, len(defaults))
+	for _, s := range defaults {
+		known[string(s.raw)] = true
+	}
+	all := slices.Clone(defaults)
+	for _, s := range extras {
+		if !known[string(s.raw)] {
+			all = append(all, s)
+		}
+	}
+	return all
+}
+
+// errLoadedTwice names a module whose file name is already taken.
+func errLoadedTwice(name string) error {
+	return &ModuleError{File: name, Reason: "loaded twice (an embedded default policy or an earlier directory has a file of this name; give extension modules their own names)"}
+}
+
 // guard holds what the default policies own, to refuse extension modules
 // (directories, bundles) that reach into them.
 type guard struct {
@@ -225,6 +248,8 @@ type compiled struct {
 //
 // memoSize is the most decisions remembered (see memo.go); <= 0 disables.
 func compile(ctx context.Context, defaults, extras []source, data map[string]any, revisionTag string, memoSize int) (*compiled, error) {
+	all := withExtras(defaults, extras)
+	extras = all[len(defaults):]
 	g := newGuard(defaults)
 	var errs []error
 	for _, s := range extras {
@@ -232,7 +257,7 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 			errs = append(errs, err)
 		}
 	}
-	for _, s := range append(slices.Clone(defaults), extras...) {
+	for _, s := range all {
 		if err := checkBuiltins(s); err != nil {
 			errs = append(errs, err)
 		}
@@ -244,13 +269,12 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 		return nil, err
 	}
 
-	all := append(slices.Clone(defaults), extras...)
 	modules := make(map[string]*ast.Module, len(all))
 	names := make([]string, 0, len(all))
 	h := sha256.New()
 	for _, s := range all {
 		if _, dup := modules[s.name]; dup {
-			return nil, &ModuleError{File: s.name, Reason: "loaded twice"}
+			return nil, errLoadedTwice(s.name)
 		}
 		modules[s.name] = s.module
 		names = append(names, s.name)

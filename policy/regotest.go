@@ -79,9 +79,9 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 	var errs []error
 	modules := map[string]*ast.Module{}
 	policyModules := map[string]*ast.Module{}
-	for _, s := range append(defaults, extras...) {
+	for _, s := range withExtras(defaults, extras) {
 		if _, dup := modules[s.name]; dup {
-			return nil, &ModuleError{File: s.name, Reason: "loaded twice"}
+			return nil, errLoadedTwice(s.name)
 		}
 		modules[s.name] = s.module
 		if err := checkBuiltins(s); err != nil {

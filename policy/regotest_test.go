@@ -2,6 +2,8 @@ package policy
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,4 +79,26 @@ func TestRegoTestsRefuseWhatTheEngineRefuses(t *testing.T) {
 	writeFile(t, dir, "bad.rego", "package ext.x\n\nv := http.send({\"method\": \"GET\", \"url\": \"http://127.0.0.1:1\"})\n")
 	_, err = RunTests(context.Background(), TestOptions{Defaults: defaultsFS, Dirs: []string{dir}})
 	require.ErrorContains(t, err, "http.send")
+}
+
+func TestTheRepositoryPoliciesDirIsTheDefaultsNotADuplicate(t *testing.T) {
+	// `execgate policy test policies/` in the repository layers the
+	// embedded defaults on their own files: identical modules are skipped.
+	rep, err := RunTests(context.Background(), TestOptions{Defaults: defaultsFS, Dirs: []string{"../policies"}})
+	require.NoError(t, err)
+	require.True(t, rep.OK())
+	require.Greater(t, rep.Passed, 60)
+
+	_, err = New(context.Background(), Options{Defaults: defaultsFS, Dirs: []string{"../policies"}, Logger: quietLogger()})
+	require.NoError(t, err, "serving with policy.dirs naming the defaults' own directory")
+
+	// A different file under a default's name is still refused, by name.
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "policies"), 0o755))
+	writeFile(t, filepath.Join(dir, "policies"), "access.rego", "package ext.other\n\nx := 1\n")
+	t.Chdir(dir)
+	_, err = RunTests(context.Background(), TestOptions{Defaults: defaultsFS, Dirs: []string{"policies"}})
+	require.ErrorContains(t, err, "policies/access.rego: loaded twice (an embedded default policy")
+	_, err = New(context.Background(), Options{Defaults: defaultsFS, Dirs: []string{"policies"}, Logger: quietLogger()})
+	require.ErrorContains(t, err, "loaded twice (an embedded default policy")
 }
