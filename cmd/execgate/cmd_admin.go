@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,8 +29,7 @@ type adminFlags struct {
 }
 
 const (
-	defaultAdminURL = "http://127.0.0.1:8010"
-	adminTimeout    = 30 * time.Second
+	adminTimeout = 30 * time.Second
 	// maxAdminBody caps what we read from the gateway.
 	maxAdminBody = 1 << 20
 )
@@ -54,7 +54,7 @@ GET /v1/admin/tenants/{id}/usage). The token needs the admin role:
 	}
 	var f adminFlags
 	pf := q.PersistentFlags()
-	pf.StringVar(&f.url, "url", defaultAdminURL, "gateway base URL")
+	pf.StringVar(&f.url, "url", "", "gateway base URL (default: http:// and the listen address of --config/--listen/EXECGATE_LISTEN, or of the embedded default)")
 	pf.StringVar(&f.token, "token", "", "bearer token with the admin role (default $EXECGATE_TOKEN)")
 	pf.StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 
@@ -179,9 +179,17 @@ func (f *adminFlags) client() (*adminClient, error) {
 	if token == "" {
 		return nil, fmt.Errorf("no token: pass --token or set EXECGATE_TOKEN (e.g. export EXECGATE_TOKEN=$(execgate token --tenant %s --role admin))", f.tenant)
 	}
-	u, err := url.Parse(f.url)
+	base := f.url
+	if base == "" {
+		cfg, err := loadConfig()
+		if err != nil {
+			return nil, fmt.Errorf("finding the gateway's address in the config (or pass --url): %w", err)
+		}
+		base = listenURL(cfg.Listen)
+	}
+	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--url %q: want http(s)://host:port", f.url)
+		return nil, fmt.Errorf("--url %q: want http(s)://host:port", base)
 	}
 	return &adminClient{
 		base:   strings.TrimSuffix(u.String(), "/"),
@@ -189,6 +197,23 @@ func (f *adminFlags) client() (*adminClient, error) {
 		tenant: f.tenant,
 		http:   &http.Client{Timeout: adminTimeout},
 	}, nil
+}
+
+// listenURL is the URL a client on this host uses to reach a gateway
+// listening on addr: a wildcard host (":8010", "0.0.0.0:8010", "[::]:8010")
+// is reached on loopback.
+func listenURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // path is /v1/admin/tenants/{tenant}/{what}, the tenant escaped.

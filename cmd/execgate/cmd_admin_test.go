@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -104,7 +106,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	ctx := context.Background()
 	outer := t
 	admin := mint(t, signer, "acme", tenancy.RoleAdmin)
-	flags := []string{"--url", a.URL(), "--token", admin, "--tenant", "acme"}
+	common := []string{"--url", a.URL(), "--token", admin, "--tenant", "acme"}
 	configured := config.DemoTenant().Quota
 	view := func(t *testing.T, out string) gateway.QuotaResponse {
 		t.Helper()
@@ -116,7 +118,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	}
 
 	t.Run("get shows the configured quota and no override", func(t *testing.T) {
-		out, err := runAdmin(t, append([]string{"get"}, flags...)...)
+		out, err := runAdmin(t, append([]string{"get"}, common...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +128,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	})
 
 	t.Run("set with one flag keeps the others and the next admission obeys it", func(t *testing.T) {
-		out, err := runAdmin(t, append([]string{"set", "--concurrency", "1"}, flags...)...)
+		out, err := runAdmin(t, append([]string{"set", "--concurrency", "1"}, common...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +150,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	})
 
 	t.Run("usage shows the run in flight and its reservation", func(t *testing.T) {
-		out, err := runAdmin(t, append([]string{"usage"}, flags...)...)
+		out, err := runAdmin(t, append([]string{"usage"}, common...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +166,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	})
 
 	t.Run("an invalid value is refused locally, naming the field", func(t *testing.T) {
-		_, err := runAdmin(t, append([]string{"set", "--burst", "0"}, flags...)...)
+		_, err := runAdmin(t, append([]string{"set", "--burst", "0"}, common...)...)
 		if err == nil || !strings.Contains(err.Error(), "burst") {
 			t.Fatalf("err = %v, want one naming burst", err)
 		}
@@ -174,7 +176,7 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 	})
 
 	t.Run("clear drops the override", func(t *testing.T) {
-		out, err := runAdmin(t, append([]string{"clear"}, flags...)...)
+		out, err := runAdmin(t, append([]string{"clear"}, common...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,6 +198,25 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || ae.Type != "Unauthenticated" {
 			t.Fatalf("err = %v, want 401 Unauthenticated", err)
+		}
+	})
+
+	t.Run("without --url the gateway is found at the listen address of --config", func(t *testing.T) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "config.yaml")
+		key := filepath.Join(dir, "dev.key")
+		yaml := "listen: " + a.Addr() + "\nstate_dir: " + dir + "\nauth:\n  hs256_secret_file: " + key + "\n"
+		if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		old := flags
+		t.Cleanup(func() { flags = old })
+		flags.configFile = file
+		if _, err := runAdmin(t, "get", "--tenant", "acme", "--token", admin); err != nil {
+			t.Fatalf("admin with --config %s (listen %s): %v", file, a.Addr(), err)
 		}
 	})
 
@@ -283,4 +304,19 @@ func TestAdminQuotaClientEdges(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+}
+
+func TestListenURLReachesWildcardListenersOnLoopback(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:8010":  "http://127.0.0.1:8010",
+		":8010":           "http://127.0.0.1:8010",
+		"0.0.0.0:9000":    "http://127.0.0.1:9000",
+		"[::]:8010":       "http://[::1]:8010",
+		"[::1]:8010":      "http://[::1]:8010",
+		"gw.internal:443": "http://gw.internal:443",
+	} {
+		if got := listenURL(in); got != want {
+			t.Errorf("listenURL(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
