@@ -45,4 +45,9 @@ if [ -x "$ROOT/bin/execgate" ]; then
     ok "$f config.yaml accepted by execgate's strict loader"
   done
 fi
+# The image build context must not carry the host's tools venv or binaries.
+for p in .git .tools bin; do
+  grep -qx "$p" "$ROOT/.dockerignore" || { echo "FAIL .dockerignore does not exclude $p"; exit 1; }
+done
+ok ".dockerignore keeps .git, .tools and bin out of the image build context"
 echo "deploy checks passed"
