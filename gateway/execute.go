@@ -104,7 +104,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 		bg := context.WithoutCancel(ctx)
 		var ierr error
 		if status == http.StatusOK && !x.replayed {
-			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Body: body})
+			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Outcome: executionStatus(env), Body: body})
 		} else {
 			ierr = s.idem.Abandon(bg, *claimed)
 		}

@@ -165,7 +165,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d.Now = time.Now
 	}
 	if d.Idempotency == nil {
-		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, d.Now)
+		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, cfg.IdempotencyLimits(), d.Now)
 	}
 	s := &Server{
 		cfg:    cfg,
