@@ -151,7 +151,7 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		c.Set(keyExecutionID, x.id)
 	}
 
-	tenant, err := s.d.Tenants.Authorize(x.principal, req.TenantID, tenancy.RoleExecutor)
+	tenant, err := s.authorizeTenant(c, x.principal, req.TenantID)
 	if err != nil {
 		return 0, nil, err
 	}
