@@ -250,6 +250,19 @@ func TestMemoryIdempotency(t *testing.T) {
 		clk.add(2 * time.Second)
 		mustClaim(t, s, key, "fp")
 	})
+	t.Run("with the defaults, another tenant's 70 MB of responses leave a tenant's response alone", func(t *testing.T) {
+		s := NewMemoryIdempotency(time.Hour, IdempotencyLimits{}, nil)
+		a := IdempotencyKey{TenantID: "acme", ExecutionID: "a-1"}
+		mustClaim(t, s, a, "fp")
+		mustComplete(t, s, a, "ok", []byte(`{"a":1}`))
+		flood := make([]byte, 14<<20) // one backing array: cheap to store five times
+		for i := range 5 {
+			k := IdempotencyKey{TenantID: "globex", ExecutionID: fmt.Sprintf("flood-%d", i)}
+			mustClaim(t, s, k, "fp")
+			mustComplete(t, s, k, "ok", flood)
+		}
+		mustReplay(t, s, a, []byte(`{"a":1}`))
+	})
 	t.Run("memory stays bounded per tenant", func(t *testing.T) {
 		s := NewMemoryIdempotency(time.Hour, IdempotencyLimits{}, nil)
 		big := make([]byte, 1<<20)
