@@ -34,7 +34,8 @@ import (
 //
 // Claims are never evicted by responses; only the tenant's own bodies are.
 // Redis must not evict keys on its own (maxmemory-policy noeviction, the
-// default): an evicted claim would let its id run again. A claim that
+// default): an evicted claim would let its id run again; and persist every
+// write (appendonly, appendfsync always) for claims to survive its crash. A claim that
 // outlives a crashed gateway expires and the next request claims again.
 // Time is Redis TIME. Redis errors wrap quota.ErrUnavailable: it is the
 // quota backend, and without it duplicates cannot be ruled out (503, fail

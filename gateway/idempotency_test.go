@@ -328,6 +328,38 @@ func TestRedisIdempotency(t *testing.T) {
 			}
 		}
 	})
+	t.Run("claims survive a Redis crash when Redis persists every write", func(t *testing.T) {
+		aof := testenv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+		rdb := redis.NewClient(&redis.Options{Addr: aof.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s := NewRedisIdempotency(rdb, "crash", time.Minute, IdempotencyLimits{MaxClaims: 100, TenantResponseBytes: 1000})
+		kept := IdempotencyKey{TenantID: "acme", ExecutionID: "kept"}
+		dropped := IdempotencyKey{TenantID: "acme", ExecutionID: "dropped"}
+		mustClaim(t, s, kept, "fp")
+		mustComplete(t, s, kept, "ok", []byte("r"))
+		mustClaim(t, s, dropped, "fp")
+		mustComplete(t, s, dropped, "error:Timeout", bytes.Repeat([]byte("x"), 2000))
+		aof.Kill()
+		if _, ok, err := s.Claim(context.Background(), kept, "fp"); ok || !errors.Is(err, quota.ErrUnavailable) {
+			t.Fatalf("with Redis down: claimed %v, err %v; want QuotaUnavailable", ok, err)
+		}
+		aof.Restart()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, ok, err := s.Claim(context.Background(), kept, "fp")
+			if err == nil {
+				if ok || got == nil || string(got.Body) != "r" {
+					t.Fatalf("after the restart: claimed %v, got %v; want the stored response", ok, got)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Redis did not come back: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mustExpire(t, s, dropped, "error:Timeout")
+	})
 	t.Run("a dead backend fails closed as QuotaUnavailable", func(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
