@@ -237,7 +237,11 @@ func (r *RedisIdempotency) takeToken(k IdempotencyKey) (string, bool) {
 	return t, ok
 }
 
-// Complete implements IdempotencyStore.
+// Complete implements IdempotencyStore. When Redis cannot be reached the
+// run has still happened: the completion is retried in the background
+// (with backoff, for as long as the pending claim lives), so duplicates
+// waiting on the claim get the response rather than a second run once the
+// claim would have expired. The first error is returned for the log.
 func (r *RedisIdempotency) Complete(ctx context.Context, k IdempotencyKey, resp StoredResponse) error {
 	token, ok := r.takeToken(k)
 	if !ok {
@@ -252,11 +256,27 @@ func (r *RedisIdempotency) Complete(ctx context.Context, k IdempotencyKey, resp 
 	}
 	// A body costs its bytes and the key's, like in the memory store.
 	overhead := len(k.TenantID) + len(k.ExecutionID)
-	if err := completeScript.Run(ctx, r.rdb, r.keys(k), "P:"+token+":", "C:"+string(rec), r.window.Milliseconds(),
-		k.ExecutionID, resp.Body, r.limits.TenantResponseBytes, r.keep(), r.tenantPrefix(k)+"idemres:", overhead).Err(); err != nil {
-		return fmt.Errorf("storing idempotency entry: %w", err)
+	complete := func(ctx context.Context) error {
+		return completeScript.Run(ctx, r.rdb, r.keys(k), "P:"+token+":", "C:"+string(rec), r.window.Milliseconds(),
+			k.ExecutionID, resp.Body, r.limits.TenantResponseBytes, r.keep(), r.tenantPrefix(k)+"idemres:", overhead).Err()
+	}
+	if err := complete(ctx); err != nil {
+		go retryUntil(context.WithoutCancel(ctx), time.Now().Add(r.pending), complete)
+		return fmt.Errorf("storing idempotency entry (retrying in the background): %w", err)
 	}
 	return nil
+}
+
+// retryUntil calls f with backoff until it succeeds or deadline passes.
+func retryUntil(ctx context.Context, deadline time.Time, f func(context.Context) error) {
+	wait := 50 * time.Millisecond
+	for time.Now().Before(deadline) {
+		time.Sleep(wait)
+		if f(ctx) == nil {
+			return
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // Abandon implements IdempotencyStore.

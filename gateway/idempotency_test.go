@@ -360,6 +360,32 @@ func TestRedisIdempotency(t *testing.T) {
 		}
 		mustExpire(t, s, dropped, "error:Timeout")
 	})
+	t.Run("a run that ends while Redis is down is still completed: its duplicate gets the response, not a run", func(t *testing.T) {
+		aof := testenv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+		rdb := redis.NewClient(&redis.Options{Addr: aof.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s := NewRedisIdempotency(rdb, "late", time.Minute, IdempotencyLimits{})
+		key := IdempotencyKey{TenantID: "acme", ExecutionID: "late"}
+		mustClaim(t, s, key, "fp")
+		aof.Kill() // the run is under way when Redis goes
+		if err := s.Complete(context.Background(), key, StoredResponse{Fingerprint: "fp", Status: 200, Outcome: "ok", Body: []byte("r")}); err == nil {
+			t.Fatal("Complete with Redis down returned no error")
+		}
+		aof.Restart()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for {
+			got, ok, err := s.Claim(ctx, key, "fp")
+			if errors.Is(err, quota.ErrUnavailable) {
+				time.Sleep(20 * time.Millisecond) // the client is reconnecting
+				continue
+			}
+			if err != nil || ok || got == nil || string(got.Body) != "r" {
+				t.Fatalf("duplicate after the restart: %v, claimed %v, err %v; want the response", got, ok, err)
+			}
+			break
+		}
+	})
 	t.Run("a dead backend fails closed as QuotaUnavailable", func(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
