@@ -183,7 +183,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 		a.onStop("redis client", func(context.Context) error { return client.Close() })
 		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
-		idem = gateway.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window)
+		idem = gateway.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
 	default:
 		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
 	}

@@ -456,9 +456,14 @@ func TestAdminAPI(t *testing.T) {
 	if strings.Contains(string(r.body), `"source":`) {
 		t.Fatal("the source is in the policy input")
 	}
-	r = s.do(http.MethodPost, "/v1/admin/policy/evaluate", s.token("demo", tenancy.RolePolicyAuthor), `{"tenant_id":"acme","roles":["executor"],"request":{"source":"x"}}`)
+	author := s.token("demo", tenancy.RolePolicyAuthor)
+	r = s.do(http.MethodPost, "/v1/admin/policy/evaluate", author, `{"tenant_id":"demo","roles":["executor"],"request":{"source":"x"}}`)
 	if r.status != 200 || r.json(t)["decision"].(map[string]any)["allow"] != true {
 		t.Fatalf("policy-author dry run: %d %s", r.status, r.body)
+	}
+	// A policy-author reaches its own tenant only (issue #11 §4).
+	if r := s.do(http.MethodPost, "/v1/admin/policy/evaluate", author, `{"tenant_id":"acme","roles":["executor"],"request":{"source":"x"}}`); r.status != 403 || r.errType(t) != "Forbidden" {
+		t.Fatalf("policy-author dry run for another tenant: %d %s", r.status, r.body)
 	}
 	if s.runs.Load() != runs {
 		t.Fatal("a dry run ran something")

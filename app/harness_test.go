@@ -36,6 +36,8 @@ type setup struct {
 	// runs.
 	realSandbox bool
 	noop        bool // app.NoopRunner (gateway-only tests)
+	// runner replaces the sandbox with a fake (counted like the others).
+	runner gateway.Runner
 	// egressResolver is app.Options.EgressResolver (realSandbox only).
 	egressResolver egress.Resolver
 }
@@ -93,7 +95,7 @@ func testConfig(t *testing.T, sb sandbox.Config) *config.Config {
 func start(t *testing.T, s setup) *server {
 	t.Helper()
 	var sb sandbox.Config
-	if !s.noop {
+	if !s.noop && s.runner == nil {
 		sb = testenv.SandboxConfig(t) // skips without root or nsjail
 	} else {
 		sb = sandbox.Config{RootfsDir: t.TempDir(), WorkDir: t.TempDir()}
@@ -111,6 +113,8 @@ func start(t *testing.T, s setup) *server {
 		EgressResolver: s.egressResolver,
 	}
 	switch {
+	case s.runner != nil:
+		opts.Runner = countingRunner{inner: s.runner, n: srv.runs}
 	case s.noop:
 		opts.Runner = countingRunner{inner: app.NoopRunner{}, n: srv.runs}
 	case !s.realSandbox:

@@ -12,8 +12,10 @@ import (
 	"github.com/execgate/execgate/tenancy"
 )
 
-// Admin API (role admin; the policy dry run also takes policy-author).
-// Admins are platform-wide: they may read and change any tenant's quota.
+// Admin API. Who may call each route, for which tenants, is the access
+// table (access.go): admins are platform-wide; tenant-admin, auditor and
+// policy-author reach their own tenant only and are refused (403) for any
+// other before anything of it is looked up.
 
 func (s *Server) tenantParam(c *gin.Context) (tenancy.Tenant, bool) {
 	t, err := s.d.Tenants.Lookup(c.Param("id"))
@@ -165,6 +167,11 @@ func (s *Server) handleEvaluate(c *gin.Context) {
 	}
 	tenantID, roles, req, err := decodeEvaluate(body, s.caps)
 	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := tenancy.PrincipalFrom(c.Request.Context())
+	if _, err := s.authorizeTenant(c, p, tenantID); err != nil {
 		s.fail(c, err)
 		return
 	}

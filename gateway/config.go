@@ -24,6 +24,14 @@ type Config struct {
 	// IdempotencyWindowSeconds: a repeated execution_id from the same tenant
 	// within this window returns the first result. Default 600.
 	IdempotencyWindowSeconds int `yaml:"idempotency_window_seconds" json:"idempotency_window_seconds"`
+	// IdempotencyMaxClaims is how many execution_id claims one tenant may
+	// hold within the window (never evicted; beyond it the tenant's new ids
+	// get 429 QuotaExceeded). Default 50000.
+	IdempotencyMaxClaims int `yaml:"idempotency_max_claims" json:"idempotency_max_claims"`
+	// IdempotencyTenantResponseBytes is each tenant's budget of stored
+	// responses, in bytes; the tenant's oldest go first (a repeat then gets
+	// 409 ResultExpired, never a second run). Default 16 MiB.
+	IdempotencyTenantResponseBytes int64 `yaml:"idempotency_tenant_response_bytes" json:"idempotency_tenant_response_bytes"`
 	// ShutdownGraceSeconds drains in-flight runs on shutdown. Default 30.
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
@@ -66,6 +74,12 @@ func (c Config) WithDefaults() Config {
 	if c.IdempotencyWindowSeconds == 0 {
 		c.IdempotencyWindowSeconds = DefaultIdempotencyWindowSeconds
 	}
+	if c.IdempotencyMaxClaims == 0 {
+		c.IdempotencyMaxClaims = DefaultIdempotencyMaxClaims
+	}
+	if c.IdempotencyTenantResponseBytes == 0 {
+		c.IdempotencyTenantResponseBytes = DefaultIdempotencyResponseBytes
+	}
 	if c.ShutdownGraceSeconds == 0 {
 		c.ShutdownGraceSeconds = DefaultShutdownGraceSeconds
 	}
@@ -73,6 +87,11 @@ func (c Config) WithDefaults() Config {
 		c.ReadyCacheSeconds = DefaultReadyCacheSeconds
 	}
 	return c
+}
+
+// IdempotencyLimits are the per-tenant bounds of the idempotency store.
+func (c Config) IdempotencyLimits() IdempotencyLimits {
+	return IdempotencyLimits{MaxClaims: c.IdempotencyMaxClaims, TenantResponseBytes: c.IdempotencyTenantResponseBytes}
 }
 
 // Validate rejects values that cannot work (after WithDefaults).
@@ -92,6 +111,12 @@ func (c Config) Validate() error {
 	}
 	if c.IdempotencyWindowSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_window_seconds: %d must be >= 0", c.IdempotencyWindowSeconds))
+	}
+	if c.IdempotencyMaxClaims < 1 {
+		errs = append(errs, fmt.Errorf("server.idempotency_max_claims: %d must be >= 1", c.IdempotencyMaxClaims))
+	}
+	if c.IdempotencyTenantResponseBytes < 0 {
+		errs = append(errs, fmt.Errorf("server.idempotency_tenant_response_bytes: %d must be >= 0", c.IdempotencyTenantResponseBytes))
 	}
 	if c.ShutdownGraceSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.shutdown_grace_seconds: %d must be >= 0", c.ShutdownGraceSeconds))

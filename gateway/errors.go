@@ -30,6 +30,7 @@ const (
 	TypePolicyDenied       = "PolicyDenied"       // 403: the policy said no; error.reasons lists why
 	TypeNotFound           = "NotFound"           // 404: no such route or admin object
 	TypeMethodNotAllowed   = "MethodNotAllowed"   // 405
+	TypeResultExpired      = "ResultExpired"      // 409: the execution_id ran, its stored response was dropped; never run again
 	TypePayloadTooLarge    = "PayloadTooLarge"    // 413: body, source or args over the caps
 	TypeQuotaExceeded      = "QuotaExceeded"      // 429: rate or concurrency; Retry-After
 	TypeBudgetExhausted    = "BudgetExhausted"    // 429: daily CPU budget spent; Retry-After to the reset
@@ -51,7 +52,9 @@ type apiError struct {
 	Traceback  string
 	Reasons    []string
 	RetryAfter time.Duration
-	Err        error // cause, for the log only
+	// OriginalStatus: ResultExpired's original run outcome.
+	OriginalStatus string
+	Err            error // cause, for the log only
 }
 
 func (e *apiError) Error() string {
@@ -64,7 +67,7 @@ func (e *apiError) Error() string {
 func (e *apiError) Unwrap() error { return e.Err }
 
 func (e *apiError) body() ErrorBody {
-	return ErrorBody{Type: e.Type, Message: e.Message, Traceback: e.Traceback, Reasons: e.Reasons}
+	return ErrorBody{Type: e.Type, Message: e.Message, Traceback: e.Traceback, Reasons: e.Reasons, OriginalStatus: e.OriginalStatus}
 }
 
 func badRequest(field, format string, args ...any) *apiError {
@@ -106,6 +109,8 @@ func toAPIError(err error) *apiError {
 		exceeded *quota.ExceededError
 		unavail  *sandbox.UnavailableError
 		maxBytes *http.MaxBytesError
+		expired  *ResultExpiredError
+		claims   *ClaimsExhaustedError
 	)
 	switch {
 	case errors.As(err, &authErr):
@@ -128,6 +133,13 @@ func toAPIError(err error) *apiError {
 		}
 		return &apiError{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded,
 			Message: fmt.Sprintf("the tenant's %s quota is exceeded", exceeded.Kind), RetryAfter: exceeded.RetryAfter, Err: err}
+	case errors.As(err, &expired):
+		return &apiError{Status: http.StatusConflict, Type: TypeResultExpired, OriginalStatus: expired.Outcome,
+			Message: "this execution_id already ran within the idempotency window (outcome " + expired.Outcome +
+				") but its stored response was dropped; it is not run again (use a new execution_id for a new run)", Err: err}
+	case errors.As(err, &claims):
+		return &apiError{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: claims.RetryAfter,
+			Message: fmt.Sprintf("the tenant holds %d execution_id claims within the idempotency window (server.idempotency_max_claims); retry when the oldest expires", claims.Max), Err: err}
 	case errors.Is(err, quota.ErrUnavailable):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: TypeQuotaUnavailable,
 			Message: "the quota backend is unavailable and admission fails closed", Err: err}

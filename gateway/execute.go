@@ -104,7 +104,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 		bg := context.WithoutCancel(ctx)
 		var ierr error
 		if status == http.StatusOK && !x.replayed {
-			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Body: body})
+			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Outcome: executionStatus(env), Body: body})
 		} else {
 			ierr = s.idem.Abandon(bg, *claimed)
 		}
@@ -151,7 +151,7 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		c.Set(keyExecutionID, x.id)
 	}
 
-	tenant, err := s.d.Tenants.Authorize(x.principal, req.TenantID, tenancy.RoleExecutor)
+	tenant, err := s.authorizeTenant(c, x.principal, req.TenantID)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -165,7 +165,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d.Now = time.Now
 	}
 	if d.Idempotency == nil {
-		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, d.Now)
+		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, cfg.IdempotencyLimits(), d.Now)
 	}
 	s := &Server{
 		cfg:    cfg,
@@ -267,16 +267,34 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/openapi.json", s.handleOpenAPI)
 	e.GET("/metrics", s.handleMetrics)
 
-	v1 := e.Group("/v1")
-	v1.POST("/execute", s.envelopeMode, s.authenticate, s.handleExecute)
-	v1.POST("/validate", s.authenticate, s.handleValidate)
-	admin := v1.Group("/admin", s.authenticate)
-	admin.GET("/tenants", s.requireAdmin, s.handleListTenants)
-	admin.GET("/tenants/:id/quota", s.requireAdmin, s.handleGetQuota)
-	admin.PUT("/tenants/:id/quota", s.requireAdmin, s.handlePutQuota)
-	admin.DELETE("/tenants/:id/quota", s.requireAdmin, s.handleDeleteQuota)
-	admin.GET("/tenants/:id/usage", s.requireAdmin, s.handleUsage)
-	admin.POST("/policy/evaluate", s.requireRole(tenancy.RoleAdmin, tenancy.RolePolicyAuthor), s.handleEvaluate)
+	// The authenticated routes are exactly the access table's (access.go),
+	// each behind its check.
+	handlers := map[Route]gin.HandlerFunc{
+		{http.MethodPost, "/v1/execute"}:                   s.handleExecute,
+		{http.MethodPost, "/v1/validate"}:                  s.handleValidate,
+		{http.MethodGet, "/v1/admin/tenants"}:              s.handleListTenants,
+		{http.MethodGet, "/v1/admin/tenants/:id/quota"}:    s.handleGetQuota,
+		{http.MethodPut, "/v1/admin/tenants/:id/quota"}:    s.handlePutQuota,
+		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}: s.handleDeleteQuota,
+		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
+		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
+	}
+	for _, a := range accessTable {
+		r := Route{a.Method, a.Path}
+		h, ok := handlers[r]
+		if !ok {
+			panic("gateway: access table row without a handler: " + a.Method + " " + a.Path)
+		}
+		delete(handlers, r)
+		chain := []gin.HandlerFunc{s.authenticate, s.guard(a), h}
+		if r.Path == "/v1/execute" {
+			chain = append([]gin.HandlerFunc{s.envelopeMode}, chain...)
+		}
+		e.Handle(a.Method, a.Path, chain...)
+	}
+	for r := range handlers {
+		panic("gateway: route without an access table row: " + r.Method + " " + r.Path)
+	}
 	return e
 }
 
@@ -324,25 +342,6 @@ func (s *Server) principal(ctx context.Context, header string) (tenancy.Principa
 		return tenancy.Principal{}, &auth.Error{Reason: err.Error()}
 	}
 	return p, nil
-}
-
-func (s *Server) requireAdmin(c *gin.Context) { s.requireRole(tenancy.RoleAdmin)(c) }
-
-// requireRole refuses a caller with none of roles (403 Forbidden). The
-// caller's own tenant must be configured.
-func (s *Server) requireRole(roles ...string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		p, _ := tenancy.PrincipalFrom(c.Request.Context())
-		var err error
-		for _, r := range roles {
-			if _, err = s.d.Tenants.Authorize(p, "", r); err == nil {
-				c.Next()
-				return
-			}
-		}
-		s.fail(c, err)
-		c.Abort()
-	}
 }
 
 // fail renders err (through toAPIError) in the route's shape.

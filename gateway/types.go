@@ -63,6 +63,9 @@ type ErrorBody struct {
 	Message   string   `json:"message"`
 	Traceback string   `json:"traceback,omitempty"`
 	Reasons   []string `json:"reasons,omitempty"`
+	// OriginalStatus is set on 409 ResultExpired: the X-Execution-Status
+	// (ok or error:<Type>) of the run whose stored response was dropped.
+	OriginalStatus string `json:"original_status,omitempty"`
 }
 
 // EnvelopeDecision is the part of the policy decision the caller sees.

@@ -63,7 +63,7 @@ var validatorLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256
 func (s *Server) handleValidate(c *gin.Context) {
 	ctx := c.Request.Context()
 	p, _ := tenancy.PrincipalFrom(ctx)
-	tenant, err := s.d.Tenants.Authorize(p, "", tenancy.RoleExecutor)
+	tenant, err := s.authorizeTenant(c, p, "")
 	if err != nil {
 		s.fail(c, err)
 		return

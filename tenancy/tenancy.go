@@ -6,16 +6,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/execgate/execgate/quota"
 )
 
-// Roles a token may carry.
+// Roles a token may carry (DESIGN §14). Only admin reaches beyond the
+// caller's own tenant; which routes each role reaches, and for which
+// tenants, is the gateway's access table (gateway.AccessTable), rendered
+// into the README.
 const (
-	RoleExecutor     = "executor"
-	RoleAdmin        = "admin"
-	RolePolicyAuthor = "policy-author"
+	RoleAdmin        = "admin"         // platform-wide: every tenant
+	RoleTenantAdmin  = "tenant-admin"  // its own tenant
+	RolePolicyAuthor = "policy-author" // its own tenant
+	RoleAuditor      = "auditor"       // its own tenant
+	RoleExecutor     = "executor"      // its own tenant
 )
+
+// Roles lists every role, platform-wide first.
+func Roles() []string {
+	return []string{RoleAdmin, RoleTenantAdmin, RolePolicyAuthor, RoleAuditor, RoleExecutor}
+}
+
+// Scope is which tenants a grant reaches.
+type Scope string
+
+// Scopes of a Grant.
+const (
+	ScopeOwn Scope = "own" // the caller's own tenant only
+	ScopeAll Scope = "any" // every tenant (platform-wide)
+)
+
+// Grant lets holders of Role act on the tenants Scope reaches.
+type Grant struct {
+	Role  string
+	Scope Scope
+}
 
 // Tenant is one configured tenant.
 type Tenant struct {
@@ -121,21 +148,72 @@ func (r *Registry) List() []Tenant {
 	return out
 }
 
-// Authorize checks that p may act with role for its own tenant and returns
-// that tenant. requested is the tenant named in the request body, if any; it
-// must equal the token's tenant. Every refusal is a *ForbiddenError.
-func (r *Registry) Authorize(p Principal, requested, role string) (Tenant, error) {
-	if requested != "" && requested != p.TenantID {
-		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("tenant_id %q does not match the token's tenant", requested)}
+// Authorize checks that p may act, through one of grants, on tenant target
+// ("" means the caller's own tenant) and returns the caller's own tenant,
+// which must be configured. A refusal never depends on whether target
+// exists, so it reveals nothing about other tenants. Every refusal is a
+// *ForbiddenError.
+func (r *Registry) Authorize(p Principal, target string, grants []Grant) (Tenant, error) {
+	return r.authorize(p, target, false, grants)
+}
+
+// AuthorizeAll is Authorize for an action on every tenant at once (listing
+// them): only grants of ScopeAll reach it.
+func (r *Registry) AuthorizeAll(p Principal, grants []Grant) (Tenant, error) {
+	return r.authorize(p, "", true, grants)
+}
+
+func (r *Registry) authorize(p Principal, target string, all bool, grants []Grant) (Tenant, error) {
+	var held []string
+	ok := false
+	for _, g := range grants {
+		if !p.HasRole(g.Role) {
+			continue
+		}
+		held = append(held, g.Role)
+		if g.Scope == ScopeAll || (!all && (target == "" || target == p.TenantID)) {
+			ok = true
+			break
+		}
 	}
-	if !p.HasRole(role) {
-		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("role %q required", role)}
+	switch {
+	case ok:
+	case len(held) == 0:
+		return Tenant{}, &ForbiddenError{Reason: "role " + roleList(grants) + " required"}
+	case all:
+		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("role %q reaches its own tenant only; every tenant at once needs a platform-wide role", held[0])}
+	default:
+		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("tenant_id %s does not match the token's tenant; role %q reaches its own tenant only", quote(target), held[0])}
 	}
 	t, err := r.Lookup(p.TenantID)
 	if err != nil {
-		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("tenant %q is not configured", p.TenantID), Err: err}
+		return Tenant{}, &ForbiddenError{Reason: fmt.Sprintf("tenant %s is not configured", quote(p.TenantID)), Err: err}
 	}
 	return t, nil
+}
+
+// roleList names the roles of grants: "executor", or one of "a", "b".
+func roleList(grants []Grant) string {
+	if len(grants) == 1 {
+		return strconv.Quote(grants[0].Role)
+	}
+	var b strings.Builder
+	b.WriteString("one of ")
+	for i, g := range grants {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(g.Role))
+	}
+	return b.String()
+}
+
+// quote quotes a caller-supplied id for a message, shortened.
+func quote(id string) string {
+	if len(id) > 64 {
+		id = id[:64] + "…"
+	}
+	return strconv.Quote(id)
 }
 
 // PrincipalFromClaims builds the caller from verified token claims. The

@@ -40,14 +40,16 @@ var quotaFlags = []string{"rate-per-minute", "burst", "concurrency", "daily-cpu-
 func newAdminCmd() *cobra.Command {
 	admin := &cobra.Command{
 		Use:   "admin",
-		Short: "Administer a running gateway over its admin API (role admin)",
+		Short: "Administer a running gateway over its admin API (roles admin, tenant-admin, auditor)",
 	}
 	q := &cobra.Command{
 		Use:   "quota",
 		Short: "Show, override or clear a tenant's quota, or show its usage",
 		Long: `Show, override or clear a tenant's quota, or show its usage, through the
 gateway's admin API (GET|PUT|DELETE /v1/admin/tenants/{id}/quota,
-GET /v1/admin/tenants/{id}/usage). The token needs the admin role:
+GET /v1/admin/tenants/{id}/usage). get and usage take a token with the
+admin role (any tenant) or tenant-admin or auditor (its own tenant only);
+set and clear need admin:
 
   export EXECGATE_TOKEN=$(execgate token --tenant acme --role admin)
   execgate admin quota set --tenant acme --concurrency 8`,
@@ -55,7 +57,7 @@ GET /v1/admin/tenants/{id}/usage). The token needs the admin role:
 	var f adminFlags
 	pf := q.PersistentFlags()
 	pf.StringVar(&f.url, "url", "", "gateway base URL (default: http:// and the listen address of --config/--listen/EXECGATE_LISTEN, or of the embedded default)")
-	pf.StringVar(&f.token, "token", "", "bearer token with the admin role (default $EXECGATE_TOKEN)")
+	pf.StringVar(&f.token, "token", "", "bearer token: admin, or tenant-admin/auditor for get and usage of its own tenant (default $EXECGATE_TOKEN)")
 	pf.StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 
 	get := &cobra.Command{

@@ -193,6 +193,31 @@ func testAdminQuota(t *testing.T, a *app.App, signer *auth.Signer) {
 		}
 	})
 
+	t.Run("tenant-admin and auditor read their own tenant only and change nothing", func(t *testing.T) {
+		for _, role := range []string{tenancy.RoleTenantAdmin, tenancy.RoleAuditor} {
+			tok := mint(t, signer, "acme", role)
+			own := []string{"--url", a.URL(), "--tenant", "acme", "--token", tok}
+			if out, err := runAdmin(t, append([]string{"get"}, own...)...); err != nil || view(t, out).TenantID != "acme" {
+				t.Fatalf("%s get own: %v %s", role, err, out)
+			}
+			if _, err := runAdmin(t, append([]string{"usage"}, own...)...); err != nil {
+				t.Fatalf("%s usage own: %v", role, err)
+			}
+			for _, args := range [][]string{
+				append([]string{"set", "--concurrency", "1"}, own...),
+				append([]string{"clear"}, own...),
+				{"get", "--url", a.URL(), "--tenant", "demo", "--token", tok},
+				{"usage", "--url", a.URL(), "--tenant", "demo", "--token", tok},
+			} {
+				out, err := runAdmin(t, args...)
+				var ae *apiError
+				if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || ae.Type != "Forbidden" || strings.Contains(out, "tenant_id") {
+					t.Fatalf("%s %v: err = %v, out %q; want 403 Forbidden", role, args[0], err, out)
+				}
+			}
+		}
+	})
+
 	t.Run("a bad token is refused as Unauthenticated", func(t *testing.T) {
 		_, err := runAdmin(t, "get", "--url", a.URL(), "--tenant", "acme", "--token", "not-a-jwt")
 		var ae *apiError

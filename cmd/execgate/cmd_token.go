@@ -44,7 +44,7 @@ JWKS are configured: then tokens come from your identity provider.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&tenant, "tenant", "", "tenant id (required; must be configured)")
-	f.StringArrayVar(&roles, "role", []string{tenancy.RoleExecutor}, "role to grant (repeatable): executor, admin, policy-author")
+	f.StringArrayVar(&roles, "role", []string{tenancy.RoleExecutor}, "role to grant (repeatable): "+strings.Join(tenancy.Roles(), ", "))
 	f.DurationVar(&ttl, "ttl", time.Hour, "token lifetime")
 	f.StringVar(&sub, "sub", "", "subject (default: $USER or execgate-cli)")
 	_ = cmd.MarkFlagRequired("tenant")
@@ -59,7 +59,7 @@ func mintToken(cfg *config.Config, tenant string, roles []string, ttl time.Durat
 	if !slices.Contains(known, tenant) {
 		return "", fmt.Errorf("tenant %q is not configured (configured: %s)", tenant, strings.Join(known, ", "))
 	}
-	valid := []string{tenancy.RoleExecutor, tenancy.RoleAdmin, tenancy.RolePolicyAuthor}
+	valid := tenancy.Roles()
 	for _, r := range roles {
 		if !slices.Contains(valid, r) {
 			return "", fmt.Errorf("--role %q is not one of %s", r, strings.Join(valid, ", "))

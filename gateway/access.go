@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/execgate/execgate/tenancy"
+)
+
+// Access says who may use one authenticated route and for which tenants.
+// The access table is the one place this is decided: the router registers
+// exactly its routes with its checks, and the README's role table is
+// rendered from it (RoleTable; a test keeps the README in step).
+//
+// How to add a route:
+//  1. Add its row here (grants: the roles, each with ScopeOwn or ScopeAll;
+//     tenant: where the route takes the tenant it acts on).
+//  2. Add its handler to routes() in server.go.
+//  3. Run the role matrix test (app/roles_test.go) and update the README
+//     table from RoleTable (go test ./gateway -run RoleTable -update).
+type Access struct {
+	Method, Path string // Gin path, e.g. /v1/admin/tenants/:id/quota
+	// Tenant is where the route takes the tenant it acts on.
+	Tenant TenantFrom
+	Grants []tenancy.Grant
+	// Does is a few words for the README.
+	Does string
+}
+
+// TenantFrom is where a route takes the tenant it acts on.
+type TenantFrom string
+
+// Where a route's tenant comes from.
+const (
+	// TenantFromToken: the token's tenant; a tenant_id in the body must
+	// equal it. The handler checks after decoding the body, so refusals
+	// are audited like the rest of the execute flow.
+	TenantFromToken TenantFrom = "token"
+	// TenantFromBody: tenant_id in the body; the handler checks it after
+	// decoding.
+	TenantFromBody TenantFrom = "body"
+	// TenantFromPath: the :id path parameter, checked before the handler.
+	TenantFromPath TenantFrom = "path"
+	// TenantAll: every tenant at once (a listing); only ScopeAll grants
+	// reach it. Checked before the handler.
+	TenantAll TenantFrom = "all"
+)
+
+var (
+	adminAny     = tenancy.Grant{Role: tenancy.RoleAdmin, Scope: tenancy.ScopeAll}
+	tenantAdmin  = tenancy.Grant{Role: tenancy.RoleTenantAdmin, Scope: tenancy.ScopeOwn}
+	policyAuthor = tenancy.Grant{Role: tenancy.RolePolicyAuthor, Scope: tenancy.ScopeOwn}
+	auditor      = tenancy.Grant{Role: tenancy.RoleAuditor, Scope: tenancy.ScopeOwn}
+	executor     = tenancy.Grant{Role: tenancy.RoleExecutor, Scope: tenancy.ScopeOwn}
+)
+
+// accessTable is every authenticated route. Only admin reaches other
+// tenants; only admin changes quotas (a tenant raising its own limits
+// would defeat them) or lists every tenant.
+var accessTable = []Access{
+	{http.MethodPost, "/v1/execute", TenantFromToken, []tenancy.Grant{executor}, "run a tool"},
+	{http.MethodPost, "/v1/validate", TenantFromToken, []tenancy.Grant{executor}, "check a tool's source"},
+	{http.MethodGet, "/v1/admin/tenants", TenantAll, []tenancy.Grant{adminAny}, "list every tenant"},
+	{http.MethodGet, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's quota"},
+	{http.MethodPut, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "override a tenant's quota"},
+	{http.MethodDelete, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "clear a quota override"},
+	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
+	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
+}
+
+// AccessTable returns a copy of the access table.
+func AccessTable() []Access {
+	out := make([]Access, len(accessTable))
+	for i, a := range accessTable {
+		a.Grants = append([]tenancy.Grant(nil), a.Grants...)
+		out[i] = a
+	}
+	return out
+}
+
+// keyAccess holds the route's Access in the gin context.
+const keyAccess = "execgate.access"
+
+// guard records the route's Access and checks what the request line
+// already tells: the path's tenant, or every tenant. Routes whose tenant
+// comes from the body (or the token) are checked by their handler through
+// authorizeTenant once the body is decoded.
+func (s *Server) guard(a Access) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Set(keyAccess, a)
+		p, _ := tenancy.PrincipalFrom(c.Request.Context())
+		var err error
+		switch a.Tenant {
+		case TenantFromPath:
+			_, err = s.d.Tenants.Authorize(p, c.Param("id"), a.Grants)
+		case TenantAll:
+			_, err = s.d.Tenants.AuthorizeAll(p, a.Grants)
+		}
+		if err != nil {
+			s.fail(c, err)
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
+// authorizeTenant checks the caller against the route's access row for
+// tenant target ("" = the caller's own) and returns the caller's tenant.
+func (s *Server) authorizeTenant(c *gin.Context, p tenancy.Principal, target string) (tenancy.Tenant, error) {
+	a, ok := c.Value(keyAccess).(Access)
+	if !ok { // a route registered outside the table: refuse, never allow
+		return tenancy.Tenant{}, &tenancy.ForbiddenError{Reason: "route without an access rule"}
+	}
+	return s.d.Tenants.Authorize(p, target, a.Grants)
+}
+
+// RoleTable renders the access table as the README's Markdown table: one
+// row per route, one column per role, each cell the tenants the role
+// reaches there.
+func RoleTable() string {
+	roles := tenancy.Roles()
+	var b strings.Builder
+	b.WriteString("| route | does |")
+	for _, r := range roles {
+		b.WriteString(" `" + r + "` |")
+	}
+	b.WriteString("\n|---|---|")
+	for range roles {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, a := range accessTable {
+		path := a.Path
+		if i := strings.Index(path, "/:id"); i >= 0 {
+			path = path[:i] + "/{id}" + path[i+4:]
+		}
+		b.WriteString("| `" + a.Method + " " + path + "` | " + a.Does + " |")
+		for _, r := range roles {
+			cell := "—"
+			for _, g := range a.Grants {
+				if g.Role != r {
+					continue
+				}
+				switch {
+				case g.Scope == tenancy.ScopeAll && a.Tenant == TenantAll:
+					cell = "all tenants"
+				case g.Scope == tenancy.ScopeAll:
+					cell = "any tenant"
+				default:
+					cell = "own tenant"
+				}
+			}
+			b.WriteString(" " + cell + " |")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
