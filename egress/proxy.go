@@ -205,6 +205,9 @@ func (s *Session) Dropped() int {
 }
 
 // Close stops the listener and cuts every relayed connection.
+// It waits (up to closeDrain) for net/http to finish with the client
+// connections it was serving, so requests it refused before parsing are in
+// Attempts when Close returns.
 func (s *Session) Close() error {
 	s.cancel()
 	err := s.srv.Close()
@@ -213,8 +216,21 @@ func (s *Session) Close() error {
 		c.Close()
 	}
 	s.mu.Unlock()
-	return err
+	deadline := time.Now().Add(closeDrain)
+	for {
+		s.mu.Lock()
+		n := len(s.reqs)
+		s.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
+
+// closeDrain bounds how long Close waits for the server's connections to
+// end; net/http lingers up to 500 ms on a connection it refused.
+const closeDrain = time.Second
 
 func (s *Session) record(a sandbox.EgressAttempt) {
 	s.mu.Lock()
