@@ -24,6 +24,12 @@ const (
 	SinkOTLP   = "otlp"   // OTLP logs, configured by the standard OTEL_* variables
 )
 
+// MaxRecordBytes caps one encoded record (without its newline): the last
+// line of defence against a field that grew past the bounds set where it
+// was produced. A record over it is cut (Record.shrink) and marked
+// truncated, never refused: the audit entry is owed.
+const MaxRecordBytes = 1 << 20
+
 // Defaults for zero Config fields.
 const (
 	DefaultMaxSizeMB  = 100
@@ -146,6 +152,12 @@ func (l *Log) Record(ctx context.Context, r Record) error {
 	line, err := json.Marshal(&r)
 	if err != nil {
 		return fmt.Errorf("encoding audit record: %w", err)
+	}
+	if len(line) > MaxRecordBytes {
+		r.shrink()
+		if line, err = json.Marshal(&r); err != nil {
+			return fmt.Errorf("encoding audit record: %w", err)
+		}
 	}
 	line = append(line, '\n')
 	ctx = context.WithoutCancel(ctx)

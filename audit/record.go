@@ -24,13 +24,20 @@ type Record struct {
 	Decision *Decision `json:"decision"`
 	Quota    Quota     `json:"quota"`
 	// SourceSHA256 is always set; Source only when the decision says record_source.
-	SourceSHA256 string                  `json:"source_sha256"`
-	Source       string                  `json:"source,omitempty"`
-	Outcome      Outcome                 `json:"outcome"`
-	Usage        sandbox.Usage           `json:"usage"`
-	Egress       []sandbox.EgressAttempt `json:"egress"`
-	TraceID      string                  `json:"trace_id"`
-	SpanID       string                  `json:"span_id"`
+	SourceSHA256 string        `json:"source_sha256"`
+	Source       string        `json:"source,omitempty"`
+	Outcome      Outcome       `json:"outcome"`
+	Usage        sandbox.Usage `json:"usage"`
+	// Egress is the run's egress attempts: at most sandbox.MaxEgressAttempts,
+	// each with its strings clipped (Log.Record enforces both);
+	// EgressDropped counts the attempts left out.
+	Egress        []sandbox.EgressAttempt `json:"egress"`
+	EgressDropped int                     `json:"egress_dropped,omitempty"`
+	TraceID       string                  `json:"trace_id"`
+	SpanID        string                  `json:"span_id"`
+	// Truncated is set when the record, bounded as above, still encoded to
+	// more than MaxRecordBytes and was cut further (see Record.shrink).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Decision is the policy decision as recorded.

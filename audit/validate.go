@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/execgate/execgate/sandbox"
 )
@@ -70,6 +71,9 @@ func (r *Record) Validate() error {
 	default:
 		bad("outcome.status", "%q is not ok or error", r.Outcome.Status)
 	}
+	if r.EgressDropped < 0 {
+		bad("egress_dropped", "must not be negative")
+	}
 	if r.TraceID != "" && !traceIDHex.MatchString(r.TraceID) {
 		bad("trace_id", "%q is not 32 lowercase hex digits", r.TraceID)
 	}
@@ -80,12 +84,16 @@ func (r *Record) Validate() error {
 }
 
 // normalize makes nil lists empty (so the JSON has [] and never null where
-// the schema says array) and the time UTC.
+// the schema says array), the time UTC, and bounds the egress attempts
+// (sandbox.BoundEgress), counting what it leaves out in EgressDropped.
 func (r *Record) normalize() {
 	r.Time = r.Time.UTC()
 	if r.Roles == nil {
 		r.Roles = []string{}
 	}
+	var dropped int
+	r.Egress, dropped = sandbox.BoundEgress(r.Egress)
+	r.EgressDropped += dropped
 	if r.Egress == nil {
 		r.Egress = []sandbox.EgressAttempt{}
 	}
@@ -97,6 +105,55 @@ func (r *Record) normalize() {
 		if d.Egress == nil {
 			d.Egress = []string{}
 		}
+		r.Decision = &d
+	}
+}
+
+// Bounds shrink applies to a record that encodes to more than MaxRecordBytes.
+const (
+	shrinkStringBytes = 256 // each string field it clips
+	shrinkListItems   = 32  // each list it cuts
+)
+
+// shrink cuts r so it encodes well under MaxRecordBytes and marks it
+// Truncated. It keeps what identifies the request and its outcome whole
+// (ids, hashes, statuses, usage) and drops, in this order of harm: the
+// source (its SHA-256 stays), the egress attempts (counted in
+// EgressDropped), then clips every other string to shrinkStringBytes and
+// every list to shrinkListItems. With those bounds the result stays far
+// below MaxRecordBytes whatever the input: even if every byte needed a
+// 6-byte JSON escape, three lists of 32 strings of 256 bytes and a dozen
+// strings come to about 170 KiB.
+func (r *Record) shrink() {
+	r.Truncated = true
+	r.Source = ""
+	r.EgressDropped += len(r.Egress)
+	r.Egress = []sandbox.EgressAttempt{}
+	clip := func(s string) string {
+		if len(s) <= shrinkStringBytes {
+			return s
+		}
+		return strings.ToValidUTF8(s[:shrinkStringBytes], "")
+	}
+	clipAll := func(ss []string) []string {
+		if len(ss) > shrinkListItems {
+			ss = ss[:shrinkListItems]
+		}
+		out := make([]string, len(ss))
+		for i, s := range ss {
+			out[i] = clip(s)
+		}
+		return out
+	}
+	r.ExecutionID, r.TenantID, r.Subject = clip(r.ExecutionID), clip(r.TenantID), clip(r.Subject)
+	r.Roles = clipAll(r.Roles)
+	r.Quota.Kind = clip(r.Quota.Kind)
+	r.Outcome.Status, r.Outcome.ErrorType = clip(r.Outcome.Status), clip(r.Outcome.ErrorType)
+	r.SourceSHA256, r.TraceID, r.SpanID = clip(r.SourceSHA256), clip(r.TraceID), clip(r.SpanID)
+	if r.Decision != nil {
+		d := *r.Decision
+		d.ID, d.NetworkAccess = clip(d.ID), clip(d.NetworkAccess)
+		d.Reasons, d.Egress = clipAll(d.Reasons), clipAll(d.Egress)
 		r.Decision = &d
 	}
 }

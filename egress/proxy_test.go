@@ -31,7 +31,12 @@ func TestParseRules(t *testing.T) {
 		{"empty", "", Rule{}, "empty host"},
 		{"bare star", "*", Rule{}, "leading"},
 		{"inner glob", "api.*.com", Rule{}, "leading"},
-		{"bad port", "a.com:99999", Rule{}, "bad port"},
+		{"bad port", "a.com:99999", Rule{}, "not in 1..65535"},
+		{"IPv6 literal", "[2001:DB8::1]:443", Rule{Host: "2001:db8::1", Ports: []int{443}}, ""},
+		{"glob over an IP", "*.0.0.1", Rule{}, "does not start with a letter"},
+		{"IPv4-mapped literal", "[::ffff:127.0.0.1]:80", Rule{}, "IPv4-mapped"},
+		{"zone", "[fe80::1%eth0]:80", Rule{}, "zone"},
+		{"userinfo", "a@b.com", Rule{}, "userinfo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +50,7 @@ func TestParseRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fmt.Sprint(rs[0]) != fmt.Sprint(tt.want) {
+			if got := (Rule{Host: rs[0].Host, Ports: rs[0].Ports}); fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("got %+v, want %+v", rs[0], tt.want)
 			}
 		})
@@ -72,7 +77,11 @@ func TestMatch(t *testing.T) {
 		{"PYPI.ORG", 443, true},
 	}
 	for _, tt := range tests {
-		if got := Match(rules, tt.host, tt.port); got != tt.want {
+		h, err := ParseHost(tt.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Match(rules, h, tt.port); got != tt.want {
 			t.Errorf("Match(%s:%d) = %v, want %v", tt.host, tt.port, got, tt.want)
 		}
 	}
@@ -249,8 +258,8 @@ func TestSession_DeniesAndRecords(t *testing.T) {
 		{"host not in the allow-list", "http://evil.test:%s/", "not in this run's egress allow-list"},
 		{"allowed host on a non-allowed port", "http://api.test:%s/", "not in this run's egress allow-list"},
 		{"direct IP connect", "https://127.0.0.1:%s/", "not in this run's egress allow-list"},
-		{"metadata address behind an allowed name", "http://meta.test:80/latest/meta-data", "denied range (169.254.0.0/16)"},
-		{"name resolving to a private address too", "http://mixed.test:80/", "denied range (10.0.0.0/8)"},
+		{"metadata address behind an allowed name", "http://meta.test:80/latest/meta-data", "denied by: 169.254.0.0/16"},
+		{"name resolving to a private address too", "http://mixed.test:80/", "denied by: 10.0.0.0/8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,22 +2,24 @@ package egress
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 	"strings"
+
+	"code.dny.dev/ssrf"
 )
 
-// Rule is one allow-list entry: an exact host or a "*.domain" glob, and a
-// port. A rule written without a port allows 443 and 80.
+// Rule is one allow-list entry: an exact host (DNS name or IP literal) or a
+// "*.domain" glob, and its ports. A rule written without a port allows 443
+// and 80. A glob matches names only, never an IP literal.
 type Rule struct {
-	Host  string // lower-case; "*.example.com" matches any subdomain, not example.com itself
+	Host  string // canonical: lower-case name, "*.domain", or the IP literal
 	Ports []int
+	glob  bool // Host is "*." + a name
 }
 
-// ParseRules parses "host[:port]" and "*.domain[:port]" entries. It rejects
-// empty hosts, bare "*", globs other than a leading "*.", and bad ports, naming
-// the offending entry.
+// ParseRules parses "host[:port]", "[ipv6][:port]" and "*.domain[:port]"
+// entries. Each host must pass ParseHost (a glob's domain too); bare "*",
+// inner globs and bad ports are refused, naming the offending entry.
 func ParseRules(entries []string) ([]Rule, error) {
 	rules := make([]Rule, 0, len(entries))
 	for _, e := range entries {
@@ -31,47 +33,58 @@ func ParseRules(entries []string) ([]Rule, error) {
 }
 
 func parseRule(e string) (Rule, error) {
-	e = strings.ToLower(strings.TrimSpace(e))
-	host, portStr := e, ""
-	if h, p, err := net.SplitHostPort(e); err == nil {
-		host, portStr = h, p
-	}
-	if host == "" {
+	e = strings.TrimSpace(e)
+	if e == "" {
 		return Rule{}, fmt.Errorf("empty host")
 	}
-	if strings.Contains(host, "*") {
-		if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") || len(host) < 4 {
+	hostStr, port, err := splitAuthority(e, 0)
+	if err != nil {
+		return Rule{}, err
+	}
+	var r Rule
+	if strings.Contains(hostStr, "*") {
+		if !strings.HasPrefix(hostStr, "*.") || strings.Contains(hostStr[2:], "*") {
 			return Rule{}, fmt.Errorf("only a leading \"*.\" glob is supported")
 		}
+		h, err := ParseHost(hostStr[2:])
+		if err != nil {
+			return Rule{}, err
+		}
+		if h.IsIP() {
+			return Rule{}, fmt.Errorf("only a leading \"*.\" glob over a DNS name is supported")
+		}
+		r = Rule{Host: "*." + h.String(), glob: true}
+	} else {
+		h, err := ParseHost(hostStr)
+		if err != nil {
+			return Rule{}, err
+		}
+		r = Rule{Host: h.String()}
 	}
-	r := Rule{Host: strings.TrimSuffix(host, ".")}
-	if portStr == "" {
+	if port == 0 {
 		r.Ports = []int{443, 80}
-		return r, nil
+	} else {
+		r.Ports = []int{port}
 	}
-	p, err := strconv.Atoi(portStr)
-	if err != nil || p < 1 || p > 65535 {
-		return Rule{}, fmt.Errorf("bad port %q", portStr)
-	}
-	r.Ports = []int{p}
 	return r, nil
 }
 
-// Match reports whether host:port is allowed by any rule. host is compared
-// lower-cased without a trailing dot.
-func Match(rules []Rule, host string, port int) bool {
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+// Match reports whether host:port is allowed by any rule. Names compare
+// exactly or by glob suffix; IP literals compare only with IP rules, by
+// address.
+func Match(rules []Rule, host Host, port int) bool {
+	want := host.String()
 	for _, r := range rules {
 		if !portIn(r.Ports, port) {
 			continue
 		}
-		if strings.HasPrefix(r.Host, "*.") {
-			if strings.HasSuffix(host, r.Host[1:]) && len(host) > len(r.Host)-1 {
+		if r.glob {
+			if !host.IsIP() && len(want) > len(r.Host)-1 && strings.HasSuffix(want, r.Host[1:]) {
 				return true
 			}
 			continue
 		}
-		if host == r.Host {
+		if want == r.Host {
 			return true
 		}
 	}
@@ -87,55 +100,68 @@ func portIn(ports []int, p int) bool {
 	return false
 }
 
-// deniedPrefixes are never dialled unless a platform admin opens them with
-// egress.allow_cidrs: loopback, private, CGNAT, link-local (cloud metadata
-// lives at 169.254.169.254), unique-local, multicast, unspecified, and the
-// documentation/benchmark ranges that have no business on the Internet.
-var deniedPrefixes = mustPrefixes(
-	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-	"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
-	"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "100::/64", "2001:db8::/32",
-	"fc00::/7", "fe80::/10", "ff00::/8",
-)
-
-func mustPrefixes(ss ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(ss))
-	for i, s := range ss {
-		out[i] = netip.MustParsePrefix(s)
-	}
-	return out
-}
-
-// ipPolicy decides whether an address may be dialled.
+// ipPolicy decides whether an address may be dialled. The deny set is
+// code.dny.dev/ssrf's, generated from the IANA special-purpose registries:
+// every special IPv4 range, and for IPv6 everything outside global unicast
+// 2000::/3 (loopback, unspecified, link-local, ULA, multicast, IPv4-mapped
+// and -compatible, NAT64) plus the special ranges inside it (6to4, Teredo,
+// documentation, ...). Ranges opened with egress.allow_cidrs come first.
 type ipPolicy struct {
-	allow []netip.Prefix // platform-opened ranges (egress.allow_cidrs)
+	guard *ssrf.Guardian
 }
+
+// embeddedV4 are the IPv6 ranges whose addresses carry an IPv4 address
+// (mapped, compatible, NAT64, local-use NAT64, 6to4, Teredo). An
+// egress.allow_cidrs IPv6 entry may not overlap them: opening one would open
+// IPv4 ranges under another spelling. Open IPv4 ranges as IPv4.
+var embeddedV4 = []netip.Prefix{
+	netip.MustParsePrefix("::ffff:0:0/96"),
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("2001::/32"),
+}
+
+var ipv6Loopback = netip.MustParsePrefix("::1/128")
 
 func newIPPolicy(cidrs []string) (ipPolicy, error) {
-	var p ipPolicy
+	var v4, v6 []netip.Prefix
 	for _, c := range cidrs {
 		pr, err := netip.ParsePrefix(strings.TrimSpace(c))
 		if err != nil {
 			return ipPolicy{}, fmt.Errorf("egress.allow_cidrs entry %q: %w", c, err)
 		}
-		p.allow = append(p.allow, pr.Masked())
+		pr = pr.Masked()
+		if pr.Addr().Is4() {
+			v4 = append(v4, pr)
+			continue
+		}
+		if pr != ipv6Loopback {
+			for _, e := range embeddedV4 {
+				if pr.Overlaps(e) {
+					return ipPolicy{}, fmt.Errorf("egress.allow_cidrs entry %q overlaps %s, where IPv6 addresses carry IPv4 ones; open IPv4 ranges as IPv4", c, e)
+				}
+			}
+		}
+		v6 = append(v6, pr)
 	}
-	return p, nil
+	return ipPolicy{guard: ssrf.New(
+		ssrf.WithAnyPort(), // ports are the allow-list's business
+		ssrf.WithAllowedV4Prefixes(v4...),
+		ssrf.WithAllowedV6Prefixes(v6...),
+	)}, nil
 }
 
-// check returns "" when addr may be dialled, else the reason it may not.
+// check returns "" when addr may be dialled, else the reason it may not. An
+// IPv4-mapped address is judged as IPv6 (denied unless an IPv6 range opens
+// it, which newIPPolicy refuses), and a zoned one is always denied.
 func (p ipPolicy) check(addr netip.Addr) string {
-	addr = addr.Unmap()
-	for _, pr := range p.allow {
-		if pr.Contains(addr) {
-			return ""
-		}
+	if addr.Zone() != "" {
+		return "address with an IPv6 zone"
 	}
-	for _, pr := range deniedPrefixes {
-		if pr.Contains(addr) {
-			return "address " + addr.String() + " is in a denied range (" + pr.String() + ")"
-		}
+	if err := p.guard.SafeAddr(addr); err != nil {
+		return err.Error()
 	}
 	return ""
 }

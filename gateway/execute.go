@@ -239,6 +239,8 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		Decision:    envelopeDecision(x.decision, x.limits),
 		TraceID:     traceID(ctx),
 	}
+	env.Egress, env.EgressDropped = sandbox.BoundEgress(res.Egress)
+	env.EgressDropped += res.EgressDropped
 	if env.Status == "" {
 		env.Status = sandbox.StatusError
 	}
@@ -482,6 +484,7 @@ func (s *Server) auditRecord(ctx context.Context, x *execution, status int, env 
 	if x.result != nil {
 		r.Usage = x.result.Usage
 		r.Egress = x.result.Egress
+		r.EgressDropped = x.result.EgressDropped
 	}
 	sc := trace.SpanContextFromContext(ctx)
 	if x.policySC.IsValid() {

@@ -54,7 +54,12 @@ type Envelope struct {
 	Logs []sandbox.LogLine `json:"logs"`
 	// Decision is null when the request was refused before policy decided.
 	Decision *EnvelopeDecision `json:"decision"`
-	TraceID  string            `json:"trace_id"`
+	// Egress lists a proxy-mode run's connection attempts, allowed or
+	// denied, in order: at most sandbox.MaxEgressAttempts, strings clipped;
+	// EgressDropped counts the attempts left out. Absent when there were none.
+	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
+	EgressDropped int                     `json:"egress_dropped,omitempty"`
+	TraceID       string                  `json:"trace_id"`
 }
 
 // ErrorBody is the error object of an envelope or an error response.

@@ -244,11 +244,12 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
 	var attempts []EgressAttempt
+	var dropped int
 	if session != nil {
 		if err := session.Close(); err != nil {
 			r.log.Warn("closing a run's egress session", "execution_id", spec.ExecutionID, "error", err)
 		}
-		attempts = session.Attempts()
+		attempts, dropped = session.Attempts(), session.Dropped()
 	}
 	j.release()
 	v := classify(fin.outcome)
@@ -256,14 +257,15 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{NsjailLog: fin.outcome.Log}, v.Unavailable
 	}
 	res := Result{
-		Status:    v.Status,
-		Result:    v.Result,
-		Stdout:    j.stdout.buf.String(),
-		Stderr:    j.stderr.buf.String(),
-		Truncated: Truncated{Stdout: j.stdout.truncated, Stderr: j.stderr.truncated},
-		Error:     v.Error,
-		Logs:      v.Logs,
-		Egress:    attempts,
+		Status:        v.Status,
+		Result:        v.Result,
+		Stdout:        j.stdout.buf.String(),
+		Stderr:        j.stderr.buf.String(),
+		Truncated:     Truncated{Stdout: j.stdout.truncated, Stderr: j.stderr.truncated},
+		Error:         v.Error,
+		Logs:          v.Logs,
+		Egress:        attempts,
+		EgressDropped: dropped,
 		Usage: Usage{
 			WallMS:       fin.wall.Milliseconds(),
 			CPUMS:        fin.outcome.CPUMS,

@@ -169,7 +169,9 @@ type LogLine struct {
 	Message string `json:"message"`
 }
 
-// EgressAttempt is one connection attempt seen by the egress proxy.
+// EgressAttempt is one connection attempt seen by the egress proxy. Host is
+// what the tool asked for (clipped, see Bounded); IP is the address that was
+// checked (and dialled, when Allowed).
 type EgressAttempt struct {
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
@@ -189,6 +191,9 @@ type Result struct {
 	Usage     Usage           `json:"usage"`
 	Logs      []LogLine       `json:"logs,omitempty"`
 	Egress    []EgressAttempt `json:"egress,omitempty"`
+	// EgressDropped counts the attempts beyond the MaxEgressAttempts kept in
+	// Egress (proxy mode only).
+	EgressDropped int `json:"egress_dropped,omitempty"`
 	// NsjailLog holds nsjail's own log lines (not user output); kept for
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`

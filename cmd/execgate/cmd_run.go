@@ -197,8 +197,10 @@ type runEnvelope struct {
 	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
 	Logs        []sandbox.LogLine  `json:"logs"`
 	Usage       sandbox.Usage      `json:"usage"`
-	// Egress lists the connection attempts of a proxy-mode run.
-	Egress []sandbox.EgressAttempt `json:"egress,omitempty"`
+	// Egress lists the connection attempts of a proxy-mode run (at most
+	// sandbox.MaxEgressAttempts); EgressDropped counts the rest.
+	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
+	EgressDropped int                     `json:"egress_dropped,omitempty"`
 }
 
 // errSandboxUnavailable is the error type of a run refused by the host.
@@ -216,7 +218,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
 		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
 		Truncated: res.Truncated, Error: res.Error, Logs: append([]sandbox.LogLine{}, res.Logs...), Usage: res.Usage,
-		Egress: res.Egress,
+		Egress: res.Egress, EgressDropped: res.EgressDropped,
 	}
 	if u != nil {
 		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
