@@ -133,3 +133,12 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 		w.cond.Wait() // woken by a record or the reader's period
 	}
 }
+
+// SeccompAuditErr says why SyscallDenied outcomes cannot name the syscall
+// on this host (no access to the kernel's audit log); nil when they can.
+func SeccompAuditErr() error {
+	w := seccompAudit()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
