@@ -70,6 +70,9 @@ func (r *Record) Validate() error {
 	default:
 		bad("outcome.status", "%q is not ok or error", r.Outcome.Status)
 	}
+	if r.Outcome.Syscall != "" && r.Outcome.ErrorType != sandbox.ErrSyscallDenied {
+		bad("outcome.syscall", "must be empty unless error_type is SyscallDenied (got %q)", r.Outcome.ErrorType)
+	}
 	if r.TraceID != "" && !traceIDHex.MatchString(r.TraceID) {
 		bad("trace_id", "%q is not 32 lowercase hex digits", r.TraceID)
 	}
