@@ -55,9 +55,13 @@ func parseSeccompRecord(text string) (seccompRecord, bool) {
 		return r, false
 	}
 	if secs, _, ok := strings.Cut(stamp, ":"); ok {
-		if f, err := strconv.ParseFloat(secs, 64); err == nil {
-			r.Time = time.UnixMilli(int64(f * 1000))
+		s, ms, _ := strings.Cut(secs, ".")
+		sec, err1 := strconv.ParseInt(s, 10, 64)
+		milli, err2 := strconv.ParseInt(ms, 10, 64)
+		if err1 != nil || err2 != nil {
+			return r, false
 		}
+		r.Time = time.UnixMilli(sec*1000 + milli)
 	}
 	got := map[string]bool{}
 	for _, kv := range strings.Fields(fields) {

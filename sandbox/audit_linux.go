@@ -62,6 +62,8 @@ func subscribeAudit() (int, error) {
 		syscall.Close(fd)
 		return -1, fmt.Errorf("joining the kernel audit log group (needs CAP_AUDIT_READ): %w", err)
 	}
+	// Room for a burst of records while the reader is descheduled.
+	_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1<<20)
 	// A bounded wait lets the reader wake its waiters regularly.
 	tv := syscall.NsecToTimeval(watchPeriod.Nanoseconds())
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
@@ -123,7 +125,9 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 		// Newest first: pids are reused, records are not.
 		for i := len(w.records) - 1; i >= 0; i-- {
 			rec := w.records[i]
-			if rec.PID == pid && !rec.Time.Before(since.Add(-time.Second)) {
+			// Audit stamps are wall-clock milliseconds: a record of this
+			// pid from before the jail started is another process's.
+			if rec.PID == pid && !rec.Time.Before(since.Truncate(time.Millisecond)) {
 				return deniedSyscallName(rec)
 			}
 		}

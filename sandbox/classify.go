@@ -339,7 +339,7 @@ func fromEnvelope(env *envelope, o outcome) verdict {
 		return verdict{Status: StatusError, Error: &e, Logs: logs}
 	}
 	if !harnessErrorTypes[e.Type] {
-		e.Message = fmt.Sprintf("the tool reported error type %q (not confirmed by the kernel): %s", e.Type, e.Message)
+		e.Message = fmt.Sprintf("the tool reported error type %q, which the runner did not confirm: %s", e.Type, e.Message)
 		e.Type = ErrToolError
 	}
 	return verdict{Status: StatusError, Error: &e, Logs: logs}

@@ -82,9 +82,9 @@ type deniedSyscall struct {
 	when  string
 }
 
-// socketFamilyAllowed is the condition under which a socket family is
-// refused: not AF_UNIX (1), AF_INET (2), AF_INET6 (10), nor AF_NETLINK (16)
-// with NETLINK_ROUTE (0). domain and protocol are ints: the kernel ignores
+// socketFamilyDenied is the condition under which socket and socketpair
+// kill: a family other than AF_UNIX (1), AF_INET (2), AF_INET6 (10), and
+// other than AF_NETLINK (16) with NETLINK_ROUTE (0). domain and protocol are ints: the kernel ignores
 // their upper 32 bits, so the filter must too.
 const socketFamilyDenied = "(domain & 0xffffffff) != 1 && (domain & 0xffffffff) != 2 && (domain & 0xffffffff) != 10 && " +
 	"((domain & 0xffffffff) != 16 || (protocol & 0xffffffff) != 0)"
