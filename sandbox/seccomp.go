@@ -50,6 +50,10 @@ import (
 //     fall back on ENOSYS as on kernels built without it.
 //   - unshare is the escape class whatever its flags: unshare(0) is a no-op
 //     nobody calls for its own sake.
+//   - The policy is written for x86_64 syscall numbers; Kafel kills any
+//     call made through another architecture's entry (int 0x80 for ia32),
+//     whose numbers differ. Its audit record names no x86_64 syscall, so
+//     the outcome is SyscallDenied with DeniedSyscall "unknown".
 //
 // Kafel spells umount2 "umount". One unknown name makes the whole policy fail
 // to compile (nsjail exits 255 before running anything), which is why

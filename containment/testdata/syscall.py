@@ -106,6 +106,18 @@ def cases(name, a):
         return call("process_vm_writev", L(os.getpid()), L(0), L(0), L(0), L(0), L(0))  # kernel: 0
     if name == "raw":
         return raw(a)
+    if name == "ia32_unshare":
+        # The 32-bit entry (int 0x80) has its own syscall numbers: unshare
+        # is 310 there. Machine code: push rbx; mov eax, 310;
+        # mov ebx, CLONE_NEWUSER; int 0x80; pop rbx; ret.
+        import mmap
+
+        code = b"\x53\xb8\x36\x01\x00\x00\xbb\x00\x00\x00\x10\xcd\x80\x5b\xc3"
+        buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        buf.write(code)
+        fn = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+        ret = fn()
+        return ret, (-ret if ret < 0 else 0)
     if name == "raise_rlimit":
         import resource
 
