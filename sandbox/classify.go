@@ -168,7 +168,7 @@ func classify(o outcome) verdict {
 	fail := func(typ, msg, tb string) verdict {
 		v := verdict{Status: StatusError, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
 		if env != nil {
-			v.Logs = env.Logs
+			v.Logs = envelopeLogs(env.Logs)
 		}
 		return v
 	}
@@ -301,10 +301,12 @@ func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
 	return &env, nil
 }
 
-func fromEnvelope(env *envelope, o outcome) verdict {
-	logs := env.Logs
+// envelopeLogs caps an envelope's log lines (count and length) and maps
+// unknown levels to info, whatever verdict they go with.
+func envelopeLogs(in []LogLine) []LogLine {
+	logs := in
 	if len(logs) > maxEnvelopeLogs {
-		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(env.Logs)-maxEnvelopeLogs)})
+		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(in)-maxEnvelopeLogs)})
 	}
 	for i := range logs {
 		logs[i].Message = clip(logs[i].Message, maxEnvelopeLogLine)
@@ -314,6 +316,11 @@ func fromEnvelope(env *envelope, o outcome) verdict {
 			logs[i].Level = "info"
 		}
 	}
+	return logs
+}
+
+func fromEnvelope(env *envelope, o outcome) verdict {
+	logs := envelopeLogs(env.Logs)
 	if env.ProtocolVersion != ProtocolVersion {
 		return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrProtocolMismatch,
 			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, ProtocolVersion)}}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,5 +196,26 @@ func TestEnvelopeLogsAreCapped(t *testing.T) {
 	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
 	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || !strings.Contains(v.Logs[maxEnvelopeLogs].Message, "5 log lines dropped") {
 		t.Errorf("logs: %d lines, first %+v, last %+v", len(v.Logs), v.Logs[0], v.Logs[len(v.Logs)-1])
+	}
+}
+
+func TestLogsOfAnOverruledEnvelopeAreCappedToo(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
+	for i := 0; i < maxEnvelopeLogs+5; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"level":"shout","message":%q}`, strings.Repeat("m", maxEnvelopeLogLine+10))
+	}
+	b.WriteString("]}")
+	// A forged ok envelope, then the wall deadline: the Timeout keeps the
+	// envelope's logs, within the same caps.
+	v := classify(outcome{ExitCode: 143, TimedOut: true, Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	if v.Error == nil || v.Error.Type != ErrTimeout {
+		t.Fatalf("verdict %+v", v.Error)
+	}
+	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || len(v.Logs[0].Message) > maxEnvelopeLogLine+len("…[truncated]") {
+		t.Errorf("logs: %d lines, first level %q, first length %d", len(v.Logs), v.Logs[0].Level, len(v.Logs[0].Message))
 	}
 }
