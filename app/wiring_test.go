@@ -320,3 +320,46 @@ func TestAWorkDirTheJailCannotReachRefusesOnlyProxyRuns(t *testing.T) {
 		t.Fatalf("egress check %+v, want an optional failure with the chmod hint", eg)
 	}
 }
+
+// Containment 36: an escape-class syscall reaches the security team: the
+// envelope says SyscallDenied naming the call, and so do the audit record
+// and execgate_syscall_denied_total.
+func TestAnEscapeSyscallIsInTheEnvelopeTheAuditRecordAndTheMetric(t *testing.T) {
+	s := start(t, setup{realSandbox: true})
+	if err := s.app.SandboxErr(); err != nil {
+		t.Fatalf("sandbox: %v", err)
+	}
+	const tool = `import ctypes
+
+def run(args, context):
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(ctypes.c_long(272), ctypes.c_long(0x10000000))  # unshare(CLONE_NEWUSER)
+`
+	r := s.execute(s.token("demo"), map[string]any{"execution_id": "escape-1", "source": tool})
+	env := r.json(t)
+	e, _ := env["error"].(map[string]any)
+	if r.status != http.StatusOK || env["status"] != "error" || e["type"] != "SyscallDenied" {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if msg, _ := e["message"].(string); !strings.Contains(msg, "unshare") {
+		t.Errorf("message %q does not name unshare", msg)
+	}
+	if got := r.header.Get("X-Execution-Status"); got != "error:SyscallDenied" {
+		t.Errorf("X-Execution-Status = %q", got)
+	}
+	var rec map[string]any
+	for _, l := range s.auditLines() {
+		if l["execution_id"] == "escape-1" {
+			rec = l
+		}
+	}
+	if rec == nil {
+		t.Fatal("no audit record for escape-1")
+	}
+	if o, _ := rec["outcome"].(map[string]any); o["error_type"] != "SyscallDenied" || o["syscall"] != "unshare" {
+		t.Errorf("audit outcome = %v, want SyscallDenied naming unshare", rec["outcome"])
+	}
+	if v, _ := obsMetric(s.scrape(), "execgate_syscall_denied_total", map[string]string{"syscall": "unshare"}); v != 1 {
+		t.Errorf("execgate_syscall_denied_total{syscall=unshare} = %v, want 1", v)
+	}
+}

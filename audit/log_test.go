@@ -55,6 +55,13 @@ func records() map[string]audit.Record {
 			Outcome: audit.Outcome{HTTPStatus: 200, Status: "error", ErrorType: sandbox.ErrToolError},
 			Usage:   sandbox.Usage{WallMS: 20, CPUMS: 12, PeakMemoryKB: 8000},
 		},
+		"escape syscall denied": {
+			ExecutionID: "sys-1", TenantID: "demo", Subject: "mallory", Roles: []string{"executor"},
+			Decision: allow, Quota: audit.Quota{Outcome: audit.QuotaAdmitted},
+			SourceSHA256: sha("unshare"),
+			Outcome:      audit.Outcome{HTTPStatus: 200, Status: "error", ErrorType: sandbox.ErrSyscallDenied, Syscall: "unshare"},
+			Usage:        sandbox.Usage{WallMS: 30, CPUMS: 20, PeakMemoryKB: 7000},
+		},
 		"policy denied": {
 			ExecutionID: "deny-1", TenantID: "demo", Subject: "bob", Roles: []string{"executor"},
 			Decision: &audit.Decision{ID: "dec-2", Allow: false, Reasons: []string{"network host is admin-only"}},
@@ -149,6 +156,15 @@ func TestSchemaRejectsBrokenRecords(t *testing.T) {
 		{"decision without id", func(m map[string]any) { delete(m["decision"].(map[string]any), "id") }},
 		{"egress port out of range", func(m map[string]any) { m["egress"].([]any)[0].(map[string]any)["port"] = 70000 }},
 		{"roles null", func(m map[string]any) { m["roles"] = nil }},
+		{"syscall on an ok run", func(m map[string]any) { m["outcome"].(map[string]any)["syscall"] = "unshare" }},
+		{"syscall on another error type", func(m map[string]any) {
+			o := m["outcome"].(map[string]any)
+			o["status"], o["error_type"], o["syscall"] = "error", "ToolError", "unshare"
+		}},
+		{"syscall not a name", func(m map[string]any) {
+			o := m["outcome"].(map[string]any)
+			o["status"], o["error_type"], o["syscall"] = "error", "SyscallDenied", "unshare; rm -rf /"
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,6 +198,7 @@ func TestRecordRefusesInvalidRecordNamingTheField(t *testing.T) {
 		{"decision without id", func(r *audit.Record) { r.Decision = &audit.Decision{} }, "decision.id"},
 		{"bad trace id", func(r *audit.Record) { r.TraceID = "nope" }, "trace_id"},
 		{"future schema version", func(r *audit.Record) { r.SchemaVersion = 9 }, "schema_version"},
+		{"syscall without SyscallDenied", func(r *audit.Record) { r.Outcome.Syscall = "unshare" }, "outcome.syscall"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

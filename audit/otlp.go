@@ -97,6 +97,9 @@ func (s *otlpSink) write(ctx context.Context, line []byte, r *Record) error {
 		attribute.String("outcome.status", r.Outcome.Status),
 		attribute.String("outcome.error_type", r.Outcome.ErrorType),
 	)
+	if r.Outcome.Syscall != "" {
+		rec.AddAttributes(attribute.String("outcome.syscall", r.Outcome.Syscall))
+	}
 	var exportErr error
 	s.logger.Emit(context.WithValue(ctx, exportErrKey{}, &exportErr), rec)
 	if exportErr != nil {

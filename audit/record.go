@@ -74,4 +74,8 @@ type Outcome struct {
 	HTTPStatus int    `json:"http_status"`
 	Status     string `json:"status"` // "ok" | "error"
 	ErrorType  string `json:"error_type,omitempty"`
+	// Syscall names the escape-class syscall a SyscallDenied run was killed
+	// for ("unknown" when the kernel's audit record was out of reach);
+	// empty for every other outcome.
+	Syscall string `json:"syscall,omitempty"`
 }

@@ -215,6 +215,9 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 			s.d.Metrics.EgressDenied(tenant.ID)
 		}
 	}
+	if res.ErrorType() == sandbox.ErrSyscallDenied {
+		s.d.Metrics.SyscallDenied(res.DeniedSyscall)
+	}
 
 	sctx, span := s.tracer.Start(ctx, telemetry.StageSettle)
 	sstart := time.Now()
@@ -482,6 +485,9 @@ func (s *Server) auditRecord(ctx context.Context, x *execution, status int, env 
 		r.Decision = &audit.Decision{ID: x.failedDecisionID, Allow: false, Reasons: []string{"policy error: the decision was undefined or failed"}}
 	}
 	if x.result != nil {
+		if env.Error != nil && env.Error.Type == sandbox.ErrSyscallDenied {
+			r.Outcome.Syscall = x.result.DeniedSyscall
+		}
 		r.Usage = x.result.Usage
 		r.Egress = x.result.Egress
 		r.EgressDropped = x.result.EgressDropped

@@ -73,6 +73,7 @@ type Metrics interface {
 	PolicyEval(d time.Duration)
 	QuotaRefusal(tenant, kind string)
 	SandboxCrash()
+	SyscallDenied(syscall string)
 	EgressDenied(tenant string)
 	SetQueue(waiting, running int)
 }
@@ -430,6 +431,7 @@ func (nopMetrics) Stage(string, time.Duration)      {}
 func (nopMetrics) PolicyEval(time.Duration)         {}
 func (nopMetrics) QuotaRefusal(string, string)      {}
 func (nopMetrics) SandboxCrash()                    {}
+func (nopMetrics) SyscallDenied(string)             {}
 func (nopMetrics) EgressDenied(string)              {}
 func (nopMetrics) SetQueue(int, int)                {}
 

@@ -37,34 +37,71 @@ import (
 //  4. the OOM killer acted in the run's cgroup    → MemoryLimit, whatever the
 //     envelope says: a tool whose processes were killed did not run as
 //     written
-//  5. a well-formed envelope                      → its status and error
-//  6. the memory cgroup recorded a limit hit      → MemoryLimit
-//  7. SIGXCPU, or SIGKILL with CPU ≥ the limit    → CPULimit
-//  8. SIGSYS                                      → SyscallDenied
-//  9. SIGBUS                                      → MemoryLimit: a shared
+//  5. SIGSYS (a seccomp kill of the harness,     → SyscallDenied, naming the
+//     the tool's own process)                      syscall when the kernel's
+//     audit record says which
+//  6. a well-formed envelope, and the harness     → its status and error, for
+//     exited 0 (it does right after writing it)    the tool-level types only
+//  7. the result channel overflowed its cap       → OutputLimit
+//  8. the memory cgroup recorded a limit hit      → MemoryLimit
+//  9. SIGXCPU, or SIGKILL with CPU ≥ the limit    → CPULimit
+//  10. SIGBUS                                     → MemoryLimit: a shared
 //     memory segment or memory-mapped file outgrew /dev/shm or /tmp (their
 //     size is what the jail may keep there, and the kernel answers a write
 //     through a mapping with SIGBUS, not ENOSPC)
-//  10. anything else                              → SandboxCrashed (with the nsjail log)
+//  11. exit 0 or 71 without a valid envelope      → ToolError: the process
+//     ended on its own, or something in the jail wrote on, closed or
+//     replaced the result channel (the runner never closes its end early)
+//  12. anything else                              → SandboxCrashed (with the nsjail log)
+//
+// The result channel (fd 3) is written by the process that runs the tool,
+// so the tool can write on it too: whatever it carries is a claim, never a
+// fact. Outcome types that describe the sandbox (Timeout, CPULimit,
+// MemoryLimit, OutputLimit, SyscallDenied, SandboxCrashed) come from what
+// the runner reads itself: exit status and signal, its deadline and CPU
+// watch, the cgroup's counters, nsjail's log on its own fd, the kernel's
+// audit record, and sizes it measures. A channel message yields only the
+// tool-level types (ok, ToolError, InvalidSource, EntrypointNotFound,
+// InvalidResult, InvalidInput). The harness's own MemoryLimit (MemoryError)
+// and CPULimit (SIGXCPU) reports stand only when the kernel confirms them
+// (the cgroup recorded a memory limit hit; the jail's CPU time reached the
+// limit); otherwise they are the tool's error. OutputLimit is the runner's
+// own measurement of the result.
 const (
 	exitNsjailFailure = 255
 	exitSignalBase    = 128
 )
 
-// harnessErrorTypes are the error types the harness may put in an envelope.
+// harnessErrorTypes are the error types an envelope may carry as they are.
 // The envelope is written by the same process that runs the tool, so it is
-// untrusted: other types (Timeout, SandboxCrashed, ...) are decided here.
+// untrusted: sandbox types (Timeout, SandboxCrashed, ...) are decided here,
+// and the claims in confirmedClaims stand only with the kernel's word.
 var harnessErrorTypes = map[string]bool{
 	ErrToolError:          true,
 	ErrInvalidSource:      true,
 	ErrEntrypointNotFound: true,
 	ErrInvalidResult:      true,
 	ErrInvalidInput:       true,
-	ErrOutputLimit:        true,
-	ErrMemoryLimit:        true,
-	ErrCPULimit:           true,
-	ErrProtocolMismatch:   true,
 }
+
+// confirmedClaims are the sandbox types the harness reports itself
+// (MemoryError, its SIGXCPU handler), each with the kernel fact that must
+// back it.
+var confirmedClaims = map[string]func(outcome) bool{
+	ErrMemoryLimit: func(o outcome) bool { return o.MemoryLimitHit || o.OOMKilled },
+	ErrCPULimit: func(o outcome) bool {
+		return o.Limits.CPUMS > 0 && o.CPUMS+cpuClaimSlackMS >= o.Limits.CPUMS
+	},
+}
+
+// cpuClaimSlackMS: the harness's SIGXCPU comes when its own CPU time,
+// interpreter start included, reaches the limit; the runner counts the
+// jail's CPU time from the hand-off, which leaves out that start.
+const cpuClaimSlackMS = 250
+
+// exitChannelWriteFailed is the harness's status when writing the envelope
+// failed (execgate_harness.py EXIT_WRITE_FAILED).
+const exitChannelWriteFailed = 71
 
 // envelope is the harness's result as written to fd 3.
 type envelope struct {
@@ -108,6 +145,9 @@ type outcome struct {
 	OOMKilled         bool
 	CPUMS             int64
 	Limits            Limits
+	// DeniedSyscall names the syscall a seccomp kill was for, when the
+	// kernel's audit record said ("" otherwise; see audit_linux.go).
+	DeniedSyscall string
 }
 
 // verdict is classify's answer: either an envelope's worth of result or an
@@ -128,10 +168,11 @@ func classify(o outcome) verdict {
 	fail := func(typ, msg, tb string) verdict {
 		v := verdict{Status: StatusError, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
 		if env != nil {
-			v.Logs = env.Logs
+			v.Logs = envelopeLogs(env.Logs)
 		}
 		return v
 	}
+	sig := o.childSignal()
 	switch {
 	case o.Cancelled:
 		return fail(ErrTimeout, fmt.Sprintf("the run was stopped because its caller went away (%v)", o.CancelErr), "")
@@ -141,11 +182,12 @@ func classify(o outcome) verdict {
 		return fail(ErrCPULimit, fmt.Sprintf("the tool used more CPU time than its limit of %d ms (all its processes together)", o.Limits.CPUMS), "")
 	case o.OOMKilled:
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB (all its processes together); the kernel killed a process of it", o.Limits.MemoryMB), "")
+	case sig == syscall.SIGSYS:
+		return fail(ErrSyscallDenied, syscallDeniedMessage(o.DeniedSyscall), nsjailTrace(o.Log))
 	}
-	if env != nil {
-		return fromEnvelope(env)
+	if env != nil && o.ExitCode == 0 {
+		return fromEnvelope(env, o)
 	}
-	sig := o.childSignal()
 	switch {
 	case o.EnvelopeTruncated:
 		return fail(ErrOutputLimit, fmt.Sprintf("the result envelope exceeded %d bytes", int(o.Limits.OutputBytes)+envelopeOverhead), "")
@@ -153,16 +195,31 @@ func classify(o outcome) verdict {
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB", o.Limits.MemoryMB), "")
 	case sig == syscall.SIGXCPU || (sig == syscall.SIGKILL && o.CPUMS >= o.Limits.CPUMS):
 		return fail(ErrCPULimit, fmt.Sprintf("the tool used more CPU time than its limit of %d ms", o.Limits.CPUMS), "")
-	case sig == syscall.SIGSYS:
-		return fail(ErrSyscallDenied, "the tool was killed for a forbidden system call (seccomp)", nsjailTrace(o.Log))
 	case sig == syscall.SIGBUS:
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool was killed by SIGBUS: a shared memory segment or memory-mapped file outgrew its tmpfs (/dev/shm and /tmp hold %d MiB each)", o.Limits.TmpMB), nsjailTrace(o.Log))
+	case o.Signal == 0 && (o.ExitCode == 0 || o.ExitCode == exitChannelWriteFailed):
+		msg := fmt.Sprintf("the tool's process exited with status %d without a valid result envelope: it ended on its own (os._exit), or it wrote on, closed or replaced the result channel (fd 3)", o.ExitCode)
+		if envErr != nil {
+			msg += "; " + envErr.Error()
+		}
+		return fail(ErrToolError, msg, "")
 	}
 	msg := "the jail ended without a result: " + o.describeExit()
 	if envErr != nil {
 		msg += "; " + envErr.Error()
 	}
 	return fail(ErrSandboxCrashed, msg, nsjailTrace(o.Log))
+}
+
+// syscallDeniedMessage names the denied syscall when the kernel said which.
+func syscallDeniedMessage(name string) string {
+	switch name {
+	case "":
+		return "the tool was killed for a forbidden system call (seccomp); the kernel's audit record naming it was not available"
+	case "socket", "socketpair":
+		return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp; a socket family other than AF_UNIX, AF_INET, AF_INET6 or NETLINK_ROUTE)", name)
+	}
+	return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp)", name)
 }
 
 // childExecuted reports whether nsjail's log shows it handing over to the
@@ -244,10 +301,12 @@ func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
 	return &env, nil
 }
 
-func fromEnvelope(env *envelope) verdict {
-	logs := env.Logs
+// envelopeLogs caps an envelope's log lines (count and length) and maps
+// unknown levels to info, whatever verdict they go with.
+func envelopeLogs(in []LogLine) []LogLine {
+	logs := in
 	if len(logs) > maxEnvelopeLogs {
-		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(env.Logs)-maxEnvelopeLogs)})
+		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(in)-maxEnvelopeLogs)})
 	}
 	for i := range logs {
 		logs[i].Message = clip(logs[i].Message, maxEnvelopeLogLine)
@@ -257,6 +316,11 @@ func fromEnvelope(env *envelope) verdict {
 			logs[i].Level = "info"
 		}
 	}
+	return logs
+}
+
+func fromEnvelope(env *envelope, o outcome) verdict {
+	logs := envelopeLogs(env.Logs)
 	if env.ProtocolVersion != ProtocolVersion {
 		return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrProtocolMismatch,
 			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, ProtocolVersion)}}
@@ -266,6 +330,10 @@ func fromEnvelope(env *envelope) verdict {
 		if len(result) == 0 {
 			result = json.RawMessage("null")
 		}
+		if o.Limits.OutputBytes > 0 && int64(len(result)) > o.Limits.OutputBytes {
+			return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrOutputLimit,
+				Message: fmt.Sprintf("the result is %d bytes, over the output cap of %d bytes", len(result), o.Limits.OutputBytes)}}
+		}
 		return verdict{Status: StatusOK, Result: result, Logs: logs}
 	}
 	e := *env.Error
@@ -274,8 +342,11 @@ func fromEnvelope(env *envelope) verdict {
 	if e.Line < 0 {
 		e.Line = 0
 	}
+	if confirm, ok := confirmedClaims[e.Type]; ok && confirm(o) {
+		return verdict{Status: StatusError, Error: &e, Logs: logs}
+	}
 	if !harnessErrorTypes[e.Type] {
-		e.Message = fmt.Sprintf("the tool reported error type %q: %s", e.Type, e.Message)
+		e.Message = fmt.Sprintf("the tool reported error type %q, which the runner did not confirm: %s", e.Type, e.Message)
 		e.Type = ErrToolError
 	}
 	return verdict{Status: StatusError, Error: &e, Logs: logs}

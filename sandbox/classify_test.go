@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,8 +49,8 @@ func TestClassify(t *testing.T) {
 			o: outcome{ExitCode: 137, MemoryLimitHit: true}, status: StatusError, errType: ErrMemoryLimit, msg: "256 MiB"},
 		{name: "an OOM is never a Timeout: no deadline, no time-limit line", log: "oom-sigkill.log",
 			o: outcome{ExitCode: 137, MemoryLimitHit: true, CPUMS: 10}, status: StatusError, errType: ErrMemoryLimit},
-		{name: "the harness's MemoryError envelope is a MemoryLimit", log: "ok.log",
-			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","logs":[],"error":{"type":"MemoryLimit","message":"the tool ran out of memory (MemoryError)"}}`)},
+		{name: "the harness's MemoryError envelope is a MemoryLimit when the cgroup recorded the limit hit", log: "ok.log",
+			o:      outcome{ExitCode: 0, MemoryLimitHit: true, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","logs":[],"error":{"type":"MemoryLimit","message":"the tool ran out of memory (MemoryError)"}}`)},
 			status: StatusError, errType: ErrMemoryLimit},
 		{name: "SIGXCPU is a CPULimit", log: "ok.log",
 			o: outcome{ExitCode: 128 + int(syscall.SIGXCPU)}, status: StatusError, errType: ErrCPULimit},
@@ -61,8 +62,29 @@ func TestClassify(t *testing.T) {
 			o: outcome{ExitCode: 139}, status: StatusError, errType: ErrSandboxCrashed, msg: "SIGSEGV"},
 		{name: "an exit without an envelope is SandboxCrashed", log: "exit-3.log",
 			o: outcome{ExitCode: 3}, status: StatusError, errType: ErrSandboxCrashed, msg: "status 3"},
-		{name: "garbage on the result channel is SandboxCrashed", log: "ok.log",
-			o: outcome{ExitCode: 0, Envelope: []byte("not json")}, status: StatusError, errType: ErrSandboxCrashed, msg: "no valid envelope"},
+		{name: "garbage on the result channel and a clean exit is the tool's error, not a crash", log: "ok.log",
+			o: outcome{ExitCode: 0, Envelope: []byte("not json")}, status: StatusError, errType: ErrToolError, msg: "no valid envelope"},
+		{name: "a clean exit without an envelope is the tool's error, not a crash", log: "ok.log",
+			o: outcome{ExitCode: 0}, status: StatusError, errType: ErrToolError, msg: "status 0"},
+		{name: "a harness that could not write on a closed channel is the tool's error", log: "exit-3.log",
+			o: outcome{ExitCode: 71}, status: StatusError, errType: ErrToolError, msg: "closed"},
+		{name: "SIGSYS names the syscall the kernel's audit record gave", log: "sigsys.log",
+			o: outcome{ExitCode: 159, DeniedSyscall: "unshare"}, status: StatusError, errType: ErrSyscallDenied, msg: "unshare"},
+		{name: "SIGSYS after a forged ok envelope is SyscallDenied", log: "sigsys.log",
+			o: outcome{ExitCode: 159, Envelope: []byte(okEnv)}, status: StatusError, errType: ErrSyscallDenied},
+		{name: "a segfault after a forged ok envelope is SandboxCrashed", log: "sigsegv.log",
+			o: outcome{ExitCode: 139, Envelope: []byte(okEnv)}, status: StatusError, errType: ErrSandboxCrashed, msg: "SIGSEGV"},
+		{name: "the hard CPU kill after a forged ok envelope is CPULimit", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 137, CPUMS: 6010, Envelope: []byte(okEnv)}, status: StatusError, errType: ErrCPULimit},
+		{name: "a result over the output cap is OutputLimit, measured by the runner", log: "ok.log",
+			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":"` + strings.Repeat("x", 1<<20) + `","protocol_version":1,"status":"ok"}`)},
+			status: StatusError, errType: ErrOutputLimit, msg: "over the output cap"},
+		{name: "a MemoryLimit claim the cgroup does not confirm is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"MemoryLimit","message":"the tool ran out of memory (MemoryError)"}}`)},
+			status: StatusError, errType: ErrToolError, msg: "MemoryError"},
+		{name: "a CPULimit claim with the CPU time used is a CPULimit", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 4900, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"CPULimit","message":"the tool used more CPU time than allowed"}}`)},
+			status: StatusError, errType: ErrCPULimit},
 		{name: "an oversized envelope is OutputLimit", log: "ok.log",
 			o: outcome{ExitCode: 0, Envelope: []byte(`{"result":"xxxx`), EnvelopeTruncated: true}, status: StatusError, errType: ErrOutputLimit},
 		{name: "an envelope of another protocol is ProtocolMismatch", log: "ok.log",
@@ -70,6 +92,27 @@ func TestClassify(t *testing.T) {
 		{name: "an error type the harness may not claim becomes ToolError", log: "ok.log",
 			o:      outcome{ExitCode: 0, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"Timeout","message":"fake"}}`)},
 			status: StatusError, errType: ErrToolError, msg: `"Timeout"`},
+		{name: "a forged Timeout envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"Timeout","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"Timeout"`},
+		{name: "a forged CPULimit envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"CPULimit","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"CPULimit"`},
+		{name: "a forged MemoryLimit envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"MemoryLimit","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"MemoryLimit"`},
+		{name: "a forged OutputLimit envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"OutputLimit","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"OutputLimit"`},
+		{name: "a forged SyscallDenied envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"SyscallDenied","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"SyscallDenied"`},
+		{name: "a forged SandboxCrashed envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"SandboxCrashed","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"SandboxCrashed"`},
+		{name: "a forged ProtocolMismatch envelope is a ToolError", log: "ok.log",
+			o:      outcome{ExitCode: 0, CPUMS: 20, Envelope: []byte(`{"result":null,"protocol_version":1,"status":"error","error":{"type":"ProtocolMismatch","message":"fake"}}`)},
+			status: StatusError, errType: ErrToolError, msg: `"ProtocolMismatch"`},
 		{name: "an OOM kill in the run's cgroup is a MemoryLimit even with an ok envelope", log: "ok.log",
 			o: outcome{ExitCode: 0, Envelope: []byte(okEnv), OOMKilled: true, MemoryLimitHit: true}, status: StatusError, errType: ErrMemoryLimit, msg: "killed a process"},
 		{name: "an OOM kill beats a ToolError envelope", log: "ok.log",
@@ -153,5 +196,26 @@ func TestEnvelopeLogsAreCapped(t *testing.T) {
 	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
 	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || !strings.Contains(v.Logs[maxEnvelopeLogs].Message, "5 log lines dropped") {
 		t.Errorf("logs: %d lines, first %+v, last %+v", len(v.Logs), v.Logs[0], v.Logs[len(v.Logs)-1])
+	}
+}
+
+func TestLogsOfAnOverruledEnvelopeAreCappedToo(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
+	for i := 0; i < maxEnvelopeLogs+5; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"level":"shout","message":%q}`, strings.Repeat("m", maxEnvelopeLogLine+10))
+	}
+	b.WriteString("]}")
+	// A forged ok envelope, then the wall deadline: the Timeout keeps the
+	// envelope's logs, within the same caps.
+	v := classify(outcome{ExitCode: 143, TimedOut: true, Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	if v.Error == nil || v.Error.Type != ErrTimeout {
+		t.Fatalf("verdict %+v", v.Error)
+	}
+	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || len(v.Logs[0].Message) > maxEnvelopeLogLine+len("…[truncated]") {
+		t.Errorf("logs: %d lines, first level %q, first length %d", len(v.Logs), v.Logs[0].Level, len(v.Logs[0].Message))
 	}
 }

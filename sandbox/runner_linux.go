@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/execgate/execgate/sandbox/harness"
@@ -139,6 +140,9 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
 			"cgroup_version", cg.version)
 	}
+	if err := seccompAudit().err; err != nil {
+		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
+	}
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
 		_, p, _ := normalize(Spec{}) // the default profile starts warm
@@ -252,6 +256,11 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		attempts, dropped = session.Attempts(), session.Dropped()
 	}
 	j.release()
+	if fin.outcome.childSignal() == syscall.SIGSYS {
+		if pid := violationPID(fin.outcome.Log); pid > 0 {
+			fin.outcome.DeniedSyscall = seccompAudit().syscallFor(pid, j.started, seccompRecordWait)
+		}
+	}
 	v := classify(fin.outcome)
 	if v.Unavailable != nil {
 		return Result{NsjailLog: fin.outcome.Log}, v.Unavailable
@@ -273,11 +282,18 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		},
 		NsjailLog: fin.outcome.Log,
 	}
+	if res.ErrorType() == ErrSyscallDenied {
+		res.DeniedSyscall = deniedSyscallLabel(fin.outcome.DeniedSyscall)
+	}
 	if res.Result == nil {
 		res.Result = nullJSON
 	}
 	return res, nil
 }
+
+// seccompRecordWait is how long a run waits for the kernel's audit record
+// of its seccomp kill (the kernel's audit thread sends it asynchronously).
+const seccompRecordWait = time.Second
 
 func errorResult(typ, msg, tb string) Result {
 	return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}

@@ -197,6 +197,10 @@ type Result struct {
 	// NsjailLog holds nsjail's own log lines (not user output); kept for
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`
+	// DeniedSyscall is set on a SyscallDenied outcome: the escape-class
+	// syscall the kernel's audit record named (seccomp.go, e.g. "unshare"),
+	// or "unknown". A bounded set: metrics may use it as a label.
+	DeniedSyscall string `json:"-"`
 }
 
 // ErrorType returns the outcome type, or "" when the run was ok.

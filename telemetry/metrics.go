@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"net/http"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -47,6 +48,7 @@ type Metrics struct {
 	quotaRefusals  *prometheus.CounterVec
 	quotaEvents    *prometheus.CounterVec
 	sandboxCrashes prometheus.Counter
+	syscallDenials *prometheus.CounterVec
 	egressDenials  *prometheus.CounterVec
 	queueWaiting   prometheus.Gauge
 	inFlight       prometheus.Gauge
@@ -100,6 +102,10 @@ func NewMetrics(reg prometheus.Registerer, maxTenants int) *Metrics {
 			Name: "execgate_sandbox_crashes_total",
 			Help: "Jails that died without a result envelope (SandboxCrashed).",
 		}),
+		syscallDenials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execgate_syscall_denied_total",
+			Help: "Runs killed for an escape-class system call (SyscallDenied), by syscall (\"unknown\" when the kernel's audit record was out of reach).",
+		}, []string{"syscall"}),
 		egressDenials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "execgate_egress_denials_total",
 			Help: "Connection attempts refused by the egress proxy, by tenant.",
@@ -118,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer, maxTenants int) *Metrics {
 		}, []string{"profile"}),
 	}
 	reg.MustRegister(m.executions, m.stages, m.policyEval, m.quotaRefusals, m.quotaEvents,
-		m.sandboxCrashes, m.egressDenials, m.queueWaiting, m.inFlight, m.poolIdle)
+		m.sandboxCrashes, m.syscallDenials, m.egressDenials, m.queueWaiting, m.inFlight, m.poolIdle)
 	return m
 }
 
@@ -183,6 +189,23 @@ func (m *Metrics) SandboxCrash() {
 	}
 	m.sandboxCrashes.Inc()
 }
+
+// SyscallDenied counts a run killed for an escape-class syscall. The
+// runner names it from a fixed set (sandbox.Result.DeniedSyscall); anything
+// that does not look like a syscall name counts as "unknown", so the label
+// set stays bounded whatever the caller passes.
+func (m *Metrics) SyscallDenied(syscall string) {
+	if m == nil {
+		return
+	}
+	if !syscallLabel.MatchString(syscall) {
+		syscall = "unknown"
+	}
+	m.syscallDenials.WithLabelValues(syscall).Inc()
+}
+
+// syscallLabel: Linux syscall names are short lowercase identifiers.
+var syscallLabel = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
 // EgressDenied counts one connection attempt refused by the egress proxy.
 func (m *Metrics) EgressDenied(tenant string) {

@@ -91,6 +91,11 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 	m.QuotaEvent("demo", quota.KindConcurrency, "fail_closed")
 	m.QuotaEvent("acme", quota.KindConcurrency, "fail_closed")
 	m.SandboxCrash()
+	m.SyscallDenied("unshare")
+	m.SyscallDenied("socket")
+	m.SyscallDenied("socket")
+	m.SyscallDenied("")
+	m.SyscallDenied("syscall 999 (arch c000003e) {\"x\"}")
 	m.EgressDenied("acme")
 	m.SetQueue(3, 2)
 	m.SetPool("python-none", 4)
@@ -111,6 +116,9 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 		{"execgate_quota_refusals_total", map[string]string{"tenant": "demo", "kind": "rate"}, 1},
 		{"execgate_quota_backend_events_total", map[string]string{"kind": "concurrency", "outcome": "fail_closed"}, 2},
 		{"execgate_sandbox_crashes_total", map[string]string{}, 1},
+		{"execgate_syscall_denied_total", map[string]string{"syscall": "unshare"}, 1},
+		{"execgate_syscall_denied_total", map[string]string{"syscall": "socket"}, 2},
+		{"execgate_syscall_denied_total", map[string]string{"syscall": "unknown"}, 2},
 		{"execgate_egress_denials_total", map[string]string{"tenant": "acme"}, 1},
 		{"execgate_queue_waiting", map[string]string{}, 3},
 		{"execgate_runs_in_flight", map[string]string{}, 2},

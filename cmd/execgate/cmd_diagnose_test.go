@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -201,5 +202,15 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
 	c = favorDynmodsCheck("proc /proc proc rw 0 0\n")
 	if c.Status != diagWarn || !strings.Contains(c.Hint, "/sys/fs/cgroup") {
 		t.Fatalf("no cgroup mounts: %+v", c)
+	}
+}
+
+func TestDiagnoseSaysWhetherSyscallDeniedCanNameTheSyscall(t *testing.T) {
+	if c := diagSeccompAudit(nil); c.Status != diagOK || c.Required {
+		t.Errorf("with audit records: %+v", c)
+	}
+	c := diagSeccompAudit(errors.New("joining the kernel audit log group (needs CAP_AUDIT_READ): operation not permitted"))
+	if c.Status != diagWarn || c.Required || !strings.Contains(c.Detail, "CAP_AUDIT_READ") || !strings.Contains(c.Hint, "AUDIT_READ") {
+		t.Errorf("without audit records: %+v", c)
 	}
 }

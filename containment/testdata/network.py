@@ -46,7 +46,6 @@ def run(args, context):
         "icmp": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP).close()),
         "raw": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()),
         "raw6": attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6).close()),
-        "packet": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()),
     }
     with open("/proc/net/route") as f:
         res["ipv4_routes"] = [l.split()[:3] for l in f.read().splitlines()[1:]]

@@ -1,7 +1,13 @@
-# Containment 9: ptrace another process and read another process's memory
-# through /proc/<pid>/mem, both ways between this process and a child, for a
-# forked child and for a child that exec'd a fresh interpreter; and try to
-# make this process dumpable again.
+# Containment 9 and 36: ptrace another process and read another process's
+# memory through /proc/<pid>/mem, both ways between this process and a
+# child, for a forked child and for a child that exec'd a fresh interpreter;
+# and try to make this process dumpable again.
+#
+# ptrace is an escape-class call: it kills the calling process. With
+# args {"ptrace": target} this process (the harness's) calls it once on
+# target (child, seize_child, init, exec_child); without, the memory and
+# dumpability checks run and a forked child's ptrace of this process is
+# reported by how the child ended.
 import ctypes
 import os
 import signal
@@ -64,10 +70,7 @@ def exec_child():
     line = p.stdout.readline()
     import json
 
-    out = {"from_child": json.loads(line), "child_mem": read_mem(p.pid), "attach_child": ptrace(PTRACE_ATTACH, p.pid)}
-    p.kill()
-    p.wait()
-    return out
+    return p, {"from_child": json.loads(line), "child_mem": read_mem(p.pid)}
 
 
 def set_dumpable(option):
@@ -80,15 +83,30 @@ def set_dumpable(option):
     return {"ret": r, "errno": err, "now": libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)}
 
 
+def ptrace_one(target):
+    """One ptrace call from this process; it is not expected to return."""
+    if target == "init":
+        return ptrace(PTRACE_ATTACH, 1)
+    if target == "exec_child":
+        p, _ = exec_child()
+        return ptrace(PTRACE_ATTACH, p.pid)
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    return ptrace(PTRACE_SEIZE if target == "seize_child" else PTRACE_ATTACH, child)
+
+
 def run(args, context):
+    if (args or {}).get("ptrace"):
+        return ptrace_one(args["ptrace"])
     r, w = os.pipe()
     child = os.fork()
     if child == 0:
         os.close(r)
-        res = {"parent_mem": read_mem(os.getppid()), "attach_parent": ptrace(PTRACE_ATTACH, os.getppid())}
-        os.write(w, repr(res).encode())
+        os.write(w, repr({"parent_mem": read_mem(os.getppid())}).encode())
         os.close(w)
-        time.sleep(30)
+        ptrace(PTRACE_ATTACH, os.getppid())
         os._exit(0)
     os.close(w)
     from_child = b""
@@ -97,17 +115,22 @@ def run(args, context):
         if not chunk:
             break
         from_child += chunk
+    _, status = os.waitpid(child, 0)
+    p, exec_out = exec_child()
     out = {
-        "attach_child": ptrace(PTRACE_ATTACH, child),
-        "seize_child": ptrace(PTRACE_SEIZE, child),
-        "attach_init": ptrace(PTRACE_ATTACH, 1),
-        "child_mem": read_mem(child),
         "from_child": eval(from_child.decode()),
-        "self_pid": os.getpid(),
-        "exec": exec_child(),
+        "child_attach_parent_signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
+        "exec": exec_out,
         "set_dumpable": set_dumpable(PR_SET_DUMPABLE),
         "set_dumpable_high_bits": set_dumpable(PR_SET_DUMPABLE | (1 << 32)),
     }
-    os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
+    # A second child to read the memory of (the first one is gone).
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    out["child_mem"] = read_mem(child)
+    for pid in (child, p.pid):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     return out

@@ -15,6 +15,14 @@ Protocol (PROTOCOL_VERSION):
   stdout, stderr belong to the tool; nothing the tool prints can reach fd 3's
   envelope.
 
+The envelope is a claim, not a fact: the tool runs in this process and can
+write on fd 3 itself. The runner decides every outcome that describes the
+sandbox (Timeout, CPULimit, MemoryLimit, OutputLimit, SyscallDenied,
+SandboxCrashed) from what it measures; the MemoryLimit (MemoryError) and
+CPULimit (SIGXCPU) this harness reports stand only when the kernel's counters
+confirm them, and the result is written whole for the runner to measure
+against the output cap.
+
 The harness is PID 1 of the jail's PID namespace, so it installs its own
 SIGXCPU handler (PID 1 ignores signals without one) to report CPULimit when the
 soft RLIMIT_CPU it sets is reached; the hard limit (set by nsjail one second
@@ -48,7 +56,6 @@ HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
 DEPS_DIR = "/opt/execgate/deps"
 TOOL_FILE = "tool.py"
 TOOL_MODULE = "tool"
-DEFAULT_OUTPUT_BYTES = 1 << 20
 # The process that owns the result channel (PID 1 in the jail).
 HARNESS_PID = os.getpid()
 # Exit statuses of a harness that could not write an envelope (the runner's
@@ -488,9 +495,8 @@ def _run(req):
         return "error", None, _memory_error()
     except (TypeError, ValueError, RecursionError) as e:
         return "error", None, _error("InvalidResult", "the result is not JSON-serialisable: " + _describe(e))
-    cap = int(req.get("output_bytes") or DEFAULT_OUTPUT_BYTES)
-    if len(text) > cap:
-        return "error", None, _error("OutputLimit", "the result is %d bytes, over the output cap of %d bytes" % (len(text), cap))
+    # The runner measures the result against the output cap itself
+    # (OutputLimit is its finding, never the harness's claim).
     return "ok", text, None
 
 
