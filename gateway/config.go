@@ -28,6 +28,11 @@ type Config struct {
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
 	ReadyCacheSeconds int `yaml:"ready_cache_seconds" json:"ready_cache_seconds"`
+	// MaxJSONDepth is how deep objects and arrays may nest in a request
+	// body, the body itself being level 1; deeper is 400 BadRequest naming
+	// the path. Default 64; at most 256 (the harness's Python JSON parser
+	// recurses per level).
+	MaxJSONDepth int `yaml:"max_json_depth" json:"max_json_depth"`
 }
 
 // Default values for Config (zero fields).
@@ -39,6 +44,8 @@ const (
 	DefaultIdempotencyWindowSeconds = 600
 	DefaultShutdownGraceSeconds     = 30
 	DefaultReadyCacheSeconds        = 10
+	DefaultMaxJSONDepth             = 64
+	maxMaxJSONDepth                 = 256
 )
 
 // WithDefaults returns c with every zero field set to its default.
@@ -72,6 +79,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReadyCacheSeconds == 0 {
 		c.ReadyCacheSeconds = DefaultReadyCacheSeconds
 	}
+	if c.MaxJSONDepth == 0 {
+		c.MaxJSONDepth = DefaultMaxJSONDepth
+	}
 	return c
 }
 
@@ -98,6 +108,10 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyCacheSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.ready_cache_seconds: %d must be >= 0", c.ReadyCacheSeconds))
+	}
+	if c.MaxJSONDepth < 4 || c.MaxJSONDepth > maxMaxJSONDepth {
+		// 4: body → fixtures → variables → a nested value.
+		errs = append(errs, fmt.Errorf("server.max_json_depth: %d is outside 4..%d", c.MaxJSONDepth, maxMaxJSONDepth))
 	}
 	return errors.Join(errs...)
 }

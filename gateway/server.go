@@ -170,7 +170,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		d:      d,
-		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes},
+		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
 		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
 		idem:   d.Idempotency,
 		settle: newSettler(d.Logger),
