@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -65,6 +66,10 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, erro
 		if errors.As(err, &mb) {
 			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
 				Message: fmt.Sprintf("body: over the %d-byte cap", limit)}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The connection is closed after this answer (edge.go).
+			return nil, badRequest("body", "did not arrive within server.read_body_timeout_seconds")
 		}
 		return nil, badRequest("body", "could not be read: %v", err)
 	}

@@ -302,6 +302,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
+	markAuthenticated(c.Request.Context())
 	c.Set(keyTenantID, p.TenantID)
 	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
 	c.Next()
