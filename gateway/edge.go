@@ -273,8 +273,14 @@ func cannedError(p []byte) (code int, text string, ok bool) {
 	if !found {
 		return 0, "", false
 	}
-	status, body, found := bytes.Cut(rest, []byte(goErrorHeaders))
-	if !found || !bytes.Equal(status, body) || len(status) < 4 {
+	// The status line is short; only then compare the rest, so a handler's
+	// response costs a scan of its status line only.
+	end := bytes.IndexByte(rest[:min(len(rest), 128)], '\r')
+	if end < 4 || !bytes.HasPrefix(rest[end:], []byte(goErrorHeaders)) {
+		return 0, "", false
+	}
+	status, body := rest[:end], rest[end+len(goErrorHeaders):]
+	if !bytes.Equal(status, body) {
 		return 0, "", false
 	}
 	code, err := strconv.Atoi(string(status[:3]))
