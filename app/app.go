@@ -372,16 +372,13 @@ func (a *App) Start() error {
 		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
 	}
 	a.ln = ln
-	a.httpSrv = &http.Server{
-		Handler:           a.server.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-	}
+	// Timeouts, header cap and the unauthenticated-connection cap are the
+	// gateway's (server.* config, gateway/edge.go).
+	srv, edgeLn := a.server.HTTPServer(ln, slog.NewLogLogger(a.log.Handler(), slog.LevelWarn))
+	a.httpSrv = srv
 	a.serveErr = make(chan error, 1)
 	go func() {
-		err := a.httpSrv.Serve(ln)
+		err := a.httpSrv.Serve(edgeLn)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}

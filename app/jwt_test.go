@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,19 @@ func TestJWTAttacksRunNothing(t *testing.T) {
 		p, _ := json.Marshal(claims(nil))
 		return enc(h) + "." + enc(p) + "."
 	}
+	withCrit := func(m jwt.SigningMethod, key any, kid string) string {
+		tok := jwt.NewWithClaims(m, claims(nil))
+		tok.Header["crit"] = []string{"exp"}
+		if kid != "" {
+			tok.Header["kid"] = kid
+		}
+		out, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	stringExp := func(c jwt.MapClaims) { c["exp"] = strconv.FormatInt(now.Add(time.Hour).Unix(), 10) }
 	tamper := func(tok string) string {
 		parts := strings.Split(tok, ".")
 		p, _ := json.Marshal(claims(func(c jwt.MapClaims) { c["tenant_id"] = "acme"; c["roles"] = []string{"executor", "admin"} }))
@@ -111,6 +125,12 @@ func TestJWTAttacksRunNothing(t *testing.T) {
 		{"wrong iss", sign(jwt.SigningMethodRS256, rsaKey, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }), ""), body, 401},
 		{"wrong aud", sign(jwt.SigningMethodES256, ecKey, claims(func(c jwt.MapClaims) { c["aud"] = "someone-else" }), "ec-1"), body, 401},
 		{"unknown kid", sign(jwt.SigningMethodES256, ecKey, claims(nil), "ghost"), body, 401},
+		{"crit header, dev HS256", withCrit(jwt.SigningMethodHS256, devKey, ""), body, 401},
+		{"crit header, PEM RS256", withCrit(jwt.SigningMethodRS256, rsaKey, ""), body, 401},
+		{"crit header, JWKS ES256", withCrit(jwt.SigningMethodES256, ecKey, "ec-1"), body, 401},
+		{"exp as a string, dev HS256", sign(jwt.SigningMethodHS256, devKey, claims(stringExp), ""), body, 401},
+		{"exp as a string, PEM RS256", sign(jwt.SigningMethodRS256, rsaKey, claims(stringExp), ""), body, 401},
+		{"exp as a string, JWKS ES256", sign(jwt.SigningMethodES256, ecKey, claims(stringExp), "ec-1"), body, 401},
 		{"tampered payload", tamper(sign(jwt.SigningMethodHS256, devKey, claims(nil), "")), body, 401},
 		{"tampered JWKS token", tamper(sign(jwt.SigningMethodES256, ecKey, claims(nil), "ec-1")), body, 401},
 		{"a body tenant_id other than the token's", sign(jwt.SigningMethodRS256, rsaKey, claims(nil), ""), `{"tenant_id":"acme","source":"def run(a, c):\n    return 1\n"}`, 403},

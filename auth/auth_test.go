@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -113,6 +114,27 @@ func claims() jwt.MapClaims {
 func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims, kid string) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// critReason is the refusal of a token whose header has crit.
+const critReason = `the token's header lists critical extensions ("crit"), none of which are understood`
+
+// signCrit signs like sign with a crit header parameter listing crit.
+func signCrit(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims, kid string, crit []string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, c)
+	tok.Header["crit"] = crit
+	for _, name := range crit {
+		tok.Header[name] = true
+	}
 	if kid != "" {
 		tok.Header["kid"] = kid
 	}
@@ -271,6 +293,38 @@ func TestVerifyRefusesAttacksAndAcceptsGoodTokens(t *testing.T) {
 				// ES256 key published, token claims RS256 with its kid.
 				return sign(t, jwt.SigningMethodRS256, k.rsa, claims(), "ec-1")
 			}, "token cannot be verified (algorithm not allowed or no matching key)"},
+		{"a crit header is refused (HS256 dev key)", devOnly,
+			func(t *testing.T) string {
+				return signCrit(t, jwt.SigningMethodHS256, k.hmac, claims(), "", []string{"exp"})
+			}, critReason},
+		{"a crit header is refused (PEM key)", pemOnly,
+			func(t *testing.T) string {
+				return signCrit(t, jwt.SigningMethodRS256, k.rsa, claims(), "", []string{"b64"})
+			}, critReason},
+		{"a crit header is refused (JWKS)", jwksOnly,
+			func(t *testing.T) string {
+				return signCrit(t, jwt.SigningMethodES256, k.ec, claims(), "ec-1", []string{})
+			}, critReason},
+		{"an exp given as a string is refused (HS256 dev key)", devOnly,
+			func(t *testing.T) string {
+				return sign(t, jwt.SigningMethodHS256, k.hmac, mod(func(c jwt.MapClaims) { c["exp"] = fmt.Sprint(now.Add(time.Hour).Unix()) }), "")
+			}, "claim exp is not a NumericDate (a JSON number of seconds)"},
+		{"an nbf given as a string is refused (PEM key)", pemOnly,
+			func(t *testing.T) string {
+				return sign(t, jwt.SigningMethodEdDSA, k.ed, mod(func(c jwt.MapClaims) { c["nbf"] = fmt.Sprint(now.Add(-time.Hour).Unix()) }), "")
+			}, "claim nbf is not a NumericDate (a JSON number of seconds)"},
+		{"an iat given as a string is refused (JWKS)", jwksOnly,
+			func(t *testing.T) string {
+				return sign(t, jwt.SigningMethodES256, k.ec, mod(func(c jwt.MapClaims) { c["iat"] = fmt.Sprint(now.Add(-time.Minute).Unix()) }), "ec-1")
+			}, "claim iat is not a NumericDate (a JSON number of seconds)"},
+		{"an exp of null is refused", devOnly,
+			func(t *testing.T) string {
+				return sign(t, jwt.SigningMethodHS256, k.hmac, mod(func(c jwt.MapClaims) { c["exp"] = nil }), "")
+			}, "claim exp is not a NumericDate (a JSON number of seconds)"},
+		{"a fractional exp still verifies", devOnly,
+			func(t *testing.T) string {
+				return sign(t, jwt.SigningMethodHS256, k.hmac, mod(func(c jwt.MapClaims) { c["exp"] = float64(now.Add(time.Hour).Unix()) + 0.5 }), "")
+			}, ""},
 		{"garbage is refused", devOnly, func(*testing.T) string { return "not.a.jwt" }, "malformed token"},
 		{"an empty token is refused", devOnly, func(*testing.T) string { return "" }, "missing bearer token"},
 	}

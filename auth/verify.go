@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -63,6 +64,42 @@ type tokenClaims struct {
 	TenantID string   `json:"tenant_id"`
 	Roles    []string `json:"roles"`
 }
+
+// numericDateClaims are the claims RFC 7519 §2 defines as NumericDate.
+var numericDateClaims = [...]string{"exp", "nbf", "iat"}
+
+// errNotNumericDate: a NumericDate claim that is not a JSON number.
+type errNotNumericDate struct{ claim string }
+
+func (e *errNotNumericDate) Error() string {
+	return "claim " + e.claim + " is not a NumericDate (a JSON number of seconds)"
+}
+
+// UnmarshalJSON refuses exp, nbf or iat given as anything but a JSON
+// number (RFC 7519 §2 NumericDate). golang-jwt/v5's NumericDate decodes
+// through json.Number, which also accepts a string such as "1999999999";
+// a token whose issuer wrote its dates as strings is not one we verify.
+func (c *tokenClaims) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for _, name := range numericDateClaims {
+		v, ok := raw[name]
+		if !ok {
+			continue
+		}
+		if len(v) == 0 || !(v[0] == '-' || v[0] >= '0' && v[0] <= '9') {
+			return &errNotNumericDate{claim: name}
+		}
+	}
+	type plain tokenClaims // without this method
+	return json.Unmarshal(b, (*plain)(c))
+}
+
+// errCrit: the token's JOSE header has a crit parameter. execgate
+// understands no JWS extensions, so RFC 7515 §4.1.11 says reject.
+var errCrit = errors.New(`the token's header lists critical extensions ("crit"), none of which are understood`)
 
 // Signing algorithms, pinned per key type: a key only ever verifies tokens
 // of its own algorithm, so HS/RS confusion cannot happen.
@@ -256,6 +293,11 @@ var errNoKey = errors.New("no key for this algorithm")
 // algorithm equals the token's (the parser has already refused algorithms
 // outside the configured set, including every casing of "none").
 func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
+	// Before any key is looked up (or a JWKS refresh triggered): a header
+	// with crit, whatever it lists, is refused.
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errCrit
+	}
 	alg := t.Method.Alg()
 	kid, hasKID := t.Header["kid"].(string)
 	if hasKID && v.jwks != nil && alg != algHS256 {
@@ -335,7 +377,12 @@ func algOfKey(k any) string {
 
 // reasonFor turns a parse error into a short reason for the caller.
 func reasonFor(err error) string {
+	var nd *errNotNumericDate
 	switch {
+	case errors.As(err, &nd):
+		return nd.Error()
+	case errors.Is(err, errCrit):
+		return errCrit.Error()
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "malformed token"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):

@@ -36,6 +36,39 @@ type Config struct {
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
 	ReadyCacheSeconds int `yaml:"ready_cache_seconds" json:"ready_cache_seconds"`
+	// MaxJSONDepth is how deep objects and arrays may nest in a request
+	// body, the body itself being level 1; deeper is 400 BadRequest naming
+	// the path. Default 64; at most 256 (the harness's Python JSON parser
+	// recurses per level).
+	MaxJSONDepth int `yaml:"max_json_depth" json:"max_json_depth"`
+
+	// The request edge (edge.go). Zero means the default.
+	//
+	// ReadHeaderTimeoutSeconds: the request header must arrive within it.
+	// Default 10.
+	ReadHeaderTimeoutSeconds int `yaml:"read_header_timeout_seconds" json:"read_header_timeout_seconds"`
+	// ReadBodyTimeoutSeconds: the whole body must arrive within it of the
+	// header (a minimum average rate of max_body_bytes per this many
+	// seconds for a full-size body); else the connection is closed.
+	// Default 30.
+	ReadBodyTimeoutSeconds int `yaml:"read_body_timeout_seconds" json:"read_body_timeout_seconds"`
+	// WriteTimeoutSeconds bounds a whole exchange from the end of the
+	// header to the last byte of the response. It must exceed the longest
+	// legitimate sync run: queue wait + requirements install
+	// (sandbox.deps_timeout_ms, 120 s) + the platform's maximum timeout_ms
+	// (60 s) + kill grace. Default 300.
+	WriteTimeoutSeconds int `yaml:"write_timeout_seconds" json:"write_timeout_seconds"`
+	// IdleTimeoutSeconds closes keep-alive connections idle this long.
+	// Default 120.
+	IdleTimeoutSeconds int `yaml:"idle_timeout_seconds" json:"idle_timeout_seconds"`
+	// MaxHeaderBytes caps the request line and header (net/http allows
+	// 4 KiB of slack on top); over it is 431 with error.type
+	// PayloadTooLarge. Default 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes" json:"max_header_bytes"`
+	// MaxUnauthenticatedConns caps the connections that have not yet
+	// presented a valid token; a new one beyond it closes the oldest of
+	// them. Default 256.
+	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns" json:"max_unauthenticated_conns"`
 }
 
 // Default values for Config (zero fields).
@@ -47,6 +80,14 @@ const (
 	DefaultIdempotencyWindowSeconds = 600
 	DefaultShutdownGraceSeconds     = 30
 	DefaultReadyCacheSeconds        = 10
+	DefaultMaxJSONDepth             = 64
+	DefaultReadHeaderTimeoutSeconds = 10
+	DefaultReadBodyTimeoutSeconds   = 30
+	DefaultWriteTimeoutSeconds      = 300
+	DefaultIdleTimeoutSeconds       = 120
+	DefaultMaxHeaderBytes           = 64 << 10
+	DefaultMaxUnauthenticatedConns  = 256
+	maxMaxJSONDepth                 = 256
 )
 
 // WithDefaults returns c with every zero field set to its default.
@@ -86,6 +127,24 @@ func (c Config) WithDefaults() Config {
 	if c.ReadyCacheSeconds == 0 {
 		c.ReadyCacheSeconds = DefaultReadyCacheSeconds
 	}
+	if c.MaxJSONDepth == 0 {
+		c.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{
+		{&c.ReadHeaderTimeoutSeconds, DefaultReadHeaderTimeoutSeconds},
+		{&c.ReadBodyTimeoutSeconds, DefaultReadBodyTimeoutSeconds},
+		{&c.WriteTimeoutSeconds, DefaultWriteTimeoutSeconds},
+		{&c.IdleTimeoutSeconds, DefaultIdleTimeoutSeconds},
+		{&c.MaxHeaderBytes, DefaultMaxHeaderBytes},
+		{&c.MaxUnauthenticatedConns, DefaultMaxUnauthenticatedConns},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	return c
 }
 
@@ -123,6 +182,27 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyCacheSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.ready_cache_seconds: %d must be >= 0", c.ReadyCacheSeconds))
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{
+		{"read_header_timeout_seconds", c.ReadHeaderTimeoutSeconds},
+		{"read_body_timeout_seconds", c.ReadBodyTimeoutSeconds},
+		{"write_timeout_seconds", c.WriteTimeoutSeconds},
+		{"idle_timeout_seconds", c.IdleTimeoutSeconds},
+		{"max_unauthenticated_conns", c.MaxUnauthenticatedConns},
+	} {
+		if p.v < 1 {
+			errs = append(errs, fmt.Errorf("server.%s: %d must be >= 1", p.name, p.v))
+		}
+	}
+	if c.MaxHeaderBytes < 4096 {
+		errs = append(errs, fmt.Errorf("server.max_header_bytes: %d is below 4096", c.MaxHeaderBytes))
+	}
+	if c.MaxJSONDepth < 4 || c.MaxJSONDepth > maxMaxJSONDepth {
+		// 4: body → fixtures → variables → a nested value.
+		errs = append(errs, fmt.Errorf("server.max_json_depth: %d is outside 4..%d", c.MaxJSONDepth, maxMaxJSONDepth))
 	}
 	return errors.Join(errs...)
 }

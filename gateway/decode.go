@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -28,6 +29,7 @@ type caps struct {
 	body   int64
 	source int
 	args   int
+	depth  int // JSON nesting (checkJSON); 0: DefaultMaxJSONDepth
 }
 
 // Value limits of an execute request.
@@ -64,6 +66,10 @@ func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, erro
 		if errors.As(err, &mb) {
 			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
 				Message: fmt.Sprintf("body: over the %d-byte cap", limit)}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The connection is closed after this answer (edge.go).
+			return nil, badRequest("body", "did not arrive within server.read_body_timeout_seconds")
 		}
 		return nil, badRequest("body", "could not be read: %v", err)
 	}
@@ -209,9 +215,18 @@ func oneOf(path, v string, allowed ...string) error {
 	return badRequest(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
 }
 
-// decodeExecute decodes and validates an execute request body. Defaults are
-// filled: language python, entrypoint run, network none, mode run.
+// decodeExecute checks (checkJSON), decodes and validates an execute
+// request body. Defaults are filled: language python, entrypoint run,
+// network none, mode run.
 func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
+	if err := checkJSON(body, c.depth); err != nil {
+		return nil, err
+	}
+	return decodeExecuteFields(body, c)
+}
+
+// decodeExecuteFields decodes an execute request body checkJSON accepted.
+func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 	req := &ExecuteRequest{}
 	var sawSource bool
 	err := decodeObject("", body, fieldFuncs{
@@ -422,6 +437,9 @@ func decodeLimits(path string, raw json.RawMessage, l *policy.Limits) error {
 
 // decodeValidate decodes a validate request body.
 func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
+	if err := checkJSON(body, c.depth); err != nil {
+		return nil, err
+	}
 	req := &ValidateRequest{}
 	err := decodeObject("", body, fieldFuncs{
 		"source":     sourceField(&req.Source, c.source, nil),
@@ -444,6 +462,9 @@ func decodeQuota(body []byte) (quota.Limits, error) {
 	var l quota.Limits
 	var rate, burst, conc, daily int64
 	const maxQuota = 1 << 31
+	if err := checkJSON(body, DefaultMaxJSONDepth); err != nil {
+		return l, err
+	}
 	err := decodeObject("", body, fieldFuncs{
 		"rate_per_minute":   func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &rate) },
 		"burst":             func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &burst) },
@@ -463,6 +484,9 @@ func decodeQuota(body []byte) (quota.Limits, error) {
 // decodeEvaluate decodes an admin dry-run body; the embedded execute
 // request is validated exactly like POST /v1/execute.
 func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *ExecuteRequest, err error) {
+	if err := checkJSON(body, c.depth); err != nil {
+		return "", nil, nil, err
+	}
 	var rawReq json.RawMessage
 	err = decodeObject("", body, fieldFuncs{
 		"tenant_id": func(p string, raw json.RawMessage) error { return decodeString(p, raw, &tenant) },
@@ -481,7 +505,7 @@ func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *Ex
 	if rawReq == nil {
 		return "", nil, nil, badRequest("request", "is required")
 	}
-	req, err = decodeExecute(rawReq, c)
+	req, err = decodeExecuteFields(rawReq, c)
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && !strings.HasPrefix(ae.Message, "request") {

@@ -171,7 +171,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		d:      d,
-		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes},
+		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
 		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
 		idem:   d.Idempotency,
 		settle: newSettler(d.Logger),
@@ -321,6 +321,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
+	markAuthenticated(c.Request.Context())
 	c.Set(keyTenantID, p.TenantID)
 	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
 	c.Next()
