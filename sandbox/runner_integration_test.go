@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -46,11 +47,10 @@ func TestMain(m *testing.M) {
 // needJail skips when this host cannot run jails at all.
 func needJail(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("integration test needs root (nsjail maps uid 99999 and creates cgroups)")
-	}
+	testenv.RequireRoot(t) // skips, or fails under CI=true
 	if _, err := sandbox.FindNsjail(sandbox.Config{}); err != nil {
-		t.Skipf("integration test needs nsjail: %v", err)
+		testenv.Nsjail(t) // skips, or fails under CI=true, unless the repository's own nsjail is there
+		t.Fatalf("integration test needs nsjail on the runner's search path: %v", err)
 	}
 }
 
