@@ -76,7 +76,7 @@ func newRunQueue(l queueLimits, report func(waiting, running int)) *runQueue {
 type ticket struct {
 	q       *runQueue
 	tq      *tenantQueue
-	granted chan struct{} // closed when the ticket gets a slot
+	granted chan struct{} // made when acquire must wait; closed when it gets a slot
 	running bool          // guarded by q.mu
 	done    bool          // guarded by q.mu
 }
@@ -97,13 +97,24 @@ func (q *runQueue) enter(tenant string) *ticket {
 	tq.tickets++
 	q.nTickets++
 	q.reportLocked()
-	return &ticket{q: q, tq: tq, granted: make(chan struct{})}
+	return &ticket{q: q, tq: tq}
 }
 
 // acquire waits for a run slot.
 func (t *ticket) acquire(ctx context.Context) error {
 	q := t.q
 	q.mu.Lock()
+	if q.nRunning < q.slots && t.tq.running < q.tenantRuns && len(t.tq.waiters) == 0 {
+		// A free slot with waiters left means their tenants are at their
+		// caps (dispatchLocked runs on every change), so t jumps nobody.
+		t.running = true
+		t.tq.running++
+		q.nRunning++
+		q.reportLocked()
+		q.mu.Unlock()
+		return nil
+	}
+	t.granted = make(chan struct{})
 	if len(t.tq.waiters) == 0 {
 		q.turns = append(q.turns, t.tq)
 	}

@@ -205,3 +205,36 @@ func TestAWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 		t.Fatalf("waiting %d running %d, want 0 and 1", w, r)
 	}
 }
+
+// BenchmarkRunQueue is the queue's cost on the per-request path: one
+// tenant's ticket and slot, taken and given back, uncontended and with
+// every CPU's goroutines sharing the slots.
+func BenchmarkRunQueue(b *testing.B) {
+	ctx := context.Background()
+	cycle := func(q *runQueue) {
+		tk := q.enter("bench")
+		if tk == nil {
+			b.Fatal("queue full")
+		}
+		if err := tk.acquire(ctx); err != nil {
+			b.Fatal(err)
+		}
+		tk.release()
+	}
+	b.Run("uncontended", func(b *testing.B) {
+		q := newRunQueue(queueLimits{Running: 4, Waiting: 64, TenantRunning: 3, TenantWaiting: 32}, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			cycle(q)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		q := newRunQueue(queueLimits{Running: 4, Waiting: 1 << 20, TenantRunning: 3, TenantWaiting: 1 << 20}, nil)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				cycle(q)
+			}
+		})
+	})
+}
