@@ -21,6 +21,17 @@ type Config struct {
 	// MaxQueue means no waiting room (0 waiting).
 	MaxConcurrentRuns int `yaml:"max_concurrent_runs" json:"max_concurrent_runs"`
 	MaxQueue          int `yaml:"max_queue" json:"max_queue"`
+	// TenantMaxRuns is how many of the MaxConcurrentRuns slots one tenant
+	// may hold at once, so a tenant busy with long runs always leaves slots
+	// to the others (runs are never preempted). Default 3/4 of the slots,
+	// rounded down, at least 1; MaxConcurrentRuns turns the cap off. Free
+	// slots go to the waiting tenants in turn (round robin).
+	TenantMaxRuns int `yaml:"tenant_max_runs" json:"tenant_max_runs"`
+	// TenantMaxQueue is how many of the MaxQueue waiting places one tenant
+	// may fill; beyond it that tenant gets 503 Overloaded while others still
+	// queue. Default half of MaxQueue, rounded up; negative means no waiting room for a
+	// tenant at all; MaxQueue turns the bound off.
+	TenantMaxQueue int `yaml:"tenant_max_queue" json:"tenant_max_queue"`
 	// IdempotencyWindowSeconds: a repeated execution_id from the same tenant
 	// within this window returns the first result. Default 600.
 	IdempotencyWindowSeconds int `yaml:"idempotency_window_seconds" json:"idempotency_window_seconds"`
@@ -92,7 +103,8 @@ const (
 
 // WithDefaults returns c with every zero field set to its default.
 // MaxConcurrentRuns defaults to 2×CPUs. A negative MaxQueue means no waiting
-// room at all (0 waiting); zero means the default.
+// room at all (0 waiting); zero means the default. TenantMaxRuns and
+// TenantMaxQueue default to 3/4 of the slots (at least 1) and half the queue.
 func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -111,6 +123,15 @@ func (c Config) WithDefaults() Config {
 		c.MaxQueue = DefaultMaxQueue
 	case c.MaxQueue < 0:
 		c.MaxQueue = 0
+	}
+	if c.TenantMaxRuns == 0 {
+		c.TenantMaxRuns = max(1, c.MaxConcurrentRuns*3/4)
+	}
+	switch {
+	case c.TenantMaxQueue == 0:
+		c.TenantMaxQueue = (c.MaxQueue + 1) / 2
+	case c.TenantMaxQueue < 0:
+		c.TenantMaxQueue = 0
 	}
 	if c.IdempotencyWindowSeconds == 0 {
 		c.IdempotencyWindowSeconds = DefaultIdempotencyWindowSeconds
@@ -167,6 +188,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConcurrentRuns < 1 {
 		errs = append(errs, fmt.Errorf("server.max_concurrent_runs: %d must be >= 1", c.MaxConcurrentRuns))
+	}
+	if c.TenantMaxRuns < 1 || c.TenantMaxRuns > c.MaxConcurrentRuns {
+		errs = append(errs, fmt.Errorf("server.tenant_max_runs: %d must be between 1 and max_concurrent_runs (%d)", c.TenantMaxRuns, c.MaxConcurrentRuns))
+	}
+	if c.TenantMaxQueue > c.MaxQueue {
+		errs = append(errs, fmt.Errorf("server.tenant_max_queue: %d is more than max_queue (%d)", c.TenantMaxQueue, c.MaxQueue))
 	}
 	if c.IdempotencyWindowSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_window_seconds: %d must be >= 0", c.IdempotencyWindowSeconds))

@@ -186,7 +186,7 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		return 0, nil, err
 	}
 
-	tk := s.queue.enter()
+	tk := s.queue.enter(tenant.ID)
 	if tk == nil {
 		return 0, nil, errOverloaded
 	}

@@ -172,7 +172,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		cfg:    cfg,
 		d:      d,
 		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
-		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
+		queue:  newRunQueue(queueLimitsOf(cfg), d.Metrics.SetQueue),
 		idem:   d.Idempotency,
 		settle: newSettler(d.Logger),
 		tracer: d.TracerProvider.Tracer(TracerName),

@@ -91,7 +91,7 @@ func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *Valid
 	if err != nil {
 		return nil, fmt.Errorf("encoding validator args: %w", err)
 	}
-	tk := s.queue.enter()
+	tk := s.queue.enter(tenant.ID)
 	if tk == nil {
 		return nil, errOverloaded
 	}

@@ -36,3 +36,13 @@ func NsjailPath(r *Runner) string { return r.nsjail }
 
 // CgroupParentName is r's parent cgroup, relative to each hierarchy.
 func CgroupParentName(r *Runner) string { return r.cg.parent }
+
+// WarmProfiles counts the warm pool's profiles per tenant that registered
+// them ("" for the one warmed at start-up).
+func WarmProfiles(r *Runner) map[string]int { return r.pool.profilesOf() }
+
+// WarmIdleOf is the number of idle warm jails for spec's profile.
+func WarmIdleOf(r *Runner, spec Spec) int {
+	_, p, _ := normalize(spec)
+	return r.pool.idleOf(p)
+}

@@ -15,13 +15,25 @@ const maxWarmProfiles = 8
 // harness waiting for its request. take hands one out (it is never put
 // back: a jail runs one request); a background filler replaces it. Jails
 // that waited longer than warmIdleMax, or died while waiting, are replaced.
+//
+// The maxWarmProfiles places are shared fairly between tenants
+// (CONTAINMENT 37). A profile is registered by the tenant whose run first
+// missed it and counts against that tenant; any tenant's run of the same
+// profile may take its jails (a warm jail has run nothing yet, so nothing
+// of a tenant is in it). When the places are full and a tenant misses a
+// new profile, the least recently used profile of the tenant holding the
+// most places gives way — the newcomer's own when it holds as many as
+// anyone — so a tenant cycling through many limit profiles only ever
+// replaces its own and every other tenant keeps a place. The profile
+// registered at start-up (the default limits, no tenant) is never evicted.
 type pool struct {
 	r    *Runner
 	size int
 
 	mu      sync.Mutex // guards everything below
-	idle    map[profile][]*jail
+	entries map[profile]*warmEntry
 	filling map[profile]bool
+	tick    uint64 // LRU clock: bumped on every take
 	closed  bool
 	fillers sync.WaitGroup
 	stopTic chan struct{}
@@ -29,27 +41,42 @@ type pool struct {
 	hits atomic.Int64 // runs served by a warm jail (for tests and metrics)
 }
 
+// warmEntry is one registered profile.
+type warmEntry struct {
+	idle   []*jail
+	tenant string // who registered it; "" with pinned
+	pinned bool   // registered at start-up: never evicted
+	used   uint64 // pool.tick of the last take
+}
+
 func newPool(r *Runner, size int) *pool {
-	p := &pool{r: r, size: size, idle: map[profile][]*jail{}, filling: map[profile]bool{}, stopTic: make(chan struct{})}
+	p := &pool{r: r, size: size, entries: map[profile]*warmEntry{}, filling: map[profile]bool{}, stopTic: make(chan struct{})}
 	go p.recycle()
 	return p
 }
 
-// want registers prof as a profile to keep warm and starts filling it.
+// want registers prof as a profile every tenant uses, never evicted, and
+// starts filling it.
 func (p *pool) want(prof profile) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.idle[prof]; !ok {
-		if len(p.idle) >= maxWarmProfiles || p.closed {
+	if p.closed {
+		return
+	}
+	if e, ok := p.entries[prof]; ok {
+		e.pinned = true
+	} else {
+		if len(p.entries) >= maxWarmProfiles {
 			return
 		}
-		p.idle[prof] = nil
+		p.entries[prof] = &warmEntry{pinned: true}
 	}
 	p.fillLocked(prof)
 }
 
-// take returns a live warm jail for prof, or nil.
-func (p *pool) take(prof profile) *jail {
+// take returns a live warm jail for prof, or nil. A miss registers prof for
+// tenant (evicting as the type comment says) so later runs find it warm.
+func (p *pool) take(tenant string, prof profile) *jail {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -57,19 +84,22 @@ func (p *pool) take(prof profile) *jail {
 	}
 	var stale []*jail
 	var got *jail
-	if _, known := p.idle[prof]; !known && len(p.idle) < maxWarmProfiles {
-		p.idle[prof] = nil
+	e := p.entries[prof]
+	if e == nil {
+		e, stale = p.registerLocked(tenant, prof)
 	}
-	for list := p.idle[prof]; len(list) > 0; list = p.idle[prof] {
-		j := list[0]
-		p.idle[prof] = list[1:]
-		if j.alive() && time.Since(j.started) < warmIdleMax {
-			got = j
-			break
+	if e != nil {
+		p.tick++
+		e.used = p.tick
+		for len(e.idle) > 0 {
+			j := e.idle[0]
+			e.idle = e.idle[1:]
+			if j.alive() && time.Since(j.started) < warmIdleMax {
+				got = j
+				break
+			}
+			stale = append(stale, j)
 		}
-		stale = append(stale, j)
-	}
-	if _, known := p.idle[prof]; known {
 		p.fillLocked(prof)
 	}
 	p.mu.Unlock()
@@ -80,7 +110,55 @@ func (p *pool) take(prof profile) *jail {
 	return got
 }
 
-// fillLocked starts the background filler for prof unless one runs.
+// registerLocked adds prof for tenant, making room if the places are full.
+// It returns nil when there is no room (every place is pinned), and the
+// idle jails of an evicted profile, for the caller to discard unlocked.
+func (p *pool) registerLocked(tenant string, prof profile) (*warmEntry, []*jail) {
+	var freed []*jail
+	if len(p.entries) >= maxWarmProfiles {
+		victim, ok := p.victimLocked(tenant)
+		if !ok {
+			return nil, nil
+		}
+		freed = p.entries[victim].idle
+		delete(p.entries, victim)
+	}
+	e := &warmEntry{tenant: tenant}
+	p.entries[prof] = e
+	return e, freed
+}
+
+// victimLocked picks the profile to evict for a miss of tenant: the least
+// recently used one of the tenant holding the most places, preferring
+// tenant itself on a tie.
+func (p *pool) victimLocked(tenant string) (profile, bool) {
+	held := map[string]int{}
+	for _, e := range p.entries {
+		if !e.pinned {
+			held[e.tenant]++
+		}
+	}
+	top, most := tenant, held[tenant]
+	for t, n := range held {
+		if n > most || (n == most && t < top && top != tenant) {
+			top, most = t, n
+		}
+	}
+	if most == 0 {
+		return profile{}, false
+	}
+	var victim profile
+	var oldest *warmEntry
+	for prof, e := range p.entries {
+		if !e.pinned && e.tenant == top && (oldest == nil || e.used < oldest.used) {
+			victim, oldest = prof, e
+		}
+	}
+	return victim, true
+}
+
+// fillLocked starts the background filler for prof unless one runs. The
+// filler stops when prof is full, evicted, or the pool closes.
 func (p *pool) fillLocked(prof profile) {
 	if p.filling[prof] || p.closed {
 		return
@@ -91,7 +169,8 @@ func (p *pool) fillLocked(prof profile) {
 		defer p.fillers.Done()
 		for {
 			p.mu.Lock()
-			if p.closed || len(p.idle[prof]) >= p.size {
+			e := p.entries[prof]
+			if p.closed || e == nil || len(e.idle) >= p.size {
 				p.filling[prof] = false
 				p.mu.Unlock()
 				return
@@ -106,12 +185,14 @@ func (p *pool) fillLocked(prof profile) {
 				return
 			}
 			p.mu.Lock()
-			if p.closed {
+			e = p.entries[prof]
+			if p.closed || e == nil {
+				p.filling[prof] = false
 				p.mu.Unlock()
 				p.discard([]*jail{j})
 				return
 			}
-			p.idle[prof] = append(p.idle[prof], j)
+			e.idle = append(e.idle, j)
 			p.mu.Unlock()
 		}
 	}()
@@ -129,16 +210,16 @@ func (p *pool) recycle() {
 		}
 		var stale []*jail
 		p.mu.Lock()
-		for prof, list := range p.idle {
-			keep := list[:0]
-			for _, j := range list {
+		for prof, e := range p.entries {
+			keep := e.idle[:0]
+			for _, j := range e.idle {
 				if j.alive() && time.Since(j.started) < warmIdleMax*3/4 {
 					keep = append(keep, j)
 				} else {
 					stale = append(stale, j)
 				}
 			}
-			p.idle[prof] = keep
+			e.idle = keep
 			if len(keep) < p.size {
 				p.fillLocked(prof)
 			}
@@ -152,10 +233,32 @@ func (p *pool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, list := range p.idle {
-		n += len(list)
+	for _, e := range p.entries {
+		n += len(e.idle)
 	}
 	return n
+}
+
+// idleOf is the number of idle jails of prof.
+func (p *pool) idleOf(prof profile) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.entries[prof]; e != nil {
+		return len(e.idle)
+	}
+	return 0
+}
+
+// profilesOf counts the registered profiles per tenant ("" for the pinned
+// ones).
+func (p *pool) profilesOf() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range p.entries {
+		out[e.tenant]++
+	}
+	return out
 }
 
 func (p *pool) discard(js []*jail) error {
@@ -178,9 +281,9 @@ func (p *pool) close() error {
 	p.closed = true
 	close(p.stopTic)
 	var all []*jail
-	for prof, list := range p.idle {
-		all = append(all, list...)
-		delete(p.idle, prof)
+	for prof, e := range p.entries {
+		all = append(all, e.idle...)
+		delete(p.entries, prof)
 	}
 	p.mu.Unlock()
 	p.fillers.Wait()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -46,11 +47,10 @@ func TestMain(m *testing.M) {
 // needJail skips when this host cannot run jails at all.
 func needJail(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("integration test needs root (nsjail maps uid 99999 and creates cgroups)")
-	}
+	testenv.RequireRoot(t) // skips, or fails under CI=true
 	if _, err := sandbox.FindNsjail(sandbox.Config{}); err != nil {
-		t.Skipf("integration test needs nsjail: %v", err)
+		testenv.Nsjail(t) // skips, or fails under CI=true, unless the repository's own nsjail is there
+		t.Fatalf("integration test needs nsjail on the runner's search path: %v", err)
 	}
 }
 
@@ -723,4 +723,60 @@ func TestWarmPool(t *testing.T) {
 		}
 		assertNoCgroupsLeft(t, r)
 	})
+}
+
+// TestWarmJailsAreSharedFairlyBetweenTenants: tenant a cycles through more
+// limit profiles than the pool keeps warm; tenant b's profile still gets a
+// warm jail, and keeps it while a goes on cycling (issue #11 §1).
+func TestWarmJailsAreSharedFairlyBetweenTenants(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.WarmPool = 1 })
+	probe := "async def run(args, context):\n    return {\"ok\": True}\n"
+	aSpec := func(i int) sandbox.Spec {
+		return sandbox.Spec{TenantID: "a", Source: probe, Limits: sandbox.Limits{TimeoutMS: 5000 + int64(i)*100}}
+	}
+	bSpec := sandbox.Spec{TenantID: "b", Source: probe, Limits: sandbox.Limits{MemoryMB: 200}}
+	waitIdleOf := func(spec sandbox.Spec) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for sandbox.WarmIdleOf(r, spec) < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("tenant %s's profile got no warm jail within 20s (pool: %v profiles per tenant)", spec.TenantID, sandbox.WarmProfiles(r))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	warmRun := func(spec sandbox.Spec) {
+		t.Helper()
+		waitIdleOf(spec)
+		hits := sandbox.WarmHits(r)
+		if res := run(t, r, spec); res.Status != sandbox.StatusOK {
+			t.Fatalf("%s", dump(res))
+		}
+		if sandbox.WarmHits(r) != hits+1 {
+			t.Fatalf("tenant %s's run was not served warm", spec.TenantID)
+		}
+	}
+
+	for i := range 10 {
+		if res := run(t, r, aSpec(i)); res.Status != sandbox.StatusOK {
+			t.Fatalf("%s", dump(res))
+		}
+	}
+	if res := run(t, r, bSpec); res.Status != sandbox.StatusOK { // cold: registers b's profile
+		t.Fatalf("%s", dump(res))
+	}
+	warmRun(bSpec)
+	for i := 10; i < 20; i++ {
+		if res := run(t, r, aSpec(i)); res.Status != sandbox.StatusOK {
+			t.Fatalf("%s", dump(res))
+		}
+	}
+	held := sandbox.WarmProfiles(r)
+	if held["b"] != 1 || held["a"] < 1 {
+		t.Fatalf("warm profiles per tenant after a cycled on: %v, want b 1 and a the rest", held)
+	}
+	warmRun(bSpec)
+	// a's own recent profiles are warm too: it replaced its least recently
+	// used ones, not nothing.
+	warmRun(aSpec(19))
 }

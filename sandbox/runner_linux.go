@@ -217,7 +217,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	var j *jail
 	if r.pool != nil && depsDir == "" {
-		j = r.pool.take(prof)
+		j = r.pool.take(spec.TenantID, prof)
 	}
 	if j == nil {
 		if j, err = r.startJail(prof, false, depsDir); err != nil {
