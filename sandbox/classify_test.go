@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,5 +154,41 @@ func TestEnvelopeLogsAreCapped(t *testing.T) {
 	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
 	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || !strings.Contains(v.Logs[maxEnvelopeLogs].Message, "5 log lines dropped") {
 		t.Errorf("logs: %d lines, first %+v, last %+v", len(v.Logs), v.Logs[0], v.Logs[len(v.Logs)-1])
+	}
+}
+
+func TestEnvelopeLogsAreCappedInEncodedBytes(t *testing.T) {
+	// Lines of raw control bytes: each message is clipped to
+	// maxEnvelopeLogLine bytes, which encode to six times as many.
+	line, _ := json.Marshal(LogLine{Level: "info", Message: strings.Repeat("\x01", maxEnvelopeLogLine)})
+	var b strings.Builder
+	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
+	for i := 0; i < maxEnvelopeLogs; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(line)
+	}
+	b.WriteString("]}")
+	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	enc, err := json.Marshal(v.Logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(enc) > maxEnvelopeLogBytes+1024 {
+		t.Errorf("logs encode to %d bytes, cap %d", len(enc), maxEnvelopeLogBytes)
+	}
+	if last := v.Logs[len(v.Logs)-1]; !strings.Contains(last.Message, "log lines dropped") {
+		t.Errorf("no drop notice; last line %+v", last)
+	}
+}
+
+func TestAResultOverTheCapIsOutputLimitWhoeverWroteTheEnvelope(t *testing.T) {
+	lim := DefaultLimits
+	lim.OutputBytes = 100
+	env := `{"protocol_version":1,"status":"ok","result":"` + strings.Repeat("x", 200) + `"}`
+	v := classify(outcome{Envelope: []byte(env), Log: []string{"Executing '/usr/bin/python3'"}, Limits: lim})
+	if v.Status != StatusError || v.Error == nil || v.Error.Type != ErrOutputLimit || v.Result != nil {
+		t.Errorf("verdict %+v", v)
 	}
 }
