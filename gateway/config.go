@@ -21,6 +21,14 @@ type Config struct {
 	// MaxQueue means no waiting room (0 waiting).
 	MaxConcurrentRuns int `yaml:"max_concurrent_runs" json:"max_concurrent_runs"`
 	MaxQueue          int `yaml:"max_queue" json:"max_queue"`
+	// MaxOutputMemoryMB bounds, in MiB, the memory the output of all runs
+	// in flight may take in this process (stdout, stderr, result, response
+	// body): each run reserves 6 × its output_bytes + 4 MiB before it starts
+	// and gives it back once its response is written; a run that finds no
+	// room waits, at most its own timeout_ms, then gets 503 Overloaded.
+	// Default: max_concurrent_runs × the reservation of a run at the
+	// platform's largest cap (16 MiB output: 100 MiB), at most 1024.
+	MaxOutputMemoryMB int64 `yaml:"max_output_memory_mb" json:"max_output_memory_mb"`
 	// IdempotencyWindowSeconds: a repeated execution_id from the same tenant
 	// within this window returns the first result. Default 600.
 	IdempotencyWindowSeconds int `yaml:"idempotency_window_seconds" json:"idempotency_window_seconds"`
@@ -41,6 +49,10 @@ const (
 	DefaultReadyCacheSeconds        = 10
 )
 
+// DefaultMaxOutputMemoryMBCeiling caps the derived default of
+// MaxOutputMemoryMB.
+const DefaultMaxOutputMemoryMBCeiling = 1024
+
 // WithDefaults returns c with every zero field set to its default.
 // MaxConcurrentRuns defaults to 2×CPUs. A negative MaxQueue means no waiting
 // room at all (0 waiting); zero means the default.
@@ -56,6 +68,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxConcurrentRuns == 0 {
 		c.MaxConcurrentRuns = 2 * runtime.NumCPU()
+	}
+	if c.MaxOutputMemoryMB == 0 {
+		c.MaxOutputMemoryMB = min(int64(c.MaxConcurrentRuns)*outputReservation(platformMaxOutput)>>20, DefaultMaxOutputMemoryMBCeiling)
 	}
 	switch {
 	case c.MaxQueue == 0:
@@ -89,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConcurrentRuns < 1 {
 		errs = append(errs, fmt.Errorf("server.max_concurrent_runs: %d must be >= 1", c.MaxConcurrentRuns))
+	}
+	if c.MaxOutputMemoryMB < 1 {
+		errs = append(errs, fmt.Errorf("server.max_output_memory_mb: %d must be >= 1", c.MaxOutputMemoryMB))
 	}
 	if c.IdempotencyWindowSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_window_seconds: %d must be >= 0", c.IdempotencyWindowSeconds))

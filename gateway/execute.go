@@ -41,6 +41,9 @@ type execution struct {
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
+	// releaseOutput gives back the run's output memory reservation
+	// (output.go) once the response is written; nil without one.
+	releaseOutput func()
 }
 
 // expected5xx are the 5xx answers that describe the host's state, not a
@@ -58,6 +61,11 @@ func (s *Server) handleExecute(c *gin.Context) {
 	start := time.Now()
 	p, _ := tenancy.PrincipalFrom(ctx)
 	x := &execution{id: c.GetString(keyExecutionID), principal: p, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
+	defer func() {
+		if x.releaseOutput != nil {
+			x.releaseOutput()
+		}
+	}()
 
 	var claimed *IdempotencyKey
 	status, env, err := s.execute(ctx, c, x, &claimed)
@@ -95,7 +103,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 	if env.Logs == nil { // a remembered response from before logs existed
 		env.Logs = []sandbox.LogLine{}
 	}
-	body, err := encodeJSON(env)
+	body, err := encodeEnvelope(env)
 	if err != nil { // cannot happen for these types; keep the contract anyway
 		body = []byte(`{"status":"error"}`)
 	}
@@ -194,6 +202,10 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 
 	adm, err := s.admit(ctx, x, tenant)
 	if err != nil {
+		return 0, nil, err
+	}
+	if x.releaseOutput, err = s.output.acquire(ctx, x.limits); err != nil {
+		_ = adm.Release(context.WithoutCancel(ctx))
 		return 0, nil, err
 	}
 	if err := tk.acquire(ctx); err != nil {

@@ -123,6 +123,7 @@ type Server struct {
 	caps   caps
 	engine *gin.Engine
 	queue  *runQueue
+	output *outputBudget
 	idem   IdempotencyStore
 	ready  *readiness
 	settle *settler
@@ -172,6 +173,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d:      d,
 		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes},
 		queue:  newRunQueue(cfg.MaxConcurrentRuns, cfg.MaxQueue, d.Metrics.SetQueue),
+		output: newOutputBudget(cfg.MaxOutputMemoryMB << 20),
 		idem:   d.Idempotency,
 		settle: newSettler(d.Logger),
 		tracer: d.TracerProvider.Tracer(TracerName),
