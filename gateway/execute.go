@@ -105,14 +105,14 @@ func (s *Server) handleExecute(c *gin.Context) {
 	}
 	body, err := encodeEnvelope(env)
 	if err != nil { // cannot happen for these types; keep the contract anyway
-		body = []byte(`{"status":"error"}`)
+		body = &encodedEnvelope{head: []byte(`{"status":"error"}`), size: len(`{"status":"error"}`)}
 	}
 	if claimed != nil {
 		// Remember runs only; a refusal leaves the id free for a retry.
 		bg := context.WithoutCancel(ctx)
 		var ierr error
 		if status == http.StatusOK && !x.replayed {
-			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Body: body})
+			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Body: body.bytes()})
 		} else {
 			ierr = s.idem.Abandon(bg, *claimed)
 		}
@@ -134,7 +134,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 
 	c.Header("X-Execution-Id", env.ExecutionID)
 	c.Header("X-Execution-Status", executionStatus(env))
-	c.Data(status, "application/json; charset=utf-8", body)
+	writeEnvelope(c, status, body)
 }
 
 // execute runs the flow up to the response. It returns the 200 envelope of

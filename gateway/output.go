@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/execgate/execgate/internal/jsonsize"
@@ -24,8 +27,10 @@ import (
 // at most three caps plus a bounded amount of logs and error text). This
 // file bounds the rest of the path:
 //
-//   - the body is built in one allocation of its final size (encodeEnvelope),
-//     never in encoding/json's doubling buffer, which its pool would keep;
+//   - the body never goes through encoding/json's doubling buffer, which its
+//     pool would keep (encodeEnvelope): it is streamed to the client, or,
+//     when the idempotency store keeps it, built in one allocation of its
+//     size;
 //   - the output of all runs in flight shares one memory budget
 //     (server.max_output_memory_mb): a run reserves outputReservation of its
 //     output_bytes before it starts and gives it back once its response is
@@ -122,74 +127,157 @@ func (b *outputBudget) reserved() int64 {
 	return b.inUse
 }
 
+// writeEnvelope writes the response of an execute request.
+func writeEnvelope(c *gin.Context, status int, e *encodedEnvelope) {
+	c.Header("Content-Type", "application/json; charset=utf-8")
+	c.Header("Content-Length", strconv.Itoa(e.size))
+	c.Status(status)
+	// An error here is the client gone; there is no one left to tell.
+	_ = e.writeTo(c.Writer)
+}
+
 // spliceMin is the amount of tool output below which an envelope is simply
 // encoded with encodeJSON.
 const spliceMin = 64 << 10
 
-// encodeEnvelope encodes env exactly as encodeJSON does, in one allocation
-// of the body's size: stdout, stderr and a large result, the parts a tool
-// makes large, are written straight into the body instead of through
-// encoding/json's buffer (which grows by doubling and is kept in a
-// sync.Pool after use). The rest of the envelope is encoded with
-// placeholders carrying a random nonce, which no tool can forge, and the
-// parts are spliced in at their places.
-func encodeEnvelope(env *Envelope) ([]byte, error) {
+// encodedEnvelope is an envelope ready to be written: the JSON of
+// everything but the tool's large parts (stdout, stderr, a large result),
+// with placeholders where they go, and those parts. Its bytes are exactly
+// what encodeJSON writes for the envelope, but they are never all in one
+// buffer of encoding/json's (which grows by doubling and is kept in a
+// sync.Pool after use): bytes builds them in one allocation of their
+// size, writeTo streams them.
+type encodedEnvelope struct {
+	head  []byte
+	parts []envelopePart // in the order they appear in head
+	size  int
+	body  []byte // the whole body once bytes made it
+}
+
+type envelopePart struct {
+	at, markLen int    // where the placeholder is in head
+	text        string // a string, encoded here, or
+	raw         []byte // JSON written as is (compact)
+}
+
+func (p envelopePart) size() int {
+	if p.raw != nil {
+		return len(p.raw)
+	}
+	return jsonsize.StringLen(p.text)
+}
+
+// encodeEnvelope prepares env for writing. The placeholders carry a random
+// nonce, so no tool output can pose as one.
+func encodeEnvelope(env *Envelope) (*encodedEnvelope, error) {
 	if len(env.Stdout)+len(env.Stderr)+len(env.Result) < spliceMin {
-		return encodeJSON(env)
+		b, err := encodeJSON(env)
+		return &encodedEnvelope{head: b, size: len(b)}, err
 	}
 	nonce := newID()
-	type part struct {
-		mark  []byte // the placeholder as encoded
-		size  int    // upper bound of the part's encoded size
-		write func(dst []byte) ([]byte, error)
-		at    int
-	}
 	skel := *env
-	var parts []part
+	type mark struct {
+		mark []byte
+		part envelopePart
+	}
+	var marks []mark
 	text := func(field *string, name string) {
-		s := *field
 		ph := "\x00" + name + "-" + nonce
+		marks = append(marks, mark{jsonsize.AppendString(nil, ph), envelopePart{text: *field}})
 		*field = ph
-		parts = append(parts, part{mark: jsonsize.AppendString(nil, ph), size: jsonsize.StringLen(s),
-			write: func(dst []byte) ([]byte, error) { return jsonsize.AppendString(dst, s), nil }})
 	}
 	text(&skel.Stdout, "stdout")
 	text(&skel.Stderr, "stderr")
 	if len(env.Result) >= spliceMin/4 {
-		raw := env.Result
-		mark := jsonsize.AppendString(nil, "\x00result-"+nonce)
-		skel.Result = mark
-		parts = append(parts, part{mark: mark, size: len(raw), write: func(dst []byte) ([]byte, error) {
-			// What encoding/json does with a RawMessage (HTML escaping off);
-			// compacting never makes it longer.
-			b := bytes.NewBuffer(dst)
-			if err := json.Compact(b, raw); err != nil {
-				return nil, fmt.Errorf("encoding the result: %w", err)
-			}
-			return b.Bytes(), nil
-		}})
+		// What encoding/json does with a RawMessage (HTML escaping off).
+		var b bytes.Buffer
+		b.Grow(len(env.Result))
+		if err := json.Compact(&b, env.Result); err != nil {
+			return nil, fmt.Errorf("encoding the result: %w", err)
+		}
+		m := jsonsize.AppendString(nil, "\x00result-"+nonce)
+		marks = append(marks, mark{m, envelopePart{raw: b.Bytes()}})
+		skel.Result = m
 	}
 	head, err := encodeJSON(&skel)
 	if err != nil {
 		return nil, err
 	}
-	size := len(head)
-	for i := range parts {
-		p := &parts[i]
-		if p.at = bytes.Index(head, p.mark); p.at < 0 {
+	e := &encodedEnvelope{head: head, size: len(head)}
+	for _, m := range marks {
+		p := m.part
+		if p.at = bytes.Index(head, m.mark); p.at < 0 {
 			return nil, errors.New("encoding the envelope: placeholder lost")
 		}
-		size += p.size - len(p.mark)
+		p.markLen = len(m.mark)
+		e.size += p.size() - p.markLen
+		e.parts = append(e.parts, p)
 	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i].at < parts[j].at })
-	body := make([]byte, 0, size)
+	sort.Slice(e.parts, func(i, j int) bool { return e.parts[i].at < e.parts[j].at })
+	return e, nil
+}
+
+// bytes returns the whole body, in one allocation of its size.
+func (e *encodedEnvelope) bytes() []byte {
+	if len(e.parts) == 0 {
+		return e.head
+	}
+	if e.body != nil {
+		return e.body
+	}
+	body := make([]byte, 0, e.size)
 	last := 0
-	for _, p := range parts {
-		body = append(body, head[last:p.at]...)
-		if body, err = p.write(body); err != nil {
-			return nil, err
+	for _, p := range e.parts {
+		body = append(body, e.head[last:p.at]...)
+		if p.raw != nil {
+			body = append(body, p.raw...)
+		} else {
+			body = jsonsize.AppendString(body, p.text)
 		}
-		last = p.at + len(p.mark)
+		last = p.at + p.markLen
 	}
-	return append(body, head[last:]...), nil
+	e.body = append(body, e.head[last:]...)
+	return e.body
+}
+
+// streamChunk is how many bytes of a string writeTo encodes at a time.
+const streamChunk = 32 << 10
+
+// writeTo writes the body to w, holding at most a small buffer of it.
+func (e *encodedEnvelope) writeTo(w io.Writer) error {
+	if len(e.parts) == 0 || e.body != nil {
+		_, err := w.Write(e.bytes())
+		return err
+	}
+	buf := make([]byte, 0, 6*streamChunk+8)
+	last := 0
+	for _, p := range e.parts {
+		if _, err := w.Write(e.head[last:p.at]); err != nil {
+			return err
+		}
+		last = p.at + p.markLen
+		if p.raw != nil {
+			if _, err := w.Write(p.raw); err != nil {
+				return err
+			}
+			continue
+		}
+		buf = append(buf[:0], '"')
+		for s := p.text; ; {
+			n := jsonsize.CutAt(s, streamChunk)
+			buf = jsonsize.AppendStringContent(buf, s[:n])
+			if s = s[n:]; s == "" {
+				break
+			}
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+		if _, err := w.Write(append(buf, '"')); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(e.head[last:])
+	return err
 }

@@ -30,6 +30,9 @@ func TestEncodeEnvelopeWritesWhatEncodeJSONWrites(t *testing.T) {
 		{"large result, not compact", func(e *Envelope) {
 			e.Result = json.RawMessage(`{"a": [1, 2, "` + big("x<") + `"], "b" : null}`)
 		}},
+		{"multi-byte characters across stream chunks", func(e *Envelope) {
+			e.Stdout = strings.Repeat("é", streamChunk) + strings.Repeat("🎉\xe2\x82", streamChunk/3)
+		}},
 		{"large result and output", func(e *Envelope) {
 			e.Result = json.RawMessage(`"` + big("\\u0001") + `"`)
 			e.Stdout = big("é")
@@ -53,19 +56,25 @@ func TestEncodeEnvelopeWritesWhatEncodeJSONWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := encodeEnvelope(&env)
+			e, err := encodeEnvelope(&env)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("encodeEnvelope differs from encodeJSON (%d vs %d bytes)", len(got), len(want))
+			if e.size != len(want) {
+				t.Errorf("size %d, encodeJSON writes %d bytes", e.size, len(want))
 			}
-			// A result's whitespace is the only slack: compacting it is
-			// the one step whose size is not known in advance.
-			var compact bytes.Buffer
-			_ = json.Compact(&compact, env.Result)
-			slack := len(env.Result) - compact.Len()
-			if cap(got) > len(got)+slack && len(env.Stdout)+len(env.Stderr)+len(env.Result) >= spliceMin {
+			var streamed bytes.Buffer
+			if err := e.writeTo(&streamed); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(streamed.Bytes(), want) {
+				t.Errorf("writeTo differs from encodeJSON (%d vs %d bytes)", streamed.Len(), len(want))
+			}
+			got := e.bytes()
+			if !bytes.Equal(got, want) {
+				t.Errorf("bytes differs from encodeJSON (%d vs %d bytes)", len(got), len(want))
+			}
+			if cap(got) != len(got) && len(env.Stdout)+len(env.Stderr)+len(env.Result) >= spliceMin {
 				t.Errorf("body has capacity %d for %d bytes; want one allocation of its size", cap(got), len(got))
 			}
 		})

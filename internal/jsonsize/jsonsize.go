@@ -56,8 +56,15 @@ func StringLen(s string) int {
 // AppendString appends s as a JSON string, quotes included, exactly as
 // encoding/json does with SetEscapeHTML(false).
 func AppendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	dst = AppendStringContent(dst, s)
+	return append(dst, '"')
+}
+
+// AppendStringContent is AppendString without the quotes. A string may be
+// written in pieces cut at character boundaries (CutAt).
+func AppendStringContent(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
@@ -101,8 +108,28 @@ func AppendString(dst []byte, s string) []byte {
 		i += size
 		start = i
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, s[start:]...)
+}
+
+// CutAt returns the first place at or after n (n < len(s)) where s can be
+// cut without splitting a character, so that writing s[:i] and s[i:]
+// separately writes what writing s does: n itself, unless n falls inside a
+// valid multi-byte sequence, then that sequence's end. (Every byte that is
+// not a continuation byte starts a character in encoding/json's reading,
+// and continuation bytes not covered by one are invalid bytes on their own.)
+func CutAt(s string, n int) int {
+	if n >= len(s) {
+		return len(s)
+	}
+	for p := n - 1; p >= 0 && p > n-utf8.UTFMax; p-- {
+		if utf8.RuneStart(s[p]) {
+			if _, size := utf8.DecodeRuneInString(s[p:]); p+size > n {
+				return p + size
+			}
+			return n
+		}
+	}
+	return n
 }
 
 // asciiCost is the encoded size of each ASCII byte.

@@ -96,3 +96,29 @@ func FuzzEncodedSize(f *testing.F) {
 	f.Add("\x01<\xff\u2028é")
 	f.Fuzz(func(t *testing.T, s string) { check(t, s) })
 }
+
+func TestAStringWrittenInPiecesIsWrittenTheSame(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte("a\x01\xc3\xa9\xe2\x80\xa8\xf0\x9f\x8e\x89\xff\xe2\x82")
+	for range 2000 {
+		b := make([]byte, rng.IntN(64))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		s := string(b)
+		step := 1 + rng.IntN(7)
+		var got []byte
+		for i := 0; i < len(s); {
+			j := CutAt(s, i+step)
+			if j <= i {
+				t.Fatalf("CutAt(%q, %d) = %d: no progress", s, i+step, j)
+			}
+			got = AppendStringContent(got, s[i:j])
+			i = j
+		}
+		want := AppendString(nil, s)
+		if string(want[1:len(want)-1]) != string(got) {
+			t.Fatalf("%q in pieces of %d: %q, whole: %q", s, step, got, want)
+		}
+	}
+}
