@@ -133,11 +133,7 @@ func (r *RedisIdempotency) Complete(ctx context.Context, k IdempotencyKey, resp 
 	if r.window <= 0 {
 		return r.release(ctx, k, token)
 	}
-	b, err := json.Marshal(resp)
-	if err != nil {
-		return fmt.Errorf("encoding idempotency entry: %w", err)
-	}
-	if err := compareAndSet.Run(ctx, r.rdb, []string{r.key(k)}, "P:"+token+":", "D:"+string(b), r.window.Milliseconds()).Err(); err != nil {
+	if err := compareAndSet.Run(ctx, r.rdb, []string{r.key(k)}, "P:"+token+":", redisEntry(resp), r.window.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("storing idempotency entry: %w", err)
 	}
 	return nil

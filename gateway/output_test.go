@@ -183,3 +183,24 @@ func TestMaxOutputMemoryDefault(t *testing.T) {
 		t.Errorf("a negative budget: %v", err)
 	}
 }
+
+func TestRedisEntryIsWhatJSONMarshalWrites(t *testing.T) {
+	for _, resp := range []StoredResponse{
+		{Fingerprint: "abc123", Status: 200, Body: []byte(`{"status":"ok","stdout":"\u0001<&>"}`)},
+		{Fingerprint: "<&>\"", Status: 503, Body: []byte{}},
+		{Fingerprint: "", Status: 0},
+		{Fingerprint: "f", Status: 200, Body: bytes.Repeat([]byte{0xff, 0x01, 'x'}, 100001)},
+	} {
+		want, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := redisEntry(resp)
+		if string(got) != "D:"+string(want) {
+			t.Errorf("redisEntry(%.40q…) = %.80q…, want D:%.80q…", resp.Body, got, want)
+		}
+		if cap(got) != len(got) {
+			t.Errorf("entry has capacity %d for %d bytes", cap(got), len(got))
+		}
+	}
+}
