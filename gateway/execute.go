@@ -175,6 +175,9 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		case ok:
 			*claimed = &key
 		default:
+			if x.releaseOutput, err = s.output.acquireReplay(ctx, len(stored.Body)); err != nil {
+				return 0, nil, err
+			}
 			var env Envelope
 			if err := json.Unmarshal(stored.Body, &env); err != nil {
 				return 0, nil, fmt.Errorf("decoding remembered response: %w", err)

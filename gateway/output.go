@@ -83,14 +83,25 @@ func newOutputBudget(total int64) *outputBudget {
 // the budget: such a run runs alone. The returned func gives the
 // reservation back; call it once the response is written.
 func (b *outputBudget) acquire(ctx context.Context, l sandbox.Limits) (release func(), err error) {
-	n := min(outputReservation(l.OutputBytes), b.total)
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(l.TimeoutMS)*time.Millisecond)
+	return b.reserve(ctx, outputReservation(l.OutputBytes), time.Duration(l.TimeoutMS)*time.Millisecond)
+}
+
+// acquireReplay reserves memory for replaying a remembered response of
+// size bytes: the response as fetched and the envelope decoded from it
+// (never larger), waiting at most the default run time limit.
+func (b *outputBudget) acquireReplay(ctx context.Context, size int) (release func(), err error) {
+	return b.reserve(ctx, 2*int64(size)+4<<20, time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond)
+}
+
+func (b *outputBudget) reserve(ctx context.Context, n int64, wait time.Duration) (release func(), err error) {
+	n = min(n, b.total)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := b.sem.Acquire(wctx, n); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %d bytes for %d ms", errOutputBudget, n, l.TimeoutMS)
+		return nil, fmt.Errorf("%w: %d bytes for %v", errOutputBudget, n, wait)
 	}
 	b.mu.Lock()
 	b.inUse += n

@@ -145,6 +145,18 @@ func TestOutputBudget(t *testing.T) {
 			t.Errorf("%d bytes still reserved", n)
 		}
 	})
+	t.Run("a replay reserves its remembered response twice over", func(t *testing.T) {
+		b := newOutputBudget(1 << 30)
+		b.freeOS = func() {}
+		rel, err := b.acquireReplay(context.Background(), 10<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := b.reserved(); n != 2*(10<<20)+4<<20 {
+			t.Errorf("reserved %d", n)
+		}
+		rel()
+	})
 	t.Run("memory goes back to the OS once a large burst is over", func(t *testing.T) {
 		b := newOutputBudget(1 << 30)
 		var freed atomic.Int32
