@@ -158,9 +158,10 @@ func TestEnvelopeLogsAreCapped(t *testing.T) {
 }
 
 func TestEnvelopeLogsAreCappedInEncodedBytes(t *testing.T) {
-	// Lines of raw control bytes: each message is clipped to
-	// maxEnvelopeLogLine bytes, which encode to six times as many.
-	line, _ := json.Marshal(LogLine{Level: "info", Message: strings.Repeat("\x01", maxEnvelopeLogLine)})
+	// Lines of raw control bytes, each encoding to six times its length:
+	// 1000 lines of 1 KiB are 6 MiB once encoded. (Small enough not to
+	// raise this package's peak RSS, which a runner test measures.)
+	line, _ := json.Marshal(LogLine{Level: "info", Message: strings.Repeat("\x01", 1<<10)})
 	var b strings.Builder
 	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
 	for i := 0; i < maxEnvelopeLogs; i++ {
