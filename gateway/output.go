@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -139,13 +140,31 @@ func (b *outputBudget) reserved() int64 {
 	return b.inUse
 }
 
-// writeEnvelope writes the response of an execute request.
+// A client must take a response at least this fast (after a grace
+// period): a caller that stops reading would otherwise hold its run's
+// output memory, and with it other tenants' runs, for as long as it likes.
+var (
+	writeGrace   = 10 * time.Second
+	minWriteRate = 1 << 20 // bytes per second
+)
+
+// writeEnvelope writes the response of an execute request, within
+// writeGrace plus its size at minWriteRate; a client that reads slower
+// loses the connection.
 func writeEnvelope(c *gin.Context, status int, e *encodedEnvelope) {
 	c.Header("Content-Type", "application/json; charset=utf-8")
 	c.Header("Content-Length", strconv.Itoa(e.size))
 	c.Status(status)
-	// An error here is the client gone; there is no one left to tell.
-	_ = e.writeTo(c.Writer)
+	deadline := time.Now().Add(writeGrace + time.Duration(e.size)*time.Second/time.Duration(minWriteRate))
+	rc := http.NewResponseController(c.Writer)
+	set := rc.SetWriteDeadline(deadline) == nil
+	// An error here is the client gone or too slow; there is no one left
+	// to tell. The deadline then stays, so the server's last flush fails
+	// fast too; after a good write it is cleared for the next request on
+	// the connection.
+	if err := e.writeTo(c.Writer); err == nil && set {
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // spliceMin is the amount of tool output below which an envelope is simply

@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
@@ -214,5 +219,41 @@ func TestRedisEntryIsWhatJSONMarshalWrites(t *testing.T) {
 		if cap(got) != len(got) {
 			t.Errorf("entry has capacity %d for %d bytes", cap(got), len(got))
 		}
+	}
+}
+
+// A client that stops reading a large response loses the connection once
+// the write deadline passes, so its run's output memory is given back.
+func TestAClientThatStopsReadingDoesNotHoldTheResponseForever(t *testing.T) {
+	oldGrace, oldRate := writeGrace, minWriteRate
+	writeGrace, minWriteRate = 200*time.Millisecond, 1<<30
+	t.Cleanup(func() { writeGrace, minWriteRate = oldGrace, oldRate })
+
+	env := &Envelope{Stdout: strings.Repeat("\x01", 16<<20), Logs: []sandbox.LogLine{}}
+	e, err := encodeEnvelope(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	eng := gin.New()
+	eng.POST("/", func(c *gin.Context) {
+		defer close(done)
+		writeEnvelope(c, http.StatusOK, e)
+	})
+	srv := httptest.NewServer(eng)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Never read: the 96 MiB body cannot fit in the socket buffers.
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler is still writing to a client that stopped reading")
 	}
 }
