@@ -29,10 +29,11 @@ const (
 	SectionGateway  = "gateway"  // HTTP end to end, cold and warm, per concurrency
 	SectionOverhead = "overhead" // gateway with a no-op executor
 	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
+	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods
 )
 
 // AllSections in report order.
-var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory}
+var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput}
 
 // Options configure Run. Config is required.
 type Options struct {
@@ -56,6 +57,7 @@ type Report struct {
 	Gateway  []GatewayRow
 	Overhead []*LoadResult
 	Memory   *MemoryReport
+	Output   *OutputReport
 	Notes    []string
 }
 
@@ -125,6 +127,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(SectionOverhead) {
 		if err := rep.overhead(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionOutput) {
+		if err := rep.outputFlood(ctx); err != nil {
 			return nil, err
 		}
 	}

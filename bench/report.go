@@ -63,6 +63,19 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| one idle warm jail (nsjail + harness), mean of %d | %s |\n", m.WarmJails, mib(m.PerWarmJailKB))
 		fmt.Fprintln(w)
 	}
+	if o := r.Output; o != nil {
+		fmt.Fprintf(w, "### Output floods: gateway RSS (%d runs at concurrency %d, each writing %d MiB of 0x01 to stdout and to stderr, output_bytes %d MiB)\n\n",
+			o.Requests, o.Concurrency, OutputFloodBytes>>20, OutputFloodBytes>>20)
+		fmt.Fprintln(w, "| what | value |")
+		fmt.Fprintln(w, "|---|---:|")
+		fmt.Fprintf(w, "| gateway RSS idle, before | %s |\n", mib(o.IdleKB))
+		fmt.Fprintf(w, "| gateway RSS peak, during | %s |\n", mib(o.PeakKB))
+		fmt.Fprintf(w, "| gateway RSS %s after the last answer | %s |\n", afterFlood, mib(o.AfterKB))
+		fmt.Fprintf(w, "| largest response body | %.1f MiB |\n", float64(o.MaxBodyBytes)/(1<<20))
+		fmt.Fprintf(w, "| answers: 200 truncated / 503 Overloaded / other | %d / %d / %d |\n", o.OK, o.Overloaded, o.Errors)
+		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
+		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d.\n\n", o.BudgetMB)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
@@ -82,6 +95,9 @@ func (o Options) Command() string {
 			b.WriteByte(',')
 		}
 		fmt.Fprint(&b, c)
+	}
+	if len(o.Sections) > 0 && len(o.Sections) < len(AllSections) {
+		b.WriteString(" --sections " + strings.Join(o.Sections, ","))
 	}
 	return b.String()
 }

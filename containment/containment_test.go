@@ -556,6 +556,19 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 			}
 		})
 	}
+	// Control bytes become six-byte escapes in the envelope: the cap holds
+	// for the encoded text, so the gateway never sends six times the cap.
+	t.Run("stdout of control bytes", func(t *testing.T) {
+		res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": "stdout", "bytes": 16 << 20, "byte": 1},
+			limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+		if res.Status != sandbox.StatusOK || !res.Truncated.Stdout {
+			t.Fatalf("want ok and stdout truncated: %s", describe(res))
+		}
+		enc, _ := json.Marshal(res.Stdout)
+		if len(enc) > capBytes+2 || len(enc) < capBytes/2 {
+			t.Errorf("stdout encodes to %d bytes (%d kept); want at most the cap of %d and about it", len(enc), len(res.Stdout), capBytes)
+		}
+	})
 	t.Run("result", func(t *testing.T) {
 		res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": "result", "bytes": 4 * capBytes},
 			limits: sandbox.Limits{OutputBytes: capBytes}})

@@ -32,6 +32,14 @@ type Config struct {
 	// queue. Default half of MaxQueue, rounded up; negative means no waiting room for a
 	// tenant at all; MaxQueue turns the bound off.
 	TenantMaxQueue int `yaml:"tenant_max_queue" json:"tenant_max_queue"`
+	// MaxOutputMemoryMB bounds, in MiB, the memory the output of all runs
+	// in flight may take in this process (stdout, stderr, result, response
+	// body): each run reserves 6 × its output_bytes + 4 MiB before it starts
+	// and gives it back once its response is written; a run that finds no
+	// room waits, at most its own timeout_ms, then gets 503 Overloaded.
+	// Default: max_concurrent_runs × the reservation of a run at the
+	// platform's largest cap (16 MiB output: 100 MiB), at most 1024.
+	MaxOutputMemoryMB int64 `yaml:"max_output_memory_mb" json:"max_output_memory_mb"`
 	// IdempotencyWindowSeconds: a repeated execution_id from the same tenant
 	// within this window returns the first result. Default 600.
 	IdempotencyWindowSeconds int `yaml:"idempotency_window_seconds" json:"idempotency_window_seconds"`
@@ -101,6 +109,10 @@ const (
 	maxMaxJSONDepth                 = 256
 )
 
+// DefaultMaxOutputMemoryMBCeiling caps the derived default of
+// MaxOutputMemoryMB.
+const DefaultMaxOutputMemoryMBCeiling = 1024
+
 // WithDefaults returns c with every zero field set to its default.
 // MaxConcurrentRuns defaults to 2×CPUs. A negative MaxQueue means no waiting
 // room at all (0 waiting); zero means the default. TenantMaxRuns and
@@ -117,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxConcurrentRuns == 0 {
 		c.MaxConcurrentRuns = 2 * runtime.NumCPU()
+	}
+	if c.MaxOutputMemoryMB == 0 {
+		c.MaxOutputMemoryMB = min(int64(c.MaxConcurrentRuns)*outputReservation(platformMaxOutput)>>20, DefaultMaxOutputMemoryMBCeiling)
 	}
 	switch {
 	case c.MaxQueue == 0:
@@ -194,6 +209,9 @@ func (c Config) Validate() error {
 	}
 	if c.TenantMaxQueue > c.MaxQueue {
 		errs = append(errs, fmt.Errorf("server.tenant_max_queue: %d is more than max_queue (%d)", c.TenantMaxQueue, c.MaxQueue))
+	}
+	if c.MaxOutputMemoryMB < 1 {
+		errs = append(errs, fmt.Errorf("server.max_output_memory_mb: %d must be >= 1", c.MaxOutputMemoryMB))
 	}
 	if c.IdempotencyWindowSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_window_seconds: %d must be >= 0", c.IdempotencyWindowSeconds))

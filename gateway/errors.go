@@ -149,6 +149,9 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, errOverloaded):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: TypeOverloaded,
 			Message: "the gateway's run queue is full; retry later", RetryAfter: time.Second, Err: err}
+	case errors.Is(err, errOutputBudget):
+		return &apiError{Status: http.StatusServiceUnavailable, Type: TypeOverloaded,
+			Message: "the gateway's memory for run output is in use by other runs; retry later", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, errAudit):
 		return &apiError{Status: http.StatusInternalServerError, Type: TypeAuditError,
 			Message: "the audit record could not be written, so the result is withheld", Err: err}

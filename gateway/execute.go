@@ -41,6 +41,9 @@ type execution struct {
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
+	// releaseOutput gives back the run's output memory reservation
+	// (output.go) once the response is written; nil without one.
+	releaseOutput func()
 }
 
 // expected5xx are the 5xx answers that describe the host's state, not a
@@ -58,6 +61,11 @@ func (s *Server) handleExecute(c *gin.Context) {
 	start := time.Now()
 	p, _ := tenancy.PrincipalFrom(ctx)
 	x := &execution{id: c.GetString(keyExecutionID), principal: p, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
+	defer func() {
+		if x.releaseOutput != nil {
+			x.releaseOutput()
+		}
+	}()
 
 	var claimed *IdempotencyKey
 	status, env, err := s.execute(ctx, c, x, &claimed)
@@ -95,16 +103,16 @@ func (s *Server) handleExecute(c *gin.Context) {
 	if env.Logs == nil { // a remembered response from before logs existed
 		env.Logs = []sandbox.LogLine{}
 	}
-	body, err := encodeJSON(env)
+	body, err := encodeEnvelope(env)
 	if err != nil { // cannot happen for these types; keep the contract anyway
-		body = []byte(`{"status":"error"}`)
+		body = &encodedEnvelope{head: []byte(`{"status":"error"}`), size: len(`{"status":"error"}`)}
 	}
 	if claimed != nil {
 		// Remember runs only; a refusal leaves the id free for a retry.
 		bg := context.WithoutCancel(ctx)
 		var ierr error
 		if status == http.StatusOK && !x.replayed {
-			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Outcome: executionStatus(env), Body: body})
+			ierr = s.idem.Complete(bg, *claimed, StoredResponse{Fingerprint: fingerprint(x.req), Status: status, Outcome: executionStatus(env), Body: body.bytes()})
 		} else {
 			ierr = s.idem.Abandon(bg, *claimed)
 		}
@@ -126,7 +134,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 
 	c.Header("X-Execution-Id", env.ExecutionID)
 	c.Header("X-Execution-Status", executionStatus(env))
-	c.Data(status, "application/json; charset=utf-8", body)
+	writeEnvelope(c, status, body)
 }
 
 // execute runs the flow up to the response. It returns the 200 envelope of
@@ -167,6 +175,9 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		case ok:
 			*claimed = &key
 		default:
+			if x.releaseOutput, err = s.output.acquireReplay(ctx, len(stored.Body)); err != nil {
+				return 0, nil, err
+			}
 			var env Envelope
 			if err := json.Unmarshal(stored.Body, &env); err != nil {
 				return 0, nil, fmt.Errorf("decoding remembered response: %w", err)
@@ -194,6 +205,10 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 
 	adm, err := s.admit(ctx, x, tenant)
 	if err != nil {
+		return 0, nil, err
+	}
+	if x.releaseOutput, err = s.output.acquire(ctx, x.limits); err != nil {
+		_ = adm.Release(context.WithoutCancel(ctx))
 		return 0, nil, err
 	}
 	if err := tk.acquire(ctx); err != nil {

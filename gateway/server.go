@@ -124,6 +124,7 @@ type Server struct {
 	caps   caps
 	engine *gin.Engine
 	queue  *runQueue
+	output *outputBudget
 	idem   IdempotencyStore
 	ready  *readiness
 	settle *settler
@@ -173,6 +174,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d:      d,
 		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
 		queue:  newRunQueue(queueLimitsOf(cfg), d.Metrics.SetQueue),
+		output: newOutputBudget(cfg.MaxOutputMemoryMB << 20),
 		idem:   d.Idempotency,
 		settle: newSettler(d.Logger),
 		tracer: d.TracerProvider.Tracer(TracerName),

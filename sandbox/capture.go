@@ -6,32 +6,29 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/execgate/execgate/internal/jsonsize"
 )
 
 // capture keeps the first max bytes read from r and discards the rest, so a
-// tool printing without end never blocks on a full pipe and never grows the
-// gateway's memory past the cap.
+// writer printing without end never blocks on a full pipe and never grows
+// the gateway's memory past the cap. It carries bytes as they are (the
+// result envelope, an installer's output); the tool's stdout and stderr go
+// through a textCapture, which counts what they cost once encoded.
 type capture struct {
 	max       int
-	buf       bytes.Buffer
+	buf       []byte
 	truncated bool
 	total     int64
 }
 
 // readFrom reads r to EOF or error.
 func (c *capture) readFrom(r io.Reader) {
-	chunk := make([]byte, 32<<10)
+	chunk := make([]byte, captureChunk)
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 {
-			c.total += int64(n)
-			keep := min(n, c.max-c.buf.Len())
-			if keep > 0 {
-				c.buf.Write(chunk[:keep])
-			}
-			if keep < n {
-				c.truncated = true
-			}
+			_, _ = c.Write(chunk[:n])
 		}
 		if err != nil {
 			return
@@ -43,9 +40,9 @@ func (c *capture) readFrom(r io.Reader) {
 // so a writer (an installer's output) is never blocked or failed by it.
 func (c *capture) Write(p []byte) (int, error) {
 	c.total += int64(len(p))
-	keep := min(len(p), c.max-c.buf.Len())
+	keep := min(len(p), c.max-len(c.buf))
 	if keep > 0 {
-		c.buf.Write(p[:keep])
+		c.buf = appendCapped(c.buf, p[:keep], c.max)
 	}
 	if keep < len(p) {
 		c.truncated = true
@@ -55,12 +52,93 @@ func (c *capture) Write(p []byte) (int, error) {
 
 // text returns what a capture kept, marking a cut.
 func (c *capture) text() string {
-	s := string(bytes.TrimSpace(c.buf.Bytes()))
+	s := string(bytes.TrimSpace(c.buf))
 	if c.truncated {
-		s += fmt.Sprintf("\n…[%d more bytes of installer output cut]", c.total-int64(c.buf.Len()))
+		s += fmt.Sprintf("\n…[%d more bytes of installer output cut]", c.total-int64(len(c.buf)))
 	}
 	return s
 }
+
+// captureChunk is the read size of every capture.
+const captureChunk = 32 << 10
+
+// appendCapped appends p to buf, growing it by doubling but never past
+// limit bytes of capacity: a capture at its cap holds the cap, not twice it.
+func appendCapped(buf, p []byte, limit int) []byte {
+	if need := len(buf) + len(p); need > cap(buf) {
+		n := min(max(2*cap(buf), need, 4<<10), max(limit, need))
+		grown := make([]byte, len(buf), n)
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, p...)
+}
+
+// textCapture keeps the tool's stdout or stderr: the longest prefix whose
+// JSON encoding (as the envelope carries it, jsonsize) fits in max bytes,
+// cut at a character boundary, and drains the rest. The cap bounds what
+// the gateway holds and sends, not only what the tool wrote: a tool
+// printing control bytes (six bytes each once encoded) keeps a sixth as
+// many. The bytes kept are never more than max either.
+type textCapture struct {
+	max       int // cap on the encoded size, quotes excluded
+	buf       []byte
+	scanned   int // buf[:scanned] is measured; the rest is an incomplete character
+	encoded   int // encoded size of buf[:scanned]
+	truncated bool
+	total     int64
+}
+
+// readFrom reads r to EOF or error.
+func (c *textCapture) readFrom(r io.Reader) {
+	chunk := make([]byte, captureChunk)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			c.write(chunk[:n])
+		}
+		if err != nil {
+			c.measure(true)
+			return
+		}
+	}
+}
+
+func (c *textCapture) write(p []byte) {
+	c.total += int64(len(p))
+	if c.truncated {
+		return
+	}
+	// Every byte costs at least one: more than room bytes cannot fit.
+	room := c.scanned + (c.max - c.encoded) - len(c.buf)
+	keep := min(len(p), max(room, 0))
+	if keep < len(p) {
+		c.truncated = true
+	}
+	c.buf = appendCapped(c.buf, p[:keep], c.max)
+	c.measure(false)
+}
+
+// measure counts the characters not counted yet, cutting buf at the first
+// that does not fit. At EOF an incomplete character is invalid UTF-8.
+func (c *textCapture) measure(atEOF bool) {
+	for c.scanned < len(c.buf) {
+		cost, size, complete := jsonsize.Next(c.buf[c.scanned:], atEOF)
+		if !complete {
+			return
+		}
+		if c.encoded+cost > c.max {
+			c.buf = c.buf[:c.scanned]
+			c.truncated = true
+			return
+		}
+		c.encoded += cost
+		c.scanned += size
+	}
+}
+
+// String is what the capture kept (call after readFrom returned).
+func (c *textCapture) String() string { return string(c.buf[:c.scanned]) }
 
 // logCapture keeps nsjail's log lines, at most maxLines of at most
 // maxLineBytes each.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/execgate/execgate/internal/jsonsize"
 )
 
 func TestCaptureKeepsTheCapAndDrainsTheRest(t *testing.T) {
@@ -23,8 +25,8 @@ func TestCaptureKeepsTheCapAndDrainsTheRest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := capture{max: tt.max}
 			c.readFrom(iotest.OneByteReader(strings.NewReader(tt.input)))
-			if c.buf.String() != tt.want || c.truncated != tt.truncated || c.total != int64(len(tt.input)) {
-				t.Errorf("got %q truncated=%t total=%d", c.buf.String(), c.truncated, c.total)
+			if string(c.buf) != tt.want || c.truncated != tt.truncated || c.total != int64(len(tt.input)) {
+				t.Errorf("got %q truncated=%t total=%d", string(c.buf), c.truncated, c.total)
 			}
 		})
 	}
@@ -45,5 +47,53 @@ func TestLogCaptureBoundsLines(t *testing.T) {
 	long.readFrom(strings.NewReader(strings.Repeat("y", maxLogLineBytes+10)))
 	if len(long.lines) != 1 || len(long.lines[0]) > maxLogLineBytes+len("…") {
 		t.Errorf("long line kept as %d bytes", len(long.lines[0]))
+	}
+}
+
+func TestTextCaptureCapsTheEncodedSize(t *testing.T) {
+	tests := []struct {
+		name      string
+		input     string
+		max       int
+		want      string
+		truncated bool
+	}{
+		{"plain text under the cap", "hello", 10, "hello", false},
+		{"plain text at the cap", "hello", 5, "hello", false},
+		{"control bytes cost six each", strings.Repeat("\x01", 10), 12, "\x01\x01", true},
+		{"a control byte that does not fit is cut whole", "ab\x01", 7, "ab", true},
+		{"newlines cost two", "a\nb\n", 5, "a\nb", true},
+		{"multi-byte characters are never split", "héllo", 2, "h", true},
+		{"invalid UTF-8 costs six", "a\xffb", 7, "a\xff", true},
+		{"an incomplete character at the end is invalid", "a\xe2\x82", 13, "a\xe2\x82", false},
+		{"zero cap", "x", 0, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := textCapture{max: tt.max}
+			c.readFrom(iotest.OneByteReader(strings.NewReader(tt.input)))
+			got := c.String()
+			if got != tt.want || c.truncated != tt.truncated || c.total != int64(len(tt.input)) {
+				t.Errorf("got %q truncated=%t total=%d, want %q truncated=%t", got, c.truncated, c.total, tt.want, tt.truncated)
+			}
+			if n := jsonsize.StringLen(got) - 2; n > tt.max {
+				t.Errorf("kept %d encoded bytes, cap %d", n, tt.max)
+			}
+		})
+	}
+}
+
+func TestTextCaptureOfAFloodHoldsNoMoreThanTheCap(t *testing.T) {
+	const max = 256 << 10
+	c := textCapture{max: max}
+	c.readFrom(strings.NewReader(strings.Repeat("\x01", 4<<20)))
+	if !c.truncated || c.total != 4<<20 {
+		t.Fatalf("truncated=%t total=%d", c.truncated, c.total)
+	}
+	if n := jsonsize.StringLen(c.String()) - 2; n > max || n < max-6 {
+		t.Errorf("kept %d encoded bytes, want just under %d", n, max)
+	}
+	if cap(c.buf) > max {
+		t.Errorf("buffer capacity %d over the cap %d", cap(c.buf), max)
 	}
 }

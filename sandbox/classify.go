@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+
+	"github.com/execgate/execgate/internal/jsonsize"
 )
 
 // Exit statuses: the one mapping from what nsjail returns to what happened.
@@ -116,7 +118,9 @@ type envelope struct {
 const (
 	maxEnvelopeLogs    = 1000
 	maxEnvelopeLogLine = 8 << 10
-	maxErrorText       = 64 << 10
+	// maxEnvelopeLogBytes caps the encoded size of all log lines together.
+	maxEnvelopeLogBytes = 1 << 20
+	maxErrorText        = 64 << 10
 	// envelopeOverhead is added to Limits.OutputBytes for the envelope
 	// pipe's cap (logs, error text, JSON framing).
 	envelopeOverhead = 512 << 10
@@ -168,7 +172,7 @@ func classify(o outcome) verdict {
 	fail := func(typ, msg, tb string) verdict {
 		v := verdict{Status: StatusError, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
 		if env != nil {
-			v.Logs = envelopeLogs(env.Logs)
+			v.Logs = boundLogs(env.Logs)
 		}
 		return v
 	}
@@ -301,26 +305,31 @@ func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
 	return &env, nil
 }
 
-// envelopeLogs caps an envelope's log lines (count and length) and maps
-// unknown levels to info, whatever verdict they go with.
-func envelopeLogs(in []LogLine) []LogLine {
-	logs := in
-	if len(logs) > maxEnvelopeLogs {
-		logs = append(logs[:maxEnvelopeLogs:maxEnvelopeLogs], LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(in)-maxEnvelopeLogs)})
-	}
-	for i := range logs {
-		logs[i].Message = clip(logs[i].Message, maxEnvelopeLogLine)
-		switch logs[i].Level {
+// boundLogs caps the tool's log lines: each message at maxEnvelopeLogLine
+// bytes, an unknown level read as info, and at most maxEnvelopeLogs lines
+// and maxEnvelopeLogBytes bytes as the envelope encodes them; what is
+// dropped is counted in a last warning line.
+func boundLogs(in []LogLine) []LogLine {
+	out := in[:0:0]
+	size := 0
+	for i, l := range in {
+		l.Message = clip(l.Message, maxEnvelopeLogLine)
+		switch l.Level {
 		case "debug", "info", "warning", "error":
 		default:
-			logs[i].Level = "info"
+			l.Level = "info"
 		}
+		size += jsonsize.StringLen(l.Level) + jsonsize.StringLen(l.Message) + len(`{"level":,"message":},`)
+		if i >= maxEnvelopeLogs || size > maxEnvelopeLogBytes {
+			return append(out, LogLine{Level: "warning", Message: fmt.Sprintf("%d log lines dropped", len(in)-i)})
+		}
+		out = append(out, l)
 	}
-	return logs
+	return out
 }
 
 func fromEnvelope(env *envelope, o outcome) verdict {
-	logs := envelopeLogs(env.Logs)
+	logs := boundLogs(env.Logs)
 	if env.ProtocolVersion != ProtocolVersion {
 		return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrProtocolMismatch,
 			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, ProtocolVersion)}}
@@ -330,6 +339,9 @@ func fromEnvelope(env *envelope, o outcome) verdict {
 		if len(result) == 0 {
 			result = json.RawMessage("null")
 		}
+		// The result is sent as it came (re-encoding never makes valid JSON
+		// longer), so its bytes are its size in the envelope; the runner,
+		// not the harness, checks the cap (a tool may write the envelope).
 		if o.Limits.OutputBytes > 0 && int64(len(result)) > o.Limits.OutputBytes {
 			return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrOutputLimit,
 				Message: fmt.Sprintf("the result is %d bytes, over the output cap of %d bytes", len(result), o.Limits.OutputBytes)}}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -215,7 +216,51 @@ func TestLogsOfAnOverruledEnvelopeAreCappedToo(t *testing.T) {
 	if v.Error == nil || v.Error.Type != ErrTimeout {
 		t.Fatalf("verdict %+v", v.Error)
 	}
-	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || len(v.Logs[0].Message) > maxEnvelopeLogLine+len("…[truncated]") {
-		t.Errorf("logs: %d lines, first level %q, first length %d", len(v.Logs), v.Logs[0].Level, len(v.Logs[0].Message))
+	enc, err := json.Marshal(v.Logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Logs) > maxEnvelopeLogs+1 || len(enc) > maxEnvelopeLogBytes+1024 || v.Logs[0].Level != "info" || len(v.Logs[0].Message) > maxEnvelopeLogLine+len("…[truncated]") {
+		t.Errorf("logs: %d lines, %d bytes encoded, first level %q, first length %d", len(v.Logs), len(enc), v.Logs[0].Level, len(v.Logs[0].Message))
+	}
+	if last := v.Logs[len(v.Logs)-1]; !strings.Contains(last.Message, "log lines dropped") {
+		t.Errorf("no drop notice; last line %+v", last)
+	}
+}
+
+func TestEnvelopeLogsAreCappedInEncodedBytes(t *testing.T) {
+	// Lines of raw control bytes, each encoding to six times its length:
+	// 1000 lines of 1 KiB are 6 MiB once encoded. (Small enough not to
+	// raise this package's peak RSS, which a runner test measures.)
+	line, _ := json.Marshal(LogLine{Level: "info", Message: strings.Repeat("\x01", 1<<10)})
+	var b strings.Builder
+	b.WriteString(`{"result":1,"protocol_version":1,"status":"ok","logs":[`)
+	for i := 0; i < maxEnvelopeLogs; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(line)
+	}
+	b.WriteString("]}")
+	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	enc, err := json.Marshal(v.Logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(enc) > maxEnvelopeLogBytes+1024 {
+		t.Errorf("logs encode to %d bytes, cap %d", len(enc), maxEnvelopeLogBytes)
+	}
+	if last := v.Logs[len(v.Logs)-1]; !strings.Contains(last.Message, "log lines dropped") {
+		t.Errorf("no drop notice; last line %+v", last)
+	}
+}
+
+func TestAResultOverTheCapIsOutputLimitWhoeverWroteTheEnvelope(t *testing.T) {
+	lim := DefaultLimits
+	lim.OutputBytes = 100
+	env := `{"protocol_version":1,"status":"ok","result":"` + strings.Repeat("x", 200) + `"}`
+	v := classify(outcome{Envelope: []byte(env), Log: []string{"Executing '/usr/bin/python3'"}, Limits: lim})
+	if v.Status != StatusError || v.Error == nil || v.Error.Type != ErrOutputLimit || v.Result != nil {
+		t.Errorf("verdict %+v", v)
 	}
 }

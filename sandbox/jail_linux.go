@@ -21,7 +21,7 @@ import (
 // File descriptors of nsjail (and, except fd 4, of the harness):
 //
 //	0  stdin   the request (JSON), closed after writing
-//	1  stdout  the tool's stdout, captured up to Limits.OutputBytes
+//	1  stdout  the tool's stdout, captured up to Limits.OutputBytes as encoded
 //	2  stderr  the tool's stderr, same cap
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
@@ -37,9 +37,10 @@ type jail struct {
 	// directory bound at JailEgressDir. "" otherwise. Removed by release.
 	dir string
 
-	stdout, stderr, envelope capture
-	log                      logCapture
-	readers                  sync.WaitGroup
+	stdout, stderr textCapture
+	envelope       capture
+	log            logCapture
+	readers        sync.WaitGroup
 
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error         // set before exited is closed
@@ -156,8 +157,8 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		dir:      dir,
 		stdin:    in.w,
 		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
-		stdout:   capture{max: int(l.OutputBytes)},
-		stderr:   capture{max: int(l.OutputBytes)},
+		stdout:   textCapture{max: int(l.OutputBytes)},
+		stderr:   textCapture{max: int(l.OutputBytes)},
 		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
 		exited:   make(chan struct{}),
 		started:  time.Now(),
@@ -254,7 +255,7 @@ wait:
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
 	}
 	o.Log = j.log.lines
-	o.Envelope = j.envelope.buf.Bytes()
+	o.Envelope = j.envelope.buf
 	o.EnvelopeTruncated = j.envelope.truncated
 	o.Limits = j.prof.Limits
 	stats := j.cg.stats()

@@ -268,8 +268,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	res := Result{
 		Status:        v.Status,
 		Result:        v.Result,
-		Stdout:        j.stdout.buf.String(),
-		Stderr:        j.stderr.buf.String(),
+		Stdout:        j.stdout.String(),
+		Stderr:        j.stderr.String(),
 		Truncated:     Truncated{Stdout: j.stdout.truncated, Stderr: j.stderr.truncated},
 		Error:         v.Error,
 		Logs:          v.Logs,

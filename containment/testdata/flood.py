@@ -1,4 +1,5 @@
-# Containment 7: flood stdout/stderr, or return a result larger than the cap.
+# Containment 7: flood stdout/stderr (with args["byte"], default "f"), or
+# return a result larger than the cap.
 import os
 
 
@@ -6,7 +7,7 @@ def run(args, context):
     if args["mode"] == "result":
         return "r" * args["bytes"]
     fd = 1 if args["mode"] == "stdout" else 2
-    block = b"f" * (1 << 20)
+    block = bytes([args.get("byte", ord("f"))]) * (1 << 20)
     for _ in range(args["bytes"] // len(block)):
         os.write(fd, block)
     return {"flooded": args["bytes"]}
