@@ -76,9 +76,6 @@ func (d *depsInstaller) install(ctx context.Context, key string, pins []string) 
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
 	}
-	if err := checkSearchable(d.dir); err != nil {
-		return "", nil, err
-	}
 	unlock, err := lockFile(ctx, final+".lock")
 	if err != nil {
 		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: locking " + final, Err: err}
