@@ -370,16 +370,6 @@ const nsjailExecPath = "/proc/self/fd/5"
 // the jail's host uid.
 var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRIDE}
 
-// idMapArgs map ToolUID/ToolGID inside the jail to the jail's host uid
-// (and the gid of the same number). They are flags, not part of the
-// profile's config: nsjail appends a flag's map to the file's.
-func idMapArgs(hostID uint32) []string {
-	return []string{
-		"--user", fmt.Sprintf("%d:%d:1", ToolUID, hostID),
-		"--group", fmt.Sprintf("%d:%d:1", ToolGID, hostID),
-	}
-}
-
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
 	return filepath.Join(j.dir, "egress", egressSocketName)

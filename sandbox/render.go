@@ -241,3 +241,13 @@ func q(s string) string {
 var protoQuoter = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// idMapArgs map ToolUID/ToolGID inside the jail to the jail's host uid
+// (and the gid of the same number). They are flags, not part of the
+// profile's config: nsjail appends a flag's map to the file's.
+func idMapArgs(hostID uint32) []string {
+	return []string{
+		"--user", fmt.Sprintf("%d:%d:1", ToolUID, hostID),
+		"--group", fmt.Sprintf("%d:%d:1", ToolGID, hostID),
+	}
+}
