@@ -111,9 +111,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// parseUIDRange parses "FIRST-LAST" (inclusive), refusing 0 (host root)
+// ParseUIDRange parses sandbox.uid_range, "FIRST-LAST" (inclusive), refusing 0 (host root)
 // and the invalid id 2^32-1.
-func parseUIDRange(s string) (lo, hi uint32, err error) {
+func ParseUIDRange(s string) (lo, hi uint32, err error) {
 	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
 	if !ok {
 		return 0, 0, fmt.Errorf("%q is not FIRST-LAST", s)
@@ -150,7 +150,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("sandbox.deps_dir: %w", err))
 		}
 	}
-	if _, _, err := parseUIDRange(c.UIDRange); err != nil {
+	if _, _, err := ParseUIDRange(c.UIDRange); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox.uid_range: %w", err))
 	}
 	if !filepath.IsAbs(c.RuntimeDir) {

@@ -38,7 +38,7 @@ type uidLease struct {
 }
 
 func newUIDPool(runtimeDir, uidRange string) (*uidPool, error) {
-	lo, hi, err := parseUIDRange(uidRange)
+	lo, hi, err := ParseUIDRange(uidRange)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox.uid_range: %w", err)
 	}

@@ -59,9 +59,9 @@ func TestParseUIDRange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			lo, hi, err := parseUIDRange(tt.in)
+			lo, hi, err := ParseUIDRange(tt.in)
 			if (err == nil) != tt.ok || lo != tt.lo || hi != tt.hi {
-				t.Errorf("parseUIDRange(%q) = %d, %d, %v", tt.in, lo, hi, err)
+				t.Errorf("ParseUIDRange(%q) = %d, %d, %v", tt.in, lo, hi, err)
 			}
 		})
 	}

@@ -203,3 +203,20 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
 		t.Fatalf("no cgroup mounts: %+v", c)
 	}
 }
+
+func TestUIDRangeOverlapsNamesUsersAndSubordinateRanges(t *testing.T) {
+	passwd := "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\nsvc:x:120000:120000::/:/bin/false\n"
+	subuid := "alice:100000:65536\nbob:300000:65536\n"
+	got := uidRangeOverlaps("100000-165535", passwd, subuid)
+	for _, want := range []string{"user svc (uid 120000)", "subordinate uids 100000-165535 of alice"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("overlaps %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "bob") || strings.Contains(got, "alice (uid") {
+		t.Errorf("overlaps %q name ids outside the range", got)
+	}
+	if got := uidRangeOverlaps("200000-265535", passwd, subuid); got != "" {
+		t.Errorf("a free range overlaps %q", got)
+	}
+}
