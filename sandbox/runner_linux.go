@@ -130,7 +130,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		nsjailFile.Close()
 		return nil, err
 	}
-	if err := v.check(); err != nil {
+	if err := v.check(v.Rootfs); err != nil {
 		nsjailFile.Close()
 		_ = v.close()
 		return nil, err
@@ -149,6 +149,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		profiles:   map[string]string{},
 		deps: &depsInstaller{
 			dir:       cfg.DepsDir,
+			check:     func() error { return v.check(v.Deps) },
 			python:    cfg.PythonPath,
 			pyVersion: m.PythonVersion,
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
@@ -161,6 +162,15 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		o(r)
 	}
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
+	if r.egress != nil {
+		// A proxy-mode jail's egress directory is bound from below the
+		// jails dir.
+		if err := v.check(v.Jails); err != nil {
+			nsjailFile.Close()
+			_ = v.close()
+			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
+		}
+	}
 	if cg.acct == acctNone {
 		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
 			"cgroup_version", cg.version)

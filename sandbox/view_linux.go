@@ -206,18 +206,15 @@ func (v *view) source(p string) string {
 	return p
 }
 
-// check makes sure the jail's uid can reach every mount of the view: the
-// runtime directory's components and each source directory itself (the
-// root of its bind), which the user may have made private.
-func (v *view) check() error {
-	for _, dst := range []string{v.Rootfs, v.Deps, v.Jails} {
-		if err := checkSearchable(dst, v.source(dst)); err != nil {
-			var ue *UnavailableError
-			if errors.As(err, &ue) {
-				ue.Reason = fmt.Sprintf("%s (the jail sees it through %s)", ue.Reason, dst)
-			}
-			return err
-		}
+// check makes sure the jail's uid can reach the view's path p: the
+// runtime directory's components and the source directory itself (the root
+// of its bind, which the user may have made private). Errors name the
+// source.
+func (v *view) check(p string) error {
+	err := checkSearchable(p, v.source(p))
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		ue.Reason = fmt.Sprintf("%s (the jail sees it through %s)", ue.Reason, p)
 	}
-	return nil
+	return err
 }
