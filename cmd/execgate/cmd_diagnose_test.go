@@ -220,3 +220,18 @@ func TestUIDRangeOverlapsNamesUsersAndSubordinateRanges(t *testing.T) {
 		t.Errorf("a free range overlaps %q", got)
 	}
 }
+
+func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
+	cfg := testenv.SandboxConfig(t) // skips without root or nsjail
+	c := diagJailView(cfg, "")
+	if c.Status == diagFail {
+		t.Fatalf("jail view check = %+v", c)
+	}
+	view := filepath.Join(sandbox.DefaultRuntimeDir, "view-"+strconv.Itoa(os.Getpid())+"-")
+	if !strings.Contains(c.Detail, view) || !strings.Contains(c.Detail, sandbox.DefaultUIDRange) {
+		t.Errorf("detail %q names neither the view %s… nor the uid range", c.Detail, view)
+	}
+	if m, _ := filepath.Glob(view + "*"); len(m) != 0 {
+		t.Errorf("diagnose left its view mounted: %v", m)
+	}
+}
