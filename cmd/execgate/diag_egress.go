@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -71,7 +72,12 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 		EgressAllow: []string{fmt.Sprintf("%s:%d", diagProbeHost, port)},
 	})
 	if err != nil {
-		return fail(err.Error(), "proxy mode needs the work dir to be searchable by the jail user (chmod o+x on its parents)")
+		hint := "see the error; execgate diagnose's other checks say whether any jail can start"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) && ue.Hint != "" {
+			hint = ue.Hint
+		}
+		return fail(err.Error(), hint)
 	}
 	if res.Status != sandbox.StatusOK {
 		msg := string(res.Status)
