@@ -34,9 +34,20 @@ type serveProc struct {
 // for /readyz (a real jailed run succeeded).
 func serveArgs(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()
+	return serveUmask(t, "", bin, args...)
+}
+
+// serveUmask is serveArgs with the gateway started under umask (unless "").
+func serveUmask(t *testing.T, umask, bin string, args ...string) *serveProc {
+	t.Helper()
 	addr := obsFreeAddr(t)
 	p := &serveProc{base: "http://" + addr, logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append(append([]string{"serve"}, args...), "--listen", addr)...)
+	argv := append(append([]string{bin, "serve"}, args...), "--listen", addr)
+	if umask != "" {
+		// exec keeps the pid: the gateway's own, for the view's name.
+		argv = append([]string{"/bin/sh", "-c", "umask " + umask + ` && exec "$@"`, "sh"}, argv...)
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = cleanEnv("EXECGATE_NSJAIL=" + testenv.Nsjail(t))
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -91,13 +102,19 @@ func cleanEnv(extra ...string) []string {
 // §4 probe for tenant through p.
 func (p *serveProc) probeOK(t *testing.T, bin, tenant string, args ...string) {
 	t.Helper()
+	p.probeNetworkOK(t, bin, tenant, "none", args...)
+}
+
+// probeNetworkOK is probeOK in network mode network.
+func (p *serveProc) probeNetworkOK(t *testing.T, bin, tenant, network string, args ...string) {
+	t.Helper()
 	tc := exec.Command(bin, append([]string{"token", "--tenant", tenant}, args...)...)
 	tc.Env = cleanEnv()
 	out, err := tc.Output()
 	if err != nil {
 		t.Fatalf("execgate token: %v", err)
 	}
-	body := fmt.Sprintf(`{"execution_id":"probe-%d","tenant_id":%q,"source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}`, time.Now().UnixNano(), tenant)
+	body := fmt.Sprintf(`{"execution_id":"probe-%d","tenant_id":%q,"network_access":%q,"source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}`, time.Now().UnixNano(), tenant, network)
 	req, _ := http.NewRequest(http.MethodPost, p.base+"/v1/execute", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(out)))
 	req.Header.Set("Content-Type", "application/json")
@@ -146,7 +163,7 @@ func TestServeRunsToolsOnAPrivateStateDir(t *testing.T) {
 		}
 	})
 
-	t.Run("config file whose state_dir does not exist yet, with a tenant", func(t *testing.T) {
+	t.Run("config file whose state_dir does not exist yet, with a tenant, under umask 077", func(t *testing.T) {
 		private := t.TempDir() // 0700
 		state := filepath.Join(private, "new", "state")
 		key := filepath.Join(t.TempDir(), "dev.key")
@@ -161,14 +178,19 @@ tenants:
   - id: acme
     plan: standard
     policy:
-      network: [none]
+      network: [none, proxy]
 `, state, key)
 		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		// serve creates the state dir and builds the rootfs in it.
-		p := serveArgs(t, bin, "--config", cfg)
+		// serve creates the state dir (the audit log's first) and builds
+		// the rootfs in it; every directory it makes gets 0700 from the
+		// umask unless execgate sets the mode the jail needs.
+		p := serveUmask(t, "077", bin, "--config", cfg)
 		p.probeOK(t, bin, "acme", "--config", cfg)
+		// Proxy mode binds the run's egress directory, made below the
+		// state dir at run time.
+		p.probeNetworkOK(t, bin, "acme", "proxy", "--config", cfg)
 	})
 }
 

@@ -85,9 +85,17 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
 		}
 		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+		// The jail's uid passes through it to the egress directory,
+		// whatever execgate's umask.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
+		}
 		if p.Network == NetworkProxy {
 			egressDir := filepath.Join(dir, "egress")
 			if err := os.Mkdir(egressDir, 0o755); err != nil {
+				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
+			}
+			if err := os.Chmod(egressDir, 0o755); err != nil {
 				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
 			}
 			binds[0].Src = filepath.Join(r.view.Jails, runID, "egress")
