@@ -64,14 +64,14 @@ func openView(runtimeDir, rootfs, deps, jails string) (*view, error) {
 	key := runtimeDir + "\x00" + hex.EncodeToString(h[:])
 	viewsMu.Lock()
 	defer viewsMu.Unlock()
-	if v, ok := views[key]; ok {
-		v.refs++
-		return v, nil
-	}
 	if err := makeRuntimeDir(runtimeDir); err != nil {
 		return nil, err
 	}
 	sweepViews(runtimeDir)
+	if v, ok := views[key]; ok {
+		v.refs++
+		return v, nil
+	}
 	dir := filepath.Join(runtimeDir, fmt.Sprintf("view-%d-%s", os.Getpid(), hex.EncodeToString(h[:6])))
 	v := &view{
 		key:     key,
