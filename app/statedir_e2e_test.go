@@ -81,6 +81,9 @@ func serveUmask(t *testing.T, umask, bin string, args ...string) *serveProc {
 			t.Fatalf("execgate serve %v exited:\n%s", args, p.logs.String())
 		default:
 		}
+		if strings.Contains(p.logs.String(), "CANNOT RUN TOOLS") { // the start-up banner of a gateway without a sandbox
+			t.Fatalf("execgate serve %v cannot run tools:\n%s", args, p.logs.String())
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("execgate serve %v not ready within 3 minutes:\n%s", args, p.logs.String())
 		}
