@@ -28,6 +28,8 @@ import (
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
+//	5  nsjail  nsjail's own binary, opened by the runner as root and
+//	           executed as /proc/self/fd/5 (nsjailExecPath); not passed on
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
