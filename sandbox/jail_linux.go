@@ -28,8 +28,9 @@ import (
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
-//	5  nsjail  nsjail's own binary, opened by the runner as root and
-//	           executed as /proc/self/fd/5 (nsjailExecPath); not passed on
+//	5  nsjail  nsjail's directory (or binary), opened by the runner as root,
+//	           through which the child executes nsjail (openNsjail); nsjail
+//	           does not pass it on
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
@@ -144,7 +145,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	args = append(args, idMapArgs(lease.uid)...)
 	args = append(args, cg.nsjailArgs()...)
 	cmd := &exec.Cmd{
-		Path:       nsjailExecPath,
+		Path:       r.nsjailExec,
 		Args:       args,
 		Env:        []string{}, // nothing of the gateway's environment reaches nsjail
 		Dir:        "/",
@@ -369,12 +370,6 @@ func (j *jail) release() {
 	}
 	j.uid.release()
 }
-
-// nsjailExecPath starts nsjail from the runner's open descriptor of it
-// (fd 5 of the child), not by path: as the jail's uid, with no effective
-// capabilities until it runs, the child could not traverse a private
-// directory above the binary (a checkout under /root).
-const nsjailExecPath = "/proc/self/fd/5"
 
 // nsjailCaps are the capabilities nsjail keeps (ambient) while running as
 // the jail's host uid.

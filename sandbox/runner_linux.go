@@ -31,10 +31,11 @@ const warmIdleMax = 60 * time.Second
 type Runner struct {
 	cfg    Config
 	nsjail string
-	// nsjailFile is nsjail's binary, opened as root: jails start it
-	// through /proc/self/fd as their own uid, which need not be able to
-	// traverse the directories above it.
+	// nsjailFile is nsjail's directory (or, when that is private, the
+	// binary itself), opened as root, and nsjailExec the path that starts
+	// nsjail through it (openNsjail).
 	nsjailFile *os.File
+	nsjailExec string
 	view       *view    // the jail's view of the rootfs, deps and jails dirs
 	uids       *uidPool // host uids, one per live jail
 	version    string
@@ -121,7 +122,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			return nil, err
 		}
 	}
-	nsjailFile, err := os.Open(nsjail)
+	nsjailFile, nsjailExec, err := openNsjail(nsjail)
 	if err != nil {
 		return nil, &UnavailableError{Reason: "opening nsjail " + nsjail, Hint: setupHint, Err: err}
 	}
@@ -139,6 +140,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		cfg:        cfg,
 		nsjail:     nsjail,
 		nsjailFile: nsjailFile,
+		nsjailExec: nsjailExec,
 		view:       v,
 		uids:       uids,
 		version:    nsjailVersion(nsjail),
@@ -476,6 +478,37 @@ func checkSearchable(dir, shown string) error {
 			return nil
 		}
 	}
+}
+
+// nsjailFD is the descriptor number nsjail's directory (or binary) has in
+// the child that executes it (jail_linux.go's fd contract).
+const nsjailFD = 5
+
+// openNsjail opens what a jail's start executes nsjail through. The child
+// runs as the jail's uid, without effective capabilities until nsjail runs,
+// so it may not traverse a private directory above the binary (a checkout
+// under /root). It goes through a descriptor opened here, as root: of the
+// binary's directory when the jail's uid may search it, so the process is
+// still named "nsjail" (/proc/self/fd/5/nsjail), else of the binary itself
+// (/proc/self/fd/5, named "5" in ps).
+func openNsjail(path string) (*os.File, string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Dir(real)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 != 0 {
+		f, err := os.Open(dir)
+		if err != nil {
+			return nil, "", err
+		}
+		return f, fmt.Sprintf("/proc/self/fd/%d/%s", nsjailFD, filepath.Base(real)), nil
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return nil, "", err
+	}
+	return f, fmt.Sprintf("/proc/self/fd/%d", nsjailFD), nil
 }
 
 // makeDir creates dir (and its parents) unless it exists, and gives it

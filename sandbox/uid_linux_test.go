@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -62,6 +64,44 @@ func TestParseUIDRange(t *testing.T) {
 			lo, hi, err := ParseUIDRange(tt.in)
 			if (err == nil) != tt.ok || lo != tt.lo || hi != tt.hi {
 				t.Errorf("ParseUIDRange(%q) = %d, %d, %v", tt.in, lo, hi, err)
+			}
+		})
+	}
+}
+
+func TestOpenNsjailGoesThroughTheDirectoryWhenTheJailMaySearchIt(t *testing.T) {
+	private := t.TempDir() // 0700: the jail's uid cannot pass
+	for _, tt := range []struct {
+		name, dirMode string
+		mode          os.FileMode
+		want          string
+	}{
+		{"a searchable bin dir keeps the name", "bin", 0o755, "/proc/self/fd/5/nsjail"},
+		{"a private bin dir: the binary itself", "secret", 0o700, "/proc/self/fd/5"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(private, tt.dirMode)
+			if err := os.Mkdir(dir, tt.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, tt.mode); err != nil {
+				t.Fatal(err)
+			}
+			bin := filepath.Join(dir, "nsjail")
+			if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(private, "link-"+tt.dirMode)
+			if err := os.Symlink(bin, link); err != nil {
+				t.Fatal(err)
+			}
+			f, path, err := openNsjail(link)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if path != tt.want {
+				t.Errorf("exec path %q, want %q", path, tt.want)
 			}
 		})
 	}

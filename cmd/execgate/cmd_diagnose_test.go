@@ -167,17 +167,22 @@ func TestDiagnoseEgressReachesALoopbackNameOnlyTheProxyResolves(t *testing.T) {
 		t.Fatalf("egress check: %+v", c)
 	}
 
-	// A work dir the jail user cannot traverse makes proxy mode impossible:
-	// the check must say so rather than pass.
+	// A private work dir is fine (the jail reaches its jails dir through
+	// the runner's view)...
 	cfg.Sandbox.WorkDir = filepath.Join(t.TempDir(), "private")
 	if err := os.MkdirAll(cfg.Sandbox.WorkDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(filepath.Dir(cfg.Sandbox.WorkDir), 0o700); err != nil {
+	if c := diagEgress(context.Background(), cfg); c.Status != diagOK {
+		t.Fatalf("egress check with a private work dir: %+v, want ok", c)
+	}
+	// ...but a jails dir the user made private makes proxy mode
+	// impossible: the check must say so, with the hint, rather than pass.
+	if err := os.Chmod(filepath.Join(cfg.Sandbox.WorkDir, "jails"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if c := diagEgress(context.Background(), cfg); c.Status != diagFail {
-		t.Fatalf("egress check with an unreachable work dir: %+v, want FAIL", c)
+	if c := diagEgress(context.Background(), cfg); c.Status != diagFail || !strings.Contains(c.Hint, "chmod o+x") {
+		t.Fatalf("egress check with a private jails dir: %+v, want FAIL with the chmod hint", c)
 	}
 }
 

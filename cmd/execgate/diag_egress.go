@@ -61,7 +61,12 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	scfg.WarmPool = 0
 	r, err := sandbox.NewRunner(scfg, sandbox.WithEgress(proxy))
 	if err != nil {
-		return fail(err.Error(), "fix the sandbox checks above first")
+		hint := "fix the sandbox checks above first"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) && ue.Hint != "" {
+			hint = ue.Hint
+		}
+		return fail(err.Error(), hint)
 	}
 	defer r.Close()
 	args, _ := json.Marshal(map[string]string{"url": fmt.Sprintf("http://%s:%d/", diagProbeHost, port)})
