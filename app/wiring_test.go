@@ -282,11 +282,12 @@ func TestPolicyBundleIsPolledWithoutPolicyDirs(t *testing.T) {
 	}
 }
 
-func TestAWorkDirTheJailCannotReachRefusesOnlyProxyRuns(t *testing.T) {
+func TestAJailsDirTheJailCannotReachRefusesOnlyProxyRuns(t *testing.T) {
 	s := start(t, setup{realSandbox: true, mutate: func(c *config.Config) {
-		// Undo testConfig's chmod: the jail user cannot reach the egress
-		// socket below this work dir.
-		if err := os.Chmod(filepath.Dir(c.Sandbox.WorkDir), 0o700); err != nil {
+		// The work dir may be private (the jail reaches its jails dir
+		// through the view), but a jails dir the user made private keeps
+		// the jail from every egress socket below it.
+		if err := os.Mkdir(filepath.Join(c.Sandbox.WorkDir, "jails"), 0o700); err != nil {
 			t.Fatal(err)
 		}
 		nt := config.DemoTenant()

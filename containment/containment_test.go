@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -1291,7 +1292,7 @@ var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITE
 
 // 20–22. The environment is the whitelist only; no descriptor beyond 0–2 and
 // the result fd 3 is inherited, nsjail's log fd is unreachable; the ids map
-// 99999 to 99999, never to host root.
+// 99999 to the jail's own host uid of sandbox.uid_range, never to host root.
 func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 	t.Parallel()
 	r, cfg := newRunner(t, "identity")
@@ -1383,11 +1384,18 @@ func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 			t.Errorf("writing to nsjail's log fd %d: %s, want EBADF", nsjailLogFD, errnoName(out.WriteLogFD))
 		}
 	})
-	t.Run("ids map 99999 to 99999", func(t *testing.T) {
-		for name, m := range map[string]string{"uid_map": out.UIDMap, "gid_map": out.GIDMap} {
-			if f := strings.Fields(m); !slices.Equal(f, []string{"99999", "99999", "1"}) {
-				t.Errorf("%s = %q, want 99999 99999 1", name, m)
-			}
+	t.Run("ids map 99999 to a host uid of the range", func(t *testing.T) {
+		lo, hi, err := sandbox.ParseUIDRange(sandbox.DefaultUIDRange)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(out.UIDMap)
+		host, _ := strconv.ParseUint(f[min(1, len(f)-1)], 10, 32)
+		if len(f) != 3 || f[0] != "99999" || f[2] != "1" || host < uint64(lo) || host > uint64(hi) {
+			t.Errorf("uid_map = %q, want 99999 <host uid in %s> 1", out.UIDMap, sandbox.DefaultUIDRange)
+		}
+		if g := strings.Fields(out.GIDMap); !slices.Equal(g, []string{"99999", strconv.FormatUint(host, 10), "1"}) {
+			t.Errorf("gid_map = %q, want 99999 %d 1", out.GIDMap, host)
 		}
 		for _, id := range out.IDs {
 			if id != 99999 {
@@ -1804,4 +1812,64 @@ func listenLoopback(t *testing.T) (net.Listener, <-chan net.Conn) {
 		}
 	}()
 	return ln, accepted
+}
+
+// 37. Per-user kernel limits are per jail: each live jail runs as a host uid
+// of its own, which also owns the jail's user namespace, so one tenant
+// holding every inotify instance, message queue byte and process its jail
+// may have leaves another tenant's concurrent run (and the host's root)
+// untouched.
+func TestPerUserKernelLimitsArePerJail(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, "per-user")
+	wait := startTool(t, r, job{tool: "per_user_limits", tenant: "tenant-a",
+		args:   map[string]any{"mode": "hold", "hold_ms": 8000},
+		limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}})
+	// Wait until tenant A holds them (its tool renames itself then).
+	for deadline := time.Now().Add(20 * time.Second); !processNamed("eg-limits-hold"); {
+		if time.Now().After(deadline) {
+			res, err := wait()
+			t.Fatalf("tenant A never got to hold its limits: %v\n%s", err, describe(res))
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	var probe struct {
+		Inotify string `json:"inotify_init"`
+		MQ      string `json:"mq_open"`
+		Fork    string `json:"fork"`
+	}
+	decode(t, runTool(t, r, job{tool: "per_user_limits", tenant: "tenant-b", args: map[string]any{"mode": "probe"}}), &probe)
+	if probe.Inotify != "ok" || probe.MQ != "ok" || probe.Fork != "ok" {
+		t.Errorf("tenant B while A holds its limits: inotify_init %s, mq_open %s, fork %s; want ok for each", probe.Inotify, probe.MQ, probe.Fork)
+	}
+	if fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC); err != nil {
+		t.Errorf("host root's inotify_init while a jail holds its instances: %v", err)
+	} else {
+		syscall.Close(fd)
+	}
+	var held struct {
+		Held map[string]int    `json:"held"`
+		Ends map[string]string `json:"ends"`
+	}
+	res, err := wait()
+	if err != nil {
+		t.Fatalf("tenant A's run: %v", err)
+	}
+	decode(t, res, &held)
+	// A really held them: it ran into its own limits, not a short count.
+	if held.Ends["inotify"] != "EMFILE" || held.Held["inotify"] == 0 || held.Ends["procs"] != "EAGAIN" {
+		t.Errorf("tenant A held %v, ending with %v; want it stopped by EMFILE (inotify) and EAGAIN (processes)", held.Held, held.Ends)
+	}
+	t.Logf("tenant A held %v (ended with %v)", held.Held, held.Ends)
+}
+
+// processNamed reports whether a host process has comm as its name.
+func processNamed(comm string) bool {
+	paths, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == comm {
+			return true
+		}
+	}
+	return false
 }

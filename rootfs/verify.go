@@ -168,23 +168,20 @@ func verifyHost(r *Report, m *Manifest) {
 	}
 }
 
-// reachable checks that the jail's uid can traverse every directory from /
-// to the rootfs: nsjail sets the jail up as that user, so a 0700 state
-// directory above the rootfs makes every run fail.
+// reachable checks that the jail's uid can traverse the rootfs directory
+// itself. The directories above it may be private: the runner mounts the
+// rootfs read-only under sandbox.runtime_dir and nsjail reaches it there
+// (sandbox/view_linux.go), but the root of that bind is this directory,
+// whose mode the jail sees.
 func reachable(r *Report) {
-	for p := r.Dir; ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			r.add("reachable by the jail", false, err.Error(), "")
-			return
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			r.add("reachable by the jail", false, fmt.Sprintf("%s is not searchable by others (mode %v)", p, fi.Mode().Perm()), "chmod o+x "+p)
-			return
-		}
-		if p == filepath.Dir(p) {
-			break
-		}
+	fi, err := os.Stat(r.Dir)
+	if err != nil {
+		r.add("reachable by the jail", false, err.Error(), "")
+		return
 	}
-	r.add("reachable by the jail", true, "every directory down to the rootfs is searchable", "")
+	if fi.Mode().Perm()&0o001 == 0 {
+		r.add("reachable by the jail", false, fmt.Sprintf("%s is not searchable by others (mode %v)", r.Dir, fi.Mode().Perm()), "chmod o+x "+r.Dir)
+		return
+	}
+	r.add("reachable by the jail", true, "the rootfs dir is searchable (the directories above it may be private)", "")
 }

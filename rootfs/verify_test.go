@@ -103,9 +103,9 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 			detail: "/etc/shadow -> /etc/shadow",
 		},
 		{
-			name: "a parent directory the jail cannot traverse",
+			name: "a rootfs directory the jail cannot traverse",
 			tamper: func(t *testing.T) func() {
-				p := filepath.Dir(dir)
+				p := dir
 				fi, err := os.Stat(p)
 				if err != nil {
 					t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -45,13 +46,25 @@ type Config struct {
 	UVPath string `yaml:"uv_path" json:"uv_path"`
 	// DepsDir caches installed requirement sets, one directory per set
 	// (named by the hash of the normalised pins), bound read-only into the
-	// jails that asked for them. Every directory above it must be searchable
-	// by others (the jail's uid). Empty: "deps" beside RootfsDir, i.e.
+	// jails that asked for them (through the runner's view, so the
+	// directories above it may be private). Empty: "deps" beside RootfsDir, i.e.
 	// <state_dir>/deps.
 	DepsDir string `yaml:"deps_dir" json:"deps_dir"`
 	// DepsTimeoutMS bounds one requirements install, milliseconds.
 	// Default 120000.
 	DepsTimeoutMS int64 `yaml:"deps_timeout_ms" json:"deps_timeout_ms"`
+	// UIDRange is the host uids (and gids) jails run as, "FIRST-LAST",
+	// inclusive: every live jail holds one of its own (mapped to ToolUID
+	// inside) until it is gone, across every execgate process on the host,
+	// so per-user kernel limits (processes, inotify, message queues, pipe
+	// buffers) are per jail. Must not include 0, and should not overlap
+	// the host's users or /etc/subuid ranges. Default "100000-165535".
+	UIDRange string `yaml:"uid_range" json:"uid_range"`
+	// RuntimeDir is a root-owned directory every user can traverse (the
+	// jail's uid resolves its mount sources), where each runner mounts the
+	// jail's view of RootfsDir, DepsDir and WorkDir (view_linux.go) and
+	// where the uid leases live. Default "/run/execgate".
+	RuntimeDir string `yaml:"runtime_dir" json:"runtime_dir"`
 }
 
 // Defaults for Config fields left zero.
@@ -61,6 +74,8 @@ const (
 	DefaultCgroupParent = "execgate"
 	DefaultKillGraceMS  = 1000
 	DefaultDepsTimeout  = 120000 // ms
+	DefaultUIDRange     = "100000-165535"
+	DefaultRuntimeDir   = "/run/execgate"
 )
 
 // withDefaults returns c with zero fields defaulted. RootfsDir has no
@@ -87,7 +102,35 @@ func (c Config) withDefaults() Config {
 	if c.KillGraceMS <= 0 {
 		c.KillGraceMS = DefaultKillGraceMS
 	}
+	if c.UIDRange == "" {
+		c.UIDRange = DefaultUIDRange
+	}
+	if c.RuntimeDir == "" {
+		c.RuntimeDir = DefaultRuntimeDir
+	}
 	return c
+}
+
+// ParseUIDRange parses sandbox.uid_range, "FIRST-LAST" (inclusive), refusing 0 (host root)
+// and the invalid id 2^32-1.
+func ParseUIDRange(s string) (lo, hi uint32, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not FIRST-LAST", s)
+	}
+	l, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	h, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, fmt.Errorf("%q is not FIRST-LAST (decimal uids)", s)
+	case l == 0:
+		return 0, 0, fmt.Errorf("%q includes 0 (host root)", s)
+	case l > h:
+		return 0, 0, fmt.Errorf("%q: FIRST is above LAST", s)
+	case h >= 1<<32-1:
+		return 0, 0, fmt.Errorf("%q: %d is not a valid uid", s, h)
+	}
+	return uint32(l), uint32(h), nil
 }
 
 // Validate reports configuration errors, naming the key at fault.
@@ -106,6 +149,14 @@ func (c Config) Validate() error {
 		if err := checkConfigString(c.DepsDir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox.deps_dir: %w", err))
 		}
+	}
+	if _, _, err := ParseUIDRange(c.UIDRange); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox.uid_range: %w", err))
+	}
+	if !filepath.IsAbs(c.RuntimeDir) {
+		errs = append(errs, fmt.Errorf("sandbox.runtime_dir: %q is not an absolute path", c.RuntimeDir))
+	} else if err := checkConfigString(c.RuntimeDir); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox.runtime_dir: %w", err))
 	}
 	if c.WarmPool < 0 {
 		errs = append(errs, fmt.Errorf("sandbox.warm_pool: %d is negative", c.WarmPool))

@@ -18,6 +18,10 @@ func TestConfigValidate(t *testing.T) {
 		{"the cgroup parent must be relative", Config{RootfsDir: "/r", CgroupParent: "/abs"}, "sandbox.cgroup_parent"},
 		{"the cgroup parent cannot climb", Config{RootfsDir: "/r", CgroupParent: "a/../b"}, "sandbox.cgroup_parent"},
 		{"a nested cgroup parent is fine", Config{RootfsDir: "/r", CgroupParent: "system.slice/execgate"}, ""},
+		{"the uid range must not include root", Config{RootfsDir: "/r", UIDRange: "0-1000"}, "sandbox.uid_range"},
+		{"the uid range is FIRST-LAST", Config{RootfsDir: "/r", UIDRange: "100000"}, "sandbox.uid_range"},
+		{"a one-uid range is fine", Config{RootfsDir: "/r", UIDRange: "200000-200000"}, ""},
+		{"the runtime dir must be absolute", Config{RootfsDir: "/r", RuntimeDir: "run/execgate"}, "sandbox.runtime_dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

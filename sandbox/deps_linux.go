@@ -17,8 +17,9 @@ import (
 // depsInstaller installs requirement sets into the cache. It is safe for
 // concurrent use.
 type depsInstaller struct {
-	dir       string // Config.DepsDir
-	python    string // the host interpreter the rootfs was built from
+	dir       string       // Config.DepsDir
+	check     func() error // can the jail reach dir (through the view)?
+	python    string       // the host interpreter the rootfs was built from
 	pyVersion string
 	timeout   time.Duration
 	findUV    func() (string, error)
@@ -76,7 +77,7 @@ func (d *depsInstaller) install(ctx context.Context, key string, pins []string) 
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
 	}
-	if err := checkSearchable(d.dir); err != nil {
+	if err := d.check(); err != nil {
 		return "", nil, err
 	}
 	unlock, err := lockFile(ctx, final+".lock")

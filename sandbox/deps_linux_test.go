@@ -61,6 +61,7 @@ func newTestInstaller(t *testing.T, uv string, timeout time.Duration) *depsInsta
 	dir := filepath.Join(base, "deps")
 	return &depsInstaller{
 		dir: dir, python: "/usr/bin/python3", pyVersion: "3.11.2", timeout: timeout,
+		check:    func() error { return nil },
 		findUV:   func() (string, error) { return uv, nil },
 		getenv:   func(string) string { return "" },
 		inflight: map[string]*depsCall{},

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // jail is one nsjail process: started (cold, or ahead of time for the warm
@@ -26,12 +28,17 @@ import (
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
+//	5  nsjail  nsjail's directory (or binary), opened by the runner as root,
+//	           through which the child executes nsjail (openNsjail); nsjail
+//	           does not pass it on
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
 	cg      *runCgroup
 	stdin   *os.File // write end of the request pipe
 	readEnd []*os.File
+	// uid is the jail's host uid, held until the jail is gone (release).
+	uid *uidLease
 	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at JailEgressDir. "" otherwise. Removed by release.
@@ -69,7 +76,8 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		binds = append(binds, bind{Dst: JailEgressDir})
 	}
 	if depsDir != "" {
-		binds = append(binds, bind{Src: depsDir, Dst: jailDepsDir, Exec: true})
+		// The set's directory as the view shows it (view_linux.go).
+		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, filepath.Base(depsDir)), Dst: jailDepsDir, Exec: true})
 	}
 	if len(binds) == 0 {
 		if cfgPath, err = r.profileFile(p, warm); err != nil {
@@ -81,12 +89,20 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
 		}
 		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+		// The jail's uid passes through it to the egress directory,
+		// whatever execgate's umask.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
+		}
 		if p.Network == NetworkProxy {
 			egressDir := filepath.Join(dir, "egress")
 			if err := os.Mkdir(egressDir, 0o755); err != nil {
 				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
 			}
-			binds[0].Src = egressDir
+			if err := os.Chmod(egressDir, 0o755); err != nil {
+				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
+			}
+			binds[0].Src = filepath.Join(r.view.Jails, runID, "egress")
 		}
 		in := r.renderInput(p, warm)
 		in.Binds = binds
@@ -106,6 +122,13 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	}
 	cleanup = append(cleanup, func() { _ = cg.remove(time.Second) })
 
+	// The jail's own host uid, held until the jail is gone (release).
+	lease, err := r.uids.acquire()
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, lease.release)
+
 	// Pipes: the parent keeps one end of each, the child gets the other.
 	type pipe struct{ r, w *os.File }
 	var pipes [5]pipe
@@ -120,19 +143,30 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	in, out, errp, res, logp := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4]
 
 	args := []string{r.nsjail, "--config", cfgPath}
+	args = append(args, idMapArgs(lease.uid)...)
 	args = append(args, cg.nsjailArgs()...)
 	cmd := &exec.Cmd{
-		Path:       r.nsjail,
+		Path:       r.nsjailExec,
 		Args:       args,
 		Env:        []string{}, // nothing of the gateway's environment reaches nsjail
 		Dir:        "/",
 		Stdin:      in.r,
 		Stdout:     out.w,
 		Stderr:     errp.w,
-		ExtraFiles: []*os.File{res.w, logp.w}, // fd 3, fd 4
+		ExtraFiles: []*os.File{res.w, logp.w, r.nsjailFile}, // fd 3, fd 4, fd 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,            // the runner signals nsjail's whole group
 			Pdeathsig: syscall.SIGKILL, // and nsjail dies with the runner (the tool with nsjail)
+			// nsjail runs as the jail's host uid, so the user namespace
+			// it creates is owned by that uid: the kernel charges per-user
+			// counts (inotify instances and watches, message queues,
+			// processes) to the jail's uid at every level, never to root
+			// shared by all jails (and the host's root services). The
+			// capabilities it keeps are what it needs as a non-root
+			// parent: writing the uid/gid maps, reading its root-owned
+			// config, creating its cgroups.
+			Credential:  &syscall.Credential{Uid: lease.uid, Gid: lease.uid, Groups: []uint32{}},
+			AmbientCaps: nsjailCaps,
 		},
 	}
 	if cg.into != nil {
@@ -154,6 +188,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		prof:     p,
 		cmd:      cmd,
 		cg:       cg,
+		uid:      lease,
 		dir:      dir,
 		stdin:    in.w,
 		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
@@ -327,12 +362,19 @@ func (j *jail) discard(grace time.Duration) error {
 	return err
 }
 
-// release removes the jail's own directory, once the jail is gone.
+// release removes the jail's own directory and frees its uid, once the
+// jail is gone (nsjail exited, and its cgroup, with every process of the
+// jail, removed).
 func (j *jail) release() {
 	if j.dir != "" {
 		os.RemoveAll(j.dir)
 	}
+	j.uid.release()
 }
+
+// nsjailCaps are the capabilities nsjail keeps (ambient) while running as
+// the jail's host uid.
+var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRIDE}
 
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {

@@ -9,8 +9,8 @@ import (
 
 // Jail constants: what the tool sees.
 const (
-	// ToolUID and ToolGID are the ids inside the jail, mapped to the same
-	// ids outside (never to host root).
+	// ToolUID and ToolGID are the ids inside the jail, mapped to the jail's
+	// own host uid/gid from sandbox.uid_range (never to host root).
 	ToolUID = 99999
 	ToolGID = 99999
 
@@ -33,8 +33,11 @@ const (
 
 	// Resource limits that do not come from Limits.
 	rlimitNofile = 1024
-	// rlimitNproc counts every process of host uid 99999, across all jails
-	// at once; the per-run cap is the pids cgroup (Limits.Pids).
+	// rlimitNproc counts the processes of the jail's uid in its user
+	// namespace, i.e. of this jail; the per-run cap is the pids cgroup
+	// (Limits.Pids). The *_type: VALUE lines make nsjail apply the
+	// rendered values (its default for nproc and stack is its own soft
+	// limit).
 	rlimitNproc  = 4096
 	rlimitStack  = 8    // MiB
 	rlimitASHead = 1024 // MiB of address space above Limits.MemoryMB (thread stacks, arenas)
@@ -158,7 +161,9 @@ func renderConfig(in renderInput) (string, error) {
 	w("rlimit_fsize: %d", l.TmpMB)
 	w("rlimit_nofile: %d", rlimitNofile)
 	w("rlimit_nproc: %d", rlimitNproc)
+	w("rlimit_nproc_type: VALUE")
 	w("rlimit_stack: %d", rlimitStack)
+	w("rlimit_stack_type: VALUE")
 	w("clone_newnet: %t", p.Network != NetworkHost)
 	w("clone_newuser: true")
 	w("clone_newns: true")
@@ -166,8 +171,8 @@ func renderConfig(in renderInput) (string, error) {
 	w("clone_newipc: true")
 	w("clone_newuts: true")
 	w("clone_newcgroup: true")
-	w("uidmap { inside_id: %q outside_id: %q count: 1 }", fmt.Sprint(ToolUID), fmt.Sprint(ToolUID))
-	w("gidmap { inside_id: %q outside_id: %q count: 1 }", fmt.Sprint(ToolGID), fmt.Sprint(ToolGID))
+	// No uidmap/gidmap: each jail gets its own host uid as flags
+	// (idMapArgs); nsjail would add those to any map of the file.
 	w("mount { src: %s dst: \"/\" is_bind: true is_dir: true rw: false nosuid: true nodev: true }", q(in.RootfsDir))
 	if p.Network == NetworkHost {
 		// A read-only parent does not make bind submounts read-only: each
@@ -236,3 +241,13 @@ func q(s string) string {
 var protoQuoter = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// idMapArgs map ToolUID/ToolGID inside the jail to the jail's host uid
+// (and the gid of the same number). They are flags, not part of the
+// profile's config: nsjail appends a flag's map to the file's.
+func idMapArgs(hostID uint32) []string {
+	return []string{
+		"--user", fmt.Sprintf("%d:%d:1", ToolUID, hostID),
+		"--group", fmt.Sprintf("%d:%d:1", ToolGID, hostID),
+	}
+}

@@ -71,8 +71,8 @@ func TestRenderConfigInvariants(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, must := range []string{
-			`uidmap { inside_id: "99999" outside_id: "99999" count: 1 }`,
-			`gidmap { inside_id: "99999" outside_id: "99999" count: 1 }`,
+			"rlimit_nproc: 4096\nrlimit_nproc_type: VALUE\n",
+			"rlimit_stack: 8\nrlimit_stack_type: VALUE\n",
 			"keep_env: false", "mode: ONCE", "time_limit: 6", "log_fd: 4", "pass_fd: 3",
 			`mount { src: "/r" dst: "/" is_bind: true is_dir: true rw: false`,
 		} {
@@ -80,12 +80,24 @@ func TestRenderConfigInvariants(t *testing.T) {
 				t.Errorf("network %s: config lacks %q", network, must)
 			}
 		}
+		// The maps are per jail (idMapArgs): one in the file would be
+		// added to the flag's, and nsjail refuses two maps of 99999.
+		if strings.Contains(got, "uidmap") || strings.Contains(got, "gidmap") {
+			t.Errorf("network %s: the profile config carries a uid/gid map", network)
+		}
 		if hostNet := strings.Contains(got, "clone_newnet: false"); hostNet != (network == NetworkHost) {
 			t.Errorf("network %s: clone_newnet false = %t", network, hostNet)
 		}
 		if binds := strings.Contains(got, `src: "/etc/resolv.conf"`); binds != (network == NetworkHost) {
 			t.Errorf("network %s: host resolver bind = %t", network, binds)
 		}
+	}
+}
+
+func TestIDMapArgsMapToolUIDToTheJailsHostUID(t *testing.T) {
+	got := strings.Join(idMapArgs(100042), " ")
+	if want := "--user 99999:100042:1 --group 99999:100042:1"; got != want {
+		t.Errorf("idMapArgs(100042) = %q, want %q", got, want)
 	}
 }
 

@@ -25,11 +25,18 @@ var (
 
 // Info describes the runner for `execgate diagnose` and /readyz.
 type Info struct {
-	NsjailPath      string `json:"nsjail_path"`
-	NsjailVersion   string `json:"nsjail_version"`
-	CgroupVersion   int    `json:"cgroup_version"`
-	CgroupRoot      string `json:"cgroup_root"`
-	RootfsDir       string `json:"rootfs_dir"`
+	NsjailPath    string `json:"nsjail_path"`
+	NsjailVersion string `json:"nsjail_version"`
+	CgroupVersion int    `json:"cgroup_version"`
+	CgroupRoot    string `json:"cgroup_root"`
+	RootfsDir     string `json:"rootfs_dir"`
+	// ViewDir is where the runner mounted the jail's view of its host
+	// directories (the rootfs, deps and jails dirs, read-only), which is
+	// where nsjail finds them (view_linux.go).
+	ViewDir string `json:"view_dir"`
+	// UIDRange is sandbox.uid_range: each live jail runs as a host uid of
+	// its own from it.
+	UIDRange        string `json:"uid_range"`
 	PythonVersion   string `json:"python_version"`
 	HarnessSHA256   string `json:"harness_sha256"`
 	ProtocolVersion int    `json:"protocol_version"`

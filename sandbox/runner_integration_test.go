@@ -395,7 +395,7 @@ func jailFacts(t *testing.T, r *sandbox.Runner, spec sandbox.Spec) map[string]an
 }
 
 const factsTool = `
-import ctypes, errno, os, socket, threading
+import ctypes, errno, os, resource, socket, threading
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -437,6 +437,8 @@ def run(args, context):
         "uid_map": open("/proc/self/uid_map").read().split(),
         "gid_map": open("/proc/self/gid_map").read().split(),
         "uid": os.getuid(), "gid": os.getgid(),
+        "rlimit_nproc": resource.getrlimit(resource.RLIMIT_NPROC),
+        "rlimit_stack": resource.getrlimit(resource.RLIMIT_STACK),
         "env": dict(os.environ),
         "fd4_open": fd_open(4),
         "interfaces": sorted(name for _, name in socket.if_nameindex()),
@@ -475,11 +477,22 @@ func TestJailIsolation(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", k, f[k], v)
 		}
 	}
-	if got := fmt.Sprint(f["uid_map"]); got != "[99999 99999 1]" {
-		t.Errorf("uid_map %s, want 99999 99999 1 (never host 0)", got)
+	// 99999 inside, the jail's own host uid of sandbox.uid_range outside
+	// (never host 0), the same number for the gid.
+	host := hostUID(t, f)
+	if host < 100000 || host > 165535 {
+		t.Errorf("uid_map %v: host uid %d is outside the default uid_range 100000-165535", f["uid_map"], host)
 	}
-	if got := fmt.Sprint(f["gid_map"]); got != "[99999 99999 1]" {
-		t.Errorf("gid_map %s", got)
+	if got, want := fmt.Sprint(f["gid_map"]), fmt.Sprintf("[99999 %d 1]", host); got != want {
+		t.Errorf("gid_map %s, want %s", got, want)
+	}
+	// The rendered rlimits are what the jail sees (nsjail's default for
+	// these two is its own soft limit).
+	if got := fmt.Sprint(f["rlimit_nproc"]); got != "[4096 4096]" {
+		t.Errorf("RLIMIT_NPROC in the jail %s, want the rendered [4096 4096]", got)
+	}
+	if got, want := fmt.Sprint(f["rlimit_stack"]), fmt.Sprint([]float64{8 << 20, 8 << 20}); got != want {
+		t.Errorf("RLIMIT_STACK in the jail %s, want the rendered 8 MiB", got)
 	}
 	if got := fmt.Sprint(f["interfaces"]); got != "[lo]" {
 		t.Errorf("network none: interfaces %s, want only lo", got)

@@ -30,16 +30,26 @@ const warmIdleMax = 60 * time.Second
 // Runner runs tools in nsjail. It is safe for concurrent use. Create it with
 // NewRunner; Close stops its warm jails.
 type Runner struct {
-	cfg      Config
-	nsjail   string
-	version  string
-	cg       *cgroups
-	manifest *manifest
-	seccomp  string // the Kafel policy; tests swap in a broken one
-	log      *slog.Logger
+	cfg    Config
+	nsjail string
+	// nsjailFile is nsjail's directory (or, when that is private, the
+	// binary itself), opened as root, and nsjailExec the path that starts
+	// nsjail through it (openNsjail).
+	nsjailFile *os.File
+	nsjailExec string
+	view       *view    // the jail's view of the rootfs, deps and jails dirs
+	uids       *uidPool // host uids, one per live jail
+	version    string
+	cg         *cgroups
+	manifest   *manifest
+	seccomp    string // the Kafel policy; tests swap in a broken one
+	log        *slog.Logger
 
 	mu       sync.Mutex        // guards profiles
 	profiles map[string]string // profile key → rendered config file
+
+	closeOnce sync.Once
+	closeErr  error
 
 	pool   *pool          // nil without a warm pool
 	egress EgressProxy    // nil: network mode proxy is refused
@@ -75,7 +85,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, &UnavailableError{
 			Reason: "execgate must run as root to create jails",
-			Hint:   "nsjail maps the tool to host uid 99999 and creates cgroups, which needs root (in a container: run as root, --privileged)",
+			Hint:   "nsjail maps the tool to a host uid of sandbox.uid_range, mounts and creates cgroups, which needs root (in a container: run as root, --privileged)",
 			Err:    ErrNotRoot,
 		}
 	}
@@ -83,7 +93,8 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSearchable(abs); err != nil {
+	uids, err := newUIDPool(cfg.RuntimeDir, cfg.UIDRange)
+	if err != nil {
 		return nil, err
 	}
 	cg, err := detectCgroups(cfg.Cgroups, cgroupFSRoot, cfg.CgroupParent)
@@ -96,28 +107,52 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if n := cg.sweep(); n > 0 {
 		slog.Default().Info("removed cgroups left by dead execgate processes", "component", "sandbox", "runs", n)
 	}
-	// WorkDir: profiles are private; jails/ holds directories bound into
-	// jails, so it is reachable (not listable) by the jail's uid.
-	if err := os.MkdirAll(cfg.WorkDir, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
+	// WorkDir, its profiles and the deps dir may be private: the jail
+	// reaches jails/ and the deps through the view. Directories execgate
+	// makes are given their modes whatever the umask.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{cfg.WorkDir, 0o700},
+		{filepath.Join(cfg.WorkDir, "profiles"), 0o700},
+		{filepath.Join(cfg.WorkDir, jailsDir), 0o711},
+		{cfg.DepsDir, 0o755},
+	} {
+		if err := makeDir(d.path, d.mode); err != nil {
+			return nil, err
+		}
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, "profiles"), 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
+	nsjailFile, nsjailExec, err := openNsjail(nsjail)
+	if err != nil {
+		return nil, &UnavailableError{Reason: "opening nsjail " + nsjail, Hint: setupHint, Err: err}
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.WorkDir, jailsDir), 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox.work_dir: %w", err)
+	v, err := openView(cfg.RuntimeDir, abs, cfg.DepsDir, filepath.Join(cfg.WorkDir, jailsDir))
+	if err != nil {
+		nsjailFile.Close()
+		return nil, err
+	}
+	if err := v.check(v.Rootfs); err != nil {
+		nsjailFile.Close()
+		_ = v.close()
+		return nil, err
 	}
 	r := &Runner{
-		cfg:      cfg,
-		nsjail:   nsjail,
-		version:  nsjailVersion(nsjail),
-		cg:       cg,
-		manifest: m,
-		seccomp:  seccompPolicy(),
-		log:      slog.Default().With("component", "sandbox"),
-		profiles: map[string]string{},
+		cfg:        cfg,
+		nsjail:     nsjail,
+		nsjailFile: nsjailFile,
+		nsjailExec: nsjailExec,
+		view:       v,
+		uids:       uids,
+		version:    nsjailVersion(nsjail),
+		cg:         cg,
+		manifest:   m,
+		seccomp:    seccompPolicy(),
+		log:        slog.Default().With("component", "sandbox"),
+		profiles:   map[string]string{},
 		deps: &depsInstaller{
 			dir:       cfg.DepsDir,
+			check:     func() error { return v.check(v.Deps) },
 			python:    cfg.PythonPath,
 			pyVersion: m.PythonVersion,
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
@@ -131,8 +166,11 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	}
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
 	if r.egress != nil {
-		// The egress directory of a jail is bound from below WorkDir.
-		if err := checkSearchable(filepath.Join(cfg.WorkDir, jailsDir)); err != nil {
+		// A proxy-mode jail's egress directory is bound from below the
+		// jails dir.
+		if err := v.check(v.Jails); err != nil {
+			nsjailFile.Close()
+			_ = v.close()
 			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
 		}
 	}
@@ -159,6 +197,8 @@ func (r *Runner) Info() Info {
 		CgroupVersion:   r.cg.version,
 		CgroupRoot:      r.cg.root,
 		RootfsDir:       r.cfg.RootfsDir,
+		ViewDir:         r.view.dir,
+		UIDRange:        r.cfg.UIDRange,
 		PythonVersion:   r.manifest.PythonVersion,
 		HarnessSHA256:   harness.Hash(),
 		ProtocolVersion: ProtocolVersion,
@@ -171,12 +211,19 @@ func (r *Runner) Info() Info {
 	return in
 }
 
-// Close stops and removes the warm jails. Runs in flight finish normally.
+// Close stops and removes the warm jails and unmounts the jail's view.
+// Call it once the runs in flight have finished.
 func (r *Runner) Close() error {
-	if r.pool == nil {
-		return nil
-	}
-	return r.pool.close()
+	r.closeOnce.Do(func() {
+		var errs []error
+		if r.pool != nil {
+			errs = append(errs, r.pool.close())
+		}
+		errs = append(errs, r.view.close())
+		r.nsjailFile.Close()
+		r.closeErr = errors.Join(errs...)
+	})
+	return r.closeErr
 }
 
 // Run runs spec once in a fresh jail. The error is non-nil only when the
@@ -415,7 +462,7 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	}
 	return renderInput{
 		Profile:       p,
-		RootfsDir:     r.cfg.RootfsDir,
+		RootfsDir:     r.view.Rootfs,
 		CgroupVersion: r.cg.version,
 		CgroupRoot:    r.cg.root,
 		CgroupParent:  r.cg.parent,
@@ -424,26 +471,77 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	}
 }
 
-// checkSearchable makes sure the jail's user can reach dir (the rootfs, a
-// deps set, a jail's egress directory): nsjail bind mounts it from inside
-// the user namespace, as uid 99999, so dir and every parent need the
-// search bit for others.
-func checkSearchable(dir string) error {
+// checkSearchable makes sure the jail's uid can reach dir: nsjail mounts a
+// jail's directories as the jail's uid (some uid of sandbox.uid_range, the
+// owner of nothing on the host), so dir and every directory above it need
+// the search bit for others. shown names dir in the error (for a path of
+// the view, the directory it shows).
+func checkSearchable(dir, shown string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
 		if err != nil {
-			return &UnavailableError{Reason: "rootfs path: " + err.Error(), Err: err}
+			return &UnavailableError{Reason: "jail path " + shown + ": " + err.Error(), Err: err}
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
+			name := d
+			if d == dir {
+				name = shown
+			}
 			return &UnavailableError{
-				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (uid %d) cannot reach %s", d, ToolUID, dir),
-				Hint:   "chmod o+x " + d,
+				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot reach %s", name, shown),
+				Hint:   "chmod o+x " + name,
 			}
 		}
 		if filepath.Dir(d) == d {
 			return nil
 		}
 	}
+}
+
+// nsjailFD is the descriptor number nsjail's directory (or binary) has in
+// the child that executes it (jail_linux.go's fd contract).
+const nsjailFD = 5
+
+// openNsjail opens what a jail's start executes nsjail through. The child
+// runs as the jail's uid, without effective capabilities until nsjail runs,
+// so it may not traverse a private directory above the binary (a checkout
+// under /root). It goes through a descriptor opened here, as root: of the
+// binary's directory when the jail's uid may search it, so the process is
+// still named "nsjail" (/proc/self/fd/5/nsjail), else of the binary itself
+// (/proc/self/fd/5, named "5" in ps).
+func openNsjail(path string) (*os.File, string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Dir(real)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 != 0 {
+		f, err := os.Open(dir)
+		if err != nil {
+			return nil, "", err
+		}
+		return f, fmt.Sprintf("/proc/self/fd/%d/%s", nsjailFD, filepath.Base(real)), nil
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return nil, "", err
+	}
+	return f, fmt.Sprintf("/proc/self/fd/%d", nsjailFD), nil
+}
+
+// makeDir creates dir (and its parents) unless it exists, and gives it
+// mode when this call created it.
+func makeDir(dir string, mode os.FileMode) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return &UnavailableError{Reason: "creating " + dir, Err: err}
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return &UnavailableError{Reason: "creating " + dir, Err: err}
+	}
+	return nil
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -94,6 +95,7 @@ func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	nsjail, c := diagNsjail(cfg.Sandbox)
 	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods(), diagSeccompAudit(sandbox.SeccompAuditErr()))
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
+	checks = append(checks, diagJailView(cfg.Sandbox, nsjail))
 	checks = append(checks,
 		diagEgress(ctx, cfg),
 		diagRedis(ctx, cfg),
@@ -431,6 +433,75 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 		}
 	}
 	return append(out, ca)
+}
+
+// diagJailView creates a runner the way serve does and says where it
+// mounted the jail's view of its directories (nsjail reaches them there, so
+// the state dir may be private) and which host uids the jails run as.
+func diagJailView(cfg sandbox.Config, nsjail string) diagCheck {
+	c := diagCheck{Name: "jail view and uids", Required: true}
+	if nsjail != "" {
+		cfg.NsjailPath = nsjail
+	}
+	r, err := sandbox.NewRunner(cfg)
+	if err != nil {
+		c.Status, c.Detail = diagFail, err.Error()
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) {
+			c.Hint = ue.Hint
+		}
+		return c
+	}
+	in := r.Info()
+	if err := r.Close(); err != nil {
+		c.Status, c.Detail = diagFail, err.Error()
+		return c
+	}
+	c.Status = diagOK
+	c.Detail = fmt.Sprintf("rootfs, deps and jails dirs mounted read-only at %s (this process's view: every execgate process mounts its own under %s and unmounts it at exit); each live jail runs as its own host uid of %s",
+		in.ViewDir, filepath.Dir(in.ViewDir), in.UIDRange)
+	passwd, _ := os.ReadFile("/etc/passwd")
+	subuid, _ := os.ReadFile("/etc/subuid")
+	if o := uidRangeOverlaps(in.UIDRange, string(passwd), string(subuid)); o != "" {
+		c.Status = diagWarn
+		c.Detail += "; it overlaps " + o
+		c.Hint = "set sandbox.uid_range to uids no user, container or other service on this host uses"
+	}
+	return c
+}
+
+// uidRangeOverlaps names the host users (/etc/passwd) and subordinate id
+// ranges (/etc/subuid, "name:first:count") inside uidRange, or "".
+func uidRangeOverlaps(uidRange, passwd, subuid string) string {
+	lo, hi, err := sandbox.ParseUIDRange(uidRange)
+	if err != nil {
+		return ""
+	}
+	var hits []string
+	for _, line := range strings.Split(passwd, "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 3 {
+			continue
+		}
+		if uid, err := strconv.ParseUint(f[2], 10, 32); err == nil && uid >= uint64(lo) && uid <= uint64(hi) {
+			hits = append(hits, fmt.Sprintf("user %s (uid %d)", f[0], uid))
+		}
+	}
+	for _, line := range strings.Split(subuid, "\n") {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) != 3 {
+			continue
+		}
+		first, err1 := strconv.ParseUint(f[1], 10, 32)
+		count, err2 := strconv.ParseUint(f[2], 10, 32)
+		if err1 != nil || err2 != nil || count == 0 {
+			continue
+		}
+		if first <= uint64(hi) && first+count-1 >= uint64(lo) {
+			hits = append(hits, fmt.Sprintf("subordinate uids %d-%d of %s (/etc/subuid)", first, first+count-1, f[0]))
+		}
+	}
+	return strings.Join(hits, ", ")
 }
 
 // diagRedis pings the quota backend when it is Redis.

@@ -168,17 +168,22 @@ func TestDiagnoseEgressReachesALoopbackNameOnlyTheProxyResolves(t *testing.T) {
 		t.Fatalf("egress check: %+v", c)
 	}
 
-	// A work dir the jail user cannot traverse makes proxy mode impossible:
-	// the check must say so rather than pass.
+	// A private work dir is fine (the jail reaches its jails dir through
+	// the runner's view)...
 	cfg.Sandbox.WorkDir = filepath.Join(t.TempDir(), "private")
 	if err := os.MkdirAll(cfg.Sandbox.WorkDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(filepath.Dir(cfg.Sandbox.WorkDir), 0o700); err != nil {
+	if c := diagEgress(context.Background(), cfg); c.Status != diagOK {
+		t.Fatalf("egress check with a private work dir: %+v, want ok", c)
+	}
+	// ...but a jails dir the user made private makes proxy mode
+	// impossible: the check must say so, with the hint, rather than pass.
+	if err := os.Chmod(filepath.Join(cfg.Sandbox.WorkDir, "jails"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if c := diagEgress(context.Background(), cfg); c.Status != diagFail {
-		t.Fatalf("egress check with an unreachable work dir: %+v, want FAIL", c)
+	if c := diagEgress(context.Background(), cfg); c.Status != diagFail || !strings.Contains(c.Hint, "chmod o+x") {
+		t.Fatalf("egress check with a private jails dir: %+v, want FAIL with the chmod hint", c)
 	}
 }
 
@@ -212,5 +217,37 @@ func TestDiagnoseSaysWhetherSyscallDeniedCanNameTheSyscall(t *testing.T) {
 	c := diagSeccompAudit(errors.New("joining the kernel audit log group (needs CAP_AUDIT_READ): operation not permitted"))
 	if c.Status != diagWarn || c.Required || !strings.Contains(c.Detail, "CAP_AUDIT_READ") || !strings.Contains(c.Hint, "AUDIT_READ") {
 		t.Errorf("without audit records: %+v", c)
+	}
+}
+
+func TestUIDRangeOverlapsNamesUsersAndSubordinateRanges(t *testing.T) {
+	passwd := "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\nsvc:x:120000:120000::/:/bin/false\n"
+	subuid := "alice:100000:65536\nbob:300000:65536\n"
+	got := uidRangeOverlaps("100000-165535", passwd, subuid)
+	for _, want := range []string{"user svc (uid 120000)", "subordinate uids 100000-165535 of alice"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("overlaps %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "bob") || strings.Contains(got, "alice (uid") {
+		t.Errorf("overlaps %q name ids outside the range", got)
+	}
+	if got := uidRangeOverlaps("200000-265535", passwd, subuid); got != "" {
+		t.Errorf("a free range overlaps %q", got)
+	}
+}
+
+func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
+	cfg := testenv.SandboxConfig(t) // skips without root or nsjail
+	c := diagJailView(cfg, "")
+	if c.Status == diagFail {
+		t.Fatalf("jail view check = %+v", c)
+	}
+	view := filepath.Join(sandbox.DefaultRuntimeDir, "view-"+strconv.Itoa(os.Getpid())+"-")
+	if !strings.Contains(c.Detail, view) || !strings.Contains(c.Detail, sandbox.DefaultUIDRange) {
+		t.Errorf("detail %q names neither the view %s… nor the uid range", c.Detail, view)
+	}
+	if m, _ := filepath.Glob(view + "*"); len(m) != 0 {
+		t.Errorf("diagnose left its view mounted: %v", m)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,7 +61,12 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	scfg.WarmPool = 0
 	r, err := sandbox.NewRunner(scfg, sandbox.WithEgress(proxy))
 	if err != nil {
-		return fail(err.Error(), "fix the sandbox checks above first")
+		hint := "fix the sandbox checks above first"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) && ue.Hint != "" {
+			hint = ue.Hint
+		}
+		return fail(err.Error(), hint)
 	}
 	defer r.Close()
 	args, _ := json.Marshal(map[string]string{"url": fmt.Sprintf("http://%s:%d/", diagProbeHost, port)})
@@ -71,7 +77,12 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 		EgressAllow: []string{fmt.Sprintf("%s:%d", diagProbeHost, port)},
 	})
 	if err != nil {
-		return fail(err.Error(), "proxy mode needs the work dir to be searchable by the jail user (chmod o+x on its parents)")
+		hint := "see the error; execgate diagnose's other checks say whether any jail can start"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) && ue.Hint != "" {
+			hint = ue.Hint
+		}
+		return fail(err.Error(), hint)
 	}
 	if res.Status != sandbox.StatusOK {
 		msg := string(res.Status)
