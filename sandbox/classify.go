@@ -266,7 +266,7 @@ func hostHint(log []string) string {
 	case has("Couldn't prepare sandboxing policy", "PR_SET_SECCOMP", "seccomp"):
 		return "the host refused to install a seccomp filter: run execgate with seccomp unconfined (docker --security-opt seccomp=unconfined)"
 	case has("chmod o+x"):
-		return "a directory on the path to the rootfs (or another bind source) is not searchable by the jail's user: every parent directory needs o+x (chmod o+x DIR)"
+		return "a bind source (the rootfs, deps or jails directory) is not searchable by the jail's user: the directory itself needs o+x (chmod o+x DIR); the directories above it are reached through execgate's view under sandbox.runtime_dir"
 	case has("execve("):
 		return "the rootfs has no working interpreter: rebuild it with `execgate rootfs build`"
 	case has("mount(", "pivot_root", "mount_setattr", "fsmount", "MS_REC") && has("Permission denied", "Operation not permitted"):
