@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,8 @@ import (
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
+//	5  bridge  one end of a unix socketpair (pass_fd 5): the tool bridge
+//	           (bridge.go), served by the runner from the hand-off on
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
@@ -36,6 +39,9 @@ type jail struct {
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at JailEgressDir. "" otherwise. Removed by release.
 	dir string
+
+	// bridge is the runner's end of the tool bridge socket (bridge.go).
+	bridge net.Conn
 
 	stdout, stderr, envelope capture
 	log                      logCapture
@@ -117,6 +123,11 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
 	}
 	in, out, errp, res, logp := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4]
+	bridgeConn, bridgeChild, err := bridgePair()
+	if err != nil {
+		return nil, &UnavailableError{Reason: "creating the tool bridge socket", Err: err}
+	}
+	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
 
 	args := []string{r.nsjail, "--config", cfgPath}
 	args = append(args, cg.nsjailArgs()...)
@@ -128,7 +139,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		Stdin:      in.r,
 		Stdout:     out.w,
 		Stderr:     errp.w,
-		ExtraFiles: []*os.File{res.w, logp.w}, // fd 3, fd 4
+		ExtraFiles: []*os.File{res.w, logp.w, bridgeChild}, // fd 3, 4, 5
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,            // the runner signals nsjail's whole group
 			Pdeathsig: syscall.SIGKILL, // and nsjail dies with the runner (the tool with nsjail)
@@ -145,7 +156,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	}
 	// From here the jail owns everything; the child's ends are closed in
 	// the parent so EOF arrives when the jail is gone.
-	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, logp.w} {
+	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, logp.w, bridgeChild} {
 		f.Close()
 	}
 	l := p.Limits
@@ -155,6 +166,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		cg:       cg,
 		dir:      dir,
 		stdin:    in.w,
+		bridge:   bridgeConn,
 		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
 		stdout:   capture{max: int(l.OutputBytes)},
 		stderr:   capture{max: int(l.OutputBytes)},
@@ -311,6 +323,7 @@ func (j *jail) collect(grace time.Duration) {
 		f.Close()
 	}
 	j.stdin.Close()
+	j.bridge.Close()
 }
 
 // discard stops an unused (warm) jail and removes its cgroup and directory.
@@ -347,4 +360,22 @@ func newRunID() string {
 		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
 	}
 	return fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// bridgePair returns the two ends of a jail's tool bridge socket: the
+// runner's (a net.Conn) and the jail's (passed as fd 5).
+func bridgePair() (net.Conn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	parent := os.NewFile(uintptr(fds[0]), "bridge")
+	child := os.NewFile(uintptr(fds[1]), "bridge-jail")
+	conn, err := net.FileConn(parent) // dups the descriptor
+	parent.Close()
+	if err != nil {
+		child.Close()
+		return nil, nil, err
+	}
+	return conn, child, nil
 }

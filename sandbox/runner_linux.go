@@ -239,7 +239,12 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
+	bridge := r.runBridge(spec)
+	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
+	bsrv := serveBridge(bctx, j.bridge, bridge, r.log.With("execution_id", spec.ExecutionID))
 	fin := j.run(ctx, req, time.Duration(spec.Limits.TimeoutMS)*time.Millisecond, r.grace(), handoff)
+	bsrv.stop()
+	bcancel()
 	if err := j.cg.remove(3 * time.Second); err != nil {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
@@ -264,6 +269,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		Error:     v.Error,
 		Logs:      v.Logs,
 		Egress:    attempts,
+		ToolCalls: toolCalls(bridge),
 		Usage: Usage{
 			WallMS:       fin.wall.Milliseconds(),
 			CPUMS:        fin.outcome.CPUMS,
@@ -446,4 +452,28 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// runBridge is the Bridge serving spec's run: its fixtures in test mode
+// (nothing leaves the runner), else the spec's own, else none.
+func (r *Runner) runBridge(spec Spec) Bridge {
+	if spec.Mode == "test" {
+		b, err := NewFixtureBridge(spec.ToolFixtures) // checked by normalize
+		if err != nil {
+			return noBridge{}
+		}
+		return b
+	}
+	if spec.Bridge == nil {
+		return noBridge{}
+	}
+	return spec.Bridge
+}
+
+// toolCalls returns what b recorded, if it records.
+func toolCalls(b Bridge) []ToolCall {
+	if rec, ok := b.(ToolCallRecorder); ok {
+		return rec.ToolCalls()
+	}
+	return nil
 }
