@@ -29,8 +29,12 @@ type Record struct {
 	Outcome      Outcome                 `json:"outcome"`
 	Usage        sandbox.Usage           `json:"usage"`
 	Egress       []sandbox.EgressAttempt `json:"egress"`
-	TraceID      string                  `json:"trace_id"`
-	SpanID       string                  `json:"span_id"`
+	// ToolCalls are the run's tool calls (code mode); ToolCallsDropped
+	// counts those past the recorded ones.
+	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
+	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	TraceID          string             `json:"trace_id"`
+	SpanID           string             `json:"span_id"`
 }
 
 // Decision is the policy decision as recorded.

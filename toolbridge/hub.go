@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // CallDecider decides one tool call (policy.Engine).
@@ -52,14 +53,14 @@ type Hub struct {
 type tenantTools struct {
 	servers    []*server
 	byName     map[string]*server
-	limits     Limits
+	limits     toolconfig.Limits
 	recordArgs bool
 }
 
 // NewHub validates the tenants' tool configs and resolves their secrets
 // (a missing secret file or variable is an error naming the tenant and
 // server; the value is never shown). No server is contacted yet.
-func NewHub(tenants map[string]Config, opts Options) (*Hub, error) {
+func NewHub(tenants map[string]toolconfig.Config, opts Options) (*Hub, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("toolbridge: Options.Policy is nil")
 	}

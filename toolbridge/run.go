@@ -18,6 +18,7 @@ import (
 
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // RunInfo is what a Run needs to know about its run.
@@ -55,7 +56,7 @@ type Run struct {
 // NewRun returns the bridge of one run of info.TenantID.
 func (h *Hub) NewRun(info RunInfo) *Run {
 	r := &Run{h: h, tt: h.tenants[info.TenantID], info: info, started: h.now(), counts: map[string]int{}}
-	l := DefaultLimits
+	l := toolconfig.DefaultLimits
 	if r.tt != nil {
 		l = r.tt.limits
 	}
@@ -68,9 +69,9 @@ var (
 	_ sandbox.ToolCallRecorder = (*Run)(nil)
 )
 
-func (r *Run) limits() Limits {
+func (r *Run) limits() toolconfig.Limits {
 	if r.tt == nil {
-		return DefaultLimits
+		return toolconfig.DefaultLimits
 	}
 	return r.tt.limits
 }

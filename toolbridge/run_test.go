@@ -23,6 +23,7 @@ import (
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 const callRules = `package execgate.main
@@ -62,13 +63,13 @@ type fixture struct {
 	reg     *prometheus.Registry
 	token   string
 	logs    *testenv.SyncBuffer
-	servers []toolbridge.ServerConfig
+	servers []toolconfig.Server
 }
 
 // newFixture starts one MCP server and a hub whose tenant "acme" has it
 // as "math", "pay" and "shell" (the same server under three names), with
 // the token from a secret file.
-func newFixture(t *testing.T, mod func(*toolbridge.Config)) *fixture {
+func newFixture(t *testing.T, mod func(*toolconfig.Config)) *fixture {
 	t.Helper()
 	f := &fixture{token: "s3cr3t-" + strings.Repeat("z", 24), reg: prometheus.NewRegistry(), logs: &testenv.SyncBuffer{}}
 	f.srv = toolbridgetest.Start(t, f.token)
@@ -76,8 +77,8 @@ func newFixture(t *testing.T, mod func(*toolbridge.Config)) *fixture {
 	if err := os.WriteFile(secret, []byte("Bearer "+f.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hdr := map[string]toolbridge.Secret{"Authorization": {File: secret}}
-	cfg := toolbridge.Config{Servers: []toolbridge.ServerConfig{
+	hdr := map[string]toolconfig.Secret{"Authorization": {File: secret}}
+	cfg := toolconfig.Config{Servers: []toolconfig.Server{
 		{Name: "math", URL: f.srv.URL, Headers: hdr, Allow: []string{"add", "upper", "slow", "big", "fail"}, TimeoutMS: 500, MaxResultBytes: 64 << 10},
 		{Name: "pay", URL: f.srv.URL, Headers: hdr, Allow: []string{"charge"}},
 		{Name: "shell", URL: f.srv.URL, Headers: hdr, Allow: []string{"exec"}},
@@ -85,7 +86,7 @@ func newFixture(t *testing.T, mod func(*toolbridge.Config)) *fixture {
 	if mod != nil {
 		mod(&cfg)
 	}
-	hub, err := toolbridge.NewHub(map[string]toolbridge.Config{"acme": cfg}, toolbridge.Options{
+	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": cfg}, toolbridge.Options{
 		Policy:  newEngine(t),
 		Metrics: toolbridge.NewMetrics(f.reg),
 		Logger:  slog.New(slog.NewTextHandler(f.logs, nil)),
@@ -240,7 +241,7 @@ func TestServerDownSlowHugeAndFailingAreTypedErrors(t *testing.T) {
 		// The server runs in a process of its own: the heap measured here
 		// is the gateway side's alone.
 		url := toolbridgetest.StartProcess(t, "")
-		hub, err := toolbridge.NewHub(map[string]toolbridge.Config{"acme": {Servers: []toolbridge.ServerConfig{
+		hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {Servers: []toolconfig.Server{
 			{Name: "bulk", URL: url, TimeoutMS: 30000, MaxResultBytes: 1 << 20},
 		}}}, toolbridge.Options{Policy: newEngine(t)})
 		if err != nil {
@@ -309,7 +310,7 @@ func TestServerDownSlowHugeAndFailingAreTypedErrors(t *testing.T) {
 }
 
 func TestAFloodOfCallsIsCutAtTheLimit(t *testing.T) {
-	f := newFixture(t, func(c *toolbridge.Config) { c.Limits.MaxCalls = 20 })
+	f := newFixture(t, func(c *toolconfig.Config) { c.Limits.MaxCalls = 20 })
 	r := f.run("math.*")
 	ctx := context.Background()
 	var ok, denied int
@@ -334,7 +335,7 @@ func TestAFloodOfCallsIsCutAtTheLimit(t *testing.T) {
 }
 
 func TestToolListChangedRefreshesTheCache(t *testing.T) {
-	f := newFixture(t, func(c *toolbridge.Config) {
+	f := newFixture(t, func(c *toolconfig.Config) {
 		c.Servers[0].Allow = []string{"*"}
 		c.Servers[0].ToolsTTLMS = 3600_000
 	})
@@ -359,12 +360,12 @@ func TestToolListChangedRefreshesTheCache(t *testing.T) {
 
 func TestBadToolConfigFailsAtStartWithoutSecretValues(t *testing.T) {
 	t.Setenv("EXECGATE_TEST_TOKEN", "")
-	_, err := toolbridge.NewHub(map[string]toolbridge.Config{
-		"acme": {Servers: []toolbridge.ServerConfig{
-			{Name: "a", URL: "http://127.0.0.1:1/mcp", Headers: map[string]toolbridge.Secret{"Authorization": {Env: "EXECGATE_TEST_TOKEN"}}},
+	_, err := toolbridge.NewHub(map[string]toolconfig.Config{
+		"acme": {Servers: []toolconfig.Server{
+			{Name: "a", URL: "http://127.0.0.1:1/mcp", Headers: map[string]toolconfig.Secret{"Authorization": {Env: "EXECGATE_TEST_TOKEN"}}},
 		}},
-		"beta": {Servers: []toolbridge.ServerConfig{
-			{Name: "a", URL: "http://127.0.0.1:1/mcp", Headers: map[string]toolbridge.Secret{"Authorization": {File: "/nonexistent/token"}}},
+		"beta": {Servers: []toolconfig.Server{
+			{Name: "a", URL: "http://127.0.0.1:1/mcp", Headers: map[string]toolconfig.Secret{"Authorization": {File: "/nonexistent/token"}}},
 			{Name: "b.c", URL: "http://user:pw@127.0.0.1:1/mcp"},
 		}},
 	}, toolbridge.Options{Policy: newEngine(t)})

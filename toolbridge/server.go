@@ -20,6 +20,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // Bounds on what a tool server's tool list may hold (per server).
@@ -55,7 +56,7 @@ type toolList struct {
 // server is one configured MCP tool server: a pooled client session,
 // reconnected on demand, and its cached tool list.
 type server struct {
-	cfg     ServerConfig
+	cfg     toolconfig.Server
 	headers http.Header // resolved secrets; never logged
 	log     *slog.Logger
 	now     func() time.Time
@@ -74,11 +75,11 @@ type server struct {
 
 // newServer resolves cfg's secrets and builds its client. getenv reads the
 // gateway's environment.
-func newServer(cfg ServerConfig, getenv func(string) string, log *slog.Logger, now func() time.Time) (*server, error) {
-	cfg = cfg.withDefaults()
+func newServer(cfg toolconfig.Server, getenv func(string) string, log *slog.Logger, now func() time.Time) (*server, error) {
+	cfg = cfg.WithDefaults()
 	h := http.Header{}
 	for name, sec := range cfg.Headers {
-		v, err := sec.resolve(getenv)
+		v, err := resolve(sec, getenv)
 		if err != nil {
 			return nil, fmt.Errorf("server %s: header %s: %w", cfg.Name, name, err)
 		}
@@ -97,7 +98,8 @@ func newServer(cfg ServerConfig, getenv func(string) string, log *slog.Logger, n
 	return s, nil
 }
 
-func (sec Secret) resolve(getenv func(string) string) (string, error) {
+// resolve reads a secret header value.
+func resolve(sec toolconfig.Secret, getenv func(string) string) (string, error) {
 	var v string
 	switch {
 	case sec.File != "":

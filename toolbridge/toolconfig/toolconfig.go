@@ -1,23 +1,6 @@
-// Package toolbridge is the gateway side of code mode: it calls a tenant's
-// MCP tool servers on behalf of a jailed run, and governs every call.
-//
-// A Hub holds, per tenant, the configured tool servers (tenants[].tools in
-// the config file): one pooled MCP client session per server (official Go
-// SDK, streamable HTTP), reconnected after a transport failure, with the
-// server's tool list cached for a TTL and dropped on
-// notifications/tools/list_changed. Header values come from secret files
-// or environment variables of the gateway and never leave the Hub: not into
-// the jail, the envelope, logs, spans or audit records.
-//
-// For each run the gateway asks the Hub for a Run (NewRun), a
-// sandbox.Bridge that the sandbox serves into the jail. A Run lets through
-// only the tools the run's decision granted (names or globs over
-// "<server>.<tool>", and the server's own allow globs), decides every call
-// again with the tool call policy, holds the run's limits (calls,
-// concurrency, bytes in and out; the run's deadline bounds the time),
-// validates the arguments against the tool's input schema before they
-// leave the gateway, and records each call (span, metric, audit entry).
-package toolbridge
+// Package toolconfig is the configuration of a tenant's MCP tool servers
+// (tenants[].tools, DESIGN §14), read by tenancy and used by toolbridge.
+package toolconfig
 
 import (
 	"errors"
@@ -25,13 +8,12 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"strings"
 )
 
 // Config is one tenant's tools section (tenants[].tools).
 type Config struct {
 	// Servers are the tenant's MCP tool servers.
-	Servers []ServerConfig `yaml:"servers" json:"servers"`
+	Servers []Server `yaml:"servers" json:"servers"`
 	// Limits bound each run's tool calls; zero fields take DefaultLimits.
 	Limits Limits `yaml:"limits" json:"limits"`
 	// RecordArgs puts each call's arguments into the audit record (default
@@ -39,8 +21,8 @@ type Config struct {
 	RecordArgs bool `yaml:"record_args" json:"record_args"`
 }
 
-// ServerConfig is one MCP tool server of a tenant.
-type ServerConfig struct {
+// Server is one MCP tool server of a tenant.
+type Server struct {
 	// Name prefixes the server's tools ("<name>.<tool>"): lower-case
 	// letters, digits, '_' and '-'. Required, unique per tenant.
 	Name string `yaml:"name" json:"name"`
@@ -123,8 +105,8 @@ func (l Limits) WithDefaults() Limits {
 	return d
 }
 
-// withDefaults returns s with its defaults applied.
-func (s ServerConfig) withDefaults() ServerConfig {
+// WithDefaults returns s with its defaults applied.
+func (s Server) WithDefaults() Server {
 	if len(s.Allow) == 0 {
 		s.Allow = []string{"*"}
 	}
@@ -188,20 +170,4 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("limits: negative value"))
 	}
 	return errors.Join(errs...)
-}
-
-// matchGlob matches a tool glob against a name: '.' separates segments,
-// `*` and `?` never cross one (as OPA's glob.match with ["."]).
-func matchGlob(pattern, name string) bool {
-	if strings.Contains(name, "/") {
-		return false
-	}
-	ok, err := path.Match(strings.ReplaceAll(pattern, ".", "/"), strings.ReplaceAll(name, ".", "/"))
-	return err == nil && ok
-}
-
-// splitTool splits "<server>.<tool>".
-func splitTool(full string) (server, name string, ok bool) {
-	server, name, ok = strings.Cut(full, ".")
-	return server, name, ok && server != "" && name != ""
 }
