@@ -287,7 +287,7 @@ def run(args, context):
 	}
 	for _, s := range cm.spans.Ended() {
 		for _, a := range s.Attributes() {
-			if strings.Contains(a.Value.Emit(), cm.token) {
+			if strings.Contains(a.Value.String(), cm.token) {
 				t.Errorf("span %s attribute %s carries the token", s.Name(), a.Key)
 			}
 		}

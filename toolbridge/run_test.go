@@ -58,12 +58,11 @@ func newEngine(t *testing.T) *policy.Engine {
 }
 
 type fixture struct {
-	hub     *toolbridge.Hub
-	srv     *toolbridgetest.Server
-	reg     *prometheus.Registry
-	token   string
-	logs    *testenv.SyncBuffer
-	servers []toolconfig.Server
+	hub   *toolbridge.Hub
+	srv   *toolbridgetest.Server
+	reg   *prometheus.Registry
+	token string
+	logs  *testenv.SyncBuffer
 }
 
 // newFixture starts one MCP server and a hub whose tenant "acme" has it
