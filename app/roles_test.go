@@ -48,6 +48,8 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {ok, no}}},
 		{"POST", "/v1/validate", `{"source":"def run(args, context):\n    return 1\n"}`,
 			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
+		{"GET", "/v1/tools", "",
+			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
 		{"GET", "/v1/admin/tenants", "",
 			map[string]want{tenancy.RoleAdmin: {ok, 0}}},
 		{"GET", "/v1/admin/tenants/{t}/quota", "",
