@@ -416,4 +416,14 @@ func TestToolsRouteListsGrantedToolsWithAPythonStub(t *testing.T) {
 	if r := cm.do(http.MethodGet, "/v1/tools", cm.server.token("demo"), nil); r.status != http.StatusOK || !strings.Contains(string(r.body), `"tools":[]`) {
 		t.Errorf("a tenant without tools: %d %s", r.status, r.body)
 	}
+	t.Run("the admin view shows the servers, header names only", func(t *testing.T) {
+		r := cm.do(http.MethodGet, "/v1/admin/tenants/acme/tools", cm.server.token("acme", "tenant-admin"), nil)
+		body := string(r.body)
+		if r.status != http.StatusOK || !strings.Contains(body, `"name":"math"`) || !strings.Contains(body, `"headers":["Authorization"]`) || !strings.Contains(body, `"connected":true`) {
+			t.Errorf("%d %s", r.status, body)
+		}
+		if strings.Contains(body, cm.token) || strings.Contains(body, "math-token") {
+			t.Errorf("the admin view shows a secret or where it lives: %s", body)
+		}
+	})
 }

@@ -60,6 +60,8 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleAdmin: {ok, ok}}},
 		{"GET", "/v1/admin/tenants/{t}/usage", "",
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
+		{"GET", "/v1/admin/tenants/{t}/tools", "",
+			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
 		{"POST", "/v1/admin/policy/evaluate", `{"tenant_id":"{t}","request":{"source":"x"}}`,
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RolePolicyAuthor: {ok, no}}},
 	}

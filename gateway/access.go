@@ -68,6 +68,7 @@ var accessTable = []Access{
 	{http.MethodPut, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "override a tenant's quota"},
 	{http.MethodDelete, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "clear a quota override"},
 	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
+	{http.MethodGet, "/v1/admin/tenants/:id/tools", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's tool servers"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
 }
 

@@ -282,6 +282,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
 		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
 		{http.MethodGet, "/v1/tools"}:                      s.handleTools,
+		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:    s.handleTenantTools,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

@@ -16,6 +16,7 @@ import (
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // ToolHub serves code mode: a governed bridge for each run, and the list of
@@ -23,6 +24,7 @@ import (
 type ToolHub interface {
 	NewRun(info toolbridge.RunInfo) *toolbridge.Run
 	Granted(ctx context.Context, tenant string, granted []string) ([]toolbridge.Tool, []toolbridge.ServerProblem)
+	Status(tenant string) ([]toolbridge.ServerStatus, toolconfig.Limits, bool)
 }
 
 var _ ToolHub = (*toolbridge.Hub)(nil)
@@ -308,4 +310,26 @@ func oneLine(s string, n int) string {
 		}
 	}
 	return s
+}
+
+// TenantToolsResponse is GET /v1/admin/tenants/{id}/tools.
+type TenantToolsResponse struct {
+	TenantID   string                    `json:"tenant_id"`
+	Servers    []toolbridge.ServerStatus `json:"servers"`
+	Limits     toolconfig.Limits         `json:"limits"`
+	RecordArgs bool                      `json:"record_args"`
+}
+
+// handleTenantTools is GET /v1/admin/tenants/{id}/tools: the tenant's tool
+// servers as configured (header names, never values) and their live state.
+func (s *Server) handleTenantTools(c *gin.Context) {
+	t, ok := s.tenantParam(c)
+	if !ok {
+		return
+	}
+	resp := TenantToolsResponse{TenantID: t.ID, Servers: []toolbridge.ServerStatus{}, Limits: toolconfig.DefaultLimits}
+	if s.d.Tools != nil {
+		resp.Servers, resp.Limits, resp.RecordArgs = s.d.Tools.Status(t.ID)
+	}
+	writeJSON(c, http.StatusOK, resp)
 }

@@ -207,3 +207,46 @@ func cutSegment(g string) (string, string, bool) {
 	}
 	return g, "", false
 }
+
+// ServerStatus describes one configured tool server for the admin API:
+// never a header value or where it comes from.
+type ServerStatus struct {
+	Name           string   `json:"name"`
+	URL            string   `json:"url"`
+	Allow          []string `json:"allow"`
+	TimeoutMS      int64    `json:"timeout_ms"`
+	MaxResultBytes int64    `json:"max_result_bytes"`
+	ToolsTTLMS     int64    `json:"tools_ttl_ms"`
+	// Headers are the names of the headers sent (values are secret).
+	Headers []string `json:"headers"`
+	// Connected says whether a pooled session is open; Tools is the
+	// cached tool count (null when no list is cached).
+	Connected bool `json:"connected"`
+	Tools     *int `json:"tools"`
+}
+
+// Status describes tenant's tool servers (config order) and run limits.
+func (h *Hub) Status(tenant string) ([]ServerStatus, toolconfig.Limits, bool) {
+	tt := h.tenants[tenant]
+	if tt == nil {
+		return []ServerStatus{}, toolconfig.DefaultLimits, false
+	}
+	out := make([]ServerStatus, 0, len(tt.servers))
+	for _, s := range tt.servers {
+		st := ServerStatus{Name: s.cfg.Name, URL: s.cfg.URL, Allow: s.cfg.Allow, TimeoutMS: s.cfg.TimeoutMS,
+			MaxResultBytes: s.cfg.MaxResultBytes, ToolsTTLMS: s.cfg.ToolsTTLMS, Headers: []string{}}
+		for name := range s.cfg.Headers {
+			st.Headers = append(st.Headers, name)
+		}
+		sort.Strings(st.Headers)
+		s.mu.Lock()
+		st.Connected = s.sess != nil
+		if s.list != nil {
+			n := len(s.list.tools)
+			st.Tools = &n
+		}
+		s.mu.Unlock()
+		out = append(out, st)
+	}
+	return out, tt.limits, tt.recordArgs
+}

@@ -403,3 +403,17 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	t.Fatalf("no %s%v", name, labels)
 	return nil
 }
+
+func TestArgumentsAreRecordedOnlyWithRecordArgs(t *testing.T) {
+	for _, record := range []bool{false, true} {
+		f := newFixture(t, func(c *toolconfig.Config) { c.RecordArgs = record })
+		r := f.run("math.*")
+		if _, err := r.Call(context.Background(), "math.add", json.RawMessage(`{"a":1,"b":2}`)); err != nil {
+			t.Fatal(err)
+		}
+		got := string(r.ToolCalls()[0].Args)
+		if want := map[bool]string{false: "", true: `{"a":1,"b":2}`}[record]; got != want {
+			t.Errorf("record_args %t: args %q, want %q", record, got, want)
+		}
+	}
+}
