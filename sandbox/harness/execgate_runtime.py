@@ -230,7 +230,10 @@ class _Bridge:
                 with self._lock:
                     cb = self._waiting.pop(a.get("id"), None)
                 if cb is not None:
-                    cb(a)
+                    try:
+                        cb(a)
+                    except Exception:  # noqa: BLE001 - e.g. an event loop closed meanwhile
+                        pass
                 elif a.get("id") == 0 and a.get("error"):
                     reason = a["error"].get("message") or reason
                     break
