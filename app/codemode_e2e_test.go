@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/audit/audittest"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
@@ -82,10 +83,16 @@ func (cm *codeMode) run(t *testing.T, body map[string]any) map[string]any {
 	return r.json(t)
 }
 
+// auditFor returns the audit record of execution id, checked against the
+// record's JSON Schema.
 func (cm *codeMode) auditFor(t *testing.T, id string) map[string]any {
 	t.Helper()
 	for _, l := range cm.auditLines() {
 		if l["execution_id"] == id {
+			raw, _ := json.Marshal(l)
+			if err := audittest.ValidateLine(audittest.Schema(t), raw); err != nil {
+				t.Errorf("the audit record of %s does not match the schema: %v", id, err)
+			}
 			return l
 		}
 	}
