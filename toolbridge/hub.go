@@ -211,14 +211,19 @@ func cutSegment(g string) (string, string, bool) {
 // ServerStatus describes one configured tool server for the admin API:
 // never a header value or where it comes from.
 type ServerStatus struct {
-	Name           string   `json:"name"`
-	URL            string   `json:"url"`
+	Name string `json:"name"`
+	// URL is a streamable HTTP server's endpoint; Command a stdio server's
+	// program (its arguments are not shown).
+	URL            string   `json:"url,omitempty"`
+	Command        string   `json:"command,omitempty"`
 	Allow          []string `json:"allow"`
 	TimeoutMS      int64    `json:"timeout_ms"`
 	MaxResultBytes int64    `json:"max_result_bytes"`
 	ToolsTTLMS     int64    `json:"tools_ttl_ms"`
-	// Headers are the names of the headers sent (values are secret).
+	// Headers are the names of the headers sent, Env of a stdio server's
+	// variables (values are secret).
 	Headers []string `json:"headers"`
+	Env     []string `json:"env,omitempty"`
 	// Connected says whether a pooled session is open; Tools is the
 	// cached tool count (null when no list is cached).
 	Connected bool `json:"connected"`
@@ -233,11 +238,15 @@ func (h *Hub) Status(tenant string) ([]ServerStatus, toolconfig.Limits, bool) {
 	}
 	out := make([]ServerStatus, 0, len(tt.servers))
 	for _, s := range tt.servers {
-		st := ServerStatus{Name: s.cfg.Name, URL: s.cfg.URL, Allow: s.cfg.Allow, TimeoutMS: s.cfg.TimeoutMS,
+		st := ServerStatus{Name: s.cfg.Name, URL: s.cfg.URL, Command: first(s.cfg.Command), Allow: s.cfg.Allow, TimeoutMS: s.cfg.TimeoutMS,
 			MaxResultBytes: s.cfg.MaxResultBytes, ToolsTTLMS: s.cfg.ToolsTTLMS, Headers: []string{}}
 		for name := range s.cfg.Headers {
 			st.Headers = append(st.Headers, name)
 		}
+		for name := range s.cfg.Env {
+			st.Env = append(st.Env, name)
+		}
+		sort.Strings(st.Env)
 		sort.Strings(st.Headers)
 		s.mu.Lock()
 		st.Connected = s.sess != nil
@@ -249,4 +258,11 @@ func (h *Hub) Status(tenant string) ([]ServerStatus, toolconfig.Limits, bool) {
 		out = append(out, st)
 	}
 	return out, tt.limits, tt.recordArgs
+}
+
+func first(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	return argv[0]
 }

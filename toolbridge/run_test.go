@@ -417,3 +417,34 @@ func TestArgumentsAreRecordedOnlyWithRecordArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestStdioServerIsLaunchedWithItsOwnEnvironmentOnly(t *testing.T) {
+	t.Setenv("GATEWAY_ONLY_SECRET", "stdio-secret-value")
+	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {Servers: []toolconfig.Server{{
+		Name:           "local",
+		Command:        []string{os.Args[0], "-test.run=^$"},
+		Env:            map[string]toolconfig.Secret{toolbridgetest.StdioEnv: {Env: "GATEWAY_ONLY_SECRET"}},
+		TimeoutMS:      30000,
+		MaxResultBytes: 64 << 10,
+	}}}}, toolbridge.Options{Policy: newEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	r := hub.NewRun(toolbridge.RunInfo{TenantID: "acme", Granted: []string{"local.*"}})
+	ctx := context.Background()
+	if out, err := r.Call(ctx, "local.add", json.RawMessage(`{"a":1,"b":2}`)); err != nil || string(out) != `{"sum":3}` {
+		t.Fatalf("add over stdio: %s %v", out, err)
+	}
+	out, err := r.Call(ctx, "local.environ", json.RawMessage(`{}`))
+	if err != nil || string(out) != `{"names":["EXECGATE_TOOLBRIDGETEST_STDIO","PATH"]}` {
+		t.Errorf("the stdio server's environment: %s %v", out, err)
+	}
+	_, err = r.Call(ctx, "local.big", json.RawMessage(`{"bytes":52428800}`))
+	if te := toolErr(t, err); te.Type != sandbox.ErrToolFailed || !strings.Contains(te.Message, "max_result_bytes") {
+		t.Errorf("a 50 MB answer over stdio: %+v", te)
+	}
+	if out, err := r.Call(ctx, "local.add", json.RawMessage(`{"a":2,"b":2}`)); err != nil || string(out) != `{"sum":4}` {
+		t.Errorf("the server is relaunched after the oversized answer: %s %v", out, err)
+	}
+}

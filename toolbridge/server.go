@@ -58,15 +58,20 @@ type toolList struct {
 type server struct {
 	cfg     toolconfig.Server
 	headers http.Header // resolved secrets; never logged
+	env     []string    // a command server's resolved environment; never logged
 	log     *slog.Logger
 	now     func() time.Time
 	client  *mcp.Client
 	http    *http.Client
 
-	mu      sync.Mutex         // guards sess, list, connErr
+	mu      sync.Mutex         // guards sess, stop, list, connErr
 	sess    *mcp.ClientSession // nil until connected, or after a failure
+	stop    func()             // stops a command server's process (nil for HTTP)
 	list    *toolList          // nil until fetched, or after list_changed
 	connErr error              // the last connection failure (for the log)
+
+	// tooLarge is set when a command server's message went over the cap.
+	tooLarge atomic.Bool
 
 	// listGen counts tools/list_changed notifications: a cached list of an
 	// older generation is stale.
@@ -85,7 +90,15 @@ func newServer(cfg toolconfig.Server, getenv func(string) string, log *slog.Logg
 		}
 		h.Set(name, v)
 	}
-	s := &server{cfg: cfg, headers: h, log: log.With("tool_server", cfg.Name), now: now}
+	var env []string
+	for name, sec := range cfg.Env {
+		v, err := resolve(sec, getenv)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: env %s: %w", cfg.Name, name, err)
+		}
+		env = append(env, name+"="+v)
+	}
+	s := &server{cfg: cfg, headers: h, env: env, log: log.With("tool_server", cfg.Name), now: now}
 	s.http = &http.Client{Transport: &limitedTransport{
 		base:    http.DefaultTransport,
 		headers: h,
@@ -131,42 +144,64 @@ func (s *server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
-	t := &mcp.StreamableClientTransport{
-		Endpoint:     s.cfg.URL,
-		HTTPClient:   s.http,
-		MaxRetries:   -1, // a failed session is dropped and reconnected on the next call
-		MaxEventSize: int(s.cfg.MaxResultBytes + envelopeSlack),
+	var t mcp.Transport
+	var stop func()
+	if len(s.cfg.Command) > 0 {
+		var err error
+		if t, stop, err = s.startStdio(); err != nil {
+			s.connErr = err
+			return nil, err
+		}
+	} else {
+		t = &mcp.StreamableClientTransport{
+			Endpoint:     s.cfg.URL,
+			HTTPClient:   s.http,
+			MaxRetries:   -1, // a failed session is dropped and reconnected on the next call
+			MaxEventSize: int(s.cfg.MaxResultBytes + envelopeSlack),
+		}
 	}
 	sess, err := s.client.Connect(cctx, t, nil)
 	if err != nil {
+		if stop != nil {
+			go stop()
+		}
 		s.connErr = err
 		return nil, err
 	}
-	s.sess = sess
+	s.sess, s.stop = sess, stop
 	return sess, nil
 }
 
 // drop forgets sess (after a transport failure), so the next call reconnects.
 func (s *server) drop(sess *mcp.ClientSession) {
+	var stop func()
 	s.mu.Lock()
 	if s.sess == sess {
-		s.sess = nil
-		s.list = nil
+		s.sess, s.list = nil, nil
+		stop, s.stop = s.stop, nil
 	}
 	s.mu.Unlock()
 	// Close waits for requests still in flight on the session; the call
 	// that gave up on it must not.
-	go func() { _ = sess.Close() }()
+	go func() {
+		_ = sess.Close()
+		if stop != nil {
+			stop()
+		}
+	}()
 }
 
 // close ends the pooled session.
 func (s *server) close() {
 	s.mu.Lock()
-	sess := s.sess
-	s.sess = nil
+	sess, stop := s.sess, s.stop
+	s.sess, s.stop = nil, nil
 	s.mu.Unlock()
 	if sess != nil {
 		_ = sess.Close()
+	}
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -246,7 +281,7 @@ func (s *server) call(ctx context.Context, name string, args json.RawMessage) ca
 	budget := &responseBudget{}
 	res, err := sess.CallTool(withBudget(cctx, budget), &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
-		if budget.exceeded.Load() {
+		if budget.exceeded.Load() || s.tooLarge.Swap(false) {
 			s.drop(sess)
 			return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the result is over the server's max_result_bytes (%d)", s.cfg.MaxResultBytes)}}
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,39 +87,7 @@ type (
 func Start(t testing.TB, token string, addr ...string) *Server {
 	t.Helper()
 	s := &Server{token: token, calls: map[string]int{}}
-	s.MCP = mcp.NewServer(&mcp.Implementation{Name: "toolbridgetest", Version: "1"}, nil)
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "add", Description: "Add two numbers.\nReturns their sum."}, func(_ context.Context, _ *mcp.CallToolRequest, in AddIn) (*mcp.CallToolResult, AddOut, error) {
-		s.count("add")
-		return nil, AddOut{Sum: in.A + in.B}, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "upper", Description: "Upper-case a text."}, func(_ context.Context, _ *mcp.CallToolRequest, in UpperIn) (*mcp.CallToolResult, UpperOut, error) {
-		s.count("upper")
-		return nil, UpperOut{Text: strings.ToUpper(in.S)}, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "charge", Description: "Charge an amount."}, func(_ context.Context, _ *mcp.CallToolRequest, in ChargeIn) (*mcp.CallToolResult, ChargeOut, error) {
-		s.count("charge")
-		return nil, ChargeOut{Charged: in.Amount}, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "exec", Description: "Run a command."}, func(_ context.Context, _ *mcp.CallToolRequest, in ExecIn) (*mcp.CallToolResult, ExecOut, error) {
-		s.count("exec")
-		return nil, ExecOut{Ran: in.Cmd}, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "slow", Description: "Sleep a while."}, func(ctx context.Context, _ *mcp.CallToolRequest, in SlowIn) (*mcp.CallToolResult, SlowOut, error) {
-		s.count("slow")
-		select {
-		case <-time.After(time.Duration(in.MS) * time.Millisecond):
-		case <-ctx.Done():
-		}
-		return nil, SlowOut{SleptMS: in.MS}, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "big", Description: "Return a large text."}, func(_ context.Context, _ *mcp.CallToolRequest, in BigIn) (*mcp.CallToolResult, any, error) {
-		s.count("big")
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil, nil
-	})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: "fail", Description: "Fail on purpose."}, func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		s.count("fail")
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the tool failed on purpose"}}}, nil, nil
-	})
+	s.MCP = s.newMCP()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP }, nil)
 	listen := "127.0.0.1:0"
 	if len(addr) > 0 {
@@ -151,6 +120,44 @@ func Start(t testing.TB, token string, addr ...string) *Server {
 	go func() { _ = s.srv.Serve(ln) }()
 	t.Cleanup(s.Close)
 	return s
+}
+
+// newMCP builds the MCP server with the tools listed on Server.
+func (s *Server) newMCP() *mcp.Server {
+	m := mcp.NewServer(&mcp.Implementation{Name: "toolbridgetest", Version: "1"}, nil)
+	mcp.AddTool(m, &mcp.Tool{Name: "add", Description: "Add two numbers.\nReturns their sum."}, func(_ context.Context, _ *mcp.CallToolRequest, in AddIn) (*mcp.CallToolResult, AddOut, error) {
+		s.count("add")
+		return nil, AddOut{Sum: in.A + in.B}, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "upper", Description: "Upper-case a text."}, func(_ context.Context, _ *mcp.CallToolRequest, in UpperIn) (*mcp.CallToolResult, UpperOut, error) {
+		s.count("upper")
+		return nil, UpperOut{Text: strings.ToUpper(in.S)}, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "charge", Description: "Charge an amount."}, func(_ context.Context, _ *mcp.CallToolRequest, in ChargeIn) (*mcp.CallToolResult, ChargeOut, error) {
+		s.count("charge")
+		return nil, ChargeOut{Charged: in.Amount}, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "exec", Description: "Run a command."}, func(_ context.Context, _ *mcp.CallToolRequest, in ExecIn) (*mcp.CallToolResult, ExecOut, error) {
+		s.count("exec")
+		return nil, ExecOut{Ran: in.Cmd}, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "slow", Description: "Sleep a while."}, func(ctx context.Context, _ *mcp.CallToolRequest, in SlowIn) (*mcp.CallToolResult, SlowOut, error) {
+		s.count("slow")
+		select {
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil, SlowOut{SleptMS: in.MS}, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "big", Description: "Return a large text."}, func(_ context.Context, _ *mcp.CallToolRequest, in BigIn) (*mcp.CallToolResult, any, error) {
+		s.count("big")
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil, nil
+	})
+	mcp.AddTool(m, &mcp.Tool{Name: "fail", Description: "Fail on purpose."}, func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		s.count("fail")
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the tool failed on purpose"}}}, nil, nil
+	})
+	return m
 }
 
 func (s *Server) count(tool string) {
@@ -215,10 +222,36 @@ func AddGreet(s *Server) {
 // serveEnv makes a test binary serve instead of testing (ServeIfChild).
 const serveEnv = "EXECGATE_TOOLBRIDGETEST_SERVE"
 
-// ServeIfChild turns a test binary started by StartProcess into the
-// server: call it first in TestMain. It prints the URL, serves until its
-// stdin closes, then exits.
+// StdioEnv, set in a test binary's environment, makes ServeIfChild serve
+// MCP over stdin/stdout (a stdio tool server launched by the gateway), with
+// one more tool, environ() → the sorted names of its environment.
+const StdioEnv = "EXECGATE_TOOLBRIDGETEST_STDIO"
+
+// EnvironOut is what environ returns.
+type EnvironOut struct {
+	Names []string `json:"names"`
+}
+
+// ServeIfChild turns a test binary started by StartProcess (or as a stdio
+// server, with StdioEnv set) into the server: call it first in TestMain.
+// Over HTTP it prints the URL and serves until its stdin closes; over stdio
+// it serves until stdin closes. Then it exits.
 func ServeIfChild() {
+	if _, ok := os.LookupEnv(StdioEnv); ok {
+		s := &Server{calls: map[string]int{}}
+		m := s.newMCP()
+		mcp.AddTool(m, &mcp.Tool{Name: "environ", Description: "Names of the environment."}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, EnvironOut, error) {
+			var names []string
+			for _, kv := range os.Environ() {
+				k, _, _ := strings.Cut(kv, "=")
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return nil, EnvironOut{Names: names}, nil
+		})
+		_ = m.Run(context.Background(), &mcp.StdioTransport{})
+		os.Exit(0)
+	}
 	token, ok := os.LookupEnv(serveEnv)
 	if !ok {
 		return

@@ -26,8 +26,17 @@ type Server struct {
 	// Name prefixes the server's tools ("<name>.<tool>"): lower-case
 	// letters, digits, '_' and '-'. Required, unique per tenant.
 	Name string `yaml:"name" json:"name"`
-	// URL is the MCP streamable HTTP endpoint (http or https). Required.
-	URL string `yaml:"url" json:"url"`
+	// URL is the MCP streamable HTTP endpoint (http or https). Exactly one
+	// of URL and Command.
+	URL string `yaml:"url" json:"url,omitempty"`
+	// Command starts a stdio MCP server (argv, absolute path first),
+	// launched by the gateway on first use and relaunched after it dies.
+	// It runs as the gateway's user with the working directory / and an
+	// environment of PATH and Env only (nothing of the gateway's).
+	Command []string `yaml:"command" json:"command,omitempty"`
+	// Env is the environment of a Command server, each value read like a
+	// header's (secret file or variable of the gateway).
+	Env map[string]Secret `yaml:"env" json:"env,omitempty"`
 	// Headers are sent on every request to the server; each value is read
 	// from a file or an environment variable of the gateway at start-up.
 	Headers map[string]Secret `yaml:"headers" json:"headers,omitempty"`
@@ -125,6 +134,7 @@ func (s Server) WithDefaults() Server {
 var (
 	serverNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
 // Validate checks c; errors name the key below tools.
@@ -140,10 +150,33 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate server %q", at, s.Name))
 		}
 		seen[s.Name] = true
-		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s.url: must be an http(s) URL", at))
-		} else if u.User != nil {
-			errs = append(errs, fmt.Errorf("%s.url: must not carry credentials; use headers with a secret file or env", at))
+		switch {
+		case (s.URL == "") == (len(s.Command) == 0):
+			errs = append(errs, fmt.Errorf("%s: set exactly one of url (streamable HTTP) and command (stdio)", at))
+		case len(s.Command) > 0:
+			if !path.IsAbs(s.Command[0]) {
+				errs = append(errs, fmt.Errorf("%s.command: the program must be an absolute path", at))
+			}
+			if len(s.Headers) > 0 {
+				errs = append(errs, fmt.Errorf("%s.headers: a command server takes env, not headers", at))
+			}
+		default:
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("%s.url: must be an http(s) URL", at))
+			} else if u.User != nil {
+				errs = append(errs, fmt.Errorf("%s.url: must not carry credentials; use headers with a secret file or env", at))
+			}
+			if len(s.Env) > 0 {
+				errs = append(errs, fmt.Errorf("%s.env: only a command server takes env", at))
+			}
+		}
+		for name, sec := range s.Env {
+			if !envNameRE.MatchString(name) {
+				errs = append(errs, fmt.Errorf("%s.env: %q is not a variable name", at, name))
+			}
+			if (sec.File == "") == (sec.Env == "") {
+				errs = append(errs, fmt.Errorf("%s.env.%s: set exactly one of file or env", at, name))
+			}
 		}
 		for name, sec := range s.Headers {
 			if !headerNameRE.MatchString(name) {
