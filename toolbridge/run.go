@@ -126,7 +126,7 @@ func (r *Run) resolve(ctx context.Context, full string) (*server, *tool, error) 
 	}
 	l, err := s.tools(ctx)
 	if err != nil {
-		return s, nil, s.failure(ctx, ctx, nil, err).err
+		return s, nil, s.unreachable(ctx, ctx, err).err
 	}
 	t := l.byName[name]
 	if t == nil {

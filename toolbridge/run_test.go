@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -446,5 +448,45 @@ func TestStdioServerIsLaunchedWithItsOwnEnvironmentOnly(t *testing.T) {
 	}
 	if out, err := r.Call(ctx, "local.add", json.RawMessage(`{"a":2,"b":2}`)); err != nil || string(out) != `{"sum":4}` {
 		t.Errorf("the server is relaunched after the oversized answer: %s %v", out, err)
+	}
+}
+
+func TestADownServerIsNotHammered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepts atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			c.Close() // a server that is up but broken
+		}
+	}()
+	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {
+		Servers: []toolconfig.Server{{Name: "math", URL: "http://" + ln.Addr().String() + "/mcp"}},
+		Limits:  toolconfig.Limits{MaxCalls: 1000},
+	}}, toolbridge.Options{Policy: newEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	r := hub.NewRun(toolbridge.RunInfo{TenantID: "acme", Granted: []string{"math.*"}})
+	start := time.Now()
+	for range 200 {
+		_, err := r.Call(context.Background(), "math.add", json.RawMessage(`{"a":1,"b":2}`))
+		if te := toolErr(t, err); te.Type != sandbox.ErrToolUnavailable {
+			t.Fatalf("got %+v", te)
+		}
+		_, _ = r.Search(context.Background(), "", 10)
+	}
+	// One attempt per backoff period (500 ms), each a few connections.
+	if limit := int64(8 * (1 + time.Since(start)/(500*time.Millisecond))); accepts.Load() > limit {
+		t.Errorf("%d connections to a down server in %v (limit %d)", accepts.Load(), time.Since(start), limit)
 	}
 }

@@ -34,6 +34,13 @@ const (
 	envelopeSlack = 64 << 10
 )
 
+// connectBackoff is how long a server that could not be connected to is
+// not tried again: calls meanwhile fail at once (ToolUnavailable), so a
+// run cannot make the gateway hammer a server that is down.
+const connectBackoff = 500 * time.Millisecond
+
+var errBackoff = errors.New("tool server recently unreachable")
+
 // tool is one tool of a server, as cached.
 type tool struct {
 	Name        string
@@ -64,11 +71,12 @@ type server struct {
 	client  *mcp.Client
 	http    *http.Client
 
-	mu      sync.Mutex         // guards sess, stop, list, connErr
+	mu      sync.Mutex         // guards sess, stop, list, connErr, retryAt
 	sess    *mcp.ClientSession // nil until connected, or after a failure
 	stop    func()             // stops a command server's process (nil for HTTP)
 	list    *toolList          // nil until fetched, or after list_changed
 	connErr error              // the last connection failure (for the log)
+	retryAt time.Time          // no new connection attempt before (after a failure)
 
 	// tooLarge is set when a command server's message went over the cap.
 	tooLarge atomic.Bool
@@ -142,6 +150,14 @@ func (s *server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if s.sess != nil {
 		return s.sess, nil
 	}
+	if now := s.now(); now.Before(s.retryAt) {
+		return nil, fmt.Errorf("%w (last: %v)", errBackoff, s.connErr)
+	}
+	defer func() {
+		if s.sess == nil {
+			s.retryAt = s.now().Add(connectBackoff)
+		}
+	}()
 	cctx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
 	var t mcp.Transport
@@ -276,7 +292,7 @@ func (s *server) call(ctx context.Context, name string, args json.RawMessage) ca
 	defer cancel()
 	sess, err := s.session(cctx)
 	if err != nil {
-		return s.failure(cctx, ctx, nil, err)
+		return s.unreachable(cctx, ctx, err)
 	}
 	budget := &responseBudget{}
 	res, err := sess.CallTool(withBudget(cctx, budget), &mcp.CallToolParams{Name: name, Arguments: args})
@@ -326,6 +342,22 @@ func (s *server) failure(cctx, outer context.Context, sess *mcp.ClientSession, e
 		s.drop(sess)
 	}
 	s.log.Warn("tool server unavailable", "error", redact(err.Error(), s.headers))
+	return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolUnavailable, Message: fmt.Sprintf("tool server %s is unavailable", s.cfg.Name)}}
+}
+
+// unreachable types a failure to connect or to list the tools: a deadline
+// is ToolTimeout, anything else (whatever the SDK wraps it in)
+// ToolUnavailable.
+func (s *server) unreachable(cctx, outer context.Context, err error) callOutcome {
+	switch {
+	case outer.Err() != nil:
+		return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the run's deadline was reached during the call"}}
+	case cctx.Err() != nil:
+		return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: fmt.Sprintf("tool server %s did not answer within its timeout (%d ms)", s.cfg.Name, s.cfg.TimeoutMS)}}
+	}
+	if !errors.Is(err, errBackoff) {
+		s.log.Warn("tool server unavailable", "error", redact(err.Error(), s.headers))
+	}
 	return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolUnavailable, Message: fmt.Sprintf("tool server %s is unavailable", s.cfg.Name)}}
 }
 
