@@ -14,9 +14,9 @@ func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
 		{Name: "math.add", Description: "Add two numbers.\nSecond line.", InputSchema: map[string]any{
 			"type": "object", "required": []any{"a"},
 			"properties": map[string]any{
-				"a": map[string]any{"type": "number", "description": "first\naddend"},
-				"b": map[string]any{"type": []any{"null", "integer"}},
-				"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+				"a":                 map[string]any{"type": "number", "description": "first\naddend"},
+				"b":                 map[string]any{"type": []any{"null", "integer"}},
+				"tags":              map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
 				"not-an-identifier": map[string]any{"type": "string"},
 			},
 		}},
