@@ -38,6 +38,8 @@ import (
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
+	"github.com/execgate/execgate/toolbridge"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // Options configure an App. Only Config is required.
@@ -233,6 +235,12 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 	}
 
+	tools, err := newToolHub(cfg, eng, reg, log, opts.TracerProvider)
+	if err != nil {
+		return nil, err
+	}
+	a.onStop("tool servers", func(context.Context) error { tools.Close(); return nil })
+
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
 		Auth:           verifier,
 		Tenants:        tenants,
@@ -246,6 +254,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Ready:          ready,
 		Logger:         log,
 		TracerProvider: opts.TracerProvider,
+		Tools:          tools,
 	})
 	if err != nil {
 		return nil, err
@@ -449,4 +458,23 @@ func (a *App) closeAll(ctx context.Context) error {
 	}
 	a.closers = nil
 	return errors.Join(errs...)
+}
+
+// newToolHub builds the tenants' tool servers for code mode (no server is
+// contacted before a run or GET /v1/tools needs it).
+func newToolHub(cfg *config.Config, eng *policy.Engine, reg prometheus.Registerer, log *slog.Logger, tp trace.TracerProvider) (*toolbridge.Hub, error) {
+	byTenant := make(map[string]toolconfig.Config, len(cfg.Tenants))
+	for _, t := range cfg.Tenants {
+		byTenant[t.ID] = t.Tools
+	}
+	hub, err := toolbridge.NewHub(byTenant, toolbridge.Options{
+		Policy:         eng,
+		Metrics:        toolbridge.NewMetrics(reg),
+		Logger:         log,
+		TracerProvider: tp,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tool servers: %w", err)
+	}
+	return hub, nil
 }

@@ -33,8 +33,12 @@ type Record struct {
 	// EgressDropped counts the attempts left out.
 	Egress        []sandbox.EgressAttempt `json:"egress"`
 	EgressDropped int                     `json:"egress_dropped,omitempty"`
-	TraceID       string                  `json:"trace_id"`
-	SpanID        string                  `json:"span_id"`
+	// ToolCalls are the run's tool calls (code mode); ToolCallsDropped
+	// counts those past the recorded ones.
+	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
+	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	TraceID          string             `json:"trace_id"`
+	SpanID           string             `json:"span_id"`
 	// Truncated is set when the record, bounded as above, still encoded to
 	// more than MaxRecordBytes and was cut further (see Record.shrink).
 	Truncated bool `json:"truncated,omitempty"`

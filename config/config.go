@@ -208,6 +208,9 @@ func (c *Config) Validate() error {
 		if err := t.Quota.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("tenants[%d].quota: %w", i, err))
 		}
+		if err := t.Tools.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("tenants[%d].tools.%w", i, err))
+		}
 	}
 	return errors.Join(errs...)
 }

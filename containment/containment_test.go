@@ -1290,9 +1290,10 @@ func TestProcHygiene(t *testing.T) {
 // keep_env false). A new variable must be added here on purpose.
 var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
 
-// 20–22. The environment is the whitelist only; no descriptor beyond 0–2 and
-// the result fd 3 is inherited, nsjail's log fd is unreachable; the ids map
-// 99999 to the jail's own host uid of sandbox.uid_range, never to host root.
+// 20–22. The environment is the whitelist only; no descriptor beyond 0–2,
+// the result fd 3 and the tool bridge socket 5 is inherited, nsjail's log fd
+// is unreachable; the ids map 99999 to the jail's own host uid of
+// sandbox.uid_range, never to host root.
 func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 	t.Parallel()
 	r, cfg := newRunner(t, "identity")
@@ -1371,14 +1372,17 @@ func TestEnvironmentDescriptorsAndIDs(t *testing.T) {
 			t.Errorf("reading /proc/1/environ inside: %s, want it readable or EACCES (non-dumpable)", errnoName(out.InitialEnvironErrno))
 		}
 	})
-	t.Run("only descriptors 0-3 are open", func(t *testing.T) {
+	t.Run("only descriptors 0-3 and the tool bridge 5 are open", func(t *testing.T) {
 		for fd := range out.FDs {
-			if !slices.Contains([]string{"0", "1", "2", "3"}, fd) {
+			if !slices.Contains([]string{"0", "1", "2", "3", "5"}, fd) {
 				t.Errorf("fd %s (%s) is open in the tool", fd, out.FDs[fd])
 			}
 		}
 		if out.FDs["3"] != "fifo" {
 			t.Errorf("fd 3 is %q, want the result pipe", out.FDs["3"])
+		}
+		if out.FDs["5"] != "sock" {
+			t.Errorf("fd 5 is %q, want the tool bridge socket", out.FDs["5"])
 		}
 		if out.WriteLogFD != EBADF {
 			t.Errorf("writing to nsjail's log fd %d: %s, want EBADF", nsjailLogFD, errnoName(out.WriteLogFD))

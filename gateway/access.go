@@ -62,11 +62,13 @@ var (
 var accessTable = []Access{
 	{http.MethodPost, "/v1/execute", TenantFromToken, []tenancy.Grant{executor}, "run a tool"},
 	{http.MethodPost, "/v1/validate", TenantFromToken, []tenancy.Grant{executor}, "check a tool's source"},
+	{http.MethodGet, "/v1/tools", TenantFromToken, []tenancy.Grant{executor}, "list the granted tools (code mode)"},
 	{http.MethodGet, "/v1/admin/tenants", TenantAll, []tenancy.Grant{adminAny}, "list every tenant"},
 	{http.MethodGet, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's quota"},
 	{http.MethodPut, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "override a tenant's quota"},
 	{http.MethodDelete, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "clear a quota override"},
 	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
+	{http.MethodGet, "/v1/admin/tenants/:id/tools", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's tool servers"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
 }
 

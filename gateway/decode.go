@@ -34,7 +34,7 @@ type caps struct {
 
 // Value limits of an execute request.
 const (
-	maxListItems    = 64               // requirements, egress.allow, fixtures.tools
+	maxListItems    = 64               // requirements, egress.allow, tools, fixtures.tools
 	maxLimitTimeMS  = 24 * 3600 * 1000 // timeout_ms, cpu_ms
 	maxLimitMB      = 1 << 20          // memory_mb, tmp_mb
 	maxLimitPids    = 1 << 16          // pids
@@ -50,6 +50,7 @@ var (
 	executionIDRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	identifierRe  = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	toolNameRe    = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
+	toolGlobRe    = lazyRegexp(`^[A-Za-z0-9_*?][A-Za-z0-9_.*?-]{0,127}$`)
 	requirementRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9_,.-]{1,100}\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
 	egressHostRe  = lazyRegexp(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
@@ -305,6 +306,20 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 				return err
 			}
 			return oneOf(p, req.Mode, "run", "test")
+		},
+		"tools": func(p string, raw json.RawMessage) error {
+			if err := decodeStrings(p, raw, &req.Tools); err != nil {
+				return err
+			}
+			if len(req.Tools) > maxListItems {
+				return badRequest(p, "has %d tools; at most %d", len(req.Tools), maxListItems)
+			}
+			for i, name := range req.Tools {
+				if !toolGlobRe().MatchString(name) {
+					return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a tool name or glob (\"server.tool\", \"server.*\")", name)
+				}
+			}
+			return nil
 		},
 		"fixtures": func(p string, raw json.RawMessage) error {
 			if len(bytes.TrimSpace(raw)) > maxFixtureBytes {

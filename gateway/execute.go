@@ -23,6 +23,7 @@ import (
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
+	"github.com/execgate/execgate/toolbridge"
 )
 
 // execution is the state of one POST /v1/execute as it goes through the
@@ -38,6 +39,8 @@ type execution struct {
 	quota     audit.Quota
 	result    *sandbox.Result
 	replayed  bool
+	// bridge is the run's governed tool bridge (nil: none, or test mode).
+	bridge *toolbridge.Run
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
@@ -254,6 +257,7 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		Truncated:   res.Truncated,
 		Usage:       res.Usage,
 		Logs:        res.Logs,
+		ToolCalls:   envelopeToolCalls(res.ToolCalls),
 		Decision:    envelopeDecision(x.decision, x.limits),
 		TraceID:     traceID(ctx),
 	}
@@ -329,8 +333,8 @@ func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant
 // policyRequest is what the policy sees of req (BuildInput hashes and
 // measures the source and args; they never enter the input).
 func policyRequest(req *ExecuteRequest) policy.Request {
-	tools := make([]string, 0)
-	if req.Fixtures != nil {
+	tools := append(make([]string, 0, len(req.Tools)), req.Tools...)
+	if req.Fixtures != nil && req.Mode == "test" {
 		for name := range req.Fixtures.Tools {
 			tools = append(tools, name)
 		}
@@ -408,6 +412,9 @@ func (s *Server) runAdmitted(ctx context.Context, x *execution, tenant tenancy.T
 	}
 	if dec.RequirementsAllowed {
 		spec.Requirements = req.Requirements
+	}
+	if x.bridge = s.toolBridge(x, tenant, dec); x.bridge != nil {
+		spec.Bridge = x.bridge
 	}
 	if req.Fixtures != nil {
 		spec.Variables = req.Fixtures.Variables
@@ -506,6 +513,10 @@ func (s *Server) auditRecord(ctx context.Context, x *execution, status int, env 
 		r.Usage = x.result.Usage
 		r.Egress = x.result.Egress
 		r.EgressDropped = x.result.EgressDropped
+		r.ToolCalls = x.result.ToolCalls
+	}
+	if x.bridge != nil {
+		r.ToolCallsDropped = x.bridge.Dropped()
 	}
 	sc := trace.SpanContextFromContext(ctx)
 	if x.policySC.IsValid() {

@@ -114,6 +114,9 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+	// Tools serves code mode (tool servers, the governed bridge, GET
+	// /v1/tools). Nil: runs get no host tools.
+	Tools ToolHub
 }
 
 // Server is the HTTP API. Create it with New; Handler serves it. It is safe
@@ -281,6 +284,8 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}: s.handleDeleteQuota,
 		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
 		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
+		{http.MethodGet, "/v1/tools"}:                      s.handleTools,
+		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:    s.handleTenantTools,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

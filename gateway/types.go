@@ -23,7 +23,10 @@ type ExecuteRequest struct {
 	Egress        *EgressRequest  `json:"egress,omitempty"`
 	Limits        policy.Limits   `json:"limits"`
 	Mode          string          `json:"mode,omitempty"`
-	Fixtures      *Fixtures       `json:"fixtures,omitempty"`
+	// Tools narrows the run's granted tools (names or globs over
+	// "<server>.<tool>"); absent or empty: every tool the tenant has.
+	Tools    []string  `json:"tools,omitempty"`
+	Fixtures *Fixtures `json:"fixtures,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -52,6 +55,9 @@ type Envelope struct {
 	// execgate_runtime logger, in order; always an array (empty when none,
 	// and on refusals).
 	Logs []sandbox.LogLine `json:"logs"`
+	// ToolCalls are the run's tool calls through the bridge, in order
+	// (absent when it made none).
+	ToolCalls []EnvelopeToolCall `json:"tool_calls,omitempty"`
 	// Decision is null when the request was refused before policy decided.
 	Decision *EnvelopeDecision `json:"decision"`
 	// Egress lists a proxy-mode run's connection attempts, allowed or
@@ -60,6 +66,16 @@ type Envelope struct {
 	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
 	EgressDropped int                     `json:"egress_dropped,omitempty"`
 	TraceID       string                  `json:"trace_id"`
+}
+
+// EnvelopeToolCall is one tool call as the caller sees it; the audit
+// record has the rest (sizes, digest, reason).
+type EnvelopeToolCall struct {
+	Tool       string `json:"tool"`
+	Server     string `json:"server"`
+	DecisionID string `json:"decision_id"`
+	MS         int64  `json:"ms"`
+	Outcome    string `json:"outcome"`
 }
 
 // ErrorBody is the error object of an envelope or an error response.

@@ -63,3 +63,12 @@ decision := {
 } if {
 	count(deny) > 0
 }
+
+# tool_call is the answer for one tool call of an allowed run (input.call,
+# see tools.rego): allowed unless some module adds a reason to
+# deny_tool_call. Extension modules add rules the same way as for deny:
+#
+#     deny_tool_call contains "why" if { ... }
+tool_call := {"allow": count(deny_tool_call) == 0, "reasons": sort(deny_tool_call)}
+
+deny_tool_call contains reason if some reason in tools.call_violations

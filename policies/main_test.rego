@@ -108,3 +108,18 @@ test_denied_decision_grants_nothing if {
 	d.egress.allow == []
 	d.tools == []
 }
+
+tool_call_input := {
+	"tenant": {"id": "t1", "data": {"tool_calls": {"deny_roles": {"shell.*": ["executor"]}}}},
+	"subject": {"sub": "u", "roles": ["executor"]},
+	"call": {"tool": "math.add", "server": "math", "index": 0, "counts": {}},
+}
+
+test_tool_call_allowed_without_violations if {
+	main.tool_call == {"allow": true, "reasons": []} with input as tool_call_input
+}
+
+test_tool_call_denied_with_the_reasons if {
+	inp := object.union(tool_call_input, {"call": {"tool": "shell.exec"}})
+	main.tool_call == {"allow": false, "reasons": ["shell.exec is denied for role executor"]} with input as inp
+}

@@ -22,6 +22,9 @@ import (
 // DecisionQuery is the entry point every decision evaluates.
 const DecisionQuery = "data.execgate.main.decision"
 
+// ToolCallQuery is the entry point every tool call of a run evaluates.
+const ToolCallQuery = "data.execgate.main.tool_call"
+
 // mainPackage is the one default package extension modules may add to.
 const mainPackage = "data.execgate.main"
 
@@ -170,7 +173,8 @@ func newGuard(defaults []source) guard {
 //
 //  1. Its package may not be a default package, inside one or above one
 //     (other than execgate.main itself), nor inside execgate.main.
-//  2. In package execgate.main it may only add `deny contains …` rules.
+//  2. In package execgate.main it may only add `deny contains …` (runs)
+//     and `deny_tool_call contains …` (tool calls) rules.
 //     Any other rule there could replace a name main.rego relies on
 //     (decision, an import, even a builtin such as count), so helpers go in
 //     the module's own package.
@@ -183,11 +187,11 @@ func (g guard) check(s source) error {
 	if path.Equal(main) {
 		for _, r := range s.module.Rules {
 			ref := r.Head.Ref()
-			if len(ref) != 1 || ref[0].String() != "deny" {
-				return refuse("line %d: package execgate.main takes only `deny contains reason if { … }` rules; put helper rule %s in your own package", r.Location.Row, ref)
+			if len(ref) != 1 || (ref[0].String() != "deny" && ref[0].String() != "deny_tool_call") {
+				return refuse("line %d: package execgate.main takes only `deny contains reason if { … }` and `deny_tool_call contains reason if { … }` rules; put helper rule %s in your own package", r.Location.Row, ref)
 			}
 			if r.Default || len(r.Head.Args) > 0 || r.Head.RuleKind() != ast.MultiValue {
-				return refuse("line %d: deny must be a partial set rule (`deny contains reason if { … }`)", r.Location.Row)
+				return refuse("line %d: %s must be a partial set rule (`%s contains reason if { … }`)", r.Location.Row, ref, ref)
 			}
 		}
 		return nil
@@ -234,6 +238,7 @@ func checkBuiltins(s source) error {
 // compiled is one prepared policy set.
 type compiled struct {
 	query    rego.PreparedEvalQuery
+	callQ    rego.PreparedEvalQuery // ToolCallQuery
 	revision string
 	modules  []string
 	seedQ    *seedQuery    // nil when no rule depends on the tenant alone
@@ -308,6 +313,15 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 	if err != nil {
 		return nil, fmt.Errorf("preparing policies: %w", err)
 	}
+	callQ, err := rego.New(
+		rego.Query(ToolCallQuery),
+		rego.Compiler(c),
+		rego.Store(store),
+		rego.StrictBuiltinErrors(true),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the tool call policy: %w", err)
+	}
 	seedQ, err := newSeedQuery(ctx, c, store, tenantOnlyRefs(c))
 	if err != nil {
 		return nil, err
@@ -317,7 +331,7 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 		rev = revisionTag + "+" + rev
 	}
 	plan := analyzeMemo(c)
-	return &compiled{query: pq, revision: rev, modules: names, seedQ: seedQ, memoPlan: plan, memo: newDecisionMemo(plan, memoSize)}, nil
+	return &compiled{query: pq, callQ: callQ, revision: rev, modules: names, seedQ: seedQ, memoPlan: plan, memo: newDecisionMemo(plan, memoSize)}, nil
 }
 
 func newCompiler() *ast.Compiler {

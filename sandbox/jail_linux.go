@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,10 @@ import (
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
-//	5  nsjail  nsjail's directory (or binary), opened by the runner as root,
+//	5  bridge  one end of a unix socketpair (pass_fd 5): the tool bridge
+//	           (bridge.go), served by the runner from the hand-off until the
+//	           jail is gone
+//	6  nsjail  nsjail's directory (or binary), opened by the runner as root,
 //	           through which the child executes nsjail (openNsjail); nsjail
 //	           does not pass it on
 type jail struct {
@@ -43,6 +47,9 @@ type jail struct {
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at JailEgressDir. "" otherwise. Removed by release.
 	dir string
+
+	// bridge is the runner's end of the tool bridge socket (bridge.go).
+	bridge net.Conn
 
 	stdout, stderr textCapture
 	envelope       capture
@@ -141,6 +148,11 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
 	}
 	in, out, errp, res, logp := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4]
+	bridgeConn, bridgeChild, err := bridgePair()
+	if err != nil {
+		return nil, &UnavailableError{Reason: "creating the tool bridge socket", Err: err}
+	}
+	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
 
 	args := []string{r.nsjail, "--config", cfgPath}
 	args = append(args, idMapArgs(lease.uid)...)
@@ -153,7 +165,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		Stdin:      in.r,
 		Stdout:     out.w,
 		Stderr:     errp.w,
-		ExtraFiles: []*os.File{res.w, logp.w, r.nsjailFile}, // fd 3, fd 4, fd 5
+		ExtraFiles: []*os.File{res.w, logp.w, bridgeChild, r.nsjailFile}, // fd 3, 4, 5, 6
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,            // the runner signals nsjail's whole group
 			Pdeathsig: syscall.SIGKILL, // and nsjail dies with the runner (the tool with nsjail)
@@ -180,7 +192,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	}
 	// From here the jail owns everything; the child's ends are closed in
 	// the parent so EOF arrives when the jail is gone.
-	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, logp.w} {
+	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, logp.w, bridgeChild} {
 		f.Close()
 	}
 	l := p.Limits
@@ -191,6 +203,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		uid:      lease,
 		dir:      dir,
 		stdin:    in.w,
+		bridge:   bridgeConn,
 		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
 		stdout:   textCapture{max: int(l.OutputBytes)},
 		stderr:   textCapture{max: int(l.OutputBytes)},
@@ -347,6 +360,7 @@ func (j *jail) collect(grace time.Duration) {
 		f.Close()
 	}
 	j.stdin.Close()
+	j.bridge.Close()
 }
 
 // discard stops an unused (warm) jail and removes its cgroup and directory.
@@ -390,4 +404,22 @@ func newRunID() string {
 		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
 	}
 	return fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// bridgePair returns the two ends of a jail's tool bridge socket: the
+// runner's (a net.Conn) and the jail's (passed as fd 5).
+func bridgePair() (net.Conn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	parent := os.NewFile(uintptr(fds[0]), "bridge")
+	child := os.NewFile(uintptr(fds[1]), "bridge-jail")
+	conn, err := net.FileConn(parent) // dups the descriptor
+	parent.Close()
+	if err != nil {
+		child.Close()
+		return nil, nil, err
+	}
+	return conn, child, nil
 }

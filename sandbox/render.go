@@ -30,6 +30,7 @@ const (
 	// File descriptors of the jailed process (see jail_linux.go).
 	resultFD = 3 // harness → runner: the envelope
 	logFD    = 4 // nsjail → runner: nsjail's own log; never passed to the tool
+	bridgeFD = 5 // jail ↔ runner: the tool bridge socket (bridge.go)
 
 	// Resource limits that do not come from Limits.
 	rlimitNofile = 1024
@@ -142,6 +143,7 @@ func renderConfig(in renderInput) (string, error) {
 	w("log_fd: %d", logFD)
 	w("log_level: INFO")
 	w("pass_fd: %d", resultFD)
+	w("pass_fd: %d", bridgeFD)
 	w("keep_env: false")
 	for _, e := range jailEnv {
 		w("envar: %s", q(e))

@@ -190,6 +190,16 @@ type request struct {
 	// EgressSocket is the egress proxy's socket inside the jail (network
 	// mode proxy): the harness relays 127.0.0.1:3128 to it.
 	EgressSocket string `json:"egress_socket,omitempty"`
+	// Bridge describes the tool bridge socket (bridge.go).
+	Bridge bridgeInfo `json:"bridge"`
+}
+
+// bridgeInfo tells the harness where the tool bridge is and how large a
+// request may be.
+type bridgeInfo struct {
+	FD              int `json:"fd"`
+	Version         int `json:"version"`
+	MaxRequestBytes int `json:"max_request_bytes"`
 }
 
 func rawOr(raw json.RawMessage, def string) json.RawMessage {
@@ -217,6 +227,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		CPUMS:           spec.Limits.CPUMS,
 		MaxLogLines:     maxEnvelopeLogs,
 		Deps:            len(spec.Requirements) > 0,
+		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest},
 	}
 	if spec.Network == NetworkProxy {
 		req.EgressSocket = JailEgressSocket

@@ -290,7 +290,12 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
+	bridge := r.runBridge(spec)
+	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
+	bsrv := serveBridge(bctx, j.bridge, bridge, r.log.With("execution_id", spec.ExecutionID))
 	fin := j.run(ctx, req, time.Duration(spec.Limits.TimeoutMS)*time.Millisecond, r.grace(), handoff)
+	bsrv.stop()
+	bcancel()
 	if err := j.cg.remove(3 * time.Second); err != nil {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
@@ -322,6 +327,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		Logs:          v.Logs,
 		Egress:        attempts,
 		EgressDropped: dropped,
+		ToolCalls:     toolCalls(bridge),
 		Usage: Usage{
 			WallMS:       fin.wall.Milliseconds(),
 			CPUMS:        fin.outcome.CPUMS,
@@ -500,15 +506,15 @@ func checkSearchable(dir, shown string) error {
 
 // nsjailFD is the descriptor number nsjail's directory (or binary) has in
 // the child that executes it (jail_linux.go's fd contract).
-const nsjailFD = 5
+const nsjailFD = 6
 
 // openNsjail opens what a jail's start executes nsjail through. The child
 // runs as the jail's uid, without effective capabilities until nsjail runs,
 // so it may not traverse a private directory above the binary (a checkout
 // under /root). It goes through a descriptor opened here, as root: of the
 // binary's directory when the jail's uid may search it, so the process is
-// still named "nsjail" (/proc/self/fd/5/nsjail), else of the binary itself
-// (/proc/self/fd/5, named "5" in ps).
+// still named "nsjail" (/proc/self/fd/6/nsjail), else of the binary itself
+// (/proc/self/fd/6, named "6" in ps).
 func openNsjail(path string) (*os.File, string, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
@@ -562,4 +568,28 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// runBridge is the Bridge serving spec's run: its fixtures in test mode
+// (nothing leaves the runner), else the spec's own, else none.
+func (r *Runner) runBridge(spec Spec) Bridge {
+	if spec.Mode == "test" {
+		b, err := NewFixtureBridge(spec.ToolFixtures) // checked by normalize
+		if err != nil {
+			return noBridge{}
+		}
+		return b
+	}
+	if spec.Bridge == nil {
+		return noBridge{}
+	}
+	return spec.Bridge
+}
+
+// toolCalls returns what b recorded, if it records.
+func toolCalls(b Bridge) []ToolCall {
+	if rec, ok := b.(ToolCallRecorder); ok {
+		return rec.ToolCalls()
+	}
+	return nil
 }

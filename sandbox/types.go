@@ -108,6 +108,10 @@ type Spec struct {
 	Limits       Limits
 	Requirements []string // "pkg==ver"; installed into a deps dir before the run
 	EgressAllow  []string // host[:port] globs, enforced by the egress proxy in proxy mode
+	// Bridge answers the run's tool requests (context.tools.search,
+	// describe, run) for its lifetime; nil grants no tools. Test-mode runs
+	// ignore it and answer from ToolFixtures (FixtureBridge).
+	Bridge Bridge
 }
 
 // Status is the envelope status.
@@ -194,6 +198,9 @@ type Result struct {
 	// EgressDropped counts the attempts beyond the MaxEgressAttempts kept in
 	// Egress (proxy mode only).
 	EgressDropped int `json:"egress_dropped,omitempty"`
+	// ToolCalls are the run's tool calls as recorded by its Bridge (when
+	// it is a ToolCallRecorder), in order.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// NsjailLog holds nsjail's own log lines (not user output); kept for
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`

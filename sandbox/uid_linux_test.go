@@ -76,8 +76,8 @@ func TestOpenNsjailGoesThroughTheDirectoryWhenTheJailMaySearchIt(t *testing.T) {
 		mode          os.FileMode
 		want          string
 	}{
-		{"a searchable bin dir keeps the name", "bin", 0o755, "/proc/self/fd/5/nsjail"},
-		{"a private bin dir: the binary itself", "secret", 0o700, "/proc/self/fd/5"},
+		{"a searchable bin dir keeps the name", "bin", 0o755, "/proc/self/fd/6/nsjail"},
+		{"a private bin dir: the binary itself", "secret", 0o700, "/proc/self/fd/6"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(private, tt.dirMode)

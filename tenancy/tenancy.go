@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // Roles a token may carry (DESIGN §14). Only admin reaches beyond the
@@ -51,6 +52,9 @@ type Tenant struct {
 	Quota quota.Limits `yaml:"quota" json:"quota"`
 	// Policy becomes input.tenant.data for the policy.
 	Policy map[string]any `yaml:"policy" json:"policy"`
+	// Tools are the tenant's MCP tool servers for code mode (header
+	// values are references to secret files or variables, never values).
+	Tools toolconfig.Config `yaml:"tools" json:"tools"`
 }
 
 // Principal is the authenticated caller.

@@ -37,6 +37,8 @@ type runFlags struct {
 	requirements []string
 	egress       []string
 	json         bool
+	tenant       string   // code mode: the config's tenant whose tool servers the run may call
+	tools        []string // code mode: narrows the tenant's granted tools
 }
 
 func newRunCmd() *cobra.Command {
@@ -52,12 +54,15 @@ the raw JSON with --json. The rootfs is built first if it is missing or stale.
 exact pins (name==version, wheels only) into the deps cache under the state
 directory first. --network proxy lets the tool out only through execgate's
 egress proxy, to the hosts named by --egress (egress.allow_cidrs from the
-config opens private ranges). Exit status: 0 when the envelope's status is
+config opens private ranges). --tenant gives the tool the tool servers the
+config names for that tenant (code mode: context.tools.search, describe,
+run), granted and checked per call by the tenant's policy. Exit status: 0 when the envelope's status is
 ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 		Example: `  execgate run tool.py --args '{"name": "Ada"}'
   execgate run tool.py --timeout 30s --memory 512M --json
   execgate run tool.py --requirements six==1.16.0,attrs==23.1.0
-  execgate run tool.py --network proxy --egress api.example.com:443,*.example.org`,
+  execgate run tool.py --network proxy --egress api.example.com:443,*.example.org
+  execgate run program.py --config execgate.yaml --tenant acme --tools 'search.*'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := f.spec(args[0])
@@ -67,6 +72,17 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 			cfg, err := loadConfig()
 			if err != nil {
 				return err
+			}
+			if f.tenant != "" {
+				spec.TenantID = f.tenant
+				bridge, closeTools, err := localTools(cmd.Context(), cfg, f.tenant, f.tools, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				defer closeTools()
+				spec.Bridge = bridge
+			} else if len(f.tools) > 0 {
+				return fmt.Errorf("--tools: needs --tenant (whose tool servers the config names)")
 			}
 			res, err := runLocal(cmd.Context(), cfg, spec, cmd.ErrOrStderr())
 			return reportRun(cmd.OutOrStdout(), spec, res, err, f.json)
@@ -81,6 +97,8 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.StringSliceVar(&f.requirements, "requirements", nil, "exact pins to install first (wheels only), e.g. a==1,b==2")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
+	fl.StringVar(&f.tenant, "tenant", "", "code mode: call the tool servers of this tenant of --config, governed by its policy")
+	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
 	return cmd
 }
 
@@ -201,6 +219,8 @@ type runEnvelope struct {
 	// sandbox.MaxEgressAttempts); EgressDropped counts the rest.
 	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
 	EgressDropped int                     `json:"egress_dropped,omitempty"`
+	// ToolCalls lists the tool calls of a code-mode run (--tenant).
+	ToolCalls []sandbox.ToolCall `json:"tool_calls,omitempty"`
 }
 
 // errSandboxUnavailable is the error type of a run refused by the host.
@@ -218,7 +238,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
 		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
 		Truncated: res.Truncated, Error: res.Error, Logs: append([]sandbox.LogLine{}, res.Logs...), Usage: res.Usage,
-		Egress: res.Egress, EgressDropped: res.EgressDropped,
+		Egress: res.Egress, EgressDropped: res.EgressDropped, ToolCalls: res.ToolCalls,
 	}
 	if u != nil {
 		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
@@ -281,6 +301,16 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 				verdict = "denied: " + a.Reason
 			}
 			fmt.Fprintf(w, "  %s:%d %s\n", a.Host, a.Port, verdict)
+		}
+	}
+	if len(env.ToolCalls) > 0 {
+		fmt.Fprintf(w, "tool calls:\n")
+		for _, c := range env.ToolCalls {
+			fmt.Fprintf(w, "  %s %s (%d ms)", c.Tool, c.Outcome, c.MS)
+			if c.Reason != "" {
+				fmt.Fprintf(w, ": %s", c.Reason)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	if env.Error != nil && env.Error.Type == errSandboxUnavailable {

@@ -12,6 +12,9 @@ Protocol (PROTOCOL_VERSION):
   fd 3    one JSON envelope, written once at the end:
           {protocol_version, status, result, error: {type, message, traceback,
            line}, logs: [{level, message}]}
+  fd 5    the tool bridge: a unix socket, length-prefixed JSON frames
+          (execgate_runtime._Bridge; request key "bridge" gives fd, version
+          and the request cap); closed in forked children
   stdout, stderr belong to the tool; nothing the tool prints can reach fd 3's
   envelope.
 
@@ -52,6 +55,8 @@ import sys
 
 PROTOCOL_VERSION = 1
 RESULT_FD = 3
+# The tool bridge socket (execgate_runtime._Bridge), passed by nsjail.
+BRIDGE_FD = 5
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
 DEPS_DIR = "/opt/execgate/deps"
 TOOL_FILE = "tool.py"
@@ -237,11 +242,12 @@ def _on_sigxcpu(signum, frame):
 
 def _close_result_fd_in_child():
     """After os.fork (and multiprocessing's fork): the child has no use for
-    the result channel."""
-    try:
-        os.close(RESULT_FD)
-    except OSError:
-        pass
+    the result channel, nor for the tool bridge (its parent's calls)."""
+    for fd in (RESULT_FD, BRIDGE_FD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 PR_SET_DUMPABLE = 4
@@ -476,6 +482,7 @@ def _run(req):
         tools=req.get("tools") or {},
         mode=req.get("mode") or "run",
         sink=_sink,
+        bridge=req.get("bridge"),
     )
     rt._set_current(ctx)
     try:
@@ -507,6 +514,10 @@ def main():
     except OSError:
         sys.stderr.write("execgate harness: fd %d (result channel) is not open\n" % RESULT_FD)
         os._exit(EXIT_NO_RESULT_FD)
+    try:
+        os.set_inheritable(BRIDGE_FD, False)  # never into a subprocess
+    except OSError:
+        pass
     os.register_at_fork(after_in_child=_close_result_fd_in_child)
     _make_undumpable()
     raw = sys.stdin.buffer.read()

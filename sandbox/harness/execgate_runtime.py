@@ -15,15 +15,22 @@ Offers:
   ToolFailure    base of the exceptions a tool raises on purpose;
                  ToolFailure(type, message) with type "ToolError" or "InvalidInput"
   InvalidInput   the tool rejected its arguments (envelope error InvalidInput)
+  ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed
+                 what context.tools.run raises (all are ToolFailure)
 
 Only the standard library is used; importing this module is cheap.
 """
 
+import os
 import time as _time
 
 __all__ = [
     "Context",
     "InvalidInput",
+    "ToolDenied",
+    "ToolFailed",
+    "ToolTimeout",
+    "ToolUnavailable",
     "LEVELS",
     "ToolFailure",
     "current_context",
@@ -89,18 +96,211 @@ class _LogSink:
         return out
 
 
-class _Tools:
-    """context.tools: in test mode each attribute is a callable returning its fixture."""
+class ToolBridgeError(ToolFailure):
+    """Base of the errors context.tools raises; uncaught, the run ends in a
+    ToolError naming the bridge error type."""
 
-    def __init__(self, fixtures, mode):
+    type_name = "ToolFailed"
+
+    def __init__(self, message="", tool=None):
+        super().__init__("ToolError", "%s: %s" % (self.type_name, message))
+        self.reason = str(message)  # the bridge's message alone
+        self.tool = tool
+
+
+class ToolDenied(ToolBridgeError):
+    """The tool is not granted to this run, or policy or a limit denied the call."""
+
+    type_name = "ToolDenied"
+
+
+class ToolUnavailable(ToolBridgeError):
+    """The tool's server cannot be reached, or the bridge is gone."""
+
+    type_name = "ToolUnavailable"
+
+
+class ToolTimeout(ToolBridgeError):
+    """The call outlived its timeout or the run's deadline."""
+
+    type_name = "ToolTimeout"
+
+
+class ToolFailed(ToolBridgeError):
+    """The tool's server answered with an error (message), or an unusable result."""
+
+    type_name = "ToolFailed"
+
+
+_BRIDGE_ERRORS = {c.type_name: c for c in (ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed)}
+
+
+class _Bridge:
+    """The jail's end of the tool bridge: length-prefixed JSON frames on an
+    inherited unix socket (protocol `version`). One daemon reader thread
+    routes answers to their callers by id, so calls may overlap
+    (run_async)."""
+
+    def __init__(self, fd, version, max_request_bytes):
+        import threading
+
+        self._fd = fd
+        self._version = version
+        self._max = max_request_bytes
+        self._lock = threading.Lock()  # guards _next, _waiting, _dead, writes
+        self._next = 1
+        self._waiting = {}
+        self._dead = None
+        self._reader = None
+        self._threading = threading
+
+    def request(self, op, fields, on_answer):
+        """Send a request; on_answer(answer_dict) is called from the reader thread."""
+        import json
+
+        with self._lock:
+            if self._dead is not None:
+                raise ToolUnavailable(self._dead)
+            rid = self._next
+            self._next += 1
+            msg = dict(fields, v=self._version, id=rid, op=op)
+            try:
+                data = json.dumps(msg, allow_nan=False, separators=(",", ":")).encode()
+            except (TypeError, ValueError) as e:
+                raise ToolFailed("the arguments are not JSON-serialisable: %s" % e) from None
+            if len(data) > self._max:
+                raise ToolDenied("the request is %d bytes, over the bridge's %d-byte cap" % (len(data), self._max))
+            self._waiting[rid] = on_answer
+            if self._reader is None:
+                self._reader = self._threading.Thread(target=self._read_loop, name="execgate-tools", daemon=True)
+                self._reader.start()
+            frame = len(data).to_bytes(4, "big") + data
+            try:
+                view = memoryview(frame)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+            except OSError as e:
+                self._waiting.pop(rid, None)
+                self._dead = "the tool bridge is closed (%s)" % e.strerror
+                raise ToolUnavailable(self._dead) from None
+
+    def call(self, op, **fields):
+        box = []
+        done = self._threading.Event()
+
+        def on_answer(a):
+            box.append(a)
+            done.set()
+
+        self.request(op, fields, on_answer)
+        done.wait()
+        return _answer(box[0], fields.get("name"))
+
+    async def call_async(self, op, **fields):
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def settle(a):
+            if not fut.done():
+                fut.set_result(a)
+
+        self.request(op, fields, lambda a: loop.call_soon_threadsafe(settle, a))
+        return _answer(await fut, fields.get("name"))
+
+    def _read_exact(self, n):
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = os.read(self._fd, n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    def _read_loop(self):
+        import json
+
+        reason = "the tool bridge is closed"
+        try:
+            while True:
+                n = int.from_bytes(self._read_exact(4), "big")
+                a = json.loads(self._read_exact(n))
+                with self._lock:
+                    cb = self._waiting.pop(a.get("id"), None)
+                if cb is not None:
+                    try:
+                        cb(a)
+                    except Exception:  # noqa: BLE001 - e.g. an event loop closed meanwhile
+                        pass
+                elif a.get("id") == 0 and a.get("error"):
+                    reason = a["error"].get("message") or reason
+                    break
+        except (OSError, EOFError, ValueError):
+            pass
+        with self._lock:
+            self._dead = reason
+            waiting, self._waiting = self._waiting, {}
+        for cb in waiting.values():
+            cb({"error": {"type": "ToolUnavailable", "message": reason}})
+
+
+def _answer(a, tool):
+    err = a.get("error")
+    if err:
+        cls = _BRIDGE_ERRORS.get(err.get("type"), ToolFailed)
+        raise cls(err.get("message") or cls.type_name, tool)
+    return a.get("result")
+
+
+class _Tools:
+    """context.tools: the governed tool bridge (search, describe, run,
+    run_async). context.tools.<name>(...) answers from fixtures in test mode
+    and calls the tool <name> otherwise."""
+
+    def __init__(self, fixtures, mode, bridge=None):
         self._fixtures = dict(fixtures or {})
         self._mode = mode
+        self._bridge_info = bridge or {}
+        self._bridge = None
+
+    def _channel(self):
+        if self._bridge is None:
+            info = self._bridge_info
+            if not info.get("fd"):
+                raise ToolUnavailable("this run has no tool bridge")
+            self._bridge = _Bridge(int(info["fd"]), int(info.get("version") or 1), int(info.get("max_request_bytes") or (1 << 20)))
+        return self._bridge
+
+    def search(self, query="", limit=10):
+        """Names and one-line descriptions of the granted tools matching query."""
+        return self._channel().call("search", query=str(query), limit=int(limit))
+
+    def describe(self, name):
+        """The tool's description and input schema (JSON Schema)."""
+        return self._channel().call("describe", name=str(name))
+
+    def run(self, name, args=None):
+        """Call the tool with args (a dict); returns its structured result or
+        raises ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed."""
+        return self._channel().call("run", name=str(name), args={} if args is None else args)
+
+    async def run_async(self, name, args=None):
+        """run, awaitable: several calls may be in flight at once."""
+        return await self._channel().call_async("run", name=str(name), args={} if args is None else args)
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
         if self._mode != "test":
-            raise ToolFailure("ToolError", "host tools are not available to this run (tool %r)" % name)
+
+            def call(*args, **kwargs):
+                payload = args[0] if len(args) == 1 and not kwargs and isinstance(args[0], dict) else kwargs
+                return self.run(name, payload)
+
+            call.__name__ = name
+            return call
         if name not in self._fixtures:
             raise ToolFailure("ToolError", "tool %r has no fixture in this test run" % name)
         value = self._fixtures[name]
@@ -112,7 +312,7 @@ class _Tools:
         return call
 
     def __dir__(self):
-        return sorted(self._fixtures)
+        return sorted(set(self._fixtures) | {"search", "describe", "run", "run_async"})
 
     def __contains__(self, name):
         return name in self._fixtures
@@ -131,14 +331,14 @@ def _copy(value):
 class Context:
     """The `context` a tool's run(args, context) receives."""
 
-    def __init__(self, tenant_id="", execution_id="", variables=None, deadline=0.0, tools=None, mode="run", sink=None):
+    def __init__(self, tenant_id="", execution_id="", variables=None, deadline=0.0, tools=None, mode="run", sink=None, bridge=None):
         self.tenant_id = tenant_id
         self.execution_id = execution_id
         self.variables = dict(variables or {})
         # deadline is the wall-clock deadline in Unix seconds (float).
         self.deadline = float(deadline)
         self.mode = mode
-        self.tools = _Tools(tools, mode)
+        self.tools = _Tools(tools, mode, bridge)
         self._sink = sink if sink is not None else _LogSink()
 
     def remaining(self):

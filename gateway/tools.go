@@ -1,0 +1,335 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/tenancy"
+	"github.com/execgate/execgate/toolbridge"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
+)
+
+// ToolHub serves code mode: a governed bridge for each run, and the list of
+// granted tools (toolbridge.Hub).
+type ToolHub interface {
+	NewRun(info toolbridge.RunInfo) *toolbridge.Run
+	Granted(ctx context.Context, tenant string, granted []string) ([]toolbridge.Tool, []toolbridge.ServerProblem)
+	Status(tenant string) ([]toolbridge.ServerStatus, toolconfig.Limits, bool)
+}
+
+var _ ToolHub = (*toolbridge.Hub)(nil)
+
+// toolBridge returns the governed bridge of a run (nil without a hub, and in
+// test mode, where the sandbox answers from the fixtures).
+func (s *Server) toolBridge(x *execution, tenant tenancy.Tenant, dec policy.Decision) *toolbridge.Run {
+	if s.d.Tools == nil || x.req.Mode == "test" {
+		return nil
+	}
+	return s.d.Tools.NewRun(toolbridge.RunInfo{
+		TenantID:   tenant.ID,
+		Plan:       tenant.Plan,
+		TenantData: tenant.Policy,
+		Subject:    x.principal.Subject,
+		Roles:      x.principal.Roles,
+		DecisionID: dec.ID,
+		Granted:    dec.Tools,
+	})
+}
+
+// envelopeToolCalls is what the caller sees of the run's tool calls.
+func envelopeToolCalls(calls []sandbox.ToolCall) []EnvelopeToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]EnvelopeToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = EnvelopeToolCall{Tool: c.Tool, Server: c.Server, DecisionID: c.DecisionID, MS: c.MS, Outcome: c.Outcome}
+	}
+	return out
+}
+
+// ToolsResponse is GET /v1/tools: the caller's granted tools, ready for a
+// model's code-mode prompt.
+type ToolsResponse struct {
+	TenantID   string            `json:"tenant_id"`
+	DecisionID string            `json:"decision_id"`
+	Tools      []toolbridge.Tool `json:"tools"`
+	// Unavailable lists granted servers whose tools could not be listed.
+	Unavailable []toolbridge.ServerProblem `json:"unavailable"`
+	// PythonStub is a typed stub of context.tools for the granted tools.
+	PythonStub string `json:"python_stub"`
+	// Prompt explains code mode and lists the tools, for a system prompt.
+	Prompt string `json:"prompt"`
+}
+
+// handleTools is GET /v1/tools[?tools=a.*,b.c]: the policy decides the
+// tools a run of the caller would get (as for an execute request naming
+// those tools), and the tool servers describe them.
+func (s *Server) handleTools(c *gin.Context) {
+	ctx := c.Request.Context()
+	p, _ := tenancy.PrincipalFrom(ctx)
+	tenant, err := s.authorizeTenant(c, p, "")
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	var asked []string
+	if q := c.Query("tools"); q != "" {
+		asked = strings.Split(q, ",")
+		if len(asked) > maxListItems {
+			s.fail(c, badRequest("tools", "has %d tools; at most %d", len(asked), maxListItems))
+			return
+		}
+		for i, t := range asked {
+			if !toolGlobRe().MatchString(t) {
+				s.fail(c, badRequest(fmt.Sprintf("tools[%d]", i), "%q is not a tool name or glob", t))
+				return
+			}
+		}
+	}
+	dec, err := s.d.Policy.Decide(ctx, policy.BuildInput(tenant, p, policy.Request{Mode: "run", Tools: asked}))
+	if err != nil {
+		s.fail(c, fmt.Errorf("%w: %w", errPolicy, err))
+		return
+	}
+	if !dec.Allow {
+		s.fail(c, &policyDenied{reasons: dec.Reasons})
+		return
+	}
+	resp := ToolsResponse{TenantID: tenant.ID, DecisionID: dec.ID, Tools: []toolbridge.Tool{}, Unavailable: []toolbridge.ServerProblem{}}
+	if s.d.Tools != nil && len(dec.Tools) > 0 {
+		tools, problems := s.d.Tools.Granted(ctx, tenant.ID, dec.Tools)
+		if tools != nil {
+			resp.Tools = tools
+		}
+		if problems != nil {
+			resp.Unavailable = problems
+		}
+	}
+	resp.PythonStub = PythonStub(resp.Tools)
+	resp.Prompt = codeModePrompt(resp.Tools, resp.PythonStub)
+	writeJSON(c, http.StatusOK, resp)
+}
+
+// PythonStub renders a typed stub of context.tools for tools: a TypedDict
+// of arguments per tool (from its input schema) and run/run_async
+// overloads naming each tool.
+func PythonStub(tools []toolbridge.Tool) string {
+	var b strings.Builder
+	b.WriteString("# Typed stub of context.tools (execgate code mode).\n")
+	b.WriteString("from typing import Any, Literal, NotRequired, TypedDict, overload\n\n")
+	b.WriteString("from execgate_runtime import ToolDenied, ToolFailed, ToolTimeout, ToolUnavailable\n\n")
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = argsClass(t.Name)
+		fmt.Fprintf(&b, "\nclass %s(TypedDict):\n", names[i])
+		fmt.Fprintf(&b, "    %s\n", pyDocstring(t.Description))
+		props, required := schemaProps(t.InputSchema)
+		if len(props) == 0 {
+			b.WriteString("    pass\n")
+		}
+		for _, p := range props {
+			typ := pyType(p.schema)
+			if !required[p.name] {
+				typ = "NotRequired[" + typ + "]"
+			}
+			if !isPyIdent(p.name) {
+				continue // not expressible as a TypedDict field; the schema still applies
+			}
+			fmt.Fprintf(&b, "    %s: %s", p.name, typ)
+			if d, _ := p.schema["description"].(string); d != "" {
+				fmt.Fprintf(&b, "  # %s", oneLine(d, 100))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteString("\n\nclass Tools:\n")
+	b.WriteString("    \"\"\"context.tools: every call is checked by policy; errors are ToolDenied,\n")
+	b.WriteString("    ToolUnavailable, ToolTimeout or ToolFailed (all ToolFailure).\"\"\"\n\n")
+	b.WriteString("    def search(self, query: str = \"\", limit: int = 10) -> list[dict[str, str]]:\n")
+	b.WriteString("        \"\"\"Granted tools matching query: [{\"name\", \"description\"}].\"\"\"\n\n")
+	b.WriteString("    def describe(self, name: str) -> dict[str, Any]:\n")
+	b.WriteString("        \"\"\"{\"name\", \"description\", \"input_schema\"} of a granted tool.\"\"\"\n\n")
+	for _, async := range []bool{false, true} {
+		def, fn := "def", "run"
+		if async {
+			def, fn = "async def", "run_async"
+		}
+		for i, t := range tools {
+			fmt.Fprintf(&b, "    @overload\n    %s %s(self, name: Literal[%q], args: %s) -> Any: ...\n", def, fn, t.Name, names[i])
+		}
+		fmt.Fprintf(&b, "    %s %s(self, name: str, args: dict[str, Any]) -> Any:\n", def, fn)
+		b.WriteString("        \"\"\"Call a tool; returns its structured result.\"\"\"\n\n")
+	}
+	return b.String()
+}
+
+// codeModePrompt is a system-prompt section describing the tools.
+func codeModePrompt(tools []toolbridge.Tool, stub string) string {
+	var b strings.Builder
+	b.WriteString("Write one Python program `def run(args, context)` (or `async def`) that calls tools through `context.tools` and returns a JSON-serialisable result. ")
+	b.WriteString("The program runs once in a sandbox without network; `context.tools` is its only way to reach the tools below. ")
+	b.WriteString("Call `context.tools.run(name, args)` (or `await context.tools.run_async(name, args)` to run several at once); ")
+	b.WriteString("failures raise ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed from execgate_runtime.\n\nTools:\n")
+	if len(tools) == 0 {
+		b.WriteString("(none granted)\n")
+	}
+	for _, t := range tools {
+		schema, _ := json.Marshal(t.InputSchema)
+		fmt.Fprintf(&b, "- %s: %s\n  input schema: %s\n", t.Name, oneLine(t.Description, 200), schema)
+	}
+	b.WriteString("\nTyped stub:\n```python\n")
+	b.WriteString(stub)
+	b.WriteString("```\n")
+	return b.String()
+}
+
+type prop struct {
+	name   string
+	schema map[string]any
+}
+
+// schemaProps returns the object schema's properties (sorted) and which
+// are required.
+func schemaProps(schema any) ([]prop, map[string]bool) {
+	m, _ := schema.(map[string]any)
+	props, _ := m["properties"].(map[string]any)
+	var out []prop
+	for name, v := range props {
+		ps, _ := v.(map[string]any)
+		out = append(out, prop{name, ps})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	required := map[string]bool{}
+	if rs, ok := m["required"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				required[s] = true
+			}
+		}
+	}
+	return out, required
+}
+
+func pyType(s map[string]any) string {
+	t := s["type"]
+	if ts, ok := t.([]any); ok && len(ts) > 0 { // ["string", "null"]: the first non-null
+		for _, x := range ts {
+			if x != "null" {
+				t = x
+				break
+			}
+		}
+	}
+	switch t {
+	case "string":
+		return "str"
+	case "integer":
+		return "int"
+	case "number":
+		return "float"
+	case "boolean":
+		return "bool"
+	case "array":
+		if items, ok := s["items"].(map[string]any); ok {
+			return "list[" + pyType(items) + "]"
+		}
+		return "list[Any]"
+	case "object":
+		return "dict[str, Any]"
+	}
+	return "Any"
+}
+
+// argsClass names a tool's TypedDict: "math.add" → "MathAddArgs".
+func argsClass(name string) string {
+	var b strings.Builder
+	up := true
+	for _, r := range name {
+		switch {
+		case r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r)):
+			if up {
+				r = unicode.ToUpper(r)
+			}
+			b.WriteRune(r)
+			up = false
+		default:
+			up = true
+		}
+	}
+	s := b.String()
+	if s == "" || unicode.IsDigit(rune(s[0])) {
+		s = "T" + s
+	}
+	return s + "Args"
+}
+
+func isPyIdent(s string) bool {
+	for i, r := range s {
+		if r >= 128 || !(r == '_' || unicode.IsLetter(r) || (i > 0 && unicode.IsDigit(r))) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func pyDocstring(s string) string {
+	s = oneLine(s, 200)
+	if s == "" {
+		s = "Arguments."
+	}
+	return `"""` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"""`, `\"\"\"`) + `"""`
+}
+
+// oneLine is the first line of s, at most n bytes, without control characters.
+func oneLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = s[:n]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// TenantToolsResponse is GET /v1/admin/tenants/{id}/tools.
+type TenantToolsResponse struct {
+	TenantID   string                    `json:"tenant_id"`
+	Servers    []toolbridge.ServerStatus `json:"servers"`
+	Limits     toolconfig.Limits         `json:"limits"`
+	RecordArgs bool                      `json:"record_args"`
+}
+
+// handleTenantTools is GET /v1/admin/tenants/{id}/tools: the tenant's tool
+// servers as configured (header names, never values) and their live state.
+func (s *Server) handleTenantTools(c *gin.Context) {
+	t, ok := s.tenantParam(c)
+	if !ok {
+		return
+	}
+	resp := TenantToolsResponse{TenantID: t.ID, Servers: []toolbridge.ServerStatus{}, Limits: toolconfig.DefaultLimits}
+	if s.d.Tools != nil {
+		resp.Servers, resp.Limits, resp.RecordArgs = s.d.Tools.Status(t.ID)
+	}
+	writeJSON(c, http.StatusOK, resp)
+}

@@ -1,0 +1,42 @@
+package toolconfig
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	ok := Server{Name: "search", URL: "https://mcp.example.com/mcp"}
+	tests := []struct {
+		name string
+		s    Server
+		want string // "" = valid
+	}{
+		{"an HTTP server", ok, ""},
+		{"a stdio server", Server{Name: "local", Command: []string{"/usr/bin/srv", "--x"}, Env: map[string]Secret{"TOKEN": {Env: "T"}}}, ""},
+		{"neither url nor command", Server{Name: "a"}, "exactly one of url"},
+		{"both url and command", Server{Name: "a", URL: ok.URL, Command: []string{"/bin/x"}}, "exactly one of url"},
+		{"a relative program", Server{Name: "a", Command: []string{"srv"}}, "absolute path"},
+		{"headers on a stdio server", Server{Name: "a", Command: []string{"/bin/x"}, Headers: map[string]Secret{"A": {Env: "B"}}}, "takes env, not headers"},
+		{"env on an HTTP server", Server{Name: "a", URL: ok.URL, Env: map[string]Secret{"A": {Env: "B"}}}, "only a command server"},
+		{"credentials in the URL", Server{Name: "a", URL: "https://u:p@h/mcp"}, "must not carry credentials"},
+		{"a secret with both sources", Server{Name: "a", URL: ok.URL, Headers: map[string]Secret{"A": {Env: "B", File: "/f"}}}, "exactly one of file or env"},
+		{"a dotted name", Server{Name: "a.b", URL: ok.URL}, "no dots"},
+		{"a bad glob", Server{Name: "a", URL: ok.URL, Allow: []string{"["}}, "bad glob"},
+		{"a result cap over the bridge's", Server{Name: "a", URL: ok.URL, MaxResultBytes: MaxResultBytesCap + 1}, "max_result_bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Config{Servers: []Server{tc.s}}.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("want valid, got %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("want an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+	if err := (Config{Servers: []Server{ok, ok}}).Validate(); err == nil || !strings.Contains(err.Error(), "duplicate") {
+		t.Errorf("duplicate names: %v", err)
+	}
+}
