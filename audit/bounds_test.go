@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -65,6 +66,10 @@ func TestRecordNeverExceedsMaxRecordBytes(t *testing.T) {
 		d.Reasons = append(d.Reasons, big[:4<<10])
 	}
 	r.Decision = &d
+	args, _ := json.Marshal(map[string]string{"q": big[:64<<10]})
+	for range 200 { // code mode with record_args: 200 calls of 384 KiB arguments once encoded
+		r.ToolCalls = append(r.ToolCalls, sandbox.ToolCall{Tool: "search." + big[:1<<10], Server: "search", Outcome: "ok", Args: args})
+	}
 	l, path := newFileLog(t, audit.Config{})
 	if err := l.Record(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -74,6 +79,10 @@ func TestRecordNeverExceedsMaxRecordBytes(t *testing.T) {
 		t.Fatalf("got %d lines, want 1", len(lines))
 	}
 	got := lines[0].Record
+	if len(got.ToolCalls) == 0 || got.ToolCalls[0].Args != nil || len(got.ToolCalls)+got.ToolCallsDropped != 200 {
+		t.Fatalf("cut record's tool calls: %d kept (args %d bytes), %d dropped; want some kept without args and 200 counted",
+			len(got.ToolCalls), len(got.ToolCalls[0].Args), got.ToolCallsDropped)
+	}
 	if n := len(lines[0].Raw); n > audit.MaxRecordBytes {
 		t.Fatalf("the record is %d bytes, over MaxRecordBytes %d", n, audit.MaxRecordBytes)
 	}

@@ -132,6 +132,11 @@ func (r *Record) shrink() {
 	r.Source = ""
 	r.EgressDropped += len(r.Egress)
 	r.Egress = []sandbox.EgressAttempt{}
+	if len(r.ToolCalls) > shrinkListItems {
+		r.ToolCallsDropped += len(r.ToolCalls) - shrinkListItems
+		r.ToolCalls = r.ToolCalls[:shrinkListItems]
+	}
+	calls := make([]sandbox.ToolCall, len(r.ToolCalls))
 	clip := func(s string) string {
 		if len(s) <= shrinkStringBytes {
 			return s
@@ -147,6 +152,15 @@ func (r *Record) shrink() {
 			out[i] = clip(s)
 		}
 		return out
+	}
+	for i, c := range r.ToolCalls {
+		c.Args = nil // recorded arguments (record_args) go first
+		c.Tool, c.Server, c.DecisionID, c.Outcome, c.Reason = clip(c.Tool), clip(c.Server), clip(c.DecisionID), clip(c.Outcome), clip(c.Reason)
+		c.ArgsSHA256 = clip(c.ArgsSHA256)
+		calls[i] = c
+	}
+	if r.ToolCalls != nil {
+		r.ToolCalls = calls
 	}
 	r.ExecutionID, r.TenantID, r.Subject = clip(r.ExecutionID), clip(r.TenantID), clip(r.Subject)
 	r.Roles = clipAll(r.Roles)
