@@ -39,7 +39,9 @@ type jail struct {
 
 	stdout, stderr, envelope capture
 	log                      logCapture
-	readers                  sync.WaitGroup
+	// framed is a Deno jail's stdout, demultiplexed (demux.go); nil for Python.
+	framed  *framedChannel
+	readers sync.WaitGroup
 
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error         // set before exited is closed
@@ -162,8 +164,18 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		exited:   make(chan struct{}),
 		started:  time.Now(),
 	}
+	if p.Runtime == runtimeDeno {
+		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}}
+	}
 	j.readers.Add(4)
-	go func() { defer j.readers.Done(); j.stdout.readFrom(out.r) }()
+	go func() {
+		defer j.readers.Done()
+		if j.framed != nil {
+			j.framed.demux(out.r, &j.stdout)
+			return
+		}
+		j.stdout.readFrom(out.r)
+	}()
 	go func() { defer j.readers.Done(); j.stderr.readFrom(errp.r) }()
 	go func() { defer j.readers.Done(); j.envelope.readFrom(res.r) }()
 	go func() { defer j.readers.Done(); j.log.readFrom(logp.r) }()
@@ -254,8 +266,8 @@ wait:
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
 	}
 	o.Log = j.log.lines
-	o.Envelope = j.envelope.buf.Bytes()
-	o.EnvelopeTruncated = j.envelope.truncated
+	o.Envelope, o.EnvelopeTruncated = j.envelopeBytes()
+	o.Runtime = j.prof.Runtime
 	o.Limits = j.prof.Limits
 	stats := j.cg.stats()
 	o.MemoryLimitHit = stats.MemoryLimitHit
