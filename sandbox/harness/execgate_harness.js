@@ -134,6 +134,13 @@ function installConsole() {
   globalThis.alert = noPrompt;
   globalThis.confirm = noPrompt;
   globalThis.prompt = noPrompt;
+  // No workers: a worker is another isolate fed from a URL (data:, the
+  // harness itself), outside what this module controls.
+  globalThis.Worker = class Worker {
+    constructor() {
+      throw new TypeError("Worker is not available to tools");
+    }
+  };
   // No blob: URLs: they would let a tool import code built from strings.
   URL.createObjectURL = () => {
     throw new TypeError("URL.createObjectURL is not available to tools (blob: imports are blocked)");
