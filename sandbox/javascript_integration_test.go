@@ -277,3 +277,51 @@ func TestJavaScriptOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// Mode validate type-checks in the jail (deno check, offline, read-only
+// DENO_DIR): syntax and type errors with line and column; nothing runs.
+func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
+	r := newJSRunner(t, nil)
+	type problem struct {
+		Line, Col int
+		Message   string
+	}
+	type verdict struct {
+		Valid  bool
+		Errors []problem
+	}
+	for _, tc := range []struct {
+		name, lang, src string
+		valid           bool
+		line, col       int
+		msgPart         string
+	}{
+		{"valid TypeScript", sandbox.LanguageTypeScript, "export function run(args: {n: number}): number {\n  return args.n + 1;\n}\n", true, 0, 0, ""},
+		{"a type error", sandbox.LanguageTypeScript, "export function run(args: unknown): number {\n  const s: string = 42;\n  return 1;\n}\n", false, 2, 9, "not assignable to type 'string'"},
+		{"a syntax error in JavaScript", sandbox.LanguageJavaScript, "export function run() {\n  return 1 +* 2;\n}\n", false, 2, 13, "Expression expected"},
+		{"a missing entrypoint", sandbox.LanguageJavaScript, "export function main() { return 1 }\n", false, 0, 0, "entrypoint 'run' is not exported"},
+		{"the validator runs nothing of the tool", sandbox.LanguageTypeScript, "await new Promise(() => { for (;;) {} });\nexport function run() { return 1 }\n", true, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runJS(t, r, tc.lang, tc.src, func(s *sandbox.Spec) {
+				s.Mode = sandbox.ModeValidate
+				s.Limits = sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}
+			})
+			wantOK(t, res, "")
+			var v verdict
+			if err := json.Unmarshal(res.Result, &v); err != nil {
+				t.Fatalf("result %s: %v", res.Result, err)
+			}
+			t.Logf("verdict %+v", v)
+			if v.Valid != tc.valid {
+				t.Fatalf("valid %v, want %v: %+v", v.Valid, tc.valid, v.Errors)
+			}
+			if !tc.valid {
+				e := v.Errors[0]
+				if e.Line != tc.line || e.Col != tc.col || !strings.Contains(e.Message, tc.msgPart) {
+					t.Fatalf("first error %+v, want %d:%d %q", e, tc.line, tc.col, tc.msgPart)
+				}
+			}
+		})
+	}
+}

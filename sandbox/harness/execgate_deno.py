@@ -38,7 +38,8 @@ EXIT_WRITE_FAILED = 71
 
 # Deno: no --allow-* flag at all; nothing fetched, nothing written, nothing
 # asked. The import map blocks every file:/node:/npm:/jsr:/remote specifier.
-COMMON_FLAGS = ["--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt"]
+COMMON_FLAGS = ["--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock"]
+RUN_FLAGS = COMMON_FLAGS + ["--no-prompt"]
 
 
 def deno_env():
@@ -85,7 +86,8 @@ def diagnostics(text):
             rest = b.split("\n", 1)[1] if "\n" in b else ""
             head = rest.strip().split("\n", 1)[0] or head
             head = re.sub(r"\s+at file:.*$", "", head)
-        errors.append({"line": int(m.group(1)) if m else 0, "col": int(m.group(2)) if m else 0, "message": head.replace("/tmp/.execgate/", "")})
+        head = head.replace(" [ERROR]:", ":").replace("/tmp/.execgate/", "")
+        errors.append({"line": int(m.group(1)) if m else 0, "col": int(m.group(2)) if m else 0, "message": head})
     return errors
 
 
@@ -165,7 +167,7 @@ def main():
     os.close(rfd)
     os.close(RESULT_FD)
     v8 = "--v8-flags=--max-old-space-size=%d,--disallow-code-generation-from-strings" % heap_mb
-    argv = [DENO, "run", *COMMON_FLAGS, "--import-map=" + IMPORT_MAP, v8, HARNESS]
+    argv = [DENO, "run", *RUN_FLAGS, "--import-map=" + IMPORT_MAP, v8, HARNESS]
     os.execve(DENO, argv, deno_env())
 
 
