@@ -188,7 +188,7 @@ func classify(o outcome) verdict {
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB (all its processes together); the kernel killed a process of it", o.Limits.MemoryMB), "")
 	case sig == syscall.SIGSYS:
 		return fail(ErrSyscallDenied, syscallDeniedMessage(o.DeniedSyscall), nsjailTrace(o.Log))
-	case sig == syscall.SIGTRAP && o.Runtime == runtimeDeno:
+	case sig == syscall.SIGTRAP && o.Runtime.deno():
 		// V8 ends a heap that outgrew --max-old-space-size with "Fatal
 		// JavaScript out of memory" and SIGTRAP; a tool without
 		// permissions cannot send itself signals (language.go).

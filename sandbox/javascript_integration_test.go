@@ -127,9 +127,9 @@ func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
 		{"npm: is blocked", `return await import("npm:left-pad")`, "TypeError", "--no-npm is specified"},
 		{"jsr: is blocked", `return await import("jsr:@std/path")`, "TypeError", "--no-remote is specified"},
 		{"remote imports are blocked", `return await import("https://deno.land/std/path/mod.ts")`, "TypeError", "blocked://import/https/"},
-		{"relative imports are blocked", `return await import("./other.js")`, "TypeError", "blocked://import/file/"},
-		{"absolute file imports are blocked", `return await import("/etc/passwd")`, "TypeError", "blocked://import/file/"},
-		{"the tool cannot import itself as text", `return await import("./tool.js", {with: {type: "text"}})`, "TypeError", "blocked://import/file/"},
+		{"relative imports are blocked", `return await import("./other.js")`, "TypeError", `Import "./other.js" not a dependency and not in import map`},
+		{"absolute file imports are blocked", `return await import("/etc/passwd")`, "TypeError", `Import "/etc/passwd" not a dependency and not in import map`},
+		{"a relative text import is blocked", `return await import("./tool.js", {with: {type: "text"}})`, "TypeError", "not in import map"},
 		{"a text import of a host file is blocked", `return await import("file:///etc/passwd", {with: {type: "text"}})`, "TypeError", "blocked://import/file/"},
 		{"a JSON import is blocked", `return await import("file:///opt/execgate/harness/import_map.json", {with: {type: "json"}})`, "TypeError", "blocked://import/file/"},
 		{"new Function is disallowed", `return new Function("return import('node:fs')")()`, "EvalError", "Code generation from strings disallowed"},
@@ -232,6 +232,11 @@ func TestJavaScriptOutcomes(t *testing.T) {
 		{"TypeScript syntax in a .js tool is InvalidSource", sandbox.LanguageJavaScript,
 			"export function run(args: number) { return 1 }\n", nil,
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrInvalidSource, "") }},
+		{"a static relative import is InvalidSource", sandbox.LanguageJavaScript,
+			"import {x} from './helpers.js';\nexport function run() { return x }\n", nil,
+			func(t *testing.T, res sandbox.Result) {
+				wantErr(t, res, sandbox.ErrInvalidSource, "imports are closed: relative, absolute and bare specifiers are blocked (./helpers.js)")
+			}},
 		{"a static import of node:fs is InvalidSource", sandbox.LanguageJavaScript,
 			"import fs from 'node:fs';\nexport function run() { return fs.readFileSync('/etc/passwd', 'utf8') }\n", nil,
 			func(t *testing.T, res sandbox.Result) {

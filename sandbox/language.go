@@ -24,22 +24,33 @@ const (
 var Languages = []string{LanguagePython, LanguageJavaScript, LanguageTypeScript}
 
 // jailRuntime is what a jail runs: the profile of a JavaScript jail differs
-// from a Python one (its launcher, its address-space limit), not by
-// language: JavaScript and TypeScript share the Deno jails.
+// from a Python one (its command, its address-space limit, its
+// environment), not by language: JavaScript and TypeScript share the Deno
+// jails.
 type jailRuntime string
 
 const (
 	runtimePython jailRuntime = "python"
-	runtimeDeno   jailRuntime = "deno"
+	// runtimeDeno runs Deno directly on the harness: a warm jail is a
+	// started Deno waiting for its request on stdin.
+	runtimeDeno jailRuntime = "deno"
+	// runtimeDenoCheck is mode validate: the launcher (python3,
+	// execgate_deno.py) writes the source into the jail's tmpfs and runs
+	// `deno check` on it.
+	runtimeDenoCheck jailRuntime = "deno-check"
 )
 
-// runtimeOf maps a (normalised) language to the runtime that runs it.
-func runtimeOf(language string) jailRuntime {
-	switch language {
-	case LanguageJavaScript, LanguageTypeScript:
-		return runtimeDeno
+func (rt jailRuntime) deno() bool { return rt == runtimeDeno || rt == runtimeDenoCheck }
+
+// runtimeOf maps a (normalised) language and mode to the runtime.
+func runtimeOf(language, mode string) jailRuntime {
+	switch {
+	case language != LanguageJavaScript && language != LanguageTypeScript:
+		return runtimePython
+	case mode == ModeValidate:
+		return runtimeDenoCheck
 	}
-	return runtimePython
+	return runtimeDeno
 }
 
 // Jail paths of the Deno runtime (installed by the rootfs builder).
@@ -73,10 +84,38 @@ func denoHeapMB(memoryMB int64) int64 {
 	return max(memoryMB-denoHeapHeadMB, denoMinHeapMB)
 }
 
-// denoArgv starts the Deno launcher (execgate_deno.py) with the heap limit;
-// the launcher execs Deno with every permission denied.
-func denoArgv(l Limits) []string {
-	return []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry, strconv.FormatInt(denoHeapMB(l.MemoryMB), 10)}
+// denoFlags are Deno's flags for every run: no --allow-* flag at all (every
+// permission denied, nothing prompted), nothing fetched or written
+// (--no-remote --no-npm --cached-only --no-lock), no configuration file
+// discovered (--no-config), and the import map that blocks every file:,
+// node:, npm:, jsr: and remote specifier.
+var denoFlags = []string{
+	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
+	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
+}
+
+// denoEnv is added to jailEnv in the Deno runtimes: the read-only cache
+// directory (Deno refuses to start without one), no colours, no update
+// check.
+var denoEnv = []string{
+	"DENO_DIR=" + JailDenoDir,
+	"NO_COLOR=1",
+	"DENO_NO_UPDATE_CHECK=1",
+}
+
+// denoCommand is the exec_bin of a Deno runtime: Deno on the harness, with
+// V8's heap limited and code generation from strings (eval, new Function)
+// disallowed; or, for mode validate, the launcher (execgate_deno.py) that
+// runs `deno check` with the same flags.
+func denoCommand(rt jailRuntime, l Limits) (string, []string) {
+	if rt == runtimeDenoCheck {
+		return jailPython, []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
+	}
+	args := append([]string{"run"}, denoFlags...)
+	args = append(args,
+		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(l.MemoryMB), 10)+",--disallow-code-generation-from-strings",
+		harness.Dir+"/"+harness.JSEntry)
+	return JailDeno, args
 }
 
 // EnvDeno names the environment variable that points at the host's Deno

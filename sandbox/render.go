@@ -87,8 +87,8 @@ func (p profile) String() string {
 	l := p.Limits
 	s := fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",
 		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB)
-	if p.Runtime == runtimeDeno {
-		s = "runtime=deno " + s
+	if p.Runtime != "" && p.Runtime != runtimePython {
+		s = "runtime=" + string(p.Runtime) + " " + s
 	}
 	return s
 }
@@ -153,9 +153,14 @@ func renderConfig(in renderInput) (string, error) {
 			w("envar: %s", q(e))
 		}
 	}
+	if p.Runtime.deno() {
+		for _, e := range denoEnv {
+			w("envar: %s", q(e))
+		}
+	}
 	w("keep_caps: false")
 	w("disable_no_new_privs: false")
-	if p.Runtime == runtimeDeno {
+	if p.Runtime.deno() {
 		w("rlimit_as: %d", denoRlimitASMB) // V8's reservations; memory is the cgroup's (language.go)
 	} else {
 		w("rlimit_as: %d", l.MemoryMB+rlimitASHead)
@@ -216,11 +221,11 @@ func renderConfig(in renderInput) (string, error) {
 	}
 	w("seccomp_string: %s", q(in.Seccomp))
 	b.WriteString("exec_bin {\n")
-	fmt.Fprintf(&b, "  path: %s\n", q(jailPython))
-	argv := harnessArgv
-	if p.Runtime == runtimeDeno {
-		argv = denoArgv(l)
+	path, argv := jailPython, harnessArgv
+	if p.Runtime.deno() {
+		path, argv = denoCommand(p.Runtime, l)
 	}
+	fmt.Fprintf(&b, "  path: %s\n", q(path))
 	for _, a := range argv {
 		fmt.Fprintf(&b, "  arg: %s\n", q(a))
 	}

@@ -109,8 +109,8 @@ func normalize(spec Spec) (Spec, profile, error) {
 	default:
 		errs = append(errs, fmt.Errorf("language: %q is not python, javascript or typescript", spec.Language))
 	}
-	rt := runtimeOf(spec.Language)
-	if rt == runtimeDeno {
+	rt := runtimeOf(spec.Language, spec.Mode)
+	if rt.deno() {
 		errs = append(errs, checkDenoSpec(spec)...)
 	}
 	if !entrypointRE.MatchString(spec.Entrypoint) {
@@ -119,7 +119,7 @@ func normalize(spec Spec) (Spec, profile, error) {
 	switch spec.Mode {
 	case "run":
 	case ModeValidate:
-		if rt != runtimeDeno {
+		if !rt.deno() {
 			errs = append(errs, errors.New("mode: validate is for javascript and typescript only"))
 		}
 		spec.Network = NetworkNone

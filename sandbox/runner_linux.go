@@ -195,7 +195,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
-	if prof.Runtime == runtimeDeno {
+	if prof.Runtime.deno() {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {
 			return Result{}, err
 		}

@@ -1,21 +1,13 @@
-"""execgate_deno: starts a JavaScript/TypeScript tool under Deno, in the jail.
+"""execgate_deno: type-checks a JavaScript/TypeScript tool with `deno check`, in the jail.
 
-The jail of a JavaScript run starts this launcher (python3 -I -S -B -u
-execgate_deno.py HEAP_MB), so a warm jail can wait for its request like a
-Python one. On the request it:
-
-  1. reads the request (protocol 1) from stdin, checks its version;
-  2. writes the tool's source to /tmp/.execgate/tool.js or tool.ts (the only
-     files the harness may import, see import_map.json);
-  3. for mode "run"/"test": puts the request on stdin again (a file in the
-     jail's tmpfs, opened and unlinked) and replaces itself with Deno running
-     execgate_harness.js, every permission denied;
-     for mode "validate": runs `deno check` on the file and writes the
-     result envelope ({valid, errors}) on fd 3 itself.
-
-Deno cannot write fd 3 without permissions; the harness frames its envelope
-on stdout instead (execgate_harness.js). This launcher closes fd 3 before
-Deno starts, so nothing in the tool's process holds the result channel.
+Mode validate of a JavaScript or TypeScript run starts this launcher
+(python3 -I -S -B -u execgate_deno.py): it reads the request (protocol 1)
+from stdin, writes the source to /tmp/.execgate/tool.js or tool.ts (the
+jail's own tmpfs), runs `deno check` on it (offline, read-only DENO_DIR,
+the same flags and import map as a run) and writes the result envelope
+({"valid", "errors": [{"line", "col", "message"}]}) on fd 3 itself. Nothing
+of the tool runs. Runs (modes run and test) start Deno directly on
+execgate_harness.js instead.
 """
 
 import json
@@ -29,17 +21,17 @@ RESULT_FD = 3
 WORK = "/tmp/.execgate"
 DENO = "/usr/bin/deno"
 HERE = "/opt/execgate/harness"
-HARNESS = HERE + "/execgate_harness.js"
 IMPORT_MAP = HERE + "/import_map.json"
 DENO_DIR = "/opt/execgate/deno-cache"
 
 EXIT_NO_RESULT_FD = 70
 EXIT_WRITE_FAILED = 71
 
-# Deno: no --allow-* flag at all; nothing fetched, nothing written, nothing
-# asked. The import map blocks every file:/node:/npm:/jsr:/remote specifier.
+# The flags of a run (sandbox/language.go denoFlags): nothing fetched,
+# nothing written, no config; the import map blocks every file:/node:/npm:/
+# jsr:/remote specifier.
+# (deno check takes no --no-prompt; it runs nothing.)
 COMMON_FLAGS = ["--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock"]
-RUN_FLAGS = COMMON_FLAGS + ["--no-prompt"]
 
 
 def deno_env():
@@ -130,7 +122,6 @@ def main():
     except OSError:
         sys.stderr.write("execgate launcher: fd %d (result channel) is not open\n" % RESULT_FD)
         os._exit(EXIT_NO_RESULT_FD)
-    heap_mb = int(sys.argv[1])
     raw = sys.stdin.buffer.read()
     try:
         req = json.loads(raw)
@@ -149,26 +140,10 @@ def main():
     with os.fdopen(fd, "wb") as f:
         f.write(source.encode("utf-8", "surrogatepass"))
 
-    if req.get("mode") == "validate":
-        left = (req.get("deadline_unix_ms") or 0) / 1000.0
-        import time
+    left = (req.get("deadline_unix_ms") or 0) / 1000.0
+    import time
 
-        emit("ok", validate(tool, source, req.get("entrypoint") or "run", max(1.0, left - time.time() - 0.5)))
-
-    # The request goes back on stdin for Deno: a file of the jail's own
-    # tmpfs, unlinked once open.
-    reqpath = WORK + "/request.json"
-    fd = os.open(reqpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
-    rfd = os.open(reqpath, os.O_RDONLY)
-    os.unlink(reqpath)
-    os.dup2(rfd, 0)
-    os.close(rfd)
-    os.close(RESULT_FD)
-    v8 = "--v8-flags=--max-old-space-size=%d,--disallow-code-generation-from-strings" % heap_mb
-    argv = [DENO, "run", *RUN_FLAGS, "--import-map=" + IMPORT_MAP, v8, HARNESS]
-    os.execve(DENO, argv, deno_env())
+    emit("ok", validate(tool, source, req.get("entrypoint") or "run", max(1.0, left - time.time() - 0.5)))
 
 
 if __name__ == "__main__":

@@ -16,14 +16,17 @@
 // the envelope is a claim of the tool's process either way, and the runner
 // takes only tool-level outcomes from it. stderr (fd 2) is the tool's, raw.
 //
-// The request is read from stdin (the launcher has put it there). The tool
-// module is imported from /tmp/.execgate/tool.{js,ts}, written by the
-// launcher; only this module's scope of the import map may import it.
+// The jail starts Deno on this module directly (a warm jail is a Deno
+// waiting here for its request on stdin). The tool's source arrives in the
+// request and is imported as a data: module (text/javascript or
+// application/typescript, which Deno strips of types); its own imports go
+// through the import map like any other. Deno abbreviates data: URLs in
+// stack traces; frames of the tool are reported as tool.js/tool.ts.
 
 const PROTOCOL_VERSION = 1;
-const TOOL_URLS = {
-  javascript: "file:///tmp/.execgate/tool.js",
-  typescript: "file:///tmp/.execgate/tool.ts",
+const TOOL_MEDIA_TYPES = {
+  javascript: "text/javascript",
+  typescript: "application/typescript",
 };
 const FRAME_STDOUT = 1;
 const FRAME_ENVELOPE = 2;
@@ -171,47 +174,43 @@ function errorInfo(type, message, traceback = "", line = 0) {
 
 // ---- the tool's frames of a stack ----
 
-function toolURLs() {
-  return Object.values(TOOL_URLS);
-}
-
-function shortName(url) {
-  return url.slice(url.lastIndexOf("/") + 1);
-}
+// A tool frame's location: the tool's data: URL (whole, or as Deno
+// abbreviates it: "data:<type>;base64,<first 20>......<last 20>") with
+// line and column.
+const TOOL_LOCATION = /data:(?:text\/javascript|application\/typescript);base64,[A-Za-z0-9+/=.]*:(\d+):(\d+)/g;
+let toolName = "tool.js";
 
 function userFrames(stack) {
-  const lines = String(stack ?? "").split("\n");
   const out = [];
-  for (const l of lines) {
+  for (const l of String(stack ?? "").split("\n")) {
     if (!l.trimStart().startsWith("at ")) continue;
-    let hit = false;
-    let text = l;
-    for (const u of toolURLs()) {
-      if (text.includes(u)) {
-        hit = true;
-        text = text.split(u).join(shortName(u));
-      }
-    }
-    if (hit) out.push(text);
+    TOOL_LOCATION.lastIndex = 0;
+    if (!TOOL_LOCATION.test(l)) continue;
+    TOOL_LOCATION.lastIndex = 0;
+    out.push(l.replace(TOOL_LOCATION, `${toolName}:$1:$2`).replace(/ Module\./, " "));
   }
   return out;
 }
 
-function firstUserLine(stack) {
-  for (const u of toolURLs()) {
-    const i = String(stack ?? "").indexOf(u + ":");
-    if (i >= 0) {
-      const m = /^:(\d+)(?::(\d+))?/.exec(String(stack).slice(i + u.length));
-      if (m) return { line: Number(m[1]), col: Number(m[2] || 0) };
-    }
-  }
-  return { line: 0, col: 0 };
+function firstUserLine(text) {
+  TOOL_LOCATION.lastIndex = 0;
+  const m = TOOL_LOCATION.exec(String(text ?? ""));
+  TOOL_LOCATION.lastIndex = 0;
+  return m ? { line: Number(m[1]), col: Number(m[2]) } : { line: 0, col: 0 };
+}
+
+const TOOL_URL = /data:(?:text\/javascript|application\/typescript);base64,[A-Za-z0-9+/=.]*/g;
+
+function shorten(text) {
+  TOOL_LOCATION.lastIndex = 0;
+  TOOL_URL.lastIndex = 0;
+  return String(text).replace(TOOL_LOCATION, `${toolName}:$1:$2`).replace(TOOL_URL, toolName);
 }
 
 function describe(e) {
   if (e instanceof Error) {
     const name = e.name || "Error";
-    return e.message ? `${name}: ${e.message}` : name;
+    return shorten(e.message ? `${name}: ${e.message}` : name);
   }
   try {
     return "thrown value: " + inspect(e, { colors: false, depth: 2 });
@@ -228,6 +227,8 @@ function traceback(e) {
 
 // blockedImport turns the import map's blocked:// targets into a sentence.
 function blockedImport(message) {
+  const rel = /Import "([^"]*)" not a dependency and not in import map/.exec(message);
+  if (rel) return `imports are closed: relative, absolute and bare specifiers are blocked (${rel[1]})`;
   const m = /blocked:\/\/import\/([a-z]+)\/?([^"\s]*)/.exec(message);
   if (!m) return "";
   const what = { file: "file: and relative", node: "node:", npm: "npm:", jsr: "jsr:", http: "remote", https: "remote" }[m[1]] || m[1];
@@ -391,11 +392,19 @@ async function readRequest() {
   return parse(decoder.decode(all));
 }
 
-async function importTool(language) {
-  // Literal specifiers: only these two files, and only from this module
-  // (the import map's scope for the harness directory).
-  if (language === "typescript") return await import("file:///tmp/.execgate/tool.ts");
-  return await import("file:///tmp/.execgate/tool.js");
+function base64(text) {
+  const bytes = encoder.encode(text);
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(bin);
+}
+
+async function importTool(language, source) {
+  const type = TOOL_MEDIA_TYPES[language] ?? TOOL_MEDIA_TYPES.javascript;
+  toolName = language === "typescript" ? "tool.ts" : "tool.js";
+  return await import(`data:${type};base64,${base64(String(source))}`);
 }
 
 function findEntry(mod, entry) {
@@ -410,15 +419,15 @@ async function runTool(req, sink) {
   const entry = req.entrypoint || "run";
   let mod;
   try {
-    mod = await importTool(req.language);
+    mod = await importTool(req.language, req.source);
   } catch (e) {
-    const msg = e instanceof Error ? String(e.message) : describe(e);
+    const msg = shorten(e instanceof Error ? String(e.message) : describe(e));
     const where = firstUserLine(msg + "\n" + (e?.stack ?? ""));
     const blocked = blockedImport(msg);
     if (blocked) return ["error", null, errorInfo("InvalidSource", blocked, msg, where.line)];
     const syntax = msg.includes("SyntaxError") || msg.includes("Expected") || msg.includes("expected");
     const text = syntax ? msg.split("\n")[0].replace(/^(TypeError: )?/, "") : "error while loading the tool: " + describe(e);
-    return ["error", null, errorInfo("InvalidSource", text, traceback(e) + (syntax ? "\n" + msg : ""), where.line)];
+    return ["error", null, errorInfo("InvalidSource", text, syntax ? msg : traceback(e), where.line)];
   }
   const fn = findEntry(mod, entry);
   if (typeof fn !== "function") {

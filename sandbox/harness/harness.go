@@ -33,8 +33,15 @@ const Dir = "/opt/execgate/harness"
 // Entry is the harness script inside Dir.
 const Entry = "harness.py"
 
-// DenoEntry is the launcher of JavaScript and TypeScript runs inside Dir
-// (run by the jail's python3; it replaces itself with Deno).
+// JSEntry is the JavaScript and TypeScript harness inside Dir (Deno's main
+// module), ImportMap the import map Deno is started with.
+const (
+	JSEntry   = "execgate_harness.js"
+	ImportMap = "import_map.json"
+)
+
+// DenoEntry is the launcher of mode validate inside Dir (run by the jail's
+// python3; it runs `deno check` on the source).
 const DenoEntry = "execgate_deno.py"
 
 var hashOnce = sync.OnceValue(func() string {
