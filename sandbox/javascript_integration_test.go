@@ -242,6 +242,16 @@ func TestJavaScriptOutcomes(t *testing.T) {
 			func(t *testing.T, res sandbox.Result) {
 				wantErr(t, res, sandbox.ErrInvalidSource, "imports are closed: node: specifiers are blocked")
 			}},
+		{"Deno.exit before the result is the tool's error", sandbox.LanguageJavaScript,
+			"export function run() { Deno.exit(0) }\n", nil,
+			func(t *testing.T, res sandbox.Result) {
+				wantErr(t, res, sandbox.ErrToolError, "without a valid result envelope")
+			}},
+		{"runaway recursion is the tool's error", sandbox.LanguageJavaScript,
+			"function f(n) { return f(n + 1) + 1 }\nexport function run() { return f(0) }\n", nil,
+			func(t *testing.T, res sandbox.Result) {
+				wantErr(t, res, sandbox.ErrToolError, "Maximum call stack size exceeded")
+			}},
 		{"a missing entrypoint is EntrypointNotFound", sandbox.LanguageJavaScript,
 			"export function main() { return 1 }\n", nil,
 			func(t *testing.T, res sandbox.Result) {
@@ -329,4 +339,15 @@ func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Deno starts its threads (V8's platform workers, its runtime's) within the
+// run's pids cgroup: at Deno's minimum of 4 it runs, and a lower limit is
+// refused before anything starts (at 2, measured, Deno exits 1 at start).
+func TestJavaScriptRunsWithinThePidsLimit(t *testing.T) {
+	r := newJSRunner(t, nil)
+	res := runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return [1, 2].map((x) => x * 2) }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 4} })
+	wantOK(t, res, "[2, 4]")
+	res = runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return 1 }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 3} })
+	wantErr(t, res, sandbox.ErrInvalidInput, "limits.pids: 3 is below javascript's minimum of 4")
 }

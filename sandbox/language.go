@@ -75,6 +75,9 @@ const (
 	// limit minus this, at least denoMinHeapMB.
 	denoHeapHeadMB = 48
 	denoMinHeapMB  = 16
+	// denoMinPids: Deno does not start with 2 pids (measured); it runs with
+	// 4, starting fewer threads. It runs about 7 on 2 CPUs when it may.
+	denoMinPids = 4
 )
 
 // denoHeapMB is the V8 old-space limit (--max-old-space-size) for a run
@@ -149,6 +152,9 @@ func checkDenoSpec(spec Spec) []error {
 	}
 	if len(spec.Requirements) > 0 {
 		errs = append(errs, fmt.Errorf("requirements: %s tools cannot install packages (imports are closed)", spec.Language))
+	}
+	if p := spec.Limits.Pids; p > 0 && p < denoMinPids {
+		errs = append(errs, fmt.Errorf("limits.pids: %d is below %s's minimum of %d (Deno's threads count)", p, spec.Language, denoMinPids))
 	}
 	return errs
 }
