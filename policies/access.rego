@@ -74,9 +74,8 @@ language_supported if input.request.language in platform.languages
 language_allowed if input.request.language in tenant_languages
 
 # tenant_languages are the languages a tenant may use: its policy data's
-# "languages" (a list), or every language the platform runs.
-default tenant_languages := []
-
+# "languages" (a list), or every language the platform runs (always
+# defined: the else covers a tenant without the key, or without data).
 tenant_languages := {l | some l in tenant_data.languages} if is_array(tenant_data.languages)
 
 else := platform.languages
