@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
@@ -350,4 +351,25 @@ func TestJavaScriptRunsWithinThePidsLimit(t *testing.T) {
 	wantOK(t, res, "[2, 4]")
 	res = runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return 1 }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 3} })
 	wantErr(t, res, sandbox.ErrInvalidInput, "limits.pids: 3 is below javascript's minimum of 4")
+}
+
+// A JavaScript profile is kept warm after its first run: the next run is
+// handed to a started Deno, whose wait does not count, and a warm Deno jail
+// serves one run only (a global set by run A is absent in run B).
+func TestJavaScriptWarmPool(t *testing.T) {
+	r := newJSRunner(t, func(c *sandbox.Config) { c.WarmPool = 1 })
+	waitWarm(t, r, 1) // the default (python) profile
+	first := runJS(t, r, sandbox.LanguageTypeScript, "export function run(): string { (globalThis as any).marker = 'run A'; return 'cold' }", nil)
+	wantOK(t, first, `"cold"`)
+	waitWarm(t, r, 2)                  // now the javascript profile too
+	time.Sleep(500 * time.Millisecond) // age the waiting jail: its wait must not count
+	hits := sandbox.WarmHits(r)
+	res := runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return globalThis.marker ?? 'fresh' }", nil)
+	wantOK(t, res, `"fresh"`)
+	if sandbox.WarmHits(r) != hits+1 {
+		t.Fatalf("the JavaScript run did not use a warm jail")
+	}
+	if res.Usage.WallMS >= 500 {
+		t.Errorf("wall %d ms includes the time the jail waited", res.Usage.WallMS)
+	}
 }
