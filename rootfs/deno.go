@@ -31,14 +31,12 @@ type hostDeno struct {
 
 // findHostDeno returns the host Deno for opts: opts.DenoPath, or whatever
 // sandbox.FindDeno finds. Without one the rootfs is built without Deno
-// (JavaScript runs are then unavailable) unless opts.RequireDeno.
+// (JavaScript runs are then unavailable); a configured path that does not
+// work is an error.
 func findHostDeno(opts Options) (*hostDeno, error) {
-	if opts.NoDeno {
-		return nil, nil
-	}
 	p, err := sandbox.FindDeno(opts.DenoPath)
 	if err != nil {
-		if opts.DenoPath != "" || opts.RequireDeno {
+		if opts.DenoPath != "" {
 			return nil, err
 		}
 		return nil, nil

@@ -107,10 +107,9 @@ type Options struct {
 	// DenoPath is the host Deno binary copied into the tree (JavaScript and
 	// TypeScript tools). Default: whatever sandbox.FindDeno finds
 	// ($EXECGATE_DENO, .tools/bin/deno, $PATH); none found builds a tree
-	// without Deno unless RequireDeno. NoDeno builds without it.
-	DenoPath    string
-	RequireDeno bool
-	NoDeno      bool
+	// without Deno (JavaScript runs are then refused as unavailable). A
+	// DenoPath that is not an executable is an error.
+	DenoPath string
 
 	// now is the clock for built_at; nil means time.Now.
 	now func() time.Time
