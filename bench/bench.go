@@ -188,6 +188,9 @@ func (r *Report) startup(ctx context.Context) error {
 		return err
 	}
 	r.Startup = append(r.Startup, s)
+	if err := r.startupJavaScript(ctx, runner); err != nil {
+		return err
+	}
 
 	dir, err := os.MkdirTemp("", "execgate-bench-")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // Decoding is strict and names the field on every error: the body is first
@@ -253,7 +254,7 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			if err := decodeString(p, raw, &req.Language); err != nil {
 				return err
 			}
-			return oneOf(p, req.Language, "python", "javascript")
+			return oneOf(p, req.Language, sandbox.Languages...)
 		},
 		"source":     sourceField(&req.Source, c.source, &sawSource),
 		"entrypoint": entrypointField(&req.Entrypoint),
@@ -360,10 +361,7 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 		return nil, badRequest("source", "is required")
 	}
 	if req.Language == "" {
-		req.Language = "python"
-	}
-	if req.Language != "python" {
-		return nil, badRequest("language", "%q is not available on this gateway yet (python only)", req.Language)
+		req.Language = sandbox.LanguagePython
 	}
 	if req.Entrypoint == "" {
 		req.Entrypoint = "run"
@@ -459,12 +457,21 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	err := decodeObject("", body, fieldFuncs{
 		"source":     sourceField(&req.Source, c.source, nil),
 		"entrypoint": entrypointField(&req.Entrypoint),
+		"language": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Language); err != nil {
+				return err
+			}
+			return oneOf(p, req.Language, sandbox.Languages...)
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	if req.Source == "" {
 		return nil, badRequest("source", "is required")
+	}
+	if req.Language == "" {
+		req.Language = sandbox.LanguagePython
 	}
 	if req.Entrypoint == "" {
 		req.Entrypoint = "run"

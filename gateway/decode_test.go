@@ -35,8 +35,7 @@ func TestDecodeExecuteNamesTheField(t *testing.T) {
 		{"an entrypoint that is no identifier", `{"source":"x","entrypoint":"os.system"}`, 400, "entrypoint: \"os.system\" is not a Python identifier"},
 		{"an execution_id with a newline", `{"source":"x","execution_id":"a\nb"}`, 400, "execution_id: must be"},
 		{"an execution_id too long", `{"source":"x","execution_id":"` + strings.Repeat("a", 129) + `"}`, 400, "execution_id: must be"},
-		{"an unknown language", `{"source":"x","language":"cobol"}`, 400, `language: "cobol" is not one of python, javascript`},
-		{"javascript is not available yet", `{"source":"x","language":"javascript"}`, 400, "python only"},
+		{"an unknown language", `{"source":"x","language":"cobol"}`, 400, `language: "cobol" is not one of python, javascript, typescript`},
 		{"an unknown network mode", `{"source":"x","network_access":"all"}`, 400, `network_access: "all" is not one of none, proxy, host`},
 		{"an unknown mode", `{"source":"x","mode":"debug"}`, 400, `mode: "debug" is not one of run, test`},
 		{"a negative limit", `{"source":"x","limits":{"memory_mb":-1}}`, 400, "limits.memory_mb: must be >= 0"},
@@ -138,5 +137,24 @@ func TestDecodeEvaluatePrefixesTheNestedField(t *testing.T) {
 	tenant, roles, req, err := decodeEvaluate([]byte(`{"tenant_id":"demo","roles":["admin"],"request":{"source":"x"}}`), testCaps)
 	if err != nil || tenant != "demo" || len(roles) != 1 || req.Source != "x" {
 		t.Fatalf("decodeEvaluate = %q %v %+v %v", tenant, roles, req, err)
+	}
+}
+
+func TestDecodeAcceptsJavaScriptAndTypeScript(t *testing.T) {
+	for _, lang := range []string{"javascript", "typescript"} {
+		req, err := decodeExecute([]byte(`{"source":"export function run() {}","language":"`+lang+`"}`), testCaps)
+		if err != nil || req.Language != lang {
+			t.Errorf("%s: %+v, %v", lang, req, err)
+		}
+		v, err := decodeValidate([]byte(`{"source":"x","language":"`+lang+`"}`), testCaps)
+		if err != nil || v.Language != lang {
+			t.Errorf("validate %s: %+v, %v", lang, v, err)
+		}
+	}
+	if v, err := decodeValidate([]byte(`{"source":"x"}`), testCaps); err != nil || v.Language != "python" {
+		t.Errorf("validate default language: %+v, %v", v, err)
+	}
+	if _, err := decodeValidate([]byte(`{"source":"x","language":"ruby"}`), testCaps); err == nil || !strings.Contains(err.Error(), "language") {
+		t.Errorf("validate ruby: %v", err)
 	}
 }

@@ -108,6 +108,7 @@ type ErrorResponse struct {
 type ValidateRequest struct {
 	Source     string `json:"source"`
 	Entrypoint string `json:"entrypoint,omitempty"`
+	Language   string `json:"language,omitempty"` // python (default), javascript, typescript
 }
 
 // ValidateResponse says whether the source compiles and defines the

@@ -47,12 +47,18 @@ tenant_violations contains msg if {
 violations := tenant_violations if {
 	"executor" in input.subject.roles
 	input.request.language in platform.languages
+	input.request.language in tenant_languages
 	input.request.mode in platform.modes
 } else := tenant_violations | request_violations
 
 request_violations contains "subject lacks role executor" if not has_role("executor")
 
 request_violations contains sprintf("language %q is not supported", [language]) if not language_supported
+
+request_violations contains sprintf("language %q is not allowed for this tenant (its languages: %s)", [language, concat(", ", sort(tenant_languages))]) if {
+	language_supported
+	not language_allowed
+}
 
 request_violations contains sprintf("mode %q is not run or test", [mode]) if not mode_supported
 
@@ -64,6 +70,15 @@ request_violations contains sprintf("mode %q is not run or test", [mode]) if not
 has_role(role) if role in input.subject.roles
 
 language_supported if input.request.language in platform.languages
+
+language_allowed if input.request.language in tenant_languages
+
+# tenant_languages are the languages a tenant may use: its policy data's
+# "languages" (a list), or every language the platform runs (always
+# defined: the else covers a tenant without the key, or without data).
+tenant_languages := {l | some l in tenant_data.languages} if is_array(tenant_data.languages)
+
+else := platform.languages
 
 mode_supported if input.request.mode in platform.modes
 

@@ -45,7 +45,7 @@ test_missing_roles_is_denied if {
 }
 
 test_unsupported_language_is_denied if {
-	`language "javascript" is not supported` in access.violations with input as object.union(base, {"request": {"language": "javascript"}})
+	`language "ruby" is not supported` in access.violations with input as object.union(base, {"request": {"language": "ruby"}})
 }
 
 test_unknown_mode_is_denied if {
@@ -68,4 +68,19 @@ test_missing_language_and_mode_are_denied if {
 
 test_tenant_violations_apply_to_a_plain_request if {
 	access.violations == {`tenant "t1" is disabled`} with input as object.union(base, {"tenant": {"data": {"disabled": true}}})
+}
+
+test_javascript_and_typescript_are_allowed_by_default if {
+	count(access.violations) == 0 with input as object.union(base, {"request": {"language": "javascript"}})
+	count(access.violations) == 0 with input as object.union(base, {"request": {"language": "typescript"}})
+}
+
+test_a_tenant_can_be_limited_to_one_language if {
+	limited := object.union(base, {"tenant": {"data": {"languages": ["python"]}}})
+	count(access.violations) == 0 with input as limited
+	`language "javascript" is not allowed for this tenant (its languages: python)` in access.violations with input as object.union(limited, {"request": {"language": "javascript"}})
+}
+
+test_tenant_languages_must_be_a_list if {
+	`tenant policy data languages must be array, not string` in access.violations with input as object.union(base, {"tenant": {"data": {"languages": "python"}}})
 }

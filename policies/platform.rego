@@ -37,8 +37,8 @@ limits_max := {
 # network_modes are the values network_access may take.
 network_modes := {"none", "proxy", "host"}
 
-# languages the sandbox can run.
-languages := {"python"}
+# languages the sandbox can run (JavaScript and TypeScript under Deno).
+languages := {"python", "javascript", "typescript"}
 
 # modes a request may ask for: run, or test (fixtures, no network, no tools).
 modes := {"run", "test"}
@@ -66,4 +66,5 @@ tenant_data_types := {
 	"tools": "array",
 	"disabled": "boolean",
 	"audit": "object",
+	"languages": "array",
 }

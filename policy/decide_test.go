@@ -72,8 +72,8 @@ func TestDefaultPolicies(t *testing.T) {
 		},
 		{
 			name: "an unsupported language is denied",
-			req:  Request{Language: "javascript"},
-			want: want{reasons: []string{`language "javascript" is not supported`}, network: "none"},
+			req:  Request{Language: "ruby"},
+			want: want{reasons: []string{`language "ruby" is not supported`}, network: "none"},
 		},
 		{
 			name: "an unknown mode is denied",

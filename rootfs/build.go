@@ -90,6 +90,9 @@ func staleness(opts Options) (string, *Manifest) {
 	if _, err := os.Lstat(filepath.Join(opts.Dir, PythonPath)); err != nil {
 		return "interpreter missing from the tree", m
 	}
+	if reason := denoStale(opts, m); reason != "" {
+		return reason, m
+	}
 	return "", m
 }
 
@@ -99,6 +102,7 @@ type builder struct {
 	opts Options
 	root string
 	py   *hostPython
+	deno *hostDeno // nil: built without Deno
 }
 
 func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
@@ -107,6 +111,10 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		return nil, err
 	}
 	py, err := probePython(ctx, opts.PythonPath)
+	if err != nil {
+		return nil, err
+	}
+	deno, err := findHostDeno(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +137,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 			os.RemoveAll(tmp)
 		}
 	}()
-	b := &builder{opts: opts, root: tmp, py: py}
+	b := &builder{opts: opts, root: tmp, py: py, deno: deno}
 
 	steps := []struct {
 		name string
@@ -138,6 +146,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		{"interpreter", b.interpreter},
 		{"standard library", b.stdlib},
 		{"shared libraries", b.libraries},
+		{"deno", b.installDeno},
 		{"/etc", b.etc},
 		{"CA trust store", func(context.Context) error { return b.trustStore(ca) }},
 		{"time zones", b.zoneinfo},
@@ -180,6 +189,9 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		CACerts:         ca.count,
 		ContentSHA256:   scan.SHA256,
 		BuiltAt:         opts.now().UTC().Truncate(time.Second),
+	}
+	if deno != nil {
+		m.DenoVersion, m.DenoStamp = deno.Version, deno.Stamp
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -732,7 +744,7 @@ func (b *builder) normalize(context.Context) error {
 			return nil
 		case fi.IsDir():
 			return os.Chmod(p, 0o755)
-		case p == b.host(PythonPath):
+		case p == b.host(PythonPath) || p == b.host(DenoPath):
 			return os.Chmod(p, interpreterMode)
 		case fi.Mode().Perm()&0o111 != 0:
 			return os.Chmod(p, 0o755)

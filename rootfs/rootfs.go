@@ -104,6 +104,12 @@ type Options struct {
 	// dereferenced, into /etc/ssl/certs. Default: /etc/ssl/certs when
 	// CABundle is defaulted; empty means "bundle only".
 	CADir string
+	// DenoPath is the host Deno binary copied into the tree (JavaScript and
+	// TypeScript tools). Default: whatever sandbox.FindDeno finds
+	// ($EXECGATE_DENO, .tools/bin/deno, $PATH); none found builds a tree
+	// without Deno (JavaScript runs are then refused as unavailable). A
+	// DenoPath that is not an executable is an error.
+	DenoPath string
 
 	// now is the clock for built_at; nil means time.Now.
 	now func() time.Time
@@ -133,6 +139,10 @@ type Manifest struct {
 	// content in the tree except the manifest itself.
 	ContentSHA256 string    `json:"content_sha256"`
 	BuiltAt       time.Time `json:"built_at"`
+	// DenoVersion and DenoStamp describe the Deno binary in the tree
+	// (JavaScript and TypeScript tools); empty when built without one.
+	DenoVersion string `json:"deno_version,omitempty"`
+	DenoStamp   string `json:"deno_stamp,omitempty"`
 }
 
 // Errors callers branch on.

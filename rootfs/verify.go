@@ -28,6 +28,8 @@ type Report struct {
 	Manifest *Manifest  `json:"manifest,omitempty"`
 	Checks   []Check    `json:"checks"`
 	Jail     *JailFacts `json:"jail,omitempty"`
+	// Deno is what the JavaScript probe saw (nil without Deno or a run).
+	Deno *DenoFacts `json:"deno,omitempty"`
 }
 
 // OK reports whether every check passed.

@@ -77,6 +77,7 @@ func verifyJail(ctx context.Context, r *Report, m *Manifest, cfg sandbox.Config)
 	r.Jail = &f
 	r.add("jailed run", true, fmt.Sprintf("wall %d ms, cpu %d ms", res.Usage.WallMS, res.Usage.CPUMS), "")
 	judgeJail(r, m, &f)
+	verifyDeno(ctx, r, m, runner)
 	return nil
 }
 

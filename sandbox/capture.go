@@ -104,6 +104,13 @@ func (c *textCapture) readFrom(r io.Reader) {
 	}
 }
 
+// Write keeps what fits (as write does) and reports everything as written,
+// so a demultiplexer (demux.go) can copy a Deno jail's stdout frames in.
+func (c *textCapture) Write(p []byte) (int, error) {
+	c.write(p)
+	return len(p), nil
+}
+
 func (c *textCapture) write(p []byte) {
 	c.total += int64(len(p))
 	if c.truncated {

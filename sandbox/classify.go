@@ -42,6 +42,7 @@ import (
 //  5. SIGSYS (a seccomp kill of the harness,     → SyscallDenied, naming the
 //     the tool's own process)                      syscall when the kernel's
 //     audit record says which
+//     SIGTRAP of a Deno jail (V8's heap limit)   → MemoryLimit
 //  6. a well-formed envelope, and the harness     → its status and error, for
 //     exited 0 (it does right after writing it)    the tool-level types only
 //  7. the result channel overflowed its cap       → OutputLimit
@@ -149,6 +150,9 @@ type outcome struct {
 	OOMKilled         bool
 	CPUMS             int64
 	Limits            Limits
+	// Runtime is the jail's runtime (python or deno): a Deno jail's SIGTRAP
+	// is V8 stopping at its heap limit.
+	Runtime jailRuntime
 	// DeniedSyscall names the syscall a seccomp kill was for, when the
 	// kernel's audit record said ("" otherwise; see audit_linux.go).
 	DeniedSyscall string
@@ -188,6 +192,11 @@ func classify(o outcome) verdict {
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB (all its processes together); the kernel killed a process of it", o.Limits.MemoryMB), "")
 	case sig == syscall.SIGSYS:
 		return fail(ErrSyscallDenied, syscallDeniedMessage(o.DeniedSyscall), nsjailTrace(o.Log))
+	case sig == syscall.SIGTRAP && o.Runtime.deno():
+		// V8 ends a heap that outgrew --max-old-space-size with "Fatal
+		// JavaScript out of memory" and SIGTRAP; a tool without
+		// permissions cannot send itself signals (language.go).
+		return fail(ErrMemoryLimit, fmt.Sprintf("the tool's JavaScript heap reached its limit of %d MiB (memory limit %d MiB); V8 stopped it", denoHeapMB(o.Limits.MemoryMB), o.Limits.MemoryMB), "")
 	}
 	if env != nil && o.ExitCode == 0 {
 		return fromEnvelope(env, o)

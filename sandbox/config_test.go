@@ -53,7 +53,12 @@ func TestNormalizeSpec(t *testing.T) {
 		want string // error substring; "" for valid
 	}{
 		{"an empty spec gets the defaults", Spec{}, ""},
-		{"javascript is not supported yet", Spec{Language: "javascript"}, "language"},
+		{"an unknown language", Spec{Language: "ruby"}, "language"},
+		{"javascript is supported", Spec{Language: "javascript"}, ""},
+		{"typescript is supported", Spec{Language: "typescript"}, ""},
+		{"javascript has no network but none", Spec{Language: "javascript", Network: NetworkProxy}, "network"},
+		{"javascript installs no requirements", Spec{Language: "javascript", Requirements: []string{"six==1.16.0"}}, "requirements"},
+		{"validate is for javascript and typescript only", Spec{Mode: ModeValidate}, "mode"},
 		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system"}, "entrypoint"},
 		{"an unknown mode", Spec{Mode: "debug"}, "mode"},
 		{"an unknown network", Spec{Network: "wifi"}, "network"},

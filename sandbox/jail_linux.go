@@ -54,7 +54,9 @@ type jail struct {
 	stdout, stderr textCapture
 	envelope       capture
 	log            logCapture
-	readers        sync.WaitGroup
+	// framed is a Deno jail's stdout, demultiplexed (demux.go); nil for Python.
+	framed  *framedChannel
+	readers sync.WaitGroup
 
 	exited  chan struct{} // closed once cmd.Wait returned
 	waitErr error         // set before exited is closed
@@ -211,8 +213,18 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		exited:   make(chan struct{}),
 		started:  time.Now(),
 	}
+	if p.Runtime == runtimeDeno {
+		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}}
+	}
 	j.readers.Add(4)
-	go func() { defer j.readers.Done(); j.stdout.readFrom(out.r) }()
+	go func() {
+		defer j.readers.Done()
+		if j.framed != nil {
+			j.framed.demux(out.r, &j.stdout)
+			return
+		}
+		j.stdout.readFrom(out.r)
+	}()
 	go func() { defer j.readers.Done(); j.stderr.readFrom(errp.r) }()
 	go func() { defer j.readers.Done(); j.envelope.readFrom(res.r) }()
 	go func() { defer j.readers.Done(); j.log.readFrom(logp.r) }()
@@ -303,8 +315,8 @@ wait:
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
 	}
 	o.Log = j.log.lines
-	o.Envelope = j.envelope.buf
-	o.EnvelopeTruncated = j.envelope.truncated
+	o.Envelope, o.EnvelopeTruncated = j.envelopeBytes()
+	o.Runtime = j.prof.Runtime
 	o.Limits = j.prof.Limits
 	stats := j.cg.stats()
 	o.MemoryLimitHit = stats.MemoryLimitHit

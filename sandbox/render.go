@@ -82,14 +82,19 @@ var harnessArgv = []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.E
 // and the same warm jails. Everything else about a run (its cgroup, its
 // dependencies) is passed as nsjail flags or in the request.
 type profile struct {
+	Runtime jailRuntime // "" means python
 	Network Network
 	Limits  Limits // defaults applied
 }
 
 func (p profile) String() string {
 	l := p.Limits
-	return fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",
+	s := fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",
 		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB)
+	if p.Runtime != "" && p.Runtime != runtimePython {
+		s = "runtime=" + string(p.Runtime) + " " + s
+	}
+	return s
 }
 
 // renderInput is everything renderConfig needs; it is pure so the output
@@ -153,9 +158,18 @@ func renderConfig(in renderInput) (string, error) {
 			w("envar: %s", q(e))
 		}
 	}
+	if p.Runtime.deno() {
+		for _, e := range denoEnv {
+			w("envar: %s", q(e))
+		}
+	}
 	w("keep_caps: false")
 	w("disable_no_new_privs: false")
-	w("rlimit_as: %d", l.MemoryMB+rlimitASHead)
+	if p.Runtime.deno() {
+		w("rlimit_as: %d", denoRlimitASMB) // V8's reservations; memory is the cgroup's (language.go)
+	} else {
+		w("rlimit_as: %d", l.MemoryMB+rlimitASHead)
+	}
 	w("rlimit_core: 0")
 	// The harness lowers the soft limit to the CPU limit and reports
 	// CPULimit on SIGXCPU; this hard limit kills a tool stuck in C code.
@@ -214,8 +228,12 @@ func renderConfig(in renderInput) (string, error) {
 	}
 	w("seccomp_string: %s", q(in.Seccomp))
 	b.WriteString("exec_bin {\n")
-	fmt.Fprintf(&b, "  path: %s\n", q(jailPython))
-	for _, a := range harnessArgv {
+	path, argv := jailPython, harnessArgv
+	if p.Runtime.deno() {
+		path, argv = denoCommand(p.Runtime, l)
+	}
+	fmt.Fprintf(&b, "  path: %s\n", q(path))
+	for _, a := range argv {
 		fmt.Fprintf(&b, "  arg: %s\n", q(a))
 	}
 	b.WriteString("}\n")

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,11 +32,17 @@ func TestRenderConfigGolden(t *testing.T) {
 	v2 := base
 	v2.CgroupVersion = 2
 	v2.Profile.Limits = Limits{TimeoutMS: 30000, CPUMS: 20000, MemoryMB: 512, Pids: 64, OutputBytes: 1 << 16, TmpMB: 16}
+	deno := base
+	deno.Profile.Runtime = runtimeDeno
+	denoCheck := base
+	denoCheck.Profile.Runtime = runtimeDenoCheck
 	tests := []struct {
 		name string
 		in   renderInput
 	}{
 		{"none-v1-defaults", base},
+		{"deno-none-v1-defaults", deno},
+		{"deno-check-none-v1-defaults", denoCheck},
 		{"host-v1-defaults", host},
 		{"proxy-v1-binds", proxy},
 		{"none-v2-large", v2},
@@ -147,5 +154,33 @@ func TestRenderConfigRejectsUnquotablePaths(t *testing.T) {
 func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 	if got := q(`a"b\c`); got != `"a\"b\\c"` {
 		t.Errorf("q = %s", got)
+	}
+}
+
+// The Deno profile's needs (64 GiB of address space for V8, its cache
+// directory) are granted to it alone: the Python profile is not loosened,
+// and no Deno command carries an --allow-* flag.
+func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
+	render := func(rt jailRuntime) string {
+		t.Helper()
+		got, err := renderConfig(renderInput{Profile: profile{Runtime: rt, Network: NetworkNone, Limits: DefaultLimits}, RootfsDir: "/r",
+			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	py := render(runtimePython)
+	if !strings.Contains(py, fmt.Sprintf("rlimit_as: %d\n", DefaultLimits.MemoryMB+rlimitASHead)) || strings.Contains(py, "DENO_DIR") || strings.Contains(py, "deno") {
+		t.Errorf("the python profile carries Deno's grants:\n%s", py)
+	}
+	for _, rt := range []jailRuntime{runtimeDeno, runtimeDenoCheck} {
+		got := render(rt)
+		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
+			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
+		}
+		if strings.Contains(got, "--allow") || strings.Contains(got, "-A\"") {
+			t.Errorf("%s profile grants a Deno permission:\n%s", rt, got)
+		}
 	}
 }

@@ -107,17 +107,29 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if spec.Network == "" {
 		spec.Network = NetworkNone
 	}
+	if spec.Language == "" {
+		spec.Language = LanguagePython
+	}
 	var errs []error
 	switch spec.Language {
-	case "", "python":
+	case LanguagePython, LanguageJavaScript, LanguageTypeScript:
 	default:
-		errs = append(errs, fmt.Errorf("language: %q is not supported (python only)", spec.Language))
+		errs = append(errs, fmt.Errorf("language: %q is not python, javascript or typescript", spec.Language))
+	}
+	rt := runtimeOf(spec.Language, spec.Mode)
+	if rt.deno() {
+		errs = append(errs, checkDenoSpec(spec)...)
 	}
 	if !entrypointRE.MatchString(spec.Entrypoint) {
-		errs = append(errs, fmt.Errorf("entrypoint: %q is not a Python identifier", spec.Entrypoint))
+		errs = append(errs, fmt.Errorf("entrypoint: %q is not an identifier", spec.Entrypoint))
 	}
 	switch spec.Mode {
 	case "run":
+	case ModeValidate:
+		if !rt.deno() {
+			errs = append(errs, errors.New("mode: validate is for javascript and typescript only"))
+		}
+		spec.Network = NetworkNone
 	case "test":
 		// Capability testing never touches the network (DESIGN §12.6).
 		spec.Network = NetworkNone
@@ -157,7 +169,7 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if l.Pids < minPids {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
 	}
-	return spec, profile{Network: spec.Network, Limits: l}, errors.Join(errs...)
+	return spec, profile{Runtime: rt, Network: spec.Network, Limits: l}, errors.Join(errs...)
 }
 
 // Minimum limits under which the interpreter cannot start.
@@ -174,6 +186,7 @@ func isJSONObject(raw json.RawMessage) bool {
 // request is what the harness reads on stdin (protocol ProtocolVersion).
 type request struct {
 	ProtocolVersion int             `json:"protocol_version"`
+	Language        string          `json:"language"`
 	ExecutionID     string          `json:"execution_id"`
 	TenantID        string          `json:"tenant_id"`
 	Source          string          `json:"source"`
@@ -214,6 +227,7 @@ func rawOr(raw json.RawMessage, def string) json.RawMessage {
 func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 	req := request{
 		ProtocolVersion: ProtocolVersion,
+		Language:        spec.Language,
 		ExecutionID:     spec.ExecutionID,
 		TenantID:        spec.TenantID,
 		Source:          spec.Source,

@@ -242,6 +242,11 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
+	if prof.Runtime.deno() {
+		if err := denoReady(r.cfg.RootfsDir); err != nil {
+			return Result{}, err
+		}
+	}
 	if prof.Network == NetworkProxy && r.egress == nil {
 		return Result{}, &UnavailableError{
 			Reason: "network mode proxy: this runner has no egress proxy",

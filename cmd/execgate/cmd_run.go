@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,7 @@ type runFlags struct {
 	memory       string
 	requirements []string
 	egress       []string
+	language     string
 	json         bool
 	tenant       string   // code mode: the config's tenant whose tool servers the run may call
 	tools        []string // code mode: narrows the tenant's granted tools
@@ -44,11 +46,14 @@ type runFlags struct {
 func newRunCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run FILE.py",
+		Use:   "run FILE.py|FILE.js|FILE.ts",
 		Short: "Run one tool locally through the sandbox and print its envelope",
-		Long: `Run FILE.py once through the same sandbox path the gateway uses (nsjail,
+		Long: `Run FILE once through the same sandbox path the gateway uses (nsjail,
 rootfs, seccomp, cgroups) and print the result envelope: pretty by default,
 the raw JSON with --json. The rootfs is built first if it is missing or stale.
+The language follows the file's extension (.py python, .js/.mjs javascript,
+.ts/.mts typescript) unless --language says otherwise; JavaScript and
+TypeScript run under Deno in the jail with every Deno permission denied.
 
 --timeout sets both the wall-clock and the CPU limit. --requirements installs
 exact pins (name==version, wheels only) into the deps cache under the state
@@ -59,6 +64,7 @@ config names for that tenant (code mode: context.tools.search, describe,
 run), granted and checked per call by the tenant's policy. Exit status: 0 when the envelope's status is
 ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 		Example: `  execgate run tool.py --args '{"name": "Ada"}'
+  execgate run tool.ts --args '{"name": "Ada"}'
   execgate run tool.py --timeout 30s --memory 512M --json
   execgate run tool.py --requirements six==1.16.0,attrs==23.1.0
   execgate run tool.py --network proxy --egress api.example.com:443,*.example.org
@@ -96,6 +102,7 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", sandbox.DefaultLimits.MemoryMB), "memory limit (e.g. 256M, 1G)")
 	fl.StringSliceVar(&f.requirements, "requirements", nil, "exact pins to install first (wheels only), e.g. a==1,b==2")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
+	fl.StringVar(&f.language, "language", "", "python, javascript or typescript (default: from the file's extension)")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
 	fl.StringVar(&f.tenant, "tenant", "", "code mode: call the tool servers of this tenant of --config, governed by its policy")
 	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
@@ -129,10 +136,14 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 	if _, err := egress.ParseRules(f.egress); err != nil {
 		return sandbox.Spec{}, fmt.Errorf("--egress: %w", err)
 	}
+	lang, err := toolLanguage(file, f.language)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
 	return sandbox.Spec{
 		ExecutionID:  newExecutionID(),
 		TenantID:     "local",
-		Language:     "python",
+		Language:     lang,
 		Source:       string(src),
 		Entrypoint:   f.entrypoint,
 		Args:         json.RawMessage(f.args),
@@ -145,6 +156,25 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 			MemoryMB:  mem,
 		},
 	}, nil
+}
+
+// toolLanguage is the language of the tool file: flag, or extension.
+func toolLanguage(file, flag string) (string, error) {
+	if flag != "" {
+		for _, l := range sandbox.Languages {
+			if flag == l {
+				return l, nil
+			}
+		}
+		return "", fmt.Errorf("--language: %q is not one of %s", flag, strings.Join(sandbox.Languages, ", "))
+	}
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".js", ".mjs":
+		return sandbox.LanguageJavaScript, nil
+	case ".ts", ".mts":
+		return sandbox.LanguageTypeScript, nil
+	}
+	return sandbox.LanguagePython, nil
 }
 
 // parseMiB parses a memory size (bytes without a suffix; K, M, G with an

@@ -77,6 +77,14 @@ func rootfsKey() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "protocol=%d harness=%s python=%s size=%d mtime=%d",
 		sandbox.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
+	// The host's Deno goes into the tree too (JavaScript tools).
+	if deno, err := sandbox.FindDeno(""); err == nil {
+		if real, err := filepath.EvalSymlinks(deno); err == nil {
+			if fi, err := os.Stat(real); err == nil {
+				fmt.Fprintf(h, " deno=%s size=%d mtime=%d", real, fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 

@@ -1,5 +1,7 @@
 // Package harness holds the Python harness that runs a tool inside the jail,
-// and the execgate_runtime module tools may import.
+// the execgate_runtime module tools may import, and the JavaScript/TypeScript
+// harness with its launcher and import map (execgate_deno.py starts Deno on
+// execgate_harness.js; see their headers for that protocol's framing).
 //
 // The files are embedded in the execgate binary. The rootfs builder installs
 // every file of FS under Dir inside the rootfs and records Hash() in the
@@ -22,7 +24,7 @@ import (
 
 // FS holds the harness files, at the top level (no directories).
 //
-//go:embed harness.py execgate_harness.py execgate_runtime.py
+//go:embed harness.py execgate_harness.py execgate_runtime.py execgate_deno.py execgate_harness.js import_map.json
 var FS embed.FS
 
 // Dir is where the rootfs installs FS, as seen from inside the jail.
@@ -30,6 +32,17 @@ const Dir = "/opt/execgate/harness"
 
 // Entry is the harness script inside Dir.
 const Entry = "harness.py"
+
+// JSEntry is the JavaScript and TypeScript harness inside Dir (Deno's main
+// module), ImportMap the import map Deno is started with.
+const (
+	JSEntry   = "execgate_harness.js"
+	ImportMap = "import_map.json"
+)
+
+// DenoEntry is the launcher of mode validate inside Dir (run by the jail's
+// python3; it runs `deno check` on the source).
+const DenoEntry = "execgate_deno.py"
 
 var hashOnce = sync.OnceValue(func() string {
 	sum, err := hashFS(FS)

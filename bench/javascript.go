@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+// JavaScriptProbeSource is the DESIGN §4 probe in JavaScript.
+const JavaScriptProbeSource = "export async function run(args, context) {\n  return {ok: true};\n}\n"
+
+// startupJavaScript adds the JavaScript rows beside Python's: raw nsjail
+// running Deno on the harness and the probe, Runner.Run cold and warm (for
+// both languages, so the warm rows compare), and `execgate run probe.js`.
+// Deno never runs outside a jail, so there is no "bare deno" row.
+func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) error {
+	n := r.Options.Runs
+	js := sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource}
+	argv, req, err := cold.RawCommand(js)
+	if err != nil {
+		return fmt.Errorf("bench: javascript: %w", err)
+	}
+	r.progress("startup: raw nsjail deno harness+probe ×%d", n)
+	s, err := sampleProcess(ctx, "raw nsjail: javascript probe (deno + harness)", procSpec{argv: argv, stdin: req, extraFiles: 2}, n)
+	if err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	r.progress("startup: Runner.Run cold javascript ×%d", n)
+	if s, err = sampleRunner(ctx, "Runner.Run cold, javascript", cold, js, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+
+	sc := r.Options.Config.Sandbox
+	sc.WarmPool = r.Options.WarmPool
+	warm, err := sandbox.NewRunner(sc)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer warm.Close()
+	for i, c := range []struct {
+		name string
+		spec sandbox.Spec
+	}{
+		{"Runner.Run warm, python", sandbox.Spec{Source: ProbeSource}},
+		{"Runner.Run warm, javascript", js},
+	} {
+		r.progress("startup: %s ×%d", c.name, n)
+		// Each profile run so far keeps its own warm jails.
+		if s, err = sampleWarmRunner(ctx, c.name, warm, c.spec, n, (i+1)*sc.WarmPool); err != nil {
+			return err
+		}
+		r.Startup = append(r.Startup, s)
+	}
+
+	dir, err := os.MkdirTemp("", "execgate-bench-js-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	probeFile := filepath.Join(dir, "probe.js")
+	if err := os.WriteFile(probeFile, []byte(JavaScriptProbeSource), 0o644); err != nil {
+		return err
+	}
+	runArgv := []string{r.Options.Binary, "run", probeFile, "--json", "--state-dir", r.Options.Config.StateDir}
+	if r.Options.ConfigFile != "" {
+		runArgv = append(runArgv, "--config", r.Options.ConfigFile)
+	}
+	r.progress("startup: execgate run probe.js cold ×%d", n)
+	if s, err = sampleProcess(ctx, "execgate run probe.js (cold)", procSpec{argv: runArgv, wantOK: wantOKEnvelope}, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	return nil
+}
+
+// warmWait bounds the wait for the pool to refill between warm samples.
+const warmWait = 30 * time.Second
+
+// sampleWarmRunner times Runner.Run with a warm jail of spec's profile
+// waiting: before each sample it waits (not timed) until the pool holds
+// idle jails (every registered profile full), so every sample is a
+// hand-off to a started jail.
+func sampleWarmRunner(ctx context.Context, name string, runner *sandbox.Runner, spec sandbox.Spec, n, idle int) (*Sample, error) {
+	// The first run registers the profile with the pool (and is cold).
+	if res, err := runner.Run(ctx, spec); err != nil || res.Status != sandbox.StatusOK {
+		return nil, fmt.Errorf("bench: %s: first run: %v %v", name, err, res.Error)
+	}
+	var walls, cpus []time.Duration
+	for i := 0; i < n; i++ {
+		deadline := time.Now().Add(warmWait)
+		for runner.Info().WarmIdle < idle {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("bench: %s: the warm pool did not refill in %s", name, warmWait)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t0 := time.Now()
+		res, err := runner.Run(ctx, spec)
+		wall := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if res.Status != sandbox.StatusOK {
+			return nil, fmt.Errorf("bench: %s: status %s %v", name, res.Status, res.Error)
+		}
+		walls = append(walls, wall)
+		cpus = append(cpus, time.Duration(res.Usage.CPUMS)*time.Millisecond)
+	}
+	return &Sample{Name: name, Command: "sandbox.(*Runner).Run with sandbox.warm_pool", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
+}

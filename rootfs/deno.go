@@ -1,0 +1,127 @@
+package rootfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+// Deno in the rootfs: the binary from the pinned deno wheel (scripts/setup.sh
+// installs it into the tools venv and links .tools/bin/deno), its shared
+// library closure (glibc pieces only), and an empty, read-only DENO_DIR.
+// Nothing is downloaded at build or run time. The binary gets the
+// interpreter's mode: executable but unreadable by the tool's user, so a
+// Deno process is non-dumpable like python3 (no /proc/<pid>/mem).
+const (
+	DenoPath    = sandbox.JailDeno
+	DenoDirPath = sandbox.JailDenoDir
+)
+
+// hostDeno describes the Deno binary a rootfs is built with.
+type hostDeno struct {
+	Real    string
+	Version string // from the wheel's dist-info next to the binary; "" if unknown
+	Stamp   string
+}
+
+// findHostDeno returns the host Deno for opts: opts.DenoPath, or whatever
+// sandbox.FindDeno finds. Without one the rootfs is built without Deno
+// (JavaScript runs are then unavailable); a configured path that does not
+// work is an error.
+func findHostDeno(opts Options) (*hostDeno, error) {
+	p, err := sandbox.FindDeno(opts.DenoPath)
+	if err != nil {
+		if opts.DenoPath != "" {
+			return nil, err
+		}
+		return nil, nil
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return nil, fmt.Errorf("resolving deno %s: %w", p, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("deno %s: %w", real, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("deno %s: not an executable file", real)
+	}
+	return &hostDeno{
+		Real:    real,
+		Version: denoWheelVersion(real),
+		Stamp:   fmt.Sprintf("%s size=%d mtime=%d", real, fi.Size(), fi.ModTime().UnixNano()),
+	}, nil
+}
+
+// denoWheelVersion reads the version of the deno wheel that installed the
+// binary at <venv>/bin/deno (<venv>/lib/python*/site-packages/deno-V.dist-info),
+// without running it on the host.
+func denoWheelVersion(real string) string {
+	venv := filepath.Dir(filepath.Dir(real))
+	matches, _ := filepath.Glob(filepath.Join(venv, "lib", "python*", "site-packages", "deno-*.dist-info"))
+	for _, m := range matches {
+		v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "deno-"), ".dist-info")
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// installDeno installs the binary, its libraries and the cache directory.
+func (b *builder) installDeno(context.Context) error {
+	if b.deno == nil {
+		b.opts.progress("  no deno on this host: JavaScript and TypeScript tools unavailable (%s)", "scripts/setup.sh installs it")
+		return nil
+	}
+	dir, err := b.mirrorDir(path.Dir(DenoPath), 0)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(b.deno.Real)
+	if err != nil {
+		return err
+	}
+	if err := copyFile(b.deno.Real, b.host(path.Join(dir, path.Base(DenoPath))), fi); err != nil {
+		return err
+	}
+	if _, err := b.mirrorDir(DenoDirPath, 0); err != nil {
+		return err
+	}
+	r := newLibResolver("/etc/ld.so.conf")
+	libs, err := r.closure([]string{b.deno.Real})
+	if err != nil {
+		return fmt.Errorf("deno's shared libraries: %w", err)
+	}
+	for _, l := range libs {
+		if err := b.installFile(l, 0); err != nil {
+			return fmt.Errorf("installing %s: %w", l, err)
+		}
+	}
+	b.opts.progress("  deno %s (%s), %d shared libraries", b.deno.Version, b.deno.Real, len(libs))
+	return nil
+}
+
+// denoStale says why a rootfs must be rebuilt for the host's Deno ("" if
+// it need not).
+func denoStale(opts Options, m *Manifest) string {
+	d, err := findHostDeno(opts)
+	switch {
+	case err != nil:
+		return err.Error()
+	case d == nil:
+		return ""
+	case m.DenoStamp != d.Stamp:
+		return fmt.Sprintf("deno %s changed since the build", d.Real)
+	}
+	if _, err := os.Lstat(filepath.Join(opts.Dir, DenoPath)); err != nil {
+		return "deno missing from the tree"
+	}
+	return ""
+}

@@ -1,0 +1,488 @@
+// execgate JavaScript/TypeScript harness (protocol 1).
+//
+// Runs as Deno's main module inside the jail, with every Deno permission
+// denied (no --allow-* flag at all) and an import map that blocks every
+// file:, node:, npm:, jsr: and remote specifier (execgate_deno.py starts it).
+// Deno cannot open file descriptors beyond 0, 1 and 2 without permissions, so
+// this harness frames what it writes on stdout:
+//
+//	frame = kind (1 byte) | length (4 bytes, big endian) | payload
+//	kind 1: bytes the tool wrote to stdout (console.log, Deno.stdout)
+//	kind 2: the result envelope (JSON), written once, last
+//
+// The runner (sandbox/demux.go) splits the stream back into the tool's
+// stdout and the envelope. Raw bytes a tool manages to write on fd 1 break
+// the framing, which the runner reports like a write on Python's result fd:
+// the envelope is a claim of the tool's process either way, and the runner
+// takes only tool-level outcomes from it. stderr (fd 2) is the tool's, raw.
+//
+// The jail starts Deno on this module directly (a warm jail is a Deno
+// waiting here for its request on stdin). The tool's source arrives in the
+// request and is imported as a data: module (text/javascript or
+// application/typescript, which Deno strips of types); its own imports go
+// through the import map like any other. Deno abbreviates data: URLs in
+// stack traces; frames of the tool are reported as tool.js/tool.ts.
+
+const PROTOCOL_VERSION = 1;
+const TOOL_MEDIA_TYPES = {
+  javascript: "text/javascript",
+  typescript: "application/typescript",
+};
+const FRAME_STDOUT = 1;
+const FRAME_ENVELOPE = 2;
+const LEVELS = ["debug", "info", "warning", "error"];
+const TOOL_ERROR_TYPES = ["ToolError", "InvalidInput"];
+
+// Everything the harness needs after the tool has run is taken now, before
+// any tool code can replace it.
+const stdout = Deno.stdout;
+const writeSync = stdout.writeSync.bind(stdout);
+const stdin = Deno.stdin;
+const inspect = Deno.inspect;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const stringify = JSON.stringify;
+const parse = JSON.parse;
+const exit = Deno.exit;
+const now = Date.now;
+const isFinite = Number.isFinite;
+const origConsole = globalThis.console;
+
+function writeAll(bytes) {
+  let off = 0;
+  while (off < bytes.length) {
+    off += writeSync(bytes.subarray(off));
+  }
+}
+
+function frame(kind, payload) {
+  const head = new Uint8Array(5);
+  head[0] = kind;
+  new DataView(head.buffer).setUint32(1, payload.length);
+  writeAll(head);
+  writeAll(payload);
+}
+
+function writeStdout(data) {
+  const bytes = typeof data === "string" ? encoder.encode(data) : data;
+  if (bytes.length > 0) frame(FRAME_STDOUT, bytes);
+  return bytes.length;
+}
+
+// ---- stdout: console and Deno.stdout go through the framing ----
+
+function format(args) {
+  const parts = [];
+  for (const a of args) parts.push(typeof a === "string" ? a : inspect(a, { colors: false, depth: 6 }));
+  return parts.join(" ");
+}
+
+function installConsole() {
+  const counts = new Map();
+  const timers = new Map();
+  let indent = "";
+  const out = (...args) => {
+    let text = format(args);
+    if (indent) text = indent + text.split("\n").join("\n" + indent);
+    writeStdout(text + "\n");
+  };
+  const c = Object.create(null);
+  for (const k of Object.keys(origConsole)) c[k] = origConsole[k];
+  Object.assign(c, {
+    log: out,
+    info: out,
+    debug: out,
+    dir: (obj) => out(obj),
+    dirxml: out,
+    table: (data) => out(data),
+    group: (...args) => {
+      if (args.length) out(...args);
+      indent += "  ";
+    },
+    groupCollapsed: (...args) => {
+      if (args.length) out(...args);
+      indent += "  ";
+    },
+    groupEnd: () => {
+      indent = indent.slice(2);
+    },
+    count: (label = "default") => {
+      const n = (counts.get(label) || 0) + 1;
+      counts.set(label, n);
+      out(`${label}: ${n}`);
+    },
+    countReset: (label = "default") => counts.delete(label),
+    time: (label = "default") => timers.set(label, now()),
+    timeLog: (label = "default", ...args) => out(`${label}: ${now() - (timers.get(label) ?? now())}ms`, ...args),
+    timeEnd: (label = "default") => {
+      out(`${label}: ${now() - (timers.get(label) ?? now())}ms`);
+      timers.delete(label);
+    },
+    clear: () => {},
+  });
+  globalThis.console = c;
+  const framedStdout = {
+    rid: undefined,
+    writable: new WritableStream({ write: (chunk) => void writeStdout(chunk) }),
+    write: (p) => Promise.resolve(writeStdout(p)),
+    writeSync: (p) => writeStdout(p),
+    isTerminal: () => false,
+    close: () => {},
+  };
+  Object.defineProperty(Deno, "stdout", { value: framedStdout, writable: false, configurable: false });
+  // alert/confirm/prompt write to stdout and wait on stdin.
+  const noPrompt = () => {
+    throw new Error("alert, confirm and prompt are not available to tools");
+  };
+  globalThis.alert = noPrompt;
+  globalThis.confirm = noPrompt;
+  globalThis.prompt = noPrompt;
+  // No workers: a worker is another isolate fed from a URL (data:, the
+  // harness itself), outside what this module controls.
+  globalThis.Worker = class Worker {
+    constructor() {
+      throw new TypeError("Worker is not available to tools");
+    }
+  };
+  // No blob: URLs: they would let a tool import code built from strings.
+  URL.createObjectURL = () => {
+    throw new TypeError("URL.createObjectURL is not available to tools (blob: imports are blocked)");
+  };
+}
+
+// ---- envelope ----
+
+let done = false;
+
+function emit(status, resultJSON, error, logs) {
+  if (done) return;
+  done = true;
+  const env = { protocol_version: PROTOCOL_VERSION, status, logs };
+  if (error) env.error = error;
+  const head = stringify(env);
+  const body = '{"result":' + (resultJSON ?? "null") + "," + head.slice(1);
+  frame(FRAME_ENVELOPE, encoder.encode(body));
+  exit(0);
+}
+
+function errorInfo(type, message, traceback = "", line = 0) {
+  const e = { type, message: String(message) };
+  if (traceback) e.traceback = traceback;
+  if (line > 0) e.line = line;
+  return e;
+}
+
+// ---- the tool's frames of a stack ----
+
+// A tool frame's location: the tool's data: URL (whole, or as Deno
+// abbreviates it: "data:<type>;base64,<first 20>......<last 20>") with
+// line and column.
+const TOOL_LOCATION = /data:(?:text\/javascript|application\/typescript);base64,[A-Za-z0-9+/=.]*:(\d+):(\d+)/g;
+let toolName = "tool.js";
+
+function userFrames(stack) {
+  const out = [];
+  for (const l of String(stack ?? "").split("\n")) {
+    if (!l.trimStart().startsWith("at ")) continue;
+    TOOL_LOCATION.lastIndex = 0;
+    if (!TOOL_LOCATION.test(l)) continue;
+    TOOL_LOCATION.lastIndex = 0;
+    out.push(l.replace(TOOL_LOCATION, `${toolName}:$1:$2`).replace(/ Module\./, " "));
+  }
+  return out;
+}
+
+function firstUserLine(text) {
+  TOOL_LOCATION.lastIndex = 0;
+  const m = TOOL_LOCATION.exec(String(text ?? ""));
+  TOOL_LOCATION.lastIndex = 0;
+  return m ? { line: Number(m[1]), col: Number(m[2]) } : { line: 0, col: 0 };
+}
+
+const TOOL_URL = /data:(?:text\/javascript|application\/typescript);base64,[A-Za-z0-9+/=.]*/g;
+
+function shorten(text) {
+  TOOL_LOCATION.lastIndex = 0;
+  TOOL_URL.lastIndex = 0;
+  return String(text).replace(TOOL_LOCATION, `${toolName}:$1:$2`).replace(TOOL_URL, toolName);
+}
+
+function describe(e) {
+  if (e instanceof Error) {
+    const name = e.name || "Error";
+    return shorten(e.message ? `${name}: ${e.message}` : name);
+  }
+  try {
+    return "thrown value: " + inspect(e, { colors: false, depth: 2 });
+  } catch {
+    return "thrown value (unprintable)";
+  }
+}
+
+function traceback(e) {
+  const head = describe(e);
+  const frames = e instanceof Error ? userFrames(e.stack) : [];
+  return [head, ...frames].join("\n");
+}
+
+// blockedImport turns the import map's blocked:// targets into a sentence.
+function blockedImport(message) {
+  const rel = /Import "([^"]*)" not a dependency and not in import map/.exec(message);
+  if (rel) return `imports are closed: relative, absolute and bare specifiers are blocked (${rel[1]})`;
+  const m = /blocked:\/\/import\/([a-z]+)\/?([^"\s]*)/.exec(message);
+  if (!m) return "";
+  const what = { file: "file: and relative", node: "node:", npm: "npm:", jsr: "jsr:", http: "remote", https: "remote" }[m[1]] || m[1];
+  return `imports are closed: ${what} specifiers are blocked (${m[1]}${m[2] ? " " + m[2] : ""})`;
+}
+
+// ---- context ----
+
+class ToolFailure extends Error {
+  constructor(type, message = "") {
+    if (!TOOL_ERROR_TYPES.includes(type)) {
+      message = message ? `${type}: ${message}` : String(type);
+      type = "ToolError";
+    }
+    super(message);
+    this.name = "ToolFailure";
+    this.type = type;
+  }
+}
+
+class InvalidInput extends ToolFailure {
+  constructor(message = "") {
+    super("InvalidInput", message);
+    this.name = "InvalidInput";
+  }
+}
+
+class LogSink {
+  constructor(maxLines) {
+    this.lines = [];
+    this.dropped = 0;
+    this.maxLines = maxLines;
+  }
+  add(message, level = "info") {
+    if (typeof message !== "string") message = format([message]);
+    if (level === "warn") level = "warning";
+    if (!LEVELS.includes(level)) level = "info";
+    if (this.lines.length >= this.maxLines) {
+      this.dropped++;
+      return;
+    }
+    if (message.length > 8192) message = message.slice(0, 8192) + "...[truncated]";
+    this.lines.push({ level, message });
+  }
+  export() {
+    const out = this.lines.slice();
+    if (this.dropped) out.push({ level: "warning", message: `${this.dropped} log lines dropped (limit ${this.maxLines})` });
+    return out;
+  }
+}
+
+function copy(v) {
+  return v === undefined ? undefined : parse(stringify(v));
+}
+
+// Bridge is the one path from a tool to host tools. In test mode it answers
+// from the request's fixtures; otherwise no host tools are available yet.
+// The code-mode bridge plugs in here: search, describe and run become
+// requests to the gateway over the bridge channel, answered asynchronously.
+class Bridge {
+  constructor(fixtures, mode) {
+    this.fixtures = fixtures && typeof fixtures === "object" ? fixtures : {};
+    this.mode = mode;
+  }
+  call(op, payload) {
+    if (this.mode !== "test") {
+      return Promise.reject(new ToolFailure("ToolError", `host tools are not available to this run (${op} ${payload.name ?? ""})`.trim()));
+    }
+    const names = Object.keys(this.fixtures).sort();
+    switch (op) {
+      case "search": {
+        const q = String(payload.query ?? "").toLowerCase();
+        return Promise.resolve(names.filter((n) => n.toLowerCase().includes(q)).map((n) => ({ name: n })));
+      }
+      case "describe":
+        if (!names.includes(payload.name)) return Promise.reject(new ToolFailure("ToolError", `tool "${payload.name}" has no fixture in this test run`));
+        return Promise.resolve({ name: payload.name, description: "fixture (test mode)" });
+      case "run":
+        if (!names.includes(payload.name)) return Promise.reject(new ToolFailure("ToolError", `tool "${payload.name}" has no fixture in this test run`));
+        return Promise.resolve(copy(this.fixtures[payload.name]));
+    }
+    return Promise.reject(new ToolFailure("ToolError", `unknown bridge operation ${op}`));
+  }
+}
+
+function makeTools(bridge) {
+  const api = {
+    search: (query = "") => bridge.call("search", { query }),
+    describe: (name) => bridge.call("describe", { name: String(name) }),
+    run: (name, args = null) => bridge.call("run", { name: String(name), args: copy(args) ?? null }),
+  };
+  // context.tools.<name>(args) is context.tools.run(name, args).
+  return new Proxy(api, {
+    get(target, prop) {
+      if (typeof prop !== "string") return undefined;
+      if (Object.hasOwn(target, prop)) return target[prop];
+      return (args = null) => target.run(prop, args);
+    },
+    set() {
+      return false;
+    },
+  });
+}
+
+function makeContext(req, sink) {
+  const deadline = Number(req.deadline_unix_ms) || 0;
+  const ctx = {
+    tenantId: String(req.tenant_id ?? ""),
+    executionId: String(req.execution_id ?? ""),
+    variables: req.variables && typeof req.variables === "object" ? req.variables : {},
+    mode: String(req.mode ?? "run"),
+    deadline,
+    remaining: () => Math.max(0, deadline - now()),
+    log: (message, level = "info") => sink.add(message, level),
+    tools: makeTools(new Bridge(req.tools, req.mode)),
+    ToolFailure,
+    InvalidInput,
+  };
+  return Object.freeze(ctx);
+}
+
+// ---- result ----
+
+function serialise(result) {
+  const replacer = function (key, value) {
+    switch (typeof value) {
+      case "number":
+        if (!isFinite(value)) throw new TypeError(`${value} is not JSON (at ${key || "the result"})`);
+        return value;
+      case "function":
+      case "symbol":
+        throw new TypeError(`a ${typeof value} is not JSON (at ${key || "the result"})`);
+      case "undefined":
+        if (Array.isArray(this)) throw new TypeError(`undefined is not JSON (at index ${key})`);
+        return value;
+    }
+    return value;
+  };
+  if (result === undefined) return "null";
+  return stringify(result, replacer);
+}
+
+// ---- main ----
+
+async function readRequest() {
+  const chunks = [];
+  let total = 0;
+  const buf = new Uint8Array(64 << 10);
+  for (;;) {
+    const n = await stdin.read(buf);
+    if (n === null) break;
+    chunks.push(buf.slice(0, n));
+    total += n;
+  }
+  const all = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    all.set(c, off);
+    off += c.length;
+  }
+  return parse(decoder.decode(all));
+}
+
+function base64(text) {
+  const bytes = encoder.encode(text);
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(bin);
+}
+
+async function importTool(language, source) {
+  const type = TOOL_MEDIA_TYPES[language] ?? TOOL_MEDIA_TYPES.javascript;
+  toolName = language === "typescript" ? "tool.ts" : "tool.js";
+  return await import(`data:${type};base64,${base64(String(source))}`);
+}
+
+function findEntry(mod, entry) {
+  let fn = mod[entry];
+  if (fn === undefined && entry === "run" && mod.default !== undefined) {
+    fn = typeof mod.default === "function" ? mod.default : mod.default?.run;
+  }
+  return fn;
+}
+
+async function runTool(req, sink) {
+  const entry = req.entrypoint || "run";
+  let mod;
+  try {
+    mod = await importTool(req.language, req.source);
+  } catch (e) {
+    const msg = shorten(e instanceof Error ? String(e.message) : describe(e));
+    const where = firstUserLine(msg + "\n" + (e?.stack ?? ""));
+    const blocked = blockedImport(msg);
+    if (blocked) return ["error", null, errorInfo("InvalidSource", blocked, msg, where.line)];
+    const syntax = msg.includes("SyntaxError") || msg.includes("Expected") || msg.includes("expected");
+    const text = syntax ? msg.split("\n")[0].replace(/^(TypeError: )?/, "") : "error while loading the tool: " + describe(e);
+    return ["error", null, errorInfo("InvalidSource", text, syntax ? msg : traceback(e), where.line)];
+  }
+  const fn = findEntry(mod, entry);
+  if (typeof fn !== "function") {
+    const names = Object.keys(mod).filter((k) => typeof mod[k] === "function").sort();
+    let msg = fn === undefined ? `entrypoint "${entry}" not found in the tool (export it: export function ${entry}(args, context) {...})` : `entrypoint "${entry}" is not a function (${typeof fn})`;
+    if (names.length) msg += "; it exports: " + names.join(", ");
+    return ["error", null, errorInfo("EntrypointNotFound", msg)];
+  }
+  const ctx = makeContext(req, sink);
+  let result;
+  try {
+    result = await fn(req.args ?? null, ctx);
+  } catch (e) {
+    const line = e instanceof Error ? firstUserLine(e.stack).line : 0;
+    if (e instanceof ToolFailure) return ["error", null, errorInfo(e.type, e.message, traceback(e), line)];
+    return ["error", null, errorInfo("ToolError", describe(e), traceback(e), line)];
+  }
+  let text;
+  try {
+    text = serialise(result);
+  } catch (e) {
+    return ["error", null, errorInfo("InvalidResult", "the result is not JSON-serialisable: " + describe(e))];
+  }
+  return ["ok", text, null];
+}
+
+async function main() {
+  let req;
+  try {
+    req = await readRequest();
+  } catch (e) {
+    emit("error", null, errorInfo("ProtocolMismatch", "the request is not valid JSON: " + describe(e)), []);
+    return;
+  }
+  if (!req || req.protocol_version !== PROTOCOL_VERSION) {
+    emit("error", null, errorInfo("ProtocolMismatch", `the harness speaks protocol ${PROTOCOL_VERSION}, the request has ${req?.protocol_version}`), []);
+    return;
+  }
+  const sink = new LogSink(Number(req.max_log_lines) || 1000);
+  globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, log: (m, l) => sink.add(m, l) });
+  installConsole();
+  // An error thrown or a promise rejected outside the tool's awaited path
+  // ends the run as the tool's error rather than as Deno's.
+  globalThis.addEventListener("error", (ev) => {
+    ev.preventDefault();
+    const e = ev.error;
+    emit("error", null, errorInfo("ToolError", "uncaught: " + describe(e), traceback(e)), sink.export());
+  });
+  globalThis.addEventListener("unhandledrejection", (ev) => {
+    ev.preventDefault();
+    const e = ev.reason;
+    emit("error", null, errorInfo("ToolError", "unhandled rejection: " + describe(e), traceback(e)), sink.export());
+  });
+  const [status, result, error] = await runTool(req, sink);
+  emit(status, result, error, sink.export());
+}
+
+await main();

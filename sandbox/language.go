@@ -1,0 +1,176 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/execgate/execgate/sandbox/harness"
+)
+
+// Languages a Spec may ask for (DESIGN §14). JavaScript and TypeScript run
+// under Deno, in a jail of the Deno runtime's own profile; Python under the
+// rootfs's python3.
+const (
+	LanguagePython     = "python"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+)
+
+// Languages lists every language this runner knows, in a stable order.
+var Languages = []string{LanguagePython, LanguageJavaScript, LanguageTypeScript}
+
+// jailRuntime is what a jail runs: the profile of a JavaScript jail differs
+// from a Python one (its command, its address-space limit, its
+// environment), not by language: JavaScript and TypeScript share the Deno
+// jails.
+type jailRuntime string
+
+const (
+	runtimePython jailRuntime = "python"
+	// runtimeDeno runs Deno directly on the harness: a warm jail is a
+	// started Deno waiting for its request on stdin.
+	runtimeDeno jailRuntime = "deno"
+	// runtimeDenoCheck is mode validate: the launcher (python3,
+	// execgate_deno.py) writes the source into the jail's tmpfs and runs
+	// `deno check` on it.
+	runtimeDenoCheck jailRuntime = "deno-check"
+)
+
+func (rt jailRuntime) deno() bool { return rt == runtimeDeno || rt == runtimeDenoCheck }
+
+// runtimeOf maps a (normalised) language and mode to the runtime.
+func runtimeOf(language, mode string) jailRuntime {
+	switch {
+	case language != LanguageJavaScript && language != LanguageTypeScript:
+		return runtimePython
+	case mode == ModeValidate:
+		return runtimeDenoCheck
+	}
+	return runtimeDeno
+}
+
+// Jail paths of the Deno runtime (installed by the rootfs builder).
+const (
+	// JailDeno is the Deno binary inside the rootfs.
+	JailDeno = "/usr/bin/deno"
+	// JailDenoDir is the Deno cache directory (DENO_DIR): empty and
+	// read-only; --cached-only never fills it.
+	JailDenoDir = "/opt/execgate/deno-cache"
+)
+
+// What V8 needs from the jail (measured on Deno 2.9.8, see README
+// "JavaScript and TypeScript"):
+const (
+	// denoRlimitASMB: V8 reserves large virtual ranges (its pointer cage and
+	// code range) at start and aborts under 64 GiB of address space.
+	// Memory is bounded by the run's memory cgroup, as for Python; only
+	// RLIMIT_AS differs, and only in the Deno profile.
+	denoRlimitASMB = 64 << 10
+	// denoHeapHeadMB is left to Deno outside V8's old space (its own
+	// allocations, code, young generation): the heap limit is the memory
+	// limit minus this, at least denoMinHeapMB.
+	denoHeapHeadMB = 48
+	denoMinHeapMB  = 16
+	// denoMinPids: Deno does not start with 2 pids (measured); it runs with
+	// 4, starting fewer threads. It runs about 7 on 2 CPUs when it may.
+	denoMinPids = 4
+)
+
+// denoHeapMB is the V8 old-space limit (--max-old-space-size) for a run
+// with memoryMB of memory: a heap that outgrows it ends as V8's "Fatal
+// JavaScript out of memory" (SIGTRAP), reported as MemoryLimit.
+func denoHeapMB(memoryMB int64) int64 {
+	return max(memoryMB-denoHeapHeadMB, denoMinHeapMB)
+}
+
+// denoFlags are Deno's flags for every run: no --allow-* flag at all (every
+// permission denied, nothing prompted), nothing fetched or written
+// (--no-remote --no-npm --cached-only --no-lock), no configuration file
+// discovered (--no-config), and the import map that blocks every file:,
+// node:, npm:, jsr: and remote specifier.
+var denoFlags = []string{
+	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
+	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
+}
+
+// denoEnv is added to jailEnv in the Deno runtimes: the read-only cache
+// directory (Deno refuses to start without one), no colours, no update
+// check.
+var denoEnv = []string{
+	"DENO_DIR=" + JailDenoDir,
+	"NO_COLOR=1",
+	"DENO_NO_UPDATE_CHECK=1",
+}
+
+// denoCommand is the exec_bin of a Deno runtime: Deno on the harness, with
+// V8's heap limited and code generation from strings (eval, new Function)
+// disallowed; or, for mode validate, the launcher (execgate_deno.py) that
+// runs `deno check` with the same flags.
+func denoCommand(rt jailRuntime, l Limits) (string, []string) {
+	if rt == runtimeDenoCheck {
+		return jailPython, []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
+	}
+	args := append([]string{"run"}, denoFlags...)
+	args = append(args,
+		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(l.MemoryMB), 10)+",--disallow-code-generation-from-strings",
+		harness.Dir+"/"+harness.JSEntry)
+	return JailDeno, args
+}
+
+// EnvDeno names the environment variable that points at the host's Deno
+// binary (the one the rootfs builder copies into the tree).
+const EnvDeno = "EXECGATE_DENO"
+
+const denoSetupHint = "install Deno with scripts/setup.sh (it links .tools/bin/deno from the pinned deno wheel), or set " + EnvDeno
+
+var toolDeno = tool{name: "deno", key: "rootfs deno path", env: EnvDeno, link: ".tools/bin/deno", hint: denoSetupHint, reason: "deno (the JavaScript/TypeScript runtime) not found"}
+
+// FindDeno locates the host's Deno binary for the rootfs builder, the way
+// FindNsjail finds nsjail: configured, $EXECGATE_DENO, .tools/bin/deno,
+// $PATH. execgate never runs it on the host: it is copied into the rootfs
+// and run only in jails.
+func FindDeno(configured string) (string, error) {
+	return findTool(toolDeno, configured, os.Getenv, os.Executable, os.Getwd, exec.LookPath)
+}
+
+// ModeValidate (JavaScript and TypeScript only) runs no tool: the jail
+// type-checks the source with `deno check` and the result is
+// {"valid": bool, "errors": [{"line", "col", "message"}]}.
+const ModeValidate = "validate"
+
+// checkDenoSpec is what a Deno run cannot do (yet): Deno runs with
+// --allow-net denied, so there is no network mode but none; requirements
+// are Python packages.
+func checkDenoSpec(spec Spec) []error {
+	var errs []error
+	if spec.Network != NetworkNone {
+		errs = append(errs, fmt.Errorf("network: %s tools run with every Deno permission denied, so network %q is not available (none only)", spec.Language, spec.Network))
+	}
+	if len(spec.Requirements) > 0 {
+		errs = append(errs, fmt.Errorf("requirements: %s tools cannot install packages (imports are closed)", spec.Language))
+	}
+	if p := spec.Limits.Pids; p > 0 && p < denoMinPids {
+		errs = append(errs, fmt.Errorf("limits.pids: %d is below %s's minimum of %d (Deno's threads count)", p, spec.Language, denoMinPids))
+	}
+	return errs
+}
+
+// ErrNoDeno: the rootfs has no Deno, so JavaScript and TypeScript cannot run.
+var ErrNoDeno = errors.New("rootfs has no deno")
+
+// denoReady checks that the rootfs carries Deno (a rootfs built on a host
+// without it has none).
+func denoReady(rootfsDir string) error {
+	if _, err := os.Stat(filepath.Join(rootfsDir, JailDeno)); err != nil {
+		return &UnavailableError{
+			Reason: fmt.Sprintf("the rootfs at %s has no Deno, so JavaScript and TypeScript tools cannot run", rootfsDir),
+			Hint:   denoSetupHint + "; then rebuild the rootfs (`execgate rootfs build`, or restart: serve and run rebuild it)",
+			Err:    ErrNoDeno,
+		}
+	}
+	return nil
+}
