@@ -49,3 +49,32 @@ func TestUnlistedEgressHostIsDeniedNamingIt(t *testing.T) {
 		t.Fatalf("decision.egress = %v", dec["egress"])
 	}
 }
+
+// TestInvalidSourceCarriesLineAndColumn: /v1/execute gives an InvalidSource
+// error its position as error.line and error.column (DESIGN §14), not only
+// inside the traceback text; an import-time exception has a line only.
+func TestInvalidSourceCarriesLineAndColumn(t *testing.T) {
+	s := start(t, setup{})
+	tok := s.token("demo")
+	for _, tc := range []struct {
+		name         string
+		source       string
+		line, column float64 // 0: absent
+	}{
+		{"a syntax error has its line and column", "import json\n\ndef run(args, context):\n    return json.dumps(args]\n", 4, 27},
+		{"an import-time exception has its line", "x = 1\ny = {}\nz = y['missing']\n\ndef run(args, context):\n    return 1\n", 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.execute(tok, map[string]any{"source": tc.source})
+			if r.status != http.StatusOK || r.errType(t) != "InvalidSource" {
+				t.Fatalf("got %d %s, want 200 InvalidSource", r.status, r.body)
+			}
+			e, _ := r.json(t)["error"].(map[string]any)
+			line, _ := e["line"].(float64)
+			column, _ := e["column"].(float64)
+			if line != tc.line || column != tc.column {
+				t.Fatalf("error line %v column %v, want %v %v: %v", e["line"], e["column"], tc.line, tc.column, e)
+			}
+		})
+	}
+}

@@ -251,7 +251,8 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		env.Logs = []sandbox.LogLine{}
 	}
 	if res.Error != nil {
-		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback}
+		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback,
+			Line: max(res.Error.Line, 0), Column: max(res.Error.Column, 0)}
 	} else if env.Status != sandbox.StatusOK {
 		env.Error = &ErrorBody{Type: sandbox.ErrSandboxCrashed, Message: "the run ended in error without an error report"}
 	}

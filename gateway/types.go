@@ -68,6 +68,10 @@ type ErrorBody struct {
 	Message   string   `json:"message"`
 	Traceback string   `json:"traceback,omitempty"`
 	Reasons   []string `json:"reasons,omitempty"`
+	// Line and Column locate an InvalidSource error in the source (1-based;
+	// absent when unknown: an import-time exception has a line only).
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
 	// OriginalStatus is set on 409 ResultExpired: the X-Execution-Status
 	// (ok or error:<Type>) of the run whose stored response was dropped.
 	OriginalStatus string `json:"original_status,omitempty"`

@@ -148,6 +148,9 @@ type ErrorInfo struct {
 	Message   string `json:"message"`
 	Traceback string `json:"traceback,omitempty"`
 	Line      int    `json:"line,omitempty"` // source line for InvalidSource
+	// Column is the 1-based column of a SyntaxError (InvalidSource); 0 when
+	// unknown (an import-time exception has a line only).
+	Column int `json:"column,omitempty"`
 }
 
 // Truncated says which streams were cut at the output cap.
