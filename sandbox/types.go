@@ -107,6 +107,11 @@ type Spec struct {
 	Network      Network
 	Limits       Limits
 	Requirements []string // "pkg==ver"; installed into a deps dir before the run
+	// Lock is an environment's lock (deps_env.go: pip's hashes format);
+	// the environment is installed (or found) before the run and bound
+	// read-only at /opt/execgate/deps. Set at most one of Lock and
+	// Requirements.
+	Lock string
 	EgressAllow  []string // host[:port] globs, enforced by the egress proxy in proxy mode
 }
 
