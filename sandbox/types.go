@@ -111,8 +111,8 @@ type Spec struct {
 	// the environment is installed (or found) before the run and bound
 	// read-only at /opt/execgate/deps. Set at most one of Lock and
 	// Requirements.
-	Lock string
-	EgressAllow  []string // host[:port] globs, enforced by the egress proxy in proxy mode
+	Lock        string
+	EgressAllow []string // host[:port] globs, enforced by the egress proxy in proxy mode
 }
 
 // Status is the envelope status.
