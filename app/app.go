@@ -233,6 +233,15 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 	}
 
+	// Package environments (requirements): absent when there is no rootfs
+	// yet; runs asking for packages are then SandboxUnavailable.
+	var envs gateway.Environments
+	if e, err := sandbox.NewEnvironments(cfg.Sandbox, metrics); err == nil {
+		envs = e
+	} else {
+		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
+	}
+
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
 		Auth:           verifier,
 		Tenants:        tenants,
@@ -240,6 +249,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Quota:          a.limiter,
 		Runner:         a.runner,
 		Audit:          auditLog,
+		Environments:   envs,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),
 		Idempotency:    idem,

@@ -12,18 +12,23 @@ import (
 // strict (see decode.go): unknown fields and wrong types are 400s naming the
 // field.
 type ExecuteRequest struct {
-	ExecutionID   string          `json:"execution_id,omitempty"`
-	TenantID      string          `json:"tenant_id,omitempty"`
-	Language      string          `json:"language,omitempty"`
-	Source        string          `json:"source"`
-	Entrypoint    string          `json:"entrypoint,omitempty"`
-	Args          json.RawMessage `json:"args,omitempty"`
-	Requirements  []string        `json:"requirements,omitempty"`
-	NetworkAccess string          `json:"network_access,omitempty"`
-	Egress        *EgressRequest  `json:"egress,omitempty"`
-	Limits        policy.Limits   `json:"limits"`
-	Mode          string          `json:"mode,omitempty"`
-	Fixtures      *Fixtures       `json:"fixtures,omitempty"`
+	ExecutionID  string          `json:"execution_id,omitempty"`
+	TenantID     string          `json:"tenant_id,omitempty"`
+	Language     string          `json:"language,omitempty"`
+	Source       string          `json:"source"`
+	Entrypoint   string          `json:"entrypoint,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Requirements []string        `json:"requirements,omitempty"`
+	// RequirementsLock is a lock to install as is (pip's hashes format);
+	// EnvironmentID names one made by POST /v1/prepare. At most one of
+	// requirements, requirements_lock and environment_id.
+	RequirementsLock string         `json:"requirements_lock,omitempty"`
+	EnvironmentID    string         `json:"environment_id,omitempty"`
+	NetworkAccess    string         `json:"network_access,omitempty"`
+	Egress           *EgressRequest `json:"egress,omitempty"`
+	Limits           policy.Limits  `json:"limits"`
+	Mode             string         `json:"mode,omitempty"`
+	Fixtures         *Fixtures      `json:"fixtures,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
