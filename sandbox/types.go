@@ -18,9 +18,10 @@
 // runner watches while the tool runs (RLIMIT_CPU only backs it up per
 // process). Network mode proxy needs an EgressProxy (WithEgress): the run's
 // session listens on a unix socket in the jail's own host directory, bound
-// into the jail, and the harness relays 127.0.0.1:3128 to it. Requirements
-// (exact pins) are installed once per set, wheels only, into Config.DepsDir
-// and bound read-only into the jails that ask for them (deps.go).
+// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages (a
+// locked environment, Spec.Lock, or exact pins, Spec.Requirements) are
+// installed once per set, wheels only, into Config.DepsDir and bound
+// read-only into the jails that ask for them (deps_env.go, deps.go).
 package sandbox
 
 import (
