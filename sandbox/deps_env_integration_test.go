@@ -2,7 +2,13 @@ package sandbox_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,5 +210,165 @@ func TestRunWithALockImportsTheWholeSet(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DepsDir, env.ID)); err != nil {
 		t.Fatalf("the run did not install under the environment id: %v", err)
+	}
+}
+
+// simpleIndex serves wheels (PEP 503 simple API) over loopback, behind
+// basic auth user:pass, counting refused requests.
+func simpleIndex(t *testing.T, wheels, user, pass string) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != user || p != pass {
+			refused.Add(1)
+			w.Header().Set("WWW-Authenticate", `Basic realm="index"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/simple/"):
+			project := strings.Trim(strings.TrimPrefix(r.URL.Path, "/simple/"), "/")
+			entries, _ := os.ReadDir(wheels)
+			var b strings.Builder
+			b.WriteString("<!DOCTYPE html><html><body>\n")
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), strings.ReplaceAll(project, "-", "_")+"-") {
+					data, _ := os.ReadFile(filepath.Join(wheels, e.Name()))
+					sum := sha256.Sum256(data)
+					fmt.Fprintf(&b, "<a href=\"/files/%s#sha256=%s\">%s</a>\n", e.Name(), hex.EncodeToString(sum[:]), e.Name())
+				}
+			}
+			b.WriteString("</body></html>\n")
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = io.WriteString(w, b.String())
+		case strings.HasPrefix(r.URL.Path, "/files/"):
+			http.ServeFile(w, r, filepath.Join(wheels, filepath.Base(r.URL.Path)))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &refused
+}
+
+func TestAPrivateIndexsCredentialsStayWithTheGateway(t *testing.T) {
+	cfg, wheels := envConfig(t)
+	const secret = "s3cret-index-pass"
+	srv, refused := simpleIndex(t, wheels, "gateway", secret)
+	creds := filepath.Join(t.TempDir(), "index.cred")
+	if err := os.WriteFile(creds, []byte("gateway:"+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PackageIndex = sandbox.PackageIndex{URL: srv.URL + "/simple", CredentialsFile: creds}
+	envs, err := sandbox.NewEnvironments(cfg, nil)
+	if err != nil {
+		t.Fatalf("NewEnvironments: %v", err)
+	}
+	env, failure, err := envs.Resolve(context.Background(), []string{"alpha"})
+	if err != nil || failure != nil {
+		t.Fatalf("Resolve through the private index: %v %+v", err, failure)
+	}
+	for _, p := range env.Packages {
+		if p.Index != srv.URL+"/simple" {
+			t.Errorf("%s from %q, want the index without credentials", p.Name, p.Index)
+		}
+	}
+	if strings.Contains(env.Lock, secret) {
+		t.Fatalf("the lock carries the index password:\n%s", env.Lock)
+	}
+	if _, _, failure, err := envs.Prepare(context.Background(), env); err != nil || failure != nil {
+		t.Fatalf("Prepare: %v %+v", err, failure)
+	}
+	// The jail sees neither the credentials file nor the password in its
+	// environment or the installed files.
+	r := newRunner(t, func(c *sandbox.Config) { c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex })
+	res := run(t, r, sandbox.Spec{Lock: env.Lock, Args: json.RawMessage(`"` + creds + `"`), Source: `import os, alpha
+
+def run(path, context):
+    seen = [k + "=" + v for k, v in os.environ.items()]
+    for root, _, files in os.walk("/opt/execgate/deps"):
+        for f in files:
+            try:
+                seen.append(open(os.path.join(root, f), "rb").read().decode("latin-1"))
+            except OSError:
+                pass
+    try:
+        seen.append(open(path).read())
+    except OSError as e:
+        seen.append("unreadable %d" % e.errno)
+    return seen
+`})
+	if res.Status != sandbox.StatusOK {
+		t.Fatalf("%s", dump(res))
+	}
+	if strings.Contains(string(res.Result), secret) {
+		t.Fatalf("the jail saw the index password: %.500s", res.Result)
+	}
+
+	// Without the credentials the index refuses: a DependencyError.
+	cfg.PackageIndex.CredentialsFile = ""
+	cfg.ResolveCacheSeconds = -1
+	anon, err := sandbox.NewEnvironments(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := refused.Load()
+	if _, failure, err := anon.Resolve(context.Background(), []string{"beta"}); err != nil || failure == nil {
+		t.Fatalf("Resolve without credentials: %v %+v", err, failure)
+	}
+	if refused.Load() == before {
+		t.Fatal("the index was not asked without credentials")
+	}
+}
+
+func TestEvictionKeepsTheCacheUnderItsCapAndIdsStillWork(t *testing.T) {
+	cfg, _ := envConfig(t)
+	cfg.DepsCacheMaxMB = 1 // the "huge" environment alone is 3 MiB
+	var events envCounter
+	envs, err := sandbox.NewEnvironments(cfg, &events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	huge, _, err := envs.Resolve(ctx, []string{"huge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, failure, err := envs.Prepare(ctx, huge); err != nil || failure != nil {
+		t.Fatalf("Prepare huge: %v %+v", err, failure)
+	}
+	// Recently used: kept even over the cap (a run may be using it).
+	beta, _, err := envs.Resolve(ctx, []string{"beta==2.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := envs.Prepare(ctx, beta); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DepsDir, huge.ID)); err != nil || events.get("evicted") != 0 {
+		t.Fatalf("a recently used environment was evicted: %v, events %v", err, events.n)
+	}
+	// Idle for an hour: the next install evicts it.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(cfg.DepsDir, huge.ID), old, old); err != nil {
+		t.Fatal(err)
+	}
+	alpha, _, err := envs.Resolve(ctx, []string{"alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := envs.Prepare(ctx, alpha); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DepsDir, huge.ID)); !os.IsNotExist(err) || events.get("evicted") != 1 {
+		t.Fatalf("the idle environment over the cap was kept: %v, events %v", err, events.n)
+	}
+	// Its id still works: the lock was kept, so it is reinstalled.
+	got, ok, err := envs.Lookup(huge.ID)
+	if err != nil || !ok {
+		t.Fatalf("Lookup after eviction: %v %v", ok, err)
+	}
+	if _, hit, failure, err := envs.Prepare(ctx, got); err != nil || failure != nil || hit {
+		t.Fatalf("reinstall: hit %v %v %+v", hit, err, failure)
 	}
 }
