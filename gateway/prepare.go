@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -228,7 +229,15 @@ func (s *Server) handlePrepare(c *gin.Context) {
 	}
 	var hit bool
 	if failure == nil {
+		// An install is work done for the tenant: it takes a rate token and
+		// a concurrency slot while it lasts (no CPU is charged).
+		adm, err := s.d.Quota.Admit(ctx, quota.AdmitRequest{TenantID: tenant.ID, ExecutionID: "prepare-" + newID(), Limits: tenant.Quota})
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
 		_, hit, failure, err = s.d.Environments.Prepare(ctx, *env)
+		_ = adm.Release(context.WithoutCancel(ctx))
 		if err != nil {
 			s.fail(c, err)
 			return
