@@ -281,7 +281,9 @@ func TestAPrivateIndexsCredentialsStayWithTheGateway(t *testing.T) {
 	}
 	// The jail sees neither the credentials file nor the password in its
 	// environment or the installed files.
-	r := newRunner(t, func(c *sandbox.Config) { c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex })
+	r := newRunner(t, func(c *sandbox.Config) {
+		c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex
+	})
 	res := run(t, r, sandbox.Spec{Lock: env.Lock, Args: json.RawMessage(`"` + creds + `"`), Source: `import os, alpha
 
 def run(path, context):
