@@ -106,6 +106,13 @@ else := normalize(p.name)
 
 pin(p) := sprintf("%s==%s", [normalize(p.name), p.version])
 
+# requested_names are the names the requirements ask for: their name-list
+# denials are reported once, by the requirement rules below, not again for
+# the resolved package.
+requested_names := {n | some n in names}
+
+transitive(p) if not normalize(p.name) in requested_names
+
 request_violations contains sprintf("requirement %q is not a valid requirement (name[extras] [op version])", [r]) if {
 	some r in input.request.requirements
 	not names[r]
@@ -137,12 +144,14 @@ allowed if count(violations) == 0
 request_violations contains sprintf("package %q (%s) is on the platform deny-list", [pin(p), chain(p)]) if {
 	some p in packages
 	normalize(p.name) in platform.package_deny
+	transitive(p)
 }
 
 request_violations contains sprintf("package %q (%s) is on tenant %q's deny-list", [pin(p), chain(p), access.tenant_id]) if {
 	some p in packages
 	n := normalize(p.name)
 	n in tenant_deny
+	transitive(p)
 }
 
 request_violations contains sprintf("package %q (%s) is on tenant %q's deny-list", [pin(p), chain(p), access.tenant_id]) if {
@@ -153,6 +162,7 @@ request_violations contains sprintf("package %q (%s) is on tenant %q's deny-list
 request_violations contains sprintf("package %q (%s) is not in tenant %q's allow-list", [pin(p), chain(p), access.tenant_id]) if {
 	some p in packages
 	not normalize(p.name) in tenant_allow
+	transitive(p)
 }
 
 request_violations contains sprintf("package %q (%s) comes from index %q, not one of tenant %q's indexes", [pin(p), chain(p), p.index, access.tenant_id]) if {

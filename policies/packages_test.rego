@@ -109,3 +109,8 @@ test_a_package_without_chain_is_named_alone if {
 	inp := with_packages([{"name": "numpy", "version": "2.0.0", "index": "", "via": []}])
 	`package "numpy==2.0.0" (numpy) is not in tenant "t1"'s allow-list` in packages.violations with input as inp
 }
+
+test_a_requested_package_off_the_allow_list_is_reported_once if {
+	inp := object.union(resolved, {"request": {"requirements": ["NumPy>=2"], "packages": [{"name": "numpy", "version": "2.0.0", "index": "", "via": ["numpy"]}]}})
+	packages.violations == {`package "numpy" is not in tenant "t1"'s allow-list`} with input as inp
+}
