@@ -240,6 +240,14 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	a.onStop("tool servers", func(context.Context) error { tools.Close(); return nil })
+	// Package environments (requirements): absent when there is no rootfs
+	// yet; runs asking for packages are then SandboxUnavailable.
+	var envs gateway.Environments
+	if e, err := sandbox.NewEnvironments(cfg.Sandbox, metrics); err == nil {
+		envs = e
+	} else {
+		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
+	}
 
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
 		Auth:           verifier,
@@ -248,6 +256,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Quota:          a.limiter,
 		Runner:         a.runner,
 		Audit:          auditLog,
+		Environments:   envs,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),
 		Idempotency:    idem,

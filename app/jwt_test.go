@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,105 @@ func TestJWTAttacksRunNothing(t *testing.T) {
 	}
 	if n := s.runs.Load(); n != 4 {
 		t.Fatalf("%d runs for 4 good tokens", n)
+	}
+}
+
+// TestUnknownKIDSaysSo: a JWKS-style token (RS256 with a kid) whose kid the
+// JWKS does not hold is refused as "unknown key id", with whether the
+// gateway re-fetched the JWKS, even when a PEM key of the same algorithm is
+// configured (which used to turn it into "invalid signature").
+func TestUnknownKIDSaysSo(t *testing.T) {
+	idpKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&pemKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemFile := filepath.Join(t.TempDir(), "partner.pem")
+	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set := testenv.JWKSet(t, map[string]any{"rs-1": &idpKey.PublicKey})
+	var fetches atomic.Int64
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetches.Add(1)
+		_, _ = w.Write(set)
+	}))
+	t.Cleanup(idp.Close)
+
+	s := start(t, setup{noop: true, mutate: func(c *config.Config) {
+		c.Auth.PublicKeys = []string{pemFile}
+		c.Auth.JWKSURL = idp.URL
+		c.Auth.UnknownKIDIntervalSeconds = 3600
+	}})
+	now := time.Now()
+	sign := func(key *rsa.PrivateKey, kid string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": "execgate", "aud": "execgate", "sub": "alice",
+			"tenant_id": "demo", "roles": []string{"executor"}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+		tok.Header["kid"] = kid
+		out, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	body := `{"source":"def run(args, context):\n    return 1\n"}`
+	if r := s.execute(sign(idpKey, "rs-1"), body); r.status != 200 {
+		t.Fatalf("the JWKS key's token: %d %s", r.status, r.body)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the first JWKS fetch", func() bool { return fetches.Load() >= 1 })
+	before := fetches.Load()
+
+	for _, tc := range []struct {
+		name, kid string
+		key       *rsa.PrivateKey
+		want      string
+		fetched   int64
+	}{
+		{"the first unknown kid triggers a refresh and says so", "rotated-2", idpKey,
+			`unknown key id (kid) "rotated-2": not in the JWKS after a refresh`, 1},
+		{"a second unknown kid inside the interval says the refresh was skipped", "rotated-3", stranger,
+			`unknown key id (kid) "rotated-3": not in the JWKS (no refresh: the last unknown-kid refresh was less than 3600s ago)`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.execute(sign(tc.key, tc.kid), body)
+			var env struct {
+				Error struct{ Type, Message string }
+			}
+			if err := json.Unmarshal(r.body, &env); err != nil {
+				t.Fatal(err)
+			}
+			if r.status != 401 || env.Error.Type != "Unauthenticated" || env.Error.Message != tc.want {
+				t.Fatalf("got %d %s %q, want 401 Unauthenticated %q", r.status, env.Error.Type, env.Error.Message, tc.want)
+			}
+			if got := fetches.Load() - before; got != tc.fetched {
+				t.Fatalf("%d JWKS fetches since the good token, want %d", got, tc.fetched)
+			}
+		})
+	}
+	// A kid the JWKS does not hold may still name a configured PEM key's
+	// token: it verifies.
+	if r := s.execute(sign(pemKey, "partner-1"), body); r.status != 200 {
+		t.Fatalf("the PEM key's token: %d %s", r.status, r.body)
 	}
 }

@@ -50,6 +50,10 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
 		{"GET", "/v1/tools", "",
 			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
+		// This server has no rootfs, so no package environments: an allowed
+		// prepare gets past access and answers 503 SandboxUnavailable.
+		{"POST", "/v1/prepare", `{"tenant_id":"{t}","requirements":["six"]}`,
+			map[string]want{tenancy.RoleExecutor: {http.StatusServiceUnavailable, no}}},
 		{"GET", "/v1/admin/tenants", "",
 			map[string]want{tenancy.RoleAdmin: {ok, 0}}},
 		{"GET", "/v1/admin/tenants/{t}/quota", "",

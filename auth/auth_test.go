@@ -219,6 +219,7 @@ func TestVerifyRefusesAttacksAndAcceptsGoodTokens(t *testing.T) {
 	pemOnly := Config{PublicKeys: []string{k.rsaPEM, k.edPEM}}
 	devAndPEM := Config{HS256SecretFile: k.hmacF, PublicKeys: []string{k.rsaPEM}}
 	jwksOnly := Config{JWKSURL: jw.URL, UnknownKIDIntervalSeconds: 3600}
+	jwksAndPEM := Config{JWKSURL: jw.URL, UnknownKIDIntervalSeconds: 3600, PublicKeys: []string{k.rsaPEM}}
 
 	mod := func(f func(jwt.MapClaims)) jwt.MapClaims { c := claims(); f(c); return c }
 
@@ -287,7 +288,13 @@ func TestVerifyRefusesAttacksAndAcceptsGoodTokens(t *testing.T) {
 				return tamper(t, good, mod(func(c jwt.MapClaims) { c["tenant_id"] = "victim" }))
 			}, "invalid signature"},
 		{"an unknown kid is refused", jwksOnly,
-			func(t *testing.T) string { return sign(t, jwt.SigningMethodRS256, k.other, claims(), "nobody") }, "unknown key id (kid)"},
+			func(t *testing.T) string { return sign(t, jwt.SigningMethodRS256, k.other, claims(), "nobody") },
+			`unknown key id (kid) "nobody": not in the JWKS after a refresh`},
+		{"an unknown kid is refused as unknown next to a PEM key of its algorithm", jwksAndPEM,
+			func(t *testing.T) string { return sign(t, jwt.SigningMethodRS256, k.other, claims(), "nobody") },
+			`unknown key id (kid) "nobody": not in the JWKS after a refresh`},
+		{"a PEM key's token with a kid the JWKS lacks still verifies", jwksAndPEM,
+			func(t *testing.T) string { return sign(t, jwt.SigningMethodRS256, k.rsa, claims(), "partner") }, ""},
 		{"a JWKS key cannot verify another algorithm", jwksOnly,
 			func(t *testing.T) string {
 				// ES256 key published, token claims RS256 with its kid.

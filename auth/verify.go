@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,14 +130,16 @@ type Options struct {
 // (if configured) is refreshed in the background until the ctx given to
 // NewVerifier is done.
 type Verifier struct {
-	parser   *jwt.Parser
-	static   []staticKey
-	jwks     keyfunc.Keyfunc // nil without jwks_url
-	jwksRaw  jwkset.Storage  // the JWKS cache without unknown-kid refresh
-	unknown  *rate.Limiter   // gates unknown-kid refreshes; never waited on
-	algs     map[string]bool // the configured algorithms
-	issuer   string
-	audience string
+	parser  *jwt.Parser
+	static  []staticKey
+	jwks    keyfunc.Keyfunc // nil without jwks_url
+	jwksRaw jwkset.Storage  // the JWKS cache without unknown-kid refresh
+	unknown *rate.Limiter   // gates unknown-kid refreshes; never waited on
+	// unknownEvery is the unknown-kid refresh interval (for refusals).
+	unknownEvery time.Duration
+	algs         map[string]bool // the configured algorithms
+	issuer       string
+	audience     string
 }
 
 // NewVerifier loads the configured keys. At least one of hs256_secret_file,
@@ -239,7 +242,8 @@ func (v *Verifier) setupJWKS(ctx context.Context, cfg Config, opts Options) erro
 		return fmt.Errorf("auth.jwks_url: %w", err)
 	}
 	v.jwks, v.jwksRaw = kf, raw
-	v.unknown = rate.NewLimiter(rate.Every(time.Duration(unknown)*time.Second), 1)
+	v.unknownEvery = time.Duration(unknown) * time.Second
+	v.unknown = rate.NewLimiter(rate.Every(v.unknownEvery), 1)
 	return nil
 }
 
@@ -258,12 +262,18 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Claims, error) {
 		return Claims{}, &Error{Reason: "missing bearer token"}
 	}
 	var tc tokenClaims
-	tok, err := v.parser.ParseWithClaims(raw, &tc, func(t *jwt.Token) (any, error) { return v.keyFor(ctx, t) })
+	var kl kidLookup
+	tok, err := v.parser.ParseWithClaims(raw, &tc, func(t *jwt.Token) (any, error) { return v.keyFor(ctx, t, &kl) })
 	if err != nil {
 		if tok != nil && !errors.Is(err, jwt.ErrTokenMalformed) {
 			if alg, _ := tok.Header["alg"].(string); !v.algs[alg] {
 				return Claims{}, &Error{Reason: fmt.Sprintf("algorithm %q not allowed", alg), Err: err}
 			}
+		}
+		// A kid the JWKS does not hold, and no static key verified the
+		// token either: the key is unknown, not the signature bad.
+		if kl.unknown && (errors.Is(err, errUnknownKID) || errors.Is(err, jwt.ErrTokenSignatureInvalid)) {
+			return Claims{}, &Error{Reason: kl.reason(v.unknownEvery), Err: err}
 		}
 		return Claims{}, &Error{Reason: reasonFor(err), Err: err}
 	}
@@ -286,13 +296,38 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Claims, error) {
 // errUnknownKID is returned by the key lookup for a kid nobody knows.
 var errUnknownKID = errors.New("unknown kid")
 
+// kidLookup records, for one Verify, what the JWKS said about the token's
+// kid, so the refusal can say "unknown key id" (and whether the JWKS was
+// re-fetched) rather than what a static key's check said.
+type kidLookup struct {
+	kid       string
+	unknown   bool // the JWKS (after any refresh) does not hold kid
+	refreshed bool // an unknown-kid refresh was made for this token
+}
+
+// maxKIDInReason caps the caller-chosen kid echoed in a refusal.
+const maxKIDInReason = 64
+
+func (k kidLookup) reason(every time.Duration) string {
+	kid := k.kid
+	if len(kid) > maxKIDInReason {
+		kid = kid[:maxKIDInReason] + "…"
+	}
+	if k.refreshed {
+		return fmt.Sprintf("unknown key id (kid) %q: not in the JWKS after a refresh", kid)
+	}
+	return fmt.Sprintf("unknown key id (kid) %q: not in the JWKS (no refresh: the last unknown-kid refresh was less than %s ago)",
+		kid, strconv.FormatFloat(every.Seconds(), 'f', -1, 64)+"s")
+}
+
 // errNoKey is returned when no configured key has the token's algorithm.
 var errNoKey = errors.New("no key for this algorithm")
 
 // keyFor picks the verification keys for t: only keys whose pinned
 // algorithm equals the token's (the parser has already refused algorithms
 // outside the configured set, including every casing of "none").
-func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
+// kl records what the JWKS said about the token's kid.
+func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token, kl *kidLookup) (any, error) {
 	// Before any key is looked up (or a JWKS refresh triggered): a header
 	// with crit, whatever it lists, is refused.
 	if _, ok := t.Header["crit"]; ok {
@@ -301,7 +336,7 @@ func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, hasKID := t.Header["kid"].(string)
 	if hasKID && v.jwks != nil && alg != algHS256 {
-		key, err := v.jwksKey(ctx, t, kid)
+		key, err := v.jwksKey(ctx, t, kid, kl)
 		if err == nil {
 			return key, nil
 		}
@@ -339,15 +374,19 @@ func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
 
 // jwksKey looks kid up in the JWKS, refreshing on an unknown kid at most
 // once per UnknownKIDIntervalSeconds, and checks the key's type pins alg.
-func (v *Verifier) jwksKey(ctx context.Context, t *jwt.Token, kid string) (any, error) {
+func (v *Verifier) jwksKey(ctx context.Context, t *jwt.Token, kid string, kl *kidLookup) (any, error) {
+	kl.kid = kid
 	if _, err := v.jwksRaw.KeyRead(ctx, kid); errors.Is(err, jwkset.ErrKeyNotFound) {
 		if !v.unknown.Allow() {
+			kl.unknown = true
 			return nil, errUnknownKID
 		}
+		kl.refreshed = true // the keyfunc below re-fetches for an unknown kid
 	}
 	key, err := v.jwks.KeyfuncCtx(ctx)(t)
 	if err != nil {
 		if errors.Is(err, jwkset.ErrKeyNotFound) {
+			kl.unknown = true
 			return nil, errUnknownKID
 		}
 		return nil, err

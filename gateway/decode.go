@@ -52,7 +52,6 @@ var (
 	identifierRe  = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	toolNameRe    = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
 	toolGlobRe    = lazyRegexp(`^[A-Za-z0-9_*?][A-Za-z0-9_.*?-]{0,127}$`)
-	requirementRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9_,.-]{1,100}\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$`)
 	egressHostRe  = lazyRegexp(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
 
@@ -266,17 +265,9 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			req.Args = compact(raw)
 			return nil
 		},
-		"requirements": func(p string, raw json.RawMessage) error {
-			if err := decodeStrings(p, raw, &req.Requirements); err != nil {
-				return err
-			}
-			for i, r := range req.Requirements {
-				if !requirementRe().MatchString(r) {
-					return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a pinned requirement \"name==version\"", r)
-				}
-			}
-			return nil
-		},
+		"requirements":      requirementsField(&req.Requirements),
+		"requirements_lock": lockField(&req.RequirementsLock),
+		"environment_id":    environmentIDField(&req.EnvironmentID),
 		"network_access": func(p string, raw json.RawMessage) error {
 			if err := decodeString(p, raw, &req.NetworkAccess); err != nil {
 				return err
@@ -377,6 +368,9 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 	}
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
 		return nil, badRequest("egress.allow", `only allowed with network_access "proxy"`)
+	}
+	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID); err != nil {
+		return nil, err
 	}
 	return req, nil
 }

@@ -41,6 +41,7 @@ type execution struct {
 	replayed  bool
 	// bridge is the run's governed tool bridge (nil: none, or test mode).
 	bridge *toolbridge.Run
+	env    *sandbox.Environment // the packages the run installs; nil: none
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
@@ -195,6 +196,15 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		}
 	}
 
+	pkgs, failure, err := s.environment(ctx, req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if failure != nil { // the requirements cannot be resolved: nothing to decide or run
+		return http.StatusOK, s.dependencyEnvelope(ctx, x, tenant, failure), nil
+	}
+	x.env = pkgs
+
 	dec, err := s.decide(ctx, x, tenant)
 	if err != nil {
 		return 0, nil, err
@@ -270,7 +280,8 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 		env.Logs = []sandbox.LogLine{}
 	}
 	if res.Error != nil {
-		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback}
+		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback,
+			Line: max(res.Error.Line, 0), Column: max(res.Error.Column, 0)}
 	} else if env.Status != sandbox.StatusOK {
 		env.Error = &ErrorBody{Type: sandbox.ErrSandboxCrashed, Message: "the run ended in error without an error report"}
 	}
@@ -284,7 +295,9 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 // policy's reasons.
 func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant) (policy.Decision, error) {
 	req := x.req
-	in := policy.BuildInput(tenant, x.principal, policyRequest(req))
+	preq := policyRequest(req)
+	preq.Packages = policyPackages(x.env)
+	in := policy.BuildInput(tenant, x.principal, preq)
 
 	pctx, span := s.tracer.Start(ctx, telemetry.StagePolicy)
 	defer span.End()
@@ -317,7 +330,7 @@ func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant
 		}
 		return dec, &policyDenied{reasons: reasons}
 	}
-	if len(req.Requirements) > 0 && !dec.RequirementsAllowed {
+	if x.env != nil && !dec.RequirementsAllowed {
 		// The policy allowed the run but not its requirements: never install
 		// what was not granted.
 		return dec, &policyDenied{reasons: []string{"requirements are not allowed for this tenant"}}
@@ -410,8 +423,17 @@ func (s *Server) runAdmitted(ctx context.Context, x *execution, tenant tenancy.T
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone
 	}
-	if dec.RequirementsAllowed {
-		spec.Requirements = req.Requirements
+	if dec.RequirementsAllowed && x.env != nil {
+		// Installed here (once per environment; a hit when prepared), so
+		// the runner only finds it.
+		_, _, failure, err := s.d.Environments.Prepare(ctx, *x.env)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		if failure != nil {
+			return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
+		}
+		spec.Lock = x.env.Lock
 	}
 	if x.bridge = s.toolBridge(x, tenant, dec); x.bridge != nil {
 		spec.Bridge = x.bridge
@@ -570,4 +592,18 @@ func fingerprint(req *ExecuteRequest) string {
 	b, _ := json.Marshal(req)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// dependencyEnvelope is the answer to requirements that cannot be
+// resolved: a run outcome (200, DependencyError with uv's output), though
+// nothing was decided or run.
+func (s *Server) dependencyEnvelope(ctx context.Context, x *execution, tenant tenancy.Tenant, failure *sandbox.ErrorInfo) *Envelope {
+	return &Envelope{
+		ExecutionID: x.id,
+		TenantID:    tenant.ID,
+		Status:      sandbox.StatusError,
+		Error:       &ErrorBody{Type: failure.Type, Message: failure.Message, Traceback: failure.Traceback},
+		Logs:        []sandbox.LogLine{},
+		TraceID:     traceID(ctx),
+	}
 }

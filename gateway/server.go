@@ -98,6 +98,9 @@ type Deps struct {
 	Quota   Quotas
 	Runner  Runner
 	Audit   Auditor
+	// Environments resolves and installs requirements. Nil: requests with
+	// requirements are 503 SandboxUnavailable.
+	Environments Environments
 	// Metrics may be nil (no metrics); MetricsHandler serves /metrics
 	// (nil: 404).
 	Metrics        Metrics
@@ -278,6 +281,7 @@ func (s *Server) routes() *gin.Engine {
 	handlers := map[Route]gin.HandlerFunc{
 		{http.MethodPost, "/v1/execute"}:                   s.handleExecute,
 		{http.MethodPost, "/v1/validate"}:                  s.handleValidate,
+		{http.MethodPost, "/v1/prepare"}:                   s.handlePrepare,
 		{http.MethodGet, "/v1/admin/tenants"}:              s.handleListTenants,
 		{http.MethodGet, "/v1/admin/tenants/:id/quota"}:    s.handleGetQuota,
 		{http.MethodPut, "/v1/admin/tenants/:id/quota"}:    s.handlePutQuota,

@@ -12,17 +12,22 @@ import (
 // strict (see decode.go): unknown fields and wrong types are 400s naming the
 // field.
 type ExecuteRequest struct {
-	ExecutionID   string          `json:"execution_id,omitempty"`
-	TenantID      string          `json:"tenant_id,omitempty"`
-	Language      string          `json:"language,omitempty"`
-	Source        string          `json:"source"`
-	Entrypoint    string          `json:"entrypoint,omitempty"`
-	Args          json.RawMessage `json:"args,omitempty"`
-	Requirements  []string        `json:"requirements,omitempty"`
-	NetworkAccess string          `json:"network_access,omitempty"`
-	Egress        *EgressRequest  `json:"egress,omitempty"`
-	Limits        policy.Limits   `json:"limits"`
-	Mode          string          `json:"mode,omitempty"`
+	ExecutionID  string          `json:"execution_id,omitempty"`
+	TenantID     string          `json:"tenant_id,omitempty"`
+	Language     string          `json:"language,omitempty"`
+	Source       string          `json:"source"`
+	Entrypoint   string          `json:"entrypoint,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Requirements []string        `json:"requirements,omitempty"`
+	// RequirementsLock is a lock to install as is (pip's hashes format);
+	// EnvironmentID names one made by POST /v1/prepare. At most one of
+	// requirements, requirements_lock and environment_id.
+	RequirementsLock string         `json:"requirements_lock,omitempty"`
+	EnvironmentID    string         `json:"environment_id,omitempty"`
+	NetworkAccess    string         `json:"network_access,omitempty"`
+	Egress           *EgressRequest `json:"egress,omitempty"`
+	Limits           policy.Limits  `json:"limits"`
+	Mode             string         `json:"mode,omitempty"`
 	// Tools narrows the run's granted tools (names or globs over
 	// "<server>.<tool>"); absent or empty: every tool the tenant has.
 	Tools    []string  `json:"tools,omitempty"`
@@ -84,6 +89,10 @@ type ErrorBody struct {
 	Message   string   `json:"message"`
 	Traceback string   `json:"traceback,omitempty"`
 	Reasons   []string `json:"reasons,omitempty"`
+	// Line and Column locate an InvalidSource error in the source (1-based;
+	// absent when unknown: an import-time exception has a line only).
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
 	// OriginalStatus is set on 409 ResultExpired: the X-Execution-Status
 	// (ok or error:<Type>) of the run whose stored response was dropped.
 	OriginalStatus string `json:"original_status,omitempty"`

@@ -4,6 +4,13 @@
 # port). The intersection keeps the narrower host and port, so a request for
 # "api.example.com" against "*.example.com:443" yields "api.example.com:443".
 # Only runs with network_access proxy get a non-empty list.
+#
+# A requested entry that no tenant pattern meets (no host overlap, or no
+# port in common) denies the run with a reason naming it: the tool asked
+# for that host and would only fail inside the jail if it were silently
+# dropped. An entry that is met but narrowed (a wildcard or "any port"
+# meeting a narrower pattern) is not a denial: the decision's egress.allow
+# shows the narrowed entries.
 package execgate.egress
 
 import data.execgate.network
@@ -113,4 +120,34 @@ allow := sort(allowed) if {
 violations contains sprintf("egress host %q is not a valid host[:port] pattern", [r]) if {
 	some r in input.request.egress_hosts
 	not requested_entries[r]
+}
+
+# met(req): some tenant pattern meets the requested [host, port] pair (the
+# same three cases as allowed).
+met(req) if {
+	not contains(req[0], "*")
+	some port in pattern_ports[req[0]]
+	_ := port_meet(req[1], port)
+}
+
+met(req) if {
+	not contains(req[0], "*")
+	some suffix, ports in wildcard_ports
+	endswith(req[0], suffix)
+	some port in ports
+	_ := port_meet(req[1], port)
+}
+
+met(req) if {
+	contains(req[0], "*")
+	some pat in pattern_entries
+	_ := host_meet(req[0], pat[0])
+	_ := port_meet(req[1], pat[1])
+}
+
+violations contains sprintf("egress host %q is not in the tenant's egress allow-list", [r]) if {
+	input.request.network_access == "proxy"
+	network.mode == "proxy"
+	some r, req in requested_entries
+	not met(req)
 }

@@ -102,3 +102,38 @@ test_port_zero_is_invalid if {
 test_entry_re_is_built_from_label_and_port if {
 	egress.entry_re == concat("", [`^(\*|(\*\.)?`, egress.label, `(\.`, egress.label, `)*)(:`, egress.port, `)?$`])
 }
+
+violations_for(hosts) := v if {
+	v := egress.violations with input as object.union(base, {"request": {"egress_hosts": hosts}})
+}
+
+test_unlisted_host_denies_naming_it if {
+	violations_for(["evil.com:443", "api.example.com"]) == {`egress host "evil.com:443" is not in the tenant's egress allow-list`}
+}
+
+test_wrong_port_denies_naming_it if {
+	violations_for(["api.example.com:80"]) == {`egress host "api.example.com:80" is not in the tenant's egress allow-list`}
+}
+
+test_wildcard_apex_denies if {
+	violations_for(["example.com"]) == {`egress host "example.com" is not in the tenant's egress allow-list`}
+}
+
+test_met_and_narrowed_entries_do_not_deny if {
+	violations_for(["api.example.com", "*.example.com", "files.example.org:8080", "pypi.org:443", "*"]) == set()
+}
+
+test_requested_wildcard_without_overlap_denies if {
+	violations_for(["*.other.test"]) == {`egress host "*.other.test" is not in the tenant's egress allow-list`}
+}
+
+test_no_denial_when_the_run_gets_no_proxy if {
+	inp := object.union(base, {"request": {"mode": "test", "egress_hosts": ["evil.com"]}})
+	egress.violations == set() with input as inp
+}
+
+test_unlisted_host_denies_the_decision if {
+	d := data.execgate.main.decision with input as object.union(base, {"request": {"egress_hosts": ["evil.com"]}})
+	d.allow == false
+	`egress host "evil.com" is not in the tenant's egress allow-list` in d.reasons
+}

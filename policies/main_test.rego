@@ -71,11 +71,19 @@ test_every_violation_is_a_reason if {
 }
 
 test_proxy_run_gets_egress if {
-	inp := object.union(base, {"request": {"network_access": "proxy", "egress_hosts": ["api.example.com", "evil.test"]}})
+	inp := object.union(base, {"request": {"network_access": "proxy", "egress_hosts": ["api.example.com"]}})
 	d := main.decision with input as inp
 	d.allow
 	d.network_access == "proxy"
 	d.egress.allow == ["api.example.com:443"]
+}
+
+test_proxy_run_asking_for_an_unlisted_host_is_denied_naming_it if {
+	inp := object.union(base, {"request": {"network_access": "proxy", "egress_hosts": ["api.example.com", "evil.test"]}})
+	d := main.decision with input as inp
+	not d.allow
+	d.reasons == [`egress host "evil.test" is not in the tenant's egress allow-list`]
+	d.egress.allow == []
 }
 
 test_test_mode_forces_none_and_no_tools if {

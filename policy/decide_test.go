@@ -82,8 +82,16 @@ func TestDefaultPolicies(t *testing.T) {
 		},
 		{
 			name: "proxy is allowed when tenant data allows it, with egress = requested ∩ allow-list",
-			req:  Request{NetworkAccess: "proxy", EgressAllow: []string{"API.example.com", "pypi.org:443", "evil.test:443", "example.com:443"}},
+			req:  Request{NetworkAccess: "proxy", EgressAllow: []string{"API.example.com", "pypi.org:443"}},
 			want: want{allow: true, reasons: []string{}, network: "proxy", egress: []string{"api.example.com:443", "pypi.org:443"}},
+		},
+		{
+			name: "a requested egress host outside the allow-list denies the run, naming each such host",
+			req:  Request{NetworkAccess: "proxy", EgressAllow: []string{"API.example.com", "evil.test:443", "example.com:443"}},
+			want: want{reasons: []string{
+				`egress host "evil.test:443" is not in the tenant's egress allow-list`,
+				`egress host "example.com:443" is not in the tenant's egress allow-list`,
+			}, network: "none", egress: []string{}},
 		},
 		{
 			name:   "proxy is denied when tenant data does not allow it",

@@ -55,6 +55,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			item("source_bytes", ast.InternedTerm(r.SourceBytes)),
 			item("args_bytes", ast.InternedTerm(r.ArgsBytes)),
 			item("requirements", stringsTerm(r.Requirements)),
+			item("packages", packagesTerm(r.Packages)),
 			item("network_access", stringTerm(r.NetworkAccess)),
 			item("egress_hosts", stringsTerm(r.EgressHosts)),
 			item("limits", ast.ObjectTerm(
@@ -78,7 +79,7 @@ var keyTerms = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
-		"requirements", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
+		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
 		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools"} {
 		m[k] = stringTerm(k)
 	}
@@ -389,4 +390,21 @@ func fastStrings(v ast.Value) ([]string, bool) {
 		out = append(out, string(s))
 	}
 	return out, true
+}
+
+// packagesTerm is the resolved package list as an array of objects.
+func packagesTerm(ps []Package) *ast.Term {
+	if ps == nil {
+		return ast.NullTerm()
+	}
+	terms := make([]*ast.Term, len(ps))
+	for i, p := range ps {
+		terms[i] = ast.ObjectTerm(
+			item("name", stringTerm(p.Name)),
+			item("version", stringTerm(p.Version)),
+			item("index", stringTerm(p.Index)),
+			item("via", stringsTerm(p.Via)),
+		)
+	}
+	return ast.ArrayTerm(terms...)
 }

@@ -21,6 +21,7 @@ type Request struct {
 	Source        string
 	Args          []byte // raw JSON of "args", nil when absent
 	Requirements  []string
+	Packages      []Package // the resolved set; nil when there are no requirements
 	NetworkAccess string
 	EgressAllow   []string // "egress": {"allow": [...]}
 	Limits        Limits   // zero fields: not requested
@@ -63,6 +64,7 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			SourceBytes:   len(r.Source),
 			ArgsBytes:     len(r.Args),
 			Requirements:  nonNil(r.Requirements),
+			Packages:      nonNilPackages(r.Packages),
 			NetworkAccess: orDefault(r.NetworkAccess, DefaultNetworkAccess),
 			EgressHosts:   egress,
 			Limits:        r.Limits,
@@ -77,6 +79,15 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+func nonNilPackages(ps []Package) []Package {
+	out := make([]Package, len(ps))
+	for i, p := range ps {
+		p.Via = nonNil(p.Via)
+		out[i] = p
+	}
+	return out
 }
 
 func nonNil(s []string) []string {

@@ -33,6 +33,7 @@ func TestBuildInput(t *testing.T) {
 		SourceBytes:   len(src),
 		ArgsBytes:     8,
 		Requirements:  []string{},
+		Packages:      []Package{},
 		NetworkAccess: "none",
 		EgressHosts:   []string{"api.example.com:443", "pypi.org"},
 		Limits:        Limits{MemoryMB: 128},

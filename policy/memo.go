@@ -53,6 +53,16 @@ var inputFields = []inputField{
 	{[]string{"request", "source_bytes"}, func(b []byte, in Input) []byte { return appendKeyInt(b, int64(in.Request.SourceBytes)) }},
 	{[]string{"request", "args_bytes"}, func(b []byte, in Input) []byte { return appendKeyInt(b, int64(in.Request.ArgsBytes)) }},
 	{[]string{"request", "requirements"}, func(b []byte, in Input) []byte { return appendKeyStrings(b, in.Request.Requirements) }},
+	{[]string{"request", "packages"}, func(b []byte, in Input) []byte {
+		b = appendKeyInt(b, int64(len(in.Request.Packages)))
+		for _, p := range in.Request.Packages {
+			b = appendKeyString(b, p.Name)
+			b = appendKeyString(b, p.Version)
+			b = appendKeyString(b, p.Index)
+			b = appendKeyStrings(b, p.Via)
+		}
+		return b
+	}},
 	{[]string{"request", "network_access"}, func(b []byte, in Input) []byte { return appendKeyString(b, in.Request.NetworkAccess) }},
 	{[]string{"request", "egress_hosts"}, func(b []byte, in Input) []byte { return appendKeyStrings(b, in.Request.EgressHosts) }},
 	{[]string{"request", "limits"}, func(b []byte, in Input) []byte {

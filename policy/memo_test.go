@@ -16,7 +16,7 @@ import (
 // and is off for policies whose decisions depend on more than their input.
 func TestMemoPlan(t *testing.T) {
 	defaultKey := []string{
-		"input.subject.roles", "input.request.language", "input.request.requirements",
+		"input.subject.roles", "input.request.language", "input.request.requirements", "input.request.packages",
 		"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
 		"input.request.mode", "input.request.tools", "input.tenant",
 	}
@@ -37,7 +37,7 @@ func TestMemoPlan(t *testing.T) {
 		"reads the source hash": {
 			module: "deny contains \"known bad\" if input.request.source_sha256 == \"abc\"",
 			key: []string{
-				"input.subject.roles", "input.request.language", "input.request.source_sha256", "input.request.requirements",
+				"input.subject.roles", "input.request.language", "input.request.source_sha256", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
 				"input.request.mode", "input.request.tools", "input.tenant",
 			},
@@ -46,7 +46,7 @@ func TestMemoPlan(t *testing.T) {
 			module: "deny contains \"big\" if count(object.keys(input.request)) > 100",
 			key: []string{
 				"input.subject.roles", "input.request.language", "input.request.entrypoint", "input.request.source_sha256",
-				"input.request.source_bytes", "input.request.args_bytes", "input.request.requirements",
+				"input.request.source_bytes", "input.request.args_bytes", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
 				"input.request.mode", "input.request.tools", "input.tenant",
 			},
@@ -54,7 +54,7 @@ func TestMemoPlan(t *testing.T) {
 		"reads a key by variable": {
 			module: "deny contains k if { some k, _ in input.subject; k == \"admin\" }",
 			key: []string{
-				"input.subject.sub", "input.subject.roles", "input.request.language", "input.request.requirements",
+				"input.subject.sub", "input.subject.roles", "input.request.language", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
 				"input.request.mode", "input.request.tools", "input.tenant",
 			},

@@ -47,17 +47,33 @@ type SubjectInput struct {
 
 // RequestInput describes the requested run; never the source itself.
 type RequestInput struct {
-	Language      string   `json:"language"`
-	Entrypoint    string   `json:"entrypoint"`
-	SourceSHA256  string   `json:"source_sha256"`
-	SourceBytes   int      `json:"source_bytes"`
-	ArgsBytes     int      `json:"args_bytes"`
-	Requirements  []string `json:"requirements"`
-	NetworkAccess string   `json:"network_access"`
-	EgressHosts   []string `json:"egress_hosts"`
-	Limits        Limits   `json:"limits"`
-	Mode          string   `json:"mode"`
-	Tools         []string `json:"tools"`
+	Language     string   `json:"language"`
+	Entrypoint   string   `json:"entrypoint"`
+	SourceSHA256 string   `json:"source_sha256"`
+	SourceBytes  int      `json:"source_bytes"`
+	ArgsBytes    int      `json:"args_bytes"`
+	Requirements []string `json:"requirements"`
+	// Packages is the resolved, locked set the requirements (or a lock, or
+	// an environment id) install: every package, transitive ones included.
+	Packages      []Package `json:"packages"`
+	NetworkAccess string    `json:"network_access"`
+	EgressHosts   []string  `json:"egress_hosts"`
+	Limits        Limits    `json:"limits"`
+	Mode          string    `json:"mode"`
+	Tools         []string  `json:"tools"`
+}
+
+// Package is one distribution of a resolved set, as the policy sees it.
+type Package struct {
+	Name    string `json:"name"`    // PEP 503 normal form
+	Version string `json:"version"` // exact
+	// Index is where it came from (a simple index or find-links URL,
+	// credentials stripped); "" when unknown (a lock given by the caller).
+	Index string `json:"index"`
+	// Via is the chain from a requested package to this one, names in
+	// normal form, this package last ("requests", "urllib3"); a requested
+	// package's chain is itself.
+	Via []string `json:"via"`
 }
 
 // Decision is the policy's answer. Allow false always carries Reasons.

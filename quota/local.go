@@ -20,6 +20,13 @@ type localRate struct {
 	limits Limits
 }
 
+// reset forgets tenant's local rate state (an override changed its limits).
+func (lr *localRates) reset(tenant string) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	delete(lr.m, tenant)
+}
+
 // allow takes one token for tenant under l, or says how long to wait.
 func (lr *localRates) allow(tenant string, l Limits, now time.Time) (bool, time.Duration) {
 	lr.mu.Lock()

@@ -240,7 +240,8 @@ func (m *MemoryLimiter) Override(_ context.Context, tenant string) (Limits, bool
 	return o, ok, nil
 }
 
-// SetOverride replaces tenant's limits from the next Admit on.
+// SetOverride replaces tenant's limits from the next Admit on and resets
+// the tenant's rate state (see Limiter.SetOverride).
 func (m *MemoryLimiter) SetOverride(_ context.Context, tenant string, l Limits) error {
 	if err := validOverride(tenant, l); err != nil {
 		return err
@@ -248,7 +249,17 @@ func (m *MemoryLimiter) SetOverride(_ context.Context, tenant string, l Limits) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.overrides[tenant] = l
+	m.resetRate(tenant)
 	return nil
+}
+
+// resetRate forgets tenant's GCRA state: a theoretical arrival time
+// computed under the old emission interval says nothing about the new one.
+// Callers hold m.mu.
+func (m *MemoryLimiter) resetRate(tenant string) {
+	if t := m.tenants[tenant]; t != nil {
+		t.tat = time.Time{}
+	}
 }
 
 // ClearOverride removes tenant's override; the configured limits apply again.
@@ -259,6 +270,7 @@ func (m *MemoryLimiter) ClearOverride(_ context.Context, tenant string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.overrides, tenant)
+	m.resetRate(tenant)
 	return nil
 }
 

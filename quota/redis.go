@@ -320,18 +320,24 @@ func (r *RedisLimiter) Override(ctx context.Context, tenant string) (Limits, boo
 }
 
 // SetOverride replaces tenant's limits from the next Admit on (on every
-// replica: the override lives in Redis).
+// replica: the override lives in Redis) and resets the tenant's rate state,
+// in one MULTI on one slot (see Limiter.SetOverride).
 func (r *RedisLimiter) SetOverride(ctx context.Context, tenant string, l Limits) error {
 	if err := validOverride(tenant, l); err != nil {
 		return err
 	}
-	err := r.client.HSet(ctx, r.keys(tenant).override,
-		"rate_per_minute", l.RatePerMinute, "burst", l.Burst,
-		"concurrency", l.Concurrency, "daily_cpu_seconds", l.DailyCPUSeconds,
-	).Err()
+	k := r.keys(tenant)
+	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k.override,
+			"rate_per_minute", l.RatePerMinute, "burst", l.Burst,
+			"concurrency", l.Concurrency, "daily_cpu_seconds", l.DailyCPUSeconds)
+		p.Del(ctx, k.rate)
+		return nil
+	})
 	if err != nil {
 		return unavailable(ctx, "setting override", err)
 	}
+	r.local.reset(tenant)
 	return nil
 }
 
@@ -340,9 +346,11 @@ func (r *RedisLimiter) ClearOverride(ctx context.Context, tenant string) error {
 	if err := validTenant(tenant); err != nil {
 		return fmt.Errorf("clearing override: %w", err)
 	}
-	if err := r.client.Del(ctx, r.keys(tenant).override).Err(); err != nil {
+	k := r.keys(tenant)
+	if err := r.client.Del(ctx, k.override, k.rate).Err(); err != nil {
 		return unavailable(ctx, "clearing override", err)
 	}
+	r.local.reset(tenant)
 	r.ovMu.Lock()
 	delete(r.ovCache, tenant)
 	r.ovMu.Unlock()

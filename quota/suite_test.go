@@ -314,6 +314,42 @@ func runSuite(t *testing.T, b suiteBackend) {
 		mustExceed(t, err, KindConcurrency)
 	})
 
+	t.Run("raising a throttled tenant's rate admits the very next request; leases and budget are kept", func(t *testing.T) {
+		l := b.newLimiter(t, cfg)
+		slow := Limits{RatePerMinute: 2, Burst: 2, Concurrency: 5, DailyCPUSeconds: 100} // emission interval 30 s
+		mustSettle(t, mustAdmit(t, l, "acme", "s0", slow, 0), 1000)
+		held := mustAdmit(t, l, "acme", "s1", slow, 0)
+		_, err := l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "s2", Limits: slow})
+		if e := mustExceed(t, err, KindRate); e.RetryAfter < 20*time.Second {
+			t.Fatalf("RetryAfter = %s, want about 30s under the slow rate", e.RetryAfter)
+		}
+		fast := Limits{RatePerMinute: 600, Burst: 50, Concurrency: 5, DailyCPUSeconds: 100}
+		if err := l.SetOverride(ctx, "acme", fast); err != nil {
+			t.Fatal(err)
+		}
+		// The next request, with no wait: the old TAT (30 s ahead) is gone.
+		for i := range 40 {
+			mustSettle(t, mustAdmit(t, l, "acme", fmt.Sprint("f", i), slow, 0), 0)
+		}
+		u := usage(t, l, "acme", slow)
+		if u.Rate.LimitPerMinute != 600 || u.Rate.Remaining < 5 || u.Rate.Remaining > 10 {
+			t.Fatalf("rate usage after 40 of a burst of 50 = %+v, want the new limit and about 10 left", u.Rate)
+		}
+		if u.Concurrency.Running != 1 || u.Budget.UsedMS != 1000 {
+			t.Fatalf("usage = %+v: the override dropped the running lease or the settled CPU", u)
+		}
+		mustSettle(t, held, 0)
+
+		// Clearing it resets again: the slow configured limits start full.
+		if err := l.ClearOverride(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		mustSettle(t, mustAdmit(t, l, "acme", "c0", slow, 0), 0)
+		mustSettle(t, mustAdmit(t, l, "acme", "c1", slow, 0), 0)
+		_, err = l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "c2", Limits: slow})
+		mustExceed(t, err, KindRate)
+	})
+
 	t.Run("invalid overrides are refused with the field named", func(t *testing.T) {
 		l := b.newLimiter(t, cfg)
 		for _, tc := range []struct {

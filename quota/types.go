@@ -14,7 +14,12 @@
 // Admit checks every dimension first and only then consumes (never a partial
 // consumption); it is idempotent per execution id while the admission lives.
 // An admin override of a tenant's Limits (SetOverride) replaces the
-// configured Limits from the next Admit on.
+// configured Limits from the next Admit on. Setting or clearing an override
+// also resets the tenant's request-rate (GCRA) state: a theoretical arrival
+// time computed under the old emission interval may lie seconds or minutes
+// ahead and would keep refusing under the new limits, so the next request
+// starts from a full burst of the new limits. Running leases, reservations
+// and the day's CPU budget are kept.
 package quota
 
 import (
@@ -303,6 +308,9 @@ type BudgetUsage struct {
 type Limiter interface {
 	Admit(ctx context.Context, req AdmitRequest) (*Admission, error)
 	Override(ctx context.Context, tenant string) (Limits, bool, error)
+	// SetOverride and ClearOverride take effect on the next Admit and reset
+	// the tenant's rate state (a full burst under the new limits); leases
+	// and the CPU budget are kept.
 	SetOverride(ctx context.Context, tenant string, l Limits) error
 	ClearOverride(ctx context.Context, tenant string) error
 	Effective(ctx context.Context, tenant string, configured Limits) (Limits, error)

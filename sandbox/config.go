@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -65,6 +66,40 @@ type Config struct {
 	// jail's view of RootfsDir, DepsDir and WorkDir (view_linux.go) and
 	// where the uid leases live. Default "/run/execgate".
 	RuntimeDir string `yaml:"runtime_dir" json:"runtime_dir"`
+	// PackageIndex is where requirements are resolved and installed from
+	// (deps_env.go). Zero: uv's default index (PyPI).
+	PackageIndex PackageIndex `yaml:"package_index" json:"package_index"`
+	// PythonPlatform is uv's --python-platform for resolving environments
+	// (wheels must fit the jail's libc and CPU). Default
+	// "<arch>-manylinux_2_28" (x86_64 or aarch64).
+	PythonPlatform string `yaml:"python_platform" json:"python_platform"`
+	// DepsMaxMB caps one environment's installed size, MiB; a bigger one is
+	// a DependencyError. Default 1024.
+	DepsMaxMB int64 `yaml:"deps_max_mb" json:"deps_max_mb"`
+	// DepsCacheMaxMB caps the installed environments together, MiB: after
+	// an install, the least recently used environments idle for at least
+	// 15 minutes are removed until the cache fits (their locks are kept, so
+	// their ids still work: they are reinstalled). Default 8192; -1: no cap.
+	DepsCacheMaxMB int64 `yaml:"deps_cache_max_mb" json:"deps_cache_max_mb"`
+	// ResolveCacheSeconds is how long a resolution of the same requirement
+	// list is reused before uv resolves it again (new releases appear
+	// after at most this long). Default 600; -1: always resolve.
+	ResolveCacheSeconds int64 `yaml:"resolve_cache_seconds" json:"resolve_cache_seconds"`
+}
+
+// PackageIndex says where uv finds packages. Credentials stay with the
+// gateway: uv runs on the host, never in a jail, and gets them through
+// its environment, not its argv.
+type PackageIndex struct {
+	// URL is a simple-API index (a private index or a mirror). Empty: PyPI.
+	URL string `yaml:"url" json:"url"`
+	// FindLinks are extra directories or URLs of wheels.
+	FindLinks []string `yaml:"find_links" json:"find_links"`
+	// NoIndex uses FindLinks only (no index at all).
+	NoIndex bool `yaml:"no_index" json:"no_index"`
+	// CredentialsFile holds "username:password" for URL (one line, read at
+	// every resolve and install, so a rotated secret needs no restart).
+	CredentialsFile string `yaml:"credentials_file" json:"credentials_file"`
 }
 
 // Defaults for Config fields left zero.
@@ -76,6 +111,9 @@ const (
 	DefaultDepsTimeout  = 120000 // ms
 	DefaultUIDRange     = "100000-165535"
 	DefaultRuntimeDir   = "/run/execgate"
+	DefaultDepsMaxMB    = 1024
+	DefaultDepsCacheMB  = 8192
+	DefaultResolveCache = 600 // seconds
 )
 
 // withDefaults returns c with zero fields defaulted. RootfsDir has no
@@ -89,6 +127,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DepsTimeoutMS <= 0 {
 		c.DepsTimeoutMS = DefaultDepsTimeout
+	}
+	if c.DepsMaxMB <= 0 {
+		c.DepsMaxMB = DefaultDepsMaxMB
+	}
+	if c.DepsCacheMaxMB == 0 {
+		c.DepsCacheMaxMB = DefaultDepsCacheMB
+	}
+	if c.ResolveCacheSeconds == 0 {
+		c.ResolveCacheSeconds = DefaultResolveCache
+	}
+	if c.PythonPlatform == "" {
+		c.PythonPlatform = defaultPlatform()
 	}
 	if c.PythonPath == "" {
 		c.PythonPath = DefaultPythonPath
@@ -158,6 +208,15 @@ func (c Config) Validate() error {
 	} else if err := checkConfigString(c.RuntimeDir); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox.runtime_dir: %w", err))
 	}
+	if c.PackageIndex.NoIndex && len(c.PackageIndex.FindLinks) == 0 {
+		errs = append(errs, errors.New("sandbox.package_index.no_index: needs find_links"))
+	}
+	if c.PackageIndex.CredentialsFile != "" && c.PackageIndex.URL == "" {
+		errs = append(errs, errors.New("sandbox.package_index.credentials_file: needs url"))
+	}
+	if !platformRE.MatchString(c.PythonPlatform) {
+		errs = append(errs, fmt.Errorf("sandbox.python_platform: %q is not a uv platform like x86_64-manylinux_2_28", c.PythonPlatform))
+	}
 	if c.WarmPool < 0 {
 		errs = append(errs, fmt.Errorf("sandbox.warm_pool: %d is negative", c.WarmPool))
 	}
@@ -166,6 +225,8 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+var platformRE = regexp.MustCompile(`^[a-z0-9_]+-[a-z0-9_.-]+$`)
 
 func validCgroupName(s string) bool {
 	if s == "" || strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") {

@@ -11,6 +11,11 @@ import (
 
 // Requirements (DESIGN §3 --requirements, §4 DependencyError).
 //
+// The gateway and `execgate run` resolve requirements into locked
+// environments and pass Spec.Lock (deps_env.go). Spec.Requirements, below,
+// is the older direct form for callers of this package: exact pins,
+// installed without resolution.
+//
 // A run may ask for third-party packages as exact pins, "name==version"
 // (extras allowed: "name[extra]==version"). Nothing else is accepted: no
 // ranges, URLs, paths, markers or installer options, so the set installed

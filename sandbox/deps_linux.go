@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,8 @@ type depsInstaller struct {
 	python    string       // the host interpreter the rootfs was built from
 	pyVersion string
 	timeout   time.Duration
+	index     PackageIndex // where uv looks (deps_env.go)
+	maxBytes  int64        // an installed set's size cap; 0: none
 	findUV    func() (string, error)
 	getenv    func(string) string
 
@@ -43,20 +47,29 @@ type depsCall struct {
 // is a *ErrorInfo of type DependencyError; a host that cannot install at
 // all (no uv, an unusable deps dir) is an *UnavailableError.
 func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *ErrorInfo, error) {
-	key := depsKey(d.pyVersion, pins)
+	args := append([]string{"--no-deps", "--"}, pins...) // exactly the pins the policy saw
+	dir, _, failure, err := d.ensureKey(ctx, depsKey(d.pyVersion, pins), strings.Join(pins, " "), args)
+	return dir, failure, err
+}
+
+// ensureKey is ensure for any set: key names its directory, what describes
+// it in errors, args end uv's command line (after the common flags). led
+// says this call started the install (the others waited for it).
+func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []string) (dir string, led bool, failure *ErrorInfo, err error) {
 	final := filepath.Join(d.dir, key)
 	if isDir(final) {
-		return final, nil, nil
+		return final, false, nil, nil
 	}
 	d.mu.Lock()
 	c, ok := d.inflight[key]
+	led = !ok
 	if !ok {
 		c = &depsCall{done: make(chan struct{})}
 		d.inflight[key] = c
 		// The install outlives a caller that gives up: others may be
 		// waiting for it, and the next run reuses it.
 		go func() {
-			c.dir, c.failure, c.err = d.install(context.WithoutCancel(ctx), key, pins)
+			c.dir, c.failure, c.err = d.install(context.WithoutCancel(ctx), key, what, args)
 			d.mu.Lock()
 			delete(d.inflight, key)
 			d.mu.Unlock()
@@ -66,13 +79,13 @@ func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *Err
 	d.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.dir, c.failure, c.err
+		return c.dir, led, c.failure, c.err
 	case <-ctx.Done():
-		return "", &ErrorInfo{Type: ErrDependencyError, Message: "the caller went away while the requirements were being installed: " + ctx.Err().Error()}, nil
+		return "", led, &ErrorInfo{Type: ErrDependencyError, Message: "the caller went away while the requirements were being installed: " + ctx.Err().Error()}, nil
 	}
 }
 
-func (d *depsInstaller) install(ctx context.Context, key string, pins []string) (string, *ErrorInfo, error) {
+func (d *depsInstaller) install(ctx context.Context, key, what string, extra []string) (string, *ErrorInfo, error) {
 	final := filepath.Join(d.dir, key)
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
@@ -102,27 +115,56 @@ func (d *depsInstaller) install(ctx context.Context, key string, pins []string) 
 		"--target", tmp,
 		"--python", d.python,
 		"--only-binary", ":all:", // wheels only: no package code runs here
-		"--no-deps", // exactly the pins the policy saw
 		"--no-config", "--no-python-downloads",
 		"--link-mode", "copy",
 		"--compile-bytecode",
 		"--system-certs",
 		"--cache-dir", cache,
 		"--color", "never", "--no-progress",
-		"--",
 	}
-	args = append(args, pins...)
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cache, "LANG=C.UTF-8"}
-	for _, k := range installerEnv {
-		if v := d.getenv(k); v != "" {
-			env = append(env, k+"="+v)
+	args = append(args, d.indexArgs()...)
+	args = append(args, extra...)
+	failure, err := d.runUV(ctx, uv, "installing "+what, args[1:])
+	if failure != nil || err != nil {
+		return "", failure, err
+	}
+	_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
+	if err := sealDeps(tmp); err != nil {
+		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: preparing " + tmp, Err: err}
+	}
+	if d.maxBytes > 0 {
+		if size := treeSize(tmp); size > d.maxBytes {
+			return "", &ErrorInfo{Type: ErrDependencyError,
+				Message: fmt.Sprintf("installing %s: the environment is %d MiB, over the cap of %d MiB (sandbox.deps_max_mb)", what, size>>20, d.maxBytes>>20)}, nil
 		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: moving the install into place", Err: err}
+	}
+	return final, nil, nil
+}
+
+// runUV runs uv with args (argv[1:]) under the install timeout, in its own
+// process group. A non-zero exit or the timeout is a DependencyError with
+// uv's output (doing names the step); a uv that cannot start is an
+// *UnavailableError.
+func (d *depsInstaller) runUV(ctx context.Context, uv, doing string, args []string) (*ErrorInfo, error) {
+	_, failure, err := d.runUVOutput(ctx, uv, d.dir, doing, args)
+	return failure, err
+}
+
+// runUVOutput is runUV in directory dir, returning uv's stdout.
+func (d *depsInstaller) runUVOutput(ctx context.Context, uv, dir, doing string, args []string) (string, *ErrorInfo, error) {
+	env, err := d.uvEnv()
+	if err != nil {
+		return "", nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	out := &capture{max: maxInstallerOutput}
-	cmd := exec.CommandContext(ctx, uv, args[1:]...)
-	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, d.dir, out, out
+	var stdout strings.Builder
+	cmd := exec.CommandContext(ctx, uv, args...)
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, io.MultiWriter(&stdout, out), out
 	// uv runs the interpreter (to read its tags) and may leave helpers:
 	// at the timeout, the whole process group goes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -134,24 +176,78 @@ func (d *depsInstaller) install(ctx context.Context, key string, pins []string) 
 		switch {
 		case ctx.Err() != nil:
 			return "", &ErrorInfo{Type: ErrDependencyError,
-				Message:   fmt.Sprintf("installing %s timed out after %s", strings.Join(pins, " "), d.timeout),
+				Message:   fmt.Sprintf("%s timed out after %s", doing, d.timeout),
 				Traceback: out.text()}, nil
 		case errors.As(runErr, &exitErr):
 			return "", &ErrorInfo{Type: ErrDependencyError,
-				Message:   fmt.Sprintf("installing %s failed (uv exited with status %d)", strings.Join(pins, " "), exitErr.ExitCode()),
+				Message:   fmt.Sprintf("%s failed (uv exited with status %d)", doing, exitErr.ExitCode()),
 				Traceback: out.text()}, nil
 		default:
 			return "", nil, &UnavailableError{Reason: "running uv " + uv, Hint: uvSetupHint, Err: runErr}
 		}
 	}
-	_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
-	if err := sealDeps(tmp); err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: preparing " + tmp, Err: err}
+	return stdout.String(), nil, nil
+}
+
+// uvEnv is uv's environment: a fixed PATH and HOME, the index variables of
+// installerEnv from the gateway's environment, and the configured index
+// with its credentials (never on the command line, where other host users
+// could read them).
+func (d *depsInstaller) uvEnv() ([]string, error) {
+	cache := filepath.Join(d.dir, ".cache")
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + cache, "LANG=C.UTF-8"}
+	for _, k := range installerEnv {
+		if d.index.URL != "" && (k == "UV_DEFAULT_INDEX" || k == "UV_INDEX_URL") {
+			continue
+		}
+		if v := d.getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: moving the install into place", Err: err}
+	if d.index.URL != "" {
+		u := d.index.URL
+		if d.index.CredentialsFile != "" {
+			b, err := os.ReadFile(d.index.CredentialsFile)
+			if err != nil {
+				return nil, &UnavailableError{Reason: "sandbox.package_index.credentials_file", Err: err}
+			}
+			user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+			pu, err := url.Parse(u)
+			if !ok || err != nil {
+				return nil, &UnavailableError{Reason: "sandbox.package_index.credentials_file: want one line username:password, and url a URL"}
+			}
+			pu.User = url.UserPassword(user, pass)
+			u = pu.String()
+		}
+		env = append(env, "UV_DEFAULT_INDEX="+u)
 	}
-	return final, nil, nil
+	return env, nil
+}
+
+// indexArgs are uv's flags for the configured find-links and --no-index.
+func (d *depsInstaller) indexArgs() []string {
+	var args []string
+	for _, f := range d.index.FindLinks {
+		args = append(args, "--find-links", f)
+	}
+	if d.index.NoIndex {
+		args = append(args, "--no-index")
+	}
+	return args
+}
+
+// treeSize is the bytes of the regular files below root.
+func treeSize(root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // sealDeps makes an installed tree readable by the jail and writable by

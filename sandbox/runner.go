@@ -152,6 +152,14 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if len(spec.ToolFixtures) > 0 && !isJSONObject(spec.ToolFixtures) {
 		errs = append(errs, errors.New("tools: must be a JSON object"))
 	}
+	if len(spec.Requirements) > 0 && spec.Lock != "" {
+		errs = append(errs, errors.New("requirements and lock: set at most one"))
+	}
+	if spec.Lock != "" {
+		if _, err := ParseLock(spec.Lock); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(spec.Requirements) > 0 {
 		pins, err := normalizeRequirements(spec.Requirements)
 		if err != nil {
@@ -240,7 +248,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		OutputBytes:     spec.Limits.OutputBytes,
 		CPUMS:           spec.Limits.CPUMS,
 		MaxLogLines:     maxEnvelopeLogs,
-		Deps:            len(spec.Requirements) > 0,
+		Deps:            len(spec.Requirements) > 0 || spec.Lock != "",
 		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest},
 	}
 	if spec.Network == NetworkProxy {

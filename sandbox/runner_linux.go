@@ -54,6 +54,7 @@ type Runner struct {
 	pool   *pool          // nil without a warm pool
 	egress EgressProxy    // nil: network mode proxy is refused
 	deps   *depsInstaller // installs requirements
+	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -156,6 +157,8 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			python:    cfg.PythonPath,
 			pyVersion: m.PythonVersion,
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
+			index:     cfg.PackageIndex,
+			maxBytes:  cfg.DepsMaxMB << 20,
 			findUV:    func() (string, error) { return FindUV(cfg) },
 			getenv:    os.Getenv,
 			inflight:  map[string]*depsCall{},
@@ -163,6 +166,9 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.envs == nil {
+		r.envs = newEnvironments(cfg, m.PythonVersion, nil)
 	}
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
 	if r.egress != nil {
@@ -257,6 +263,22 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	var depsDir string
 	if len(spec.Requirements) > 0 {
 		dir, failure, err := r.deps.ensure(ctx, spec.Requirements)
+		if err != nil {
+			return Result{}, err
+		}
+		if failure != nil {
+			failure.Message = clip(failure.Message, maxErrorText)
+			failure.Traceback = clip(failure.Traceback, maxErrorText)
+			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
+		}
+		depsDir = dir
+	}
+	if spec.Lock != "" {
+		env, err := r.envs.FromLock(spec.Lock)
+		if err != nil {
+			return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+		}
+		dir, _, failure, err := r.envs.Prepare(ctx, env)
 		if err != nil {
 			return Result{}, err
 		}

@@ -18,9 +18,10 @@
 // runner watches while the tool runs (RLIMIT_CPU only backs it up per
 // process). Network mode proxy needs an EgressProxy (WithEgress): the run's
 // session listens on a unix socket in the jail's own host directory, bound
-// into the jail, and the harness relays 127.0.0.1:3128 to it. Requirements
-// (exact pins) are installed once per set, wheels only, into Config.DepsDir
-// and bound read-only into the jails that ask for them (deps.go).
+// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages (a
+// locked environment, Spec.Lock, or exact pins, Spec.Requirements) are
+// installed once per set, wheels only, into Config.DepsDir and bound
+// read-only into the jails that ask for them (deps_env.go, deps.go).
 package sandbox
 
 import (
@@ -107,7 +108,12 @@ type Spec struct {
 	Network      Network
 	Limits       Limits
 	Requirements []string // "pkg==ver"; installed into a deps dir before the run
-	EgressAllow  []string // host[:port] globs, enforced by the egress proxy in proxy mode
+	// Lock is an environment's lock (deps_env.go: pip's hashes format);
+	// the environment is installed (or found) before the run and bound
+	// read-only at /opt/execgate/deps. Set at most one of Lock and
+	// Requirements.
+	Lock        string
+	EgressAllow []string // host[:port] globs, enforced by the egress proxy in proxy mode
 	// Bridge answers the run's tool requests (context.tools.search,
 	// describe, run) for its lifetime; nil grants no tools. Test-mode runs
 	// ignore it and answer from ToolFixtures (FixtureBridge).
@@ -152,6 +158,9 @@ type ErrorInfo struct {
 	Message   string `json:"message"`
 	Traceback string `json:"traceback,omitempty"`
 	Line      int    `json:"line,omitempty"` // source line for InvalidSource
+	// Column is the 1-based column of a SyntaxError (InvalidSource); 0 when
+	// unknown (an import-time exception has a line only).
+	Column int `json:"column,omitempty"`
 }
 
 // Truncated says which streams were cut at the output cap.

@@ -53,6 +53,8 @@ type Metrics struct {
 	queueWaiting   prometheus.Gauge
 	inFlight       prometheus.Gauge
 	poolIdle       *prometheus.GaugeVec
+	envEvents      *prometheus.CounterVec
+	envBuild       *prometheus.HistogramVec
 }
 
 // NewMetrics creates and registers the metrics on reg. A nil reg gets a new
@@ -123,8 +125,18 @@ func NewMetrics(reg prometheus.Registerer, maxTenants int) *Metrics {
 			Help: "Pre-spawned jails waiting for a request, by profile.",
 		}, []string{"profile"}),
 	}
+	m.envEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "execgate_environment_events_total",
+		Help: "Package environments: resolved, resolve_cached, hit (already installed), built, build_failed, evicted.",
+	}, []string{"event"})
+	m.envBuild = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "execgate_environment_duration_seconds",
+		Help:    "How long resolving (uv pip compile) and building (uv pip install) an environment took.",
+		Buckets: stageBuckets,
+	}, []string{"step"})
 	reg.MustRegister(m.executions, m.stages, m.policyEval, m.quotaRefusals, m.quotaEvents,
-		m.sandboxCrashes, m.syscallDenials, m.egressDenials, m.queueWaiting, m.inFlight, m.poolIdle)
+		m.sandboxCrashes, m.syscallDenials, m.egressDenials, m.queueWaiting, m.inFlight, m.poolIdle,
+		m.envEvents, m.envBuild)
 	return m
 }
 
@@ -180,6 +192,26 @@ func (m *Metrics) QuotaEvent(_ string, kind quota.Kind, outcome string) {
 		return
 	}
 	m.quotaEvents.WithLabelValues(string(kind), outcome).Inc()
+}
+
+// EnvironmentEvent counts a package-environment event (sandbox.EnvObserver)
+// and observes how long resolving or building took.
+func (m *Metrics) EnvironmentEvent(event string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	switch event {
+	case "resolved", "resolve_cached", "hit", "built", "build_failed", "evicted":
+	default:
+		event = "other"
+	}
+	m.envEvents.WithLabelValues(event).Inc()
+	switch event {
+	case "resolved":
+		m.envBuild.WithLabelValues("resolve").Observe(d.Seconds())
+	case "built", "build_failed":
+		m.envBuild.WithLabelValues("build").Observe(d.Seconds())
+	}
 }
 
 // SandboxCrash counts a jail that died without an envelope.

@@ -36,11 +36,15 @@ type runFlags struct {
 	timeout      time.Duration
 	memory       string
 	requirements []string
+	lock         string
 	egress       []string
 	language     string
 	json         bool
-	tenant       string   // code mode: the config's tenant whose tool servers the run may call
-	tools        []string // code mode: narrows the tenant's granted tools
+	// tenant is the config's tenant whose package policy applies to
+	// --requirements and --lock (default demo) and, when given, whose tool
+	// servers the run may call (code mode).
+	tenant string
+	tools  []string // code mode: narrows the tenant's granted tools
 }
 
 func newRunCmd() *cobra.Command {
@@ -55,9 +59,12 @@ The language follows the file's extension (.py python, .js/.mjs javascript,
 .ts/.mts typescript) unless --language says otherwise; JavaScript and
 TypeScript run under Deno in the jail with every Deno permission denied.
 
---timeout sets both the wall-clock and the CPU limit. --requirements installs
-exact pins (name==version, wheels only) into the deps cache under the state
-directory first. --network proxy lets the tool out only through execgate's
+--timeout sets both the wall-clock and the CPU limit. --requirements (PEP 508,
+e.g. "requests>=2.31") are resolved with uv to a locked set, wheels only, and
+--lock FILE takes such a lock as is; every package of the set goes through
+the package policy of --tenant (from the config, as execgate serve applies
+it: a denial exits 2 and names the chain that pulled a package in), then the
+environment is installed into the deps cache under the state directory. --network proxy lets the tool out only through execgate's
 egress proxy, to the hosts named by --egress (egress.allow_cidrs from the
 config opens private ranges). --tenant gives the tool the tool servers the
 config names for that tenant (code mode: context.tools.search, describe,
@@ -66,7 +73,8 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 		Example: `  execgate run tool.py --args '{"name": "Ada"}'
   execgate run tool.ts --args '{"name": "Ada"}'
   execgate run tool.py --timeout 30s --memory 512M --json
-  execgate run tool.py --requirements six==1.16.0,attrs==23.1.0
+  execgate run tool.py --requirements 'six==1.16.0,attrs>=23' --tenant demo
+  execgate run tool.py --lock requirements.lock
   execgate run tool.py --network proxy --egress api.example.com:443,*.example.org
   execgate run program.py --config execgate.yaml --tenant acme --tools 'search.*'`,
 		Args: cobra.ExactArgs(1),
@@ -90,7 +98,12 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 			} else if len(f.tools) > 0 {
 				return fmt.Errorf("--tools: needs --tenant (whose tool servers the config names)")
 			}
-			res, err := runLocal(cmd.Context(), cfg, spec, cmd.ErrOrStderr())
+			res, err := runLocal(cmd.Context(), cfg, spec, f, cmd.ErrOrStderr())
+			var denied *packagesDenied
+			if errors.As(err, &denied) {
+				fmt.Fprintln(cmd.ErrOrStderr(), denied.Error())
+				return exitError{code: denied.ExitCode()}
+			}
 			return reportRun(cmd.OutOrStdout(), spec, res, err, f.json)
 		},
 	}
@@ -100,13 +113,23 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.StringVar(&f.network, "network", "none", "network mode: none, proxy (only the --egress hosts, through the egress proxy) or host")
 	fl.DurationVar(&f.timeout, "timeout", time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
 	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", sandbox.DefaultLimits.MemoryMB), "memory limit (e.g. 256M, 1G)")
-	fl.StringSliceVar(&f.requirements, "requirements", nil, "exact pins to install first (wheels only), e.g. a==1,b==2")
+	fl.StringSliceVar(&f.requirements, "requirements", nil, "requirements to resolve and install first (PEP 508, wheels only), e.g. 'a==1,b>=2'")
+	fl.StringVar(&f.lock, "lock", "", "a lock to install first (pip's hashes format, e.g. from execgate prepare or uv pip compile --generate-hashes)")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.StringVar(&f.language, "language", "", "python, javascript or typescript (default: from the file's extension)")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
-	fl.StringVar(&f.tenant, "tenant", "", "code mode: call the tool servers of this tenant of --config, governed by its policy")
+	fl.StringVar(&f.tenant, "tenant", "", "a tenant of --config: its package policy applies to --requirements and --lock (default demo), and code mode calls its tool servers, governed by its policy")
 	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
 	return cmd
+}
+
+// packageTenant is the tenant whose package policy --requirements and
+// --lock go through: --tenant, else the embedded default's demo.
+func (f runFlags) packageTenant() string {
+	if f.tenant == "" {
+		return config.DemoTenant().ID
+	}
+	return f.tenant
 }
 
 // spec turns the flags into a sandbox.Spec, naming the flag at fault.
@@ -141,15 +164,14 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 		return sandbox.Spec{}, err
 	}
 	return sandbox.Spec{
-		ExecutionID:  newExecutionID(),
-		TenantID:     "local",
-		Language:     lang,
-		Source:       string(src),
-		Entrypoint:   f.entrypoint,
-		Args:         json.RawMessage(f.args),
-		Network:      sandbox.Network(f.network),
-		Requirements: f.requirements,
-		EgressAllow:  f.egress,
+		ExecutionID: newExecutionID(),
+		TenantID:    "local",
+		Language:    lang,
+		Source:      string(src),
+		Entrypoint:  f.entrypoint,
+		Args:        json.RawMessage(f.args),
+		Network:     sandbox.Network(f.network),
+		EgressAllow: f.egress,
 		Limits: sandbox.Limits{
 			TimeoutMS: f.timeout.Milliseconds(),
 			CPUMS:     f.timeout.Milliseconds(),
@@ -207,7 +229,7 @@ func newExecutionID() string {
 // runLocal runs spec once, cold: nsjail first (so a host without it learns
 // that before any rootfs build), then the rootfs (built when missing or
 // stale, with progress on progress), then the run.
-func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, progress io.Writer) (sandbox.Result, error) {
+func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runFlags, progress io.Writer) (sandbox.Result, error) {
 	scfg := cfg.Sandbox
 	scfg.WarmPool = 0 // one run: nothing to keep warm
 	if _, err := sandbox.FindNsjail(scfg); err != nil {
@@ -216,7 +238,21 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, progre
 	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: scfg.RootfsDir, PythonPath: scfg.PythonPath, Progress: progress}); err != nil {
 		return sandbox.Result{}, fmt.Errorf("preparing the rootfs: %w", err)
 	}
-	var opts []sandbox.Option
+	envs, err := sandbox.NewEnvironments(scfg, nil)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	env, failure, err := localEnvironment(ctx, cfg, envs, f.packageTenant(), f.requirements, f.lock, progress)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if failure != nil {
+		return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
+	}
+	if env != nil {
+		spec.Lock = env.Lock
+	}
+	opts := []sandbox.Option{sandbox.WithEnvironments(envs)}
 	if spec.Network == sandbox.NetworkProxy {
 		p, err := egress.New(cfg.Egress, egress.Options{})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -130,14 +131,31 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			t.Errorf("%v\n%s", err, out)
 		}
 	})
-	t.Run("requirements are installed and importable", func(t *testing.T) {
-		tool := write("six.py", "import six\ndef run(args, context):\n    return six.__version__\n")
-		env, result, out := runJSON(t, tool, "--requirements", "six==1.16.0", "--state-dir", state)
-		if env.Status != sandbox.StatusOK || result != `"1.16.0"` {
+	t.Run("requirements are resolved, checked with the tenant's package policy, installed and importable", func(t *testing.T) {
+		wheels := testenv.WriteWheels(t, filepath.Join(dir, "wheels"),
+			testenv.Wheel{Name: "alpha", Version: "1.0", Requires: []string{"beta==1.0"}},
+			testenv.Wheel{Name: "beta", Version: "1.0"})
+		tenant := func(id, allow string) string {
+			return "  - id: " + id + "\n    plan: standard\n    quota: { rate_per_minute: 600, burst: 20, concurrency: 4, daily_cpu_seconds: 3600 }\n" +
+				"    policy: { network: [none], packages: { allow: [" + allow + "], deny: [] } }\n"
+		}
+		cfgFile := write("config.yaml", "state_dir: "+state+"\nauth: { hs256_secret_file: "+filepath.Join(state, "dev.key")+" }\n"+
+			"sandbox:\n  uv_path: "+testenv.UV(t)+"\n  package_index: { find_links: ["+wheels+"], no_index: true }\n"+
+			"tenants:\n"+tenant("demo", "alpha, beta")+tenant("strict", "alpha"))
+		tool := write("alpha.py", "import alpha, beta\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION]\n")
+		env, result, out := runJSON(t, tool, "--requirements", "alpha>=1", "--config", cfgFile)
+		if env.Status != sandbox.StatusOK || result != `["1.0","1.0"]` {
 			t.Fatalf("%s", out)
 		}
 		if _, err := os.Stat(filepath.Join(state, "deps")); err != nil {
 			t.Errorf("the deps cache is not under the state dir: %v", err)
+		}
+		// The same run for a tenant that may not have beta: refused, exit 2,
+		// nothing installed or run.
+		out, err := execute(t, "run", tool, "--requirements", "alpha>=1", "--tenant", "strict", "--config", cfgFile)
+		var ec exitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != 2 || strings.Contains(out, "status:") {
+			t.Fatalf("want exit 2 and no envelope, got %v\n%s", err, out)
 		}
 	})
 	t.Run("network proxy reaches only the --egress hosts", func(t *testing.T) {

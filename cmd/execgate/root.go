@@ -40,6 +40,7 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(),
 		newConfigCmd(),
 		newAdminCmd(),
+		newPrepareCmd(),
 	)
 	return root
 }

@@ -131,12 +131,14 @@ except ImportError:  # pragma: no cover - CPython always has _json
 _done = False
 
 
-def _error(type_, message, traceback="", line=0):
+def _error(type_, message, traceback="", line=0, column=0):
     err = {"type": type_, "message": message}
     if traceback:
         err["traceback"] = traceback
     if line:
         err["line"] = int(line)
+    if column:
+        err["column"] = int(column)
     return err
 
 
@@ -446,7 +448,7 @@ def _run(req):
         import traceback
 
         tb = "".join(traceback.format_exception_only(type(e), e))
-        return "error", None, _error("InvalidSource", "%s: %s" % (type(e).__name__, e.msg), tb, e.lineno or 0)
+        return "error", None, _error("InvalidSource", "%s: %s" % (type(e).__name__, e.msg), tb, e.lineno or 0, e.offset or 0)
     except MemoryError:
         return "error", None, _memory_error()
     except (ValueError, OverflowError, RecursionError) as e:
