@@ -68,6 +68,7 @@ func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environment
 	return &Environments{
 		d: &depsInstaller{
 			dir:       cfg.DepsDir,
+			check:     func() error { return checkBindSource(cfg.DepsDir) },
 			python:    cfg.PythonPath,
 			pyVersion: pyVersion,
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,

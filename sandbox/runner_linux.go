@@ -170,6 +170,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if r.envs == nil {
 		r.envs = newEnvironments(cfg, m.PythonVersion, nil)
 	}
+	r.envs.d.check = r.deps.check // this runner's jails reach the deps dir through its view
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
 	if r.egress != nil {
 		// A proxy-mode jail's egress directory is bound from below the
@@ -529,6 +530,27 @@ func checkSearchable(dir, shown string) error {
 			return nil
 		}
 	}
+}
+
+// checkBindSource refuses a bind source the jail cannot enter: through a
+// view (view_linux.go) only the directory's own mode matters, not its
+// parents'. Used where no view exists yet (package environments prepared
+// by the gateway before any run).
+func checkBindSource(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil // created 0755 by the install
+		}
+		return &UnavailableError{Reason: "jail path " + dir + ": " + err.Error(), Err: err}
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		return &UnavailableError{
+			Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot enter it", dir),
+			Hint:   "chmod o+x " + dir,
+		}
+	}
+	return nil
 }
 
 // nsjailFD is the descriptor number nsjail's directory (or binary) has in
