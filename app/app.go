@@ -240,6 +240,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Quota:          a.limiter,
 		Runner:         a.runner,
 		Audit:          auditLog,
+		AuditSearch:    auditLog,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),
 		Idempotency:    idem,

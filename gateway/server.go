@@ -105,6 +105,8 @@ type Deps struct {
 	// Idempotency remembers run responses per (tenant, execution_id). Nil:
 	// an in-memory store.
 	Idempotency IdempotencyStore
+	// AuditSearch serves GET /v1/admin/audit. Nil: that route answers 404.
+	AuditSearch AuditSearcher
 	// Ready are the readiness checks besides the sandbox probe (rootfs,
 	// policy, quota backend).
 	Ready []Check
@@ -281,6 +283,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}: s.handleDeleteQuota,
 		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
 		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
+		{http.MethodGet, "/v1/admin/audit"}:                s.handleAudit,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
