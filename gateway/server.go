@@ -261,6 +261,9 @@ func (s *Server) routes() *gin.Engine {
 		}),
 	))
 	e.NoRoute(func(c *gin.Context) {
+		if serveConsole(c) { // the web console at /ui/ (console.go): static files, not API routes
+			return
+		}
 		s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "no such route: " + c.Request.URL.Path})
 	})
 	e.NoMethod(func(c *gin.Context) {
