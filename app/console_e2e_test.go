@@ -313,6 +313,19 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		b.screenshot("playground-error")
 	})
 
+	t.Run("Validate marks a syntax error's line", func(t *testing.T) {
+		b.setField("pg-source", "def run(args, context):\n    x = 1\n    return (x\n")
+		b.eval(`document.getElementById("pg-out").replaceChildren(); true`, nil)
+		b.do(chromedp.Click(chromedp.ID("pg-validate")))
+		b.waitFor("the verdict", `document.querySelector("#pg-status .badge")`)
+		if got := b.text(`document.querySelector("#pg-status .badge").textContent`); got != "invalid" {
+			t.Fatalf("validate badge %q, want invalid", got)
+		}
+		if g := b.text(`(document.querySelector("#pg-gutter .err") || {}).textContent || ""`); g != "3" {
+			t.Fatalf("line %q marked for the unclosed parenthesis, want 3: %s", g, b.text(`document.getElementById("pg-out").innerText`))
+		}
+	})
+
 	t.Run("a denied request shows the policy reasons", func(t *testing.T) {
 		b.setField("pg-network", "host") // demo may use network none only
 		b.run("def run(args, context):\n    return 1\n")
@@ -326,6 +339,29 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 			t.Fatalf("reasons %q: want the policy's reason about network host", reasons)
 		}
 		b.screenshot("playground-denied")
+	})
+
+	t.Run("test mode sends the fixtures and forces network none", func(t *testing.T) {
+		b.eval(`document.getElementById("pg-test").click(); true`, nil)
+		b.setField("pg-network", "host") // test mode must override it
+		b.setField("pg-variables", `{"who": "fixture-value"}`)
+		b.run("def run(args, context):\n    return {\"who\": context.variables[\"who\"]}\n")
+		b.eval(`document.getElementById("pg-test").click(); true`, nil)
+		if got := b.text(`document.querySelector("#pg-status .badge").textContent`); got != "ok" {
+			t.Fatalf("status badge %q, want ok: %s", got, b.text(`document.getElementById("pg-out").innerText`))
+		}
+		if tree := b.text(`document.getElementById("pg-result").innerText`); !strings.Contains(tree, `"fixture-value"`) {
+			t.Fatalf("result %q: want the fixture variable", tree)
+		}
+		if out := b.text(`document.getElementById("pg-out").innerText`); !strings.Contains(out, "network none") {
+			t.Fatalf("envelope %q: want the decision's network none", out)
+		}
+		// Outside test mode variables are refused in the page (the API
+		// allows fixtures only in test mode).
+		b.eval(`document.getElementById("pg-out").replaceChildren(); document.getElementById("pg-run").click(); true`, nil)
+		b.waitFor("the form error", `document.getElementById("pg-form-error").textContent.includes("test-mode")`)
+		b.setField("pg-variables", "{}")
+		b.setField("pg-network", "none")
 	})
 
 	t.Run("the policy lab shows the exact input and each deny reason, and diffs two role sets", func(t *testing.T) {

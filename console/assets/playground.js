@@ -56,7 +56,7 @@ export function request() {
     if (tools !== undefined) req.fixtures.tools = tools;
   } else {
     req.network_access = $("pg-network").value;
-    if (variables !== undefined && Object.keys(variables).length) req.fixtures = { variables };
+    if (variables !== undefined && Object.keys(variables).length) throw new Error("variables are test-mode fixtures: tick Test mode to send them");
   }
   return req;
 }
