@@ -487,6 +487,18 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		}
 		b.screenshot("denied")
 	})
+
+	t.Run("signing out forgets the token and the previous results", func(t *testing.T) {
+		b.do(chromedp.Navigate(b.base + "/ui/#playground"))
+		b.run("def run(args, context):\n    return 1\n")
+		b.do(chromedp.Click(chromedp.ID("signout")))
+		b.waitFor("the sign-in page", `document.getElementById("page-signin") && !document.getElementById("page-signin").hidden`)
+		var left bool
+		b.eval(`!!sessionStorage.getItem("execgate.token") || !!document.querySelector("#pg-status")`, &left)
+		if left {
+			t.Fatal("the token or the last envelope survived signing out")
+		}
+	})
 }
 
 // brokenRunner is a host that cannot create a jail.

@@ -67,11 +67,14 @@ function signIn(t) {
   }
 }
 
+// signOut forgets the token and reloads, so nothing of the previous
+// token's results stays on the page.
 function signOut(reason) {
   setToken("");
   me = null;
-  $("signin-error").textContent = reason || "";
-  route();
+  if (reason) sessionStorage.setItem("execgate.signout", reason);
+  location.hash = "";
+  location.reload();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -91,6 +94,8 @@ document.addEventListener("DOMContentLoaded", () => {
     signOut("Signed out: " + msg);
   });
   window.addEventListener("hashchange", route);
+  const why = sessionStorage.getItem("execgate.signout");
+  if (why) { sessionStorage.removeItem("execgate.signout"); $("signin-error").textContent = why; }
   if (token()) { try { signIn(token()); } catch (err) { setToken(""); $("signin-error").textContent = err.message; } }
   route();
 });
