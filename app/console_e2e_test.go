@@ -254,6 +254,13 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		if bars != 3 {
 			t.Errorf("%d usage bars, want 3 (wall, CPU, memory)", bars)
 		}
+		// Every control has an accessible name (a label or aria-label).
+		var unlabelled []string
+		b.eval(`[...document.querySelectorAll("input, select, textarea, button")].filter(el =>
+			!(el.labels && el.labels.length) && !el.getAttribute("aria-label") && !el.textContent.trim()).map(el => el.id || el.outerHTML.slice(0, 60))`, &unlabelled)
+		if len(unlabelled) > 0 {
+			t.Errorf("controls without a label: %v", unlabelled)
+		}
 		b.noProblems()
 		shot := b.screenshot("playground")
 		if out := os.Getenv("CONSOLE_README_SHOT"); out != "" && shot != "" {
