@@ -257,6 +257,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Runner:         a.runner,
 		Audit:          auditLog,
 		Environments:   envs,
+		AuditSearch:    auditLog,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),
 		Idempotency:    idem,

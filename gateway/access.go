@@ -43,6 +43,9 @@ const (
 	TenantFromBody TenantFrom = "body"
 	// TenantFromPath: the :id path parameter, checked before the handler.
 	TenantFromPath TenantFrom = "path"
+	// TenantFromQuery: the tenant query parameter (default: the caller's
+	// own; every tenant for a ScopeAll grant); the handler checks it.
+	TenantFromQuery TenantFrom = "query"
 	// TenantAll: every tenant at once (a listing); only ScopeAll grants
 	// reach it. Checked before the handler.
 	TenantAll TenantFrom = "all"
@@ -71,6 +74,7 @@ var accessTable = []Access{
 	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
 	{http.MethodGet, "/v1/admin/tenants/:id/tools", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's tool servers"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
+	{http.MethodGet, "/v1/admin/audit", TenantFromQuery, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "search recent audit records"},
 }
 
 // AccessTable returns a copy of the access table.

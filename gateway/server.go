@@ -108,6 +108,8 @@ type Deps struct {
 	// Idempotency remembers run responses per (tenant, execution_id). Nil:
 	// an in-memory store.
 	Idempotency IdempotencyStore
+	// AuditSearch serves GET /v1/admin/audit. Nil: that route answers 404.
+	AuditSearch AuditSearcher
 	// Ready are the readiness checks besides the sandbox probe (rootfs,
 	// policy, quota backend).
 	Ready []Check
@@ -265,6 +267,9 @@ func (s *Server) routes() *gin.Engine {
 		}),
 	))
 	e.NoRoute(func(c *gin.Context) {
+		if serveConsole(c) { // the web console at /ui/ (console.go): static files, not API routes
+			return
+		}
 		s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "no such route: " + c.Request.URL.Path})
 	})
 	e.NoMethod(func(c *gin.Context) {
@@ -290,6 +295,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
 		{http.MethodGet, "/v1/tools"}:                      s.handleTools,
 		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:    s.handleTenantTools,
+		{http.MethodGet, "/v1/admin/audit"}:                s.handleAudit,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

@@ -88,5 +88,6 @@ func printCurl(a *app.App, cfg *config.Config) {
 	}
 	fmt.Printf(`# execgate %s (tenant %q, token valid 12h; more: execgate token --tenant %s --state-dir %s)
 curl -s -H "Authorization: Bearer %s" -H 'Content-Type: application/json' -d '{"source":"def run(args, context):\n    return {\"ok\": True}\n"}' %s/v1/execute
-`, state, tenant, tenant, cfg.StateDir, tok, a.URL())
+# console: open %s/ui/ and sign in with that token
+`, state, tenant, tenant, cfg.StateDir, tok, a.URL(), a.URL())
 }

@@ -1,0 +1,255 @@
+// Policy lab, quotas, runs and health. Each page calls only the public API
+// with the signed-in token.
+
+import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt } from "./dom.js";
+import { request as playgroundRequest, egressTable } from "./playground.js";
+
+const $ = (id) => document.getElementById(id);
+
+// ---- Policy lab -----------------------------------------------------------
+
+export function initPolicy(me) {
+  $("pl-tenant").value = me.tenant;
+  $("pl-request").value = JSON.stringify({ source: "def run(args, context):\n    return {\"ok\": True}\n", network_access: "none" }, null, 2);
+  $("pl-from-playground").addEventListener("click", () => {
+    try { $("pl-request").value = JSON.stringify(playgroundRequest(), null, 2); $("pl-error").textContent = ""; }
+    catch (e) { $("pl-error").textContent = e.message; }
+  });
+  $("pl-form").addEventListener("submit", (e) => { e.preventDefault(); evaluate(); });
+}
+
+const roleList = (s) => s.split(",").map((x) => x.trim()).filter(Boolean);
+
+async function evaluate() {
+  const out = $("pl-out");
+  $("pl-error").textContent = "";
+  let req;
+  try {
+    req = parseJSON("request", $("pl-request").value);
+    if (!req || typeof req !== "object") throw new Error("request must be a JSON object (an execute request body)");
+  } catch (e) { $("pl-error").textContent = e.message; return; }
+  const a = { tenant_id: $("pl-tenant").value.trim(), roles: roleList($("pl-roles").value), request: req };
+  if (!a.roles.length) delete a.roles;
+  const tb = $("pl-tenant-b").value.trim(), rb = $("pl-roles-b").value.trim();
+  const b = tb || rb ? { ...a, tenant_id: tb || a.tenant_id, roles: rb ? roleList(rb) : a.roles } : null;
+  clear(out, h("p", { class: "muted" }, "Evaluating…"));
+  const [ra, rbRes] = await Promise.all([api("POST", "/v1/admin/policy/evaluate", a), b ? api("POST", "/v1/admin/policy/evaluate", b) : null]);
+  const kids = [decisionView(ra, "A: " + a.tenant_id + " as " + (a.roles || ["executor"]).join(","), "pl-a")];
+  if (b) {
+    kids.push(decisionView(rbRes, "B: " + b.tenant_id + " as " + (b.roles || ["executor"]).join(","), "pl-b"));
+    if (ra.ok && rbRes.ok) {
+      const strip = (r) => { const d = structuredClone(r.body); delete d.decision.id; return JSON.stringify(d, null, 2); };
+      const diff = lineDiff(strip(ra), strip(rbRes));
+      const changed = diff.filter(([k]) => k !== "same").length;
+      kids.push(h("section", { "aria-label": "Differences" }, h("h2", {}, "Diff A → B (" + changed + " changed lines; decision ids left out)"),
+        h("div", { class: "diff", id: "pl-diff", tabindex: 0 }, diff.map(([k, text]) => h("span", { class: k }, text)))));
+    }
+  }
+  clear(out, kids);
+}
+
+function decisionView(r, title, id) {
+  if (!r.ok) return h("section", { id }, h("h2", {}, title), badge("HTTP " + r.status, "error"), h("p", { class: "error" }, errorText(r.body, r.status)));
+  const d = r.body.decision;
+  return h("section", { id, "aria-label": title }, h("h2", {}, title),
+    h("div", { class: "row" }, badge(d.allow ? "allow" : "deny", d.allow ? "ok" : "error"),
+      h("span", { class: "muted small" }, "network " + d.network_access + " · decision " + d.id)),
+    d.reasons && d.reasons.length ? [h("h3", {}, "Deny reasons"), h("ul", { class: "reasons" }, d.reasons.map((x) => h("li", {}, x)))] : null,
+    h("h3", {}, "Decision"), jsonTree(d, 1),
+    h("h3", {}, "Input document (exactly what the policy saw)"),
+    h("pre", { class: "out", id: id + "-input", tabindex: 0 }, JSON.stringify(r.body.input, null, 2)));
+}
+
+// ---- Quotas ---------------------------------------------------------------
+
+const QUOTA_FIELDS = [
+  ["rate_per_minute", "rate / minute", 10_000_000],
+  ["burst", "burst", 1_000_000],
+  ["concurrency", "concurrency", 1_000_000],
+  ["daily_cpu_seconds", "daily CPU seconds", 1_000_000_000],
+];
+
+export async function loadQuotas() {
+  $("q-error").textContent = "";
+  const r = await api("GET", "/v1/admin/tenants");
+  if (!r.ok) { $("q-error").textContent = errorText(r.body, r.status); clear($("q-list")); return; }
+  const list = $("q-list");
+  const cards = r.body.tenants.map((t) => h("section", { class: "pane", id: "q-" + t.id, "aria-label": "tenant " + t.id }));
+  clear(list, cards);
+  await Promise.all(r.body.tenants.map((t, i) => renderTenant(cards[i], t.id)));
+}
+
+async function renderTenant(card, id) {
+  const [q, u, runs] = await Promise.all([
+    api("GET", "/v1/admin/tenants/" + encodeURIComponent(id) + "/quota"),
+    api("GET", "/v1/admin/tenants/" + encodeURIComponent(id) + "/usage"),
+    api("GET", "/v1/admin/audit?tenant=" + encodeURIComponent(id) + "&limit=200&since=" + new Date(Date.now() - 864e5).toISOString().replace(/\.\d+Z$/, "Z")),
+  ]);
+  if (!q.ok || !u.ok) { clear(card, h("h2", {}, id), h("p", { class: "error" }, errorText((q.ok ? u : q).body, (q.ok ? u : q).status))); return; }
+  const eff = q.body.effective, us = u.body;
+  const rateUsed = eff.rate_per_minute > 0 ? Math.max(0, eff.burst - us.rate.remaining) : 0;
+  const form = h("form", { class: "quota-form", novalidate: true },
+    h("fieldset", { class: "row" }, h("legend", {}, q.body.override ? "Override (set)" : "Override (none: configured values)"),
+      QUOTA_FIELDS.map(([k, label, max]) => h("label", {}, label,
+        h("input", { type: "number", min: 0, max, step: 1, name: k, value: eff[k], required: true, inputmode: "numeric" })))),
+    h("p", { class: "error", role: "alert" }),
+    h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Save override"),
+      q.body.override ? h("button", { type: "button", class: "clear-override", onclick: () => clearOverride(card, id) }, "Clear override") : null));
+  form.addEventListener("submit", (e) => { e.preventDefault(); saveOverride(card, id, form); });
+  clear(card, h("h2", {}, id, " ", q.body.override ? badge("override", "warn") : null),
+    bar("rate (burst in use)", rateUsed, eff.rate_per_minute > 0 ? eff.burst : 0, "requests", "q-" + id + "-rate"),
+    bar("concurrent runs", us.concurrency.running, us.concurrency.limit, "runs", "q-" + id + "-concurrency"),
+    bar("CPU today (used + reserved)", us.budget.used_ms + us.budget.reserved_ms, us.budget.limit_ms, "ms", "q-" + id + "-budget"),
+    h("p", { class: "muted small" }, "budget resets " + new Date(us.budget.resets_at).toISOString().replace(".000", "")),
+    chart24h(runs), form);
+}
+
+// validateQuota returns the quota object of the form, or throws an Error
+// naming the field (the API checks again).
+export function validateQuota(form) {
+  const q = {};
+  for (const [k, label, max] of QUOTA_FIELDS) {
+    const raw = form.elements[k].value.trim();
+    const n = Number(raw);
+    if (raw === "" || !Number.isInteger(n) || n < 0 || n > max) throw new Error(label + " must be a whole number from 0 to " + fmt(max));
+    q[k] = n;
+  }
+  if (q.rate_per_minute > 0 && q.burst < 1) throw new Error("burst must be at least 1 when rate / minute is set");
+  return q;
+}
+
+async function saveOverride(card, id, form) {
+  const msg = form.querySelector(".error");
+  let body;
+  try { body = validateQuota(form); } catch (e) { msg.textContent = e.message; return; }
+  const r = await api("PUT", "/v1/admin/tenants/" + encodeURIComponent(id) + "/quota", body);
+  if (!r.ok) { msg.textContent = errorText(r.body, r.status); return; }
+  await renderTenant(card, id);
+}
+
+async function clearOverride(card, id) {
+  const r = await api("DELETE", "/v1/admin/tenants/" + encodeURIComponent(id) + "/quota");
+  if (!r.ok) { card.querySelector(".error").textContent = errorText(r.body, r.status); return; }
+  await renderTenant(card, id);
+}
+
+// chart24h draws CPU ms per hour over the last 24 hours from the tenant's
+// audit records (at most 200, the API's bound).
+function chart24h(runs) {
+  if (!runs.ok) return h("p", { class: "muted small" }, "No 24-hour chart: " + errorText(runs.body, runs.status));
+  const now = Date.now(), buckets = new Array(24).fill(0);
+  let count = 0;
+  for (const rec of runs.body.records) {
+    const age = (now - Date.parse(rec.time)) / 36e5;
+    if (age < 0 || age >= 24) continue;
+    buckets[23 - Math.floor(age)] += rec.usage.cpu_ms || 0;
+    count++;
+  }
+  const max = Math.max(1, ...buckets);
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", "0 0 240 90");
+  svg.setAttribute("class", "chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "CPU ms per hour, last 24 hours: " + buckets.join(", "));
+  buckets.forEach((v, i) => {
+    const hgt = (70 * v) / max;
+    const r = document.createElementNS(NS, "rect");
+    for (const [k, val] of Object.entries({ x: i * 10 + 1, y: 75 - hgt, width: 8, height: Math.max(hgt, v > 0 ? 1 : 0) })) r.setAttribute(k, val);
+    const t = document.createElementNS(NS, "title");
+    t.textContent = (23 - i) + "–" + (24 - i) + " h ago: " + v + " ms";
+    r.appendChild(t);
+    svg.appendChild(r);
+  });
+  const axis = document.createElementNS(NS, "line");
+  for (const [k, val] of Object.entries({ x1: 0, y1: 75.5, x2: 240, y2: 75.5, class: "axis" })) axis.setAttribute(k, val);
+  svg.appendChild(axis);
+  for (const [x, label] of [[2, "−24 h"], [205, "now"]]) {
+    const t = document.createElementNS(NS, "text");
+    t.setAttribute("x", x); t.setAttribute("y", 88); t.textContent = label; svg.appendChild(t);
+  }
+  return h("figure", { class: "chart-fig" }, svg,
+    h("figcaption", { class: "muted small" }, "CPU per hour, last 24 h: " + count + " runs, peak " + fmt(max) + " ms/h" +
+      (runs.body.records.length >= 200 ? " (the newest 200 runs)" : "")));
+}
+
+// ---- Runs -----------------------------------------------------------------
+
+export function initRuns() {
+  $("r-form").addEventListener("submit", (e) => { e.preventDefault(); searchRuns(); });
+}
+
+export async function searchRuns() {
+  const p = new URLSearchParams();
+  const add = (k, v) => { if (v) p.set(k, v); };
+  add("tenant", $("r-tenant").value.trim());
+  add("status", $("r-status").value);
+  add("error_type", $("r-type").value.trim());
+  add("execution_id", $("r-id").value.trim());
+  const hours = $("r-since").value;
+  if (hours) add("since", new Date(Date.now() - hours * 36e5).toISOString().replace(/\.\d+Z$/, "Z"));
+  add("limit", $("r-limit").value.trim());
+  $("r-error").textContent = "";
+  const r = await api("GET", "/v1/admin/audit?" + p);
+  if (!r.ok) { $("r-error").textContent = errorText(r.body, r.status); clear($("r-results")); return; }
+  const res = r.body;
+  const rows = res.records.map((rec) => {
+    const tr = h("tr", { class: "pick", tabindex: 0, dataset: { id: rec.execution_id } },
+      h("td", { class: "mono" }, rec.time.replace("T", " ").replace(/\.\d+Z$/, "Z")),
+      h("td", {}, rec.tenant_id),
+      h("td", { class: "mono" }, rec.execution_id),
+      h("td", {}, badge(rec.outcome.status === "ok" ? "ok" : rec.outcome.error_type || "error", rec.outcome.status === "ok" ? "ok" : "error")),
+      h("td", {}, rec.usage.wall_ms + " ms"));
+    const open = () => { for (const x of tr.parentElement.children) x.classList.remove("selected"); tr.classList.add("selected"); showRun(rec); };
+    tr.addEventListener("click", open);
+    tr.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } });
+    return tr;
+  });
+  clear($("r-results"),
+    h("p", { class: "muted small" }, res.records.length + (res.records.length === 1 ? " record" : " records") + (res.tenant ? " of " + res.tenant : " of every tenant") +
+      " · scanned " + fmt(res.scanned_bytes) + " bytes" + (res.scan_limit_reached ? " (scan limit reached: older records not searched)" : "")),
+    rows.length ? h("table", { id: "r-table" }, h("thead", {}, h("tr", {}, ["time", "tenant", "execution id", "outcome", "wall"].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", {}, rows)) : h("p", {}, "No runs match."));
+  clear($("r-detail"));
+}
+
+function showRun(rec) {
+  const d = rec.decision;
+  clear($("r-detail"), h("h2", {}, "Run ", h("code", {}, rec.execution_id)),
+    h("dl", { class: "kv" },
+      h("dt", {}, "time"), h("dd", {}, rec.time),
+      h("dt", {}, "tenant / subject"), h("dd", {}, rec.tenant_id + " / " + rec.subject + " (" + (rec.roles || []).join(", ") + ")"),
+      h("dt", {}, "outcome"), h("dd", {}, "HTTP " + rec.outcome.http_status + " · " + rec.outcome.status + (rec.outcome.error_type ? " · " + rec.outcome.error_type : "") + (rec.outcome.syscall ? " (" + rec.outcome.syscall + ")" : "")),
+      h("dt", {}, "quota"), h("dd", {}, rec.quota.outcome + (rec.quota.kind ? " · " + rec.quota.kind : "")),
+      h("dt", {}, "trace id"), h("dd", { id: "r-trace" }, rec.trace_id || "—"),
+      h("dt", {}, "source sha256"), h("dd", {}, rec.source_sha256 || "—")),
+    h("h3", {}, "Decision"),
+    d ? [h("div", { class: "row" }, badge(d.allow ? "allow" : "deny", d.allow ? "ok" : "error"), h("span", { class: "muted small" }, d.id + " · network " + d.network_access)),
+      d.reasons && d.reasons.length ? h("ul", { class: "reasons" }, d.reasons.map((x) => h("li", {}, x))) : null,
+      jsonTree(d.limits, 1)] : h("p", { class: "muted" }, "refused before policy ran"),
+    h("h3", {}, "Usage"),
+    h("p", {}, rec.usage.wall_ms + " ms wall · " + rec.usage.cpu_ms + " ms CPU · " + fmt(rec.usage.peak_memory_kb) + " KB peak"),
+    d && d.limits ? [bar("wall time", rec.usage.wall_ms, d.limits.timeout_ms, "ms"), bar("CPU", rec.usage.cpu_ms, d.limits.cpu_ms, "ms")] : null,
+    h("h3", {}, "Egress attempts"),
+    rec.egress && rec.egress.length ? egressTable(rec.egress, rec.egress_dropped) : h("p", { class: "muted" }, "none"),
+    rec.source ? [h("h3", {}, "Source (recorded by policy)"), h("pre", { class: "out" }, rec.source)] : null);
+}
+
+// ---- Health ---------------------------------------------------------------
+
+export function initHealth() { $("h-refresh").addEventListener("click", loadHealth); }
+
+export async function loadHealth() {
+  const out = $("h-out");
+  clear(out, h("p", { class: "muted" }, "Checking (the sandbox check may start a jail)…"));
+  const r = await fetch("/readyz");
+  let body;
+  try { body = await r.json(); } catch { body = { ready: false, checks: [] }; }
+  const failedOptional = body.checks.filter((c) => !c.ok && c.optional);
+  const summary = body.ready ? (failedOptional.length ? badge("ready, degraded", "warn") : badge("ready", "ok")) : badge("not ready", "error");
+  clear(out, h("div", { class: "row", id: "h-summary" }, summary, h("span", { class: "muted small" }, "GET /readyz → HTTP " + r.status)),
+    h("div", { id: "h-checks" }, body.checks.map((c) => h("div", { class: "check-row", dataset: { check: c.name } },
+      h("span", { class: "name" }, c.name),
+      badge(c.ok ? "ok" : c.optional ? "failing (optional)" : "failing", c.ok ? "ok" : c.optional ? "warn" : "error"),
+      h("span", { class: "detail" }, c.ok ? (c.age_ms ? "last success " + fmt(c.age_ms) + " ms ago" : "") : c.error || "")))));
+}

@@ -1,0 +1,84 @@
+// Package console is the web console served at /ui/: a few static files
+// (HTML, CSS, plain JavaScript modules) embedded in the binary, with no
+// build step. It has no powers of its own: the page signs in with a token
+// the user pastes (kept in sessionStorage, never a cookie, so there is no
+// CSRF) and calls the public API with it, so every page shows exactly what
+// that token's roles may see.
+//
+// The files are served with a strict Content-Security-Policy (same origin
+// only, no inline scripts or styles, no framing) and nosniff; the scripts
+// render every piece of tool output and API data as text.
+package console
+
+import (
+	"bytes"
+	"embed"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Prefix is where the console is served.
+const Prefix = "/ui/"
+
+// CSP is the console's Content-Security-Policy.
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// Handler serves the console under Prefix: /ui/ is index.html, /ui/x the
+// asset x. Only GET and HEAD; anything else is 405.
+func Handler() http.Handler {
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic("console: embedded assets missing: " + err.Error()) // a build mistake
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", CSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cache-Control", "no-cache")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.URL.Path == strings.TrimSuffix(Prefix, "/") {
+			http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
+			return
+		}
+		name := strings.TrimPrefix(path.Clean(r.URL.Path), Prefix)
+		if name == "/" || name == "" || name == path.Clean(Prefix) {
+			name = "index.html"
+		}
+		ct := contentType(name)
+		b, err := fs.ReadFile(sub, name)
+		if err != nil || ct == "" {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
+		h.Set("Content-Type", ct)
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(b))
+	})
+}
+
+func contentType(name string) string {
+	switch path.Ext(name) {
+	case ".html":
+		return "text/html; charset=utf-8"
+	case ".js":
+		return "text/javascript; charset=utf-8"
+	case ".css":
+		return "text/css; charset=utf-8"
+	case ".svg":
+		return "image/svg+xml"
+	}
+	return ""
+}

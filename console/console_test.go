@@ -1,0 +1,71 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/execgate/execgate/console"
+)
+
+func get(t *testing.T, method, path string) *http.Response {
+	t.Helper()
+	w := httptest.NewRecorder()
+	console.Handler().ServeHTTP(w, httptest.NewRequest(method, path, nil))
+	return w.Result()
+}
+
+func TestEveryAssetIsServedWithItsTypeAndTheSecurityHeaders(t *testing.T) {
+	for path, ctype := range map[string]string{
+		"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/dom.js": "text/javascript",
+		"/ui/editor.js": "text/javascript", "/ui/playground.js": "text/javascript", "/ui/pages.js": "text/javascript",
+		"/ui/console.css": "text/css",
+	} {
+		r := get(t, http.MethodGet, path)
+		if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), ctype) {
+			t.Errorf("%s: %d %q, want 200 %s", path, r.StatusCode, r.Header.Get("Content-Type"), ctype)
+		}
+		if r.Header.Get("Content-Security-Policy") != console.CSP || r.Header.Get("X-Content-Type-Options") != "nosniff" || r.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: security headers %v", path, r.Header)
+		}
+	}
+}
+
+func TestTheConsoleRefusesWhatIsNotAnAsset(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+	}{
+		{"a missing file", http.MethodGet, "/ui/nope.js", http.StatusNotFound},
+		{"a path escaping the assets", http.MethodGet, "/ui/../console.go", http.StatusNotFound},
+		{"the Go source beside the assets", http.MethodGet, "/ui/assets/index.html", http.StatusNotFound},
+		{"a write", http.MethodPost, "/ui/", http.StatusMethodNotAllowed},
+		{"/ui without the slash", http.MethodGet, "/ui", http.StatusMovedPermanently},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := get(t, tc.method, tc.path); r.StatusCode != tc.status {
+				t.Fatalf("%s %s: %d, want %d", tc.method, tc.path, r.StatusCode, tc.status)
+			}
+		})
+	}
+}
+
+// The CSP forbids inline code and other origins; the page must need
+// neither.
+func TestTheHTMLHasNoInlineScriptsStylesHandlersOrOtherOrigins(t *testing.T) {
+	b, _ := io.ReadAll(get(t, http.MethodGet, "/ui/").Body)
+	html := string(b)
+	for _, tag := range regexp.MustCompile(`<script[^>]*>`).FindAllString(html, -1) {
+		if !strings.Contains(tag, ` src="/ui/`) {
+			t.Errorf("inline or foreign script: %s", tag)
+		}
+	}
+	for _, re := range []string{`\sstyle=`, `\son[a-z]+=`, `<style`, `(src|href)="(https?:)?//`} {
+		if m := regexp.MustCompile(re).FindString(html); m != "" {
+			t.Errorf("index.html has %q (%s)", m, re)
+		}
+	}
+}
