@@ -68,6 +68,7 @@ var accessTable = []Access{
 	{http.MethodDelete, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "clear a quota override"},
 	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
+	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, validate"},
 }
 
 // AccessTable returns a copy of the access table.

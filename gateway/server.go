@@ -281,6 +281,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}: s.handleDeleteQuota,
 		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
 		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
+		{http.MethodPost, "/mcp"}:                          s.mcpRoute(),
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
