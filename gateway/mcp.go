@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -208,6 +209,9 @@ func (s *Server) mcpValidate(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	resp, err := s.mcpValidateCall(ctx, p, req.Params.Arguments)
 	if err != nil {
 		ae := toAPIError(err)
+		if ae.Status >= 500 && !expected5xx(ae.Type) {
+			s.log.ErrorContext(ctx, "mcp validate failed", telemetry.KeyTenantID, p.TenantID, "error_type", ae.Type, "err", ae.Error())
+		}
 		body := ErrorResponse{Status: "error", Error: ae.body()}
 		res := &mcp.CallToolResult{
 			Content:           []mcp.Content{&mcp.TextContent{Text: errorText(&body.Error, ae.RetryAfter)}},
