@@ -75,6 +75,7 @@ var accessTable = []Access{
 	{http.MethodGet, "/v1/admin/tenants/:id/tools", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's tool servers"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
 	{http.MethodGet, "/v1/admin/audit", TenantFromQuery, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "search recent audit records"},
+	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, validate"},
 }
 
 // AccessTable returns a copy of the access table.

@@ -56,34 +56,73 @@ func expected5xx(typ string) bool {
 	return typ == TypeSandboxUnavailable || typ == TypeOverloaded || typ == TypeQuotaUnavailable
 }
 
-// handleExecute is POST /v1/execute: decode → tenancy → idempotency →
-// policy → queue → quota → run → settle → audit → respond. Every request
-// that got past authentication leaves exactly one audit record, written
-// before the response; if that write fails the answer is 500 AuditError.
+// executeCall is one execute request as it enters the flow: from POST
+// /v1/execute, or from an MCP tool call (mcp.go), which share everything
+// after the transport.
+type executeCall struct {
+	principal tenancy.Principal
+	// grants are who may run (the /v1/execute access row).
+	grants []tenancy.Grant
+	// id is the execution id until the body names one.
+	id string
+	// body returns the request body, read under the body cap.
+	body func() ([]byte, error)
+}
+
+// executeOutcome is what the flow answers: the HTTP status, the envelope
+// (encoded once), and the Retry-After of a refusal (0: none).
+type executeOutcome struct {
+	status     int
+	env        *Envelope
+	body       *encodedEnvelope
+	retryAfter time.Duration
+	// release gives back the run's output memory; call it once the answer
+	// is sent. Never nil.
+	release func()
+}
+
+// handleExecute is POST /v1/execute: runExecute, then the response.
 func (s *Server) handleExecute(c *gin.Context) {
-	ctx := c.Request.Context()
+	p, _ := tenancy.PrincipalFrom(c.Request.Context())
+	a, _ := c.Value(keyAccess).(Access) // no row: no grants, refused
+	out := s.runExecute(c.Request.Context(), executeCall{
+		principal: p, grants: a.Grants, id: c.GetString(keyExecutionID),
+		body: func() ([]byte, error) { return readBody(c.Request, c.Writer, s.caps.body) },
+	})
+	defer out.release()
+	c.Set(keyExecutionID, out.env.ExecutionID)
+	if out.retryAfter > 0 {
+		c.Header("Retry-After", retryAfterSeconds(out.retryAfter))
+	}
+	c.Header("X-Execution-Id", out.env.ExecutionID)
+	c.Header("X-Execution-Status", executionStatus(out.env))
+	writeEnvelope(c, out.status, out.body)
+}
+
+// runExecute is the execute flow of DESIGN §1: decode → tenancy →
+// idempotency → policy → queue → quota → run → settle → audit. Every call
+// that got past authentication leaves exactly one audit record, written
+// before the answer; if that write fails the answer is 500 AuditError.
+func (s *Server) runExecute(ctx context.Context, call executeCall) *executeOutcome {
 	start := time.Now()
-	p, _ := tenancy.PrincipalFrom(ctx)
-	x := &execution{id: c.GetString(keyExecutionID), principal: p, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
-	defer func() {
+	p := call.principal
+	x := &execution{id: call.id, principal: p, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
+	out := &executeOutcome{release: func() {
 		if x.releaseOutput != nil {
 			x.releaseOutput()
 		}
-	}()
+	}}
 
 	var claimed *IdempotencyKey
-	status, env, err := s.execute(ctx, c, x, &claimed)
+	status, env, err := s.execute(ctx, call, x, &claimed)
 	if err != nil {
 		ae := toAPIError(err)
 		if ae.Status >= 500 && !expected5xx(ae.Type) {
 			s.log.ErrorContext(ctx, "execute failed", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, p.TenantID,
 				"error_type", ae.Type, "decision_id", x.failedDecisionID, "err", err)
 		}
-		if ae.RetryAfter > 0 {
-			c.Header("Retry-After", retryAfterSeconds(ae.RetryAfter))
-		}
-		status, env = ae.Status, s.errorEnvelope(c, ae)
-		env.ExecutionID = x.id
+		out.retryAfter = ae.RetryAfter
+		status, env = ae.Status, s.refusalEnvelope(ctx, x, ae)
 		if x.decision != nil {
 			env.Decision = envelopeDecision(x.decision, x.limits)
 		}
@@ -98,9 +137,8 @@ func (s *Server) handleExecute(c *gin.Context) {
 		span.SetStatus(codes.Error, "audit write failed")
 		ae := toAPIError(fmt.Errorf("%w: %w", errAudit, aerr))
 		s.log.ErrorContext(ctx, "audit write failed", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, p.TenantID, "err", aerr)
-		c.Writer.Header().Del("Retry-After")
-		status, env = ae.Status, s.errorEnvelope(c, ae)
-		env.ExecutionID = x.id
+		out.retryAfter = 0
+		status, env = ae.Status, s.refusalEnvelope(ctx, x, ae)
 	}
 	span.End()
 
@@ -135,18 +173,30 @@ func (s *Server) handleExecute(c *gin.Context) {
 		s.d.Metrics.SandboxCrash()
 	}
 	s.logExecution(x, status, env, time.Since(start))
+	out.status, out.env, out.body = status, env, body
+	return out
+}
 
-	c.Header("X-Execution-Id", env.ExecutionID)
-	c.Header("X-Execution-Status", executionStatus(env))
-	writeEnvelope(c, status, body)
+// refusalEnvelope is the envelope of a call refused before (or instead of)
+// a run.
+func (s *Server) refusalEnvelope(ctx context.Context, x *execution, ae *apiError) *Envelope {
+	body := ae.body()
+	return &Envelope{
+		ExecutionID: x.id,
+		TenantID:    x.principal.TenantID,
+		Status:      sandbox.StatusError,
+		Error:       &body,
+		Logs:        []sandbox.LogLine{},
+		TraceID:     traceID(ctx),
+	}
 }
 
 // execute runs the flow up to the response. It returns the 200 envelope of
 // a run (or replay) or the error that refused the request. *claimed is set
 // when this request holds an idempotency claim the caller must settle.
-func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, claimed **IdempotencyKey) (int, *Envelope, error) {
+func (s *Server) execute(ctx context.Context, call executeCall, x *execution, claimed **IdempotencyKey) (int, *Envelope, error) {
 	dstart := time.Now()
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := call.body()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -160,10 +210,9 @@ func (s *Server) execute(ctx context.Context, c *gin.Context, x *execution, clai
 	x.srcSHA = hex.EncodeToString(sum[:])
 	if req.ExecutionID != "" {
 		x.id = req.ExecutionID
-		c.Set(keyExecutionID, x.id)
 	}
 
-	tenant, err := s.authorizeTenant(c, x.principal, req.TenantID)
+	tenant, err := s.d.Tenants.Authorize(x.principal, req.TenantID, call.grants)
 	if err != nil {
 		return 0, nil, err
 	}

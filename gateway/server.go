@@ -296,6 +296,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodGet, "/v1/tools"}:                      s.handleTools,
 		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:    s.handleTenantTools,
 		{http.MethodGet, "/v1/admin/audit"}:                s.handleAudit,
+		{http.MethodPost, "/mcp"}:                          s.mcpRoute(),
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

@@ -8,6 +8,8 @@
 #   - .tools/bin/deno: a link to the Deno binary (copied into the rootfs by
 #     `execgate rootfs build`; never run outside a jail by execgate)
 #   - bin/execgate
+#   - with --test: the stock opa CLI, schemathesis, the Python client's test
+#     venv (clients/python/.venv) and the TypeScript client's node_modules
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 
@@ -79,6 +81,23 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
   if [ ! -x "$TOOLS/venv/bin/schemathesis" ] && [ ! -x "$TOOLS/venv/bin/st" ]; then
     log "installing schemathesis $SCHEMATHESIS_VERSION"
     "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+  # The client suites (scripts/test.sh): the Python client's own venv with
+  # its pinned test extra, the TypeScript client's pinned dev dependencies.
+  PYCLIENT="$ROOT/clients/python"
+  if [ ! -x "$PYCLIENT/.venv/bin/python" ]; then
+    log "creating the Python client's test venv (clients/python/.venv)"
+    "$TOOLS/bin/uv" venv -q --python /usr/bin/python3 "$PYCLIENT/.venv"
+  fi
+  "$TOOLS/bin/uv" pip install -q --python "$PYCLIENT/.venv/bin/python" -r "$PYCLIENT/pyproject.toml" --extra test
+  if ! command -v npm >/dev/null 2>&1; then
+    log "installing nodejs and npm (the TypeScript client)"
+    apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  TSCLIENT="$ROOT/clients/typescript"
+  if [ ! -f "$TSCLIENT/node_modules/.package-lock.json" ] || [ "$TSCLIENT/package-lock.json" -nt "$TSCLIENT/node_modules/.package-lock.json" ]; then
+    log "installing the TypeScript client's dev dependencies (npm ci)"
+    (cd "$TSCLIENT" && npm ci --no-audit --no-fund --silent)
   fi
 fi
 

@@ -21,4 +21,25 @@ set +e
 go test -json -count=1 -timeout 30m ./... | /usr/bin/python3 scripts/gotest-report.py
 status=("${PIPESTATUS[@]}")
 set -e
-[ "${status[0]}" = 0 ] && [ "${status[1]}" = 0 ]
+failed=()
+{ [ "${status[0]}" = 0 ] && [ "${status[1]}" = 0 ]; } || failed+=("go test")
+
+# The clients' suites run against a real bin/execgate serve that each starts
+# itself (clients/testdata/execgate.yaml); the rootfs is shared in
+# .tools/cache/clients-rootfs.
+echo "== Python client: build and install clients/python, pytest"
+if ! { .tools/bin/uv pip install -q --python clients/python/.venv/bin/python --reinstall --no-deps ./clients/python &&
+  (cd clients/python && .venv/bin/python -m pytest -q -p no:cacheprovider); }; then
+  failed+=("python client")
+fi
+
+echo "== TypeScript client: types match gateway/openapi.yaml, build, node --test"
+if ! (cd clients/typescript && npm run -s check-schema && npm run -s build && npm test --silent); then
+  failed+=("typescript client")
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all suites passed"

@@ -1,0 +1,197 @@
+"""Typed models of the execute request and the result envelope (DESIGN §4).
+
+Dataclasses, not pydantic: the gateway already validates every request
+strictly (unknown fields and wrong types are a 400 naming the field), so a
+second validator in the client would only drift from it, and a client
+library should not force a pydantic major version on its users. The models
+read what they know and keep the whole decoded body in ``raw``, so fields a
+newer gateway adds are never lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping, Optional
+
+Status = Literal["ok", "error"]
+NetworkAccess = Literal["none", "proxy", "host"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Requested run limits; None leaves a limit to policy."""
+
+    timeout_ms: Optional[int] = None
+    cpu_ms: Optional[int] = None
+    memory_mb: Optional[int] = None
+    pids: Optional[int] = None
+    output_bytes: Optional[int] = None
+    tmp_mb: Optional[int] = None
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Limits":
+        d = d or {}
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ExecuteRequest:
+    """The body of POST /v1/execute. ``execution_id`` is the idempotency key:
+    the client fills one in when it is None, and keeps it across retries."""
+
+    source: str
+    execution_id: Optional[str] = None
+    tenant_id: Optional[str] = None
+    language: Optional[str] = None
+    entrypoint: Optional[str] = None
+    args: Any = None
+    requirements: Optional[list[str]] = None
+    network_access: Optional[NetworkAccess] = None
+    egress_allow: Optional[list[str]] = None
+    limits: Optional[Limits] = None
+    mode: Optional[Literal["run", "test"]] = None
+    fixtures: Optional[Mapping[str, Any]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"source": self.source}
+        for name in ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "network_access", "mode"):
+            v = getattr(self, name)
+            if v is not None:
+                body[name] = v
+        if self.args is not None:
+            body["args"] = self.args
+        if self.egress_allow is not None:
+            body["egress"] = {"allow": list(self.egress_allow)}
+        if self.limits is not None:
+            body["limits"] = self.limits.to_dict()
+        if self.fixtures is not None:
+            body["fixtures"] = dict(self.fixtures)
+        return body
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    type: str
+    message: str
+    traceback: Optional[str] = None
+    reasons: list[str] = field(default_factory=list)
+    line: Optional[int] = None
+    column: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ErrorInfo":
+        return cls(
+            type=str(d.get("type", "")),
+            message=str(d.get("message", "")),
+            traceback=d.get("traceback"),
+            reasons=list(d.get("reasons") or []),
+            line=d.get("line"),
+            column=d.get("column"),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    wall_ms: int = 0
+    cpu_ms: int = 0
+    peak_memory_kb: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Usage":
+        d = d or {}
+        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)))
+
+
+@dataclass(frozen=True)
+class Truncated:
+    stdout: bool = False
+    stderr: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    network_access: str
+    limits: Limits
+    egress_allow: list[str]
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> Optional["Decision"]:
+        if not d:
+            return None
+        return cls(
+            id=str(d.get("id", "")),
+            network_access=str(d.get("network_access", "")),
+            limits=Limits.from_dict(d.get("limits")),
+            egress_allow=list((d.get("egress") or {}).get("allow") or []),
+        )
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Every /v1/execute answer, run or refused."""
+
+    execution_id: str
+    tenant_id: str
+    status: Status
+    result: Any
+    stdout: str
+    stderr: str
+    truncated: Truncated
+    error: Optional[ErrorInfo]
+    usage: Usage
+    logs: list[dict[str, Any]]
+    decision: Optional[Decision]
+    trace_id: str
+    egress: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
+        t = d.get("truncated") or {}
+        err = d.get("error")
+        return cls(
+            execution_id=str(d.get("execution_id", "")),
+            tenant_id=str(d.get("tenant_id", "")),
+            status="ok" if d.get("status") == "ok" else "error",
+            result=d.get("result"),
+            stdout=str(d.get("stdout", "")),
+            stderr=str(d.get("stderr", "")),
+            truncated=Truncated(bool(t.get("stdout")), bool(t.get("stderr"))),
+            error=ErrorInfo.from_dict(err) if err else None,
+            usage=Usage.from_dict(d.get("usage")),
+            logs=list(d.get("logs") or []),
+            decision=Decision.from_dict(d.get("decision")),
+            trace_id=str(d.get("trace_id", "")),
+            egress=list(d.get("egress") or []),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class SourceProblem:
+    line: int
+    col: int
+    message: str
+
+
+@dataclass(frozen=True)
+class ValidateResult:
+    """POST /v1/validate: whether the source compiles and defines the entrypoint."""
+
+    valid: bool
+    errors: list[SourceProblem]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ValidateResult":
+        return cls(
+            valid=bool(d.get("valid")),
+            errors=[SourceProblem(int(e.get("line", 0)), int(e.get("col", 0)), str(e.get("message", ""))) for e in d.get("errors") or []],
+        )

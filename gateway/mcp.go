@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// POST /mcp is execgate as an MCP server (DESIGN §14), on the streamable
+// HTTP transport of the official Go SDK. Agents connect with one URL and
+// the same bearer token as the HTTP API.
+//
+// Stateless: every POST is a whole exchange (the SDK's Stateless mode, JSON
+// responses, no Mcp-Session-Id, GET and DELETE answer 405). Nothing is kept
+// between calls, so there are no sessions to bound per tenant, any replica
+// can answer any call, and a restart loses nothing. A tool call needs no
+// server-to-client messages (no sampling, no elicitation), which is what
+// sessions would buy.
+//
+// The tools go through the same flow as the HTTP routes, in process:
+//
+//   - /mcp itself is a row of the access table (executor of its own
+//     tenant), checked before the SDK sees the request; the token is the
+//     one authenticate verified.
+//   - execute_<language> calls runExecute with the /v1/execute row's
+//     grants: the same strict decoder and caps, policy, idempotency (an
+//     execution_id in the arguments), queue, quota, sandbox, settlement and
+//     one audit record under the caller's tenant.
+//   - validate calls the /v1/validate flow with that row's grants.
+//
+// A refusal (PolicyDenied, QuotaExceeded, a bad argument) and a run that
+// ended in error are tool errors (isError), not protocol errors, so the
+// agent sees them. The result carries the envelope (validate: its answer)
+// as structuredContent and a human-readable text part; a 429's Retry-After
+// is in the text and in _meta.retry_after_seconds.
+
+// mcpLanguages are the languages with an execute_<language> tool (DESIGN
+// §14: execute_python, execute_javascript; TypeScript is the javascript
+// tool's language field over HTTP, not a tool of its own).
+var mcpLanguages = []string{"python", "javascript"}
+
+// entrypointSketch says, per language, what the source defines.
+var entrypointSketch = map[string]string{
+	"python":     "def run(args, context) (or async def run)",
+	"javascript": "export function run(args, context) (named or default export, sync or async)",
+}
+
+// mcpFramingBytes is what the JSON-RPC envelope of a tool call may add to
+// the largest execute body (server.max_body_bytes) on the wire.
+const mcpFramingBytes = 64 << 10
+
+// principalKey is where the verifier passes the caller to the tools
+// (TokenInfo.Extra).
+const principalKey = "execgate.principal"
+
+// spanContextKey passes the HTTP request's span context to the tools, so
+// their spans, envelope trace_id and audit record join the request's trace.
+const spanContextKey = "execgate.span_context"
+
+// mcpRoute builds the MCP server and returns the Gin handler of POST /mcp.
+// It needs nothing of s until a call arrives.
+func (s *Server) mcpRoute() gin.HandlerFunc {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "execgate", Title: "execgate code execution", Version: "v1"},
+		&mcp.ServerOptions{Instructions: "Run short tools in execgate's sandbox under your tenant's policy and quotas. " +
+			"A tool is Python source defining def run(args, context) (or async def); its return value must be JSON-serialisable."})
+	for _, lang := range mcpLanguages {
+		srv.AddTool(executeTool(lang), s.mcpExecute(lang))
+	}
+	srv.AddTool(&mcp.Tool{
+		Name:        "validate",
+		Title:       "Check a tool's source",
+		Description: "Parse and compile Python source in the sandbox and check that it defines the entrypoint. Nothing of the tool is run.",
+		InputSchema: json.RawMessage(validateInputSchema),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.mcpValidate)
+
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	// The SDK hands TokenInfo to every tool call; authenticate already
+	// verified the token, so the verifier only passes the caller on.
+	withCaller := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
+		p, ok := tenancy.PrincipalFrom(r.Context())
+		if !ok {
+			return nil, fmt.Errorf("%w: no authenticated caller", mcpauth.ErrInvalidToken)
+		}
+		return &mcpauth.TokenInfo{UserID: p.TenantID + "/" + p.Subject, Scopes: p.Roles, Extra: map[string]any{
+			principalKey:   p,
+			spanContextKey: trace.SpanContextFromContext(r.Context()),
+		}}, nil
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true}) // exp was checked by authenticate
+	handler := withCaller(h)
+
+	return func(c *gin.Context) {
+		p, _ := tenancy.PrincipalFrom(c.Request.Context())
+		if _, err := s.authorizeTenant(c, p, ""); err != nil {
+			s.fail(c, err)
+			return
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.caps.body+mcpFramingBytes)
+		handler.ServeHTTP(c.Writer, c.Request)
+	}
+}
+
+// executeTool is the execute_<language> tool.
+func executeTool(lang string) *mcp.Tool {
+	return &mcp.Tool{
+		Name:  "execute_" + lang,
+		Title: "Run a " + lang + " tool in the sandbox",
+		Description: "Run " + lang + " source in execgate's sandbox, as POST /v1/execute does: the source defines " +
+			entrypointSketch[lang] + ", called with args; it returns a JSON-serialisable value. " +
+			"The result is the execution envelope (status, result, stdout, stderr, error, usage, decision). " +
+			"Reuse an execution_id to retry safely: a repeated id returns the first run's answer and never runs twice.",
+		InputSchema: json.RawMessage(executeInputSchema),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+	}
+}
+
+// The tools' input schemas: the execute and validate request bodies without
+// the fields the tool sets (language) or that only HTTP callers need
+// (tenant_id: the token's). The decoder stays the authority on values.
+const executeInputSchema = `{
+  "type": "object",
+  "properties": {
+    "source": {"type": "string", "description": "the tool's source"},
+    "entrypoint": {"type": "string", "description": "the function to call (default run)"},
+    "args": {"description": "any JSON, passed as args"},
+    "execution_id": {"type": "string", "description": "idempotency key: a retry with the same id returns the first result"},
+    "requirements": {"type": "array", "items": {"type": "string"}, "description": "pkg==version pins, if policy allows"},
+    "network_access": {"type": "string", "enum": ["none", "proxy", "host"]},
+    "egress": {"type": "object", "properties": {"allow": {"type": "array", "items": {"type": "string"}}}},
+    "limits": {"type": "object", "properties": {
+      "timeout_ms": {"type": "integer"}, "cpu_ms": {"type": "integer"}, "memory_mb": {"type": "integer"},
+      "pids": {"type": "integer"}, "output_bytes": {"type": "integer"}, "tmp_mb": {"type": "integer"}}},
+    "mode": {"type": "string", "enum": ["run", "test"]},
+    "fixtures": {"type": "object"}
+  },
+  "required": ["source"],
+  "additionalProperties": false
+}`
+
+const validateInputSchema = `{
+  "type": "object",
+  "properties": {
+    "source": {"type": "string"},
+    "entrypoint": {"type": "string", "description": "default run"}
+  },
+  "required": ["source"],
+  "additionalProperties": false
+}`
+
+// mcpExecute is the handler of execute_<lang>.
+func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p, ctx, err := mcpCaller(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out := s.runExecute(ctx, executeCall{
+			principal: p,
+			grants:    accessRow(http.MethodPost, "/v1/execute").Grants,
+			id:        newID(),
+			body:      func() ([]byte, error) { return s.mcpExecuteBody(req.Params.Arguments, lang) },
+		})
+		defer out.release()
+		res := &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: envelopeText(out.env, out.retryAfter)}},
+			StructuredContent: out.env,
+			IsError:           out.env.Status != sandbox.StatusOK,
+		}
+		if out.retryAfter > 0 {
+			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(out.retryAfter)}
+		}
+		return res, nil
+	}
+}
+
+// mcpExecuteBody is the execute request body of a tool call's arguments:
+// the arguments object with the tool's language.
+func (s *Server) mcpExecuteBody(args json.RawMessage, lang string) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(args, &fields); err != nil || fields == nil {
+		return nil, badRequest("arguments", "must be a JSON object")
+	}
+	if _, ok := fields["language"]; ok {
+		return nil, badRequest("language", "is set by the tool (execute_%s); leave it out", lang)
+	}
+	fields["language"], _ = json.Marshal(lang)
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the execute body: %w", err)
+	}
+	if int64(len(body)) > s.caps.body {
+		return nil, tooLarge("arguments", int64(len(body)), s.caps.body)
+	}
+	return body, nil
+}
+
+// mcpValidate is the handler of validate.
+func (s *Server) mcpValidate(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	p, ctx, err := mcpCaller(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.mcpValidateCall(ctx, p, req.Params.Arguments)
+	if err != nil {
+		ae := toAPIError(err)
+		if ae.Status >= 500 && !expected5xx(ae.Type) {
+			s.log.ErrorContext(ctx, "mcp validate failed", telemetry.KeyTenantID, p.TenantID, "error_type", ae.Type, "err", ae.Error())
+		}
+		body := ErrorResponse{Status: "error", Error: ae.body()}
+		res := &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: errorText(&body.Error, ae.RetryAfter)}},
+			StructuredContent: body,
+			IsError:           true,
+		}
+		if ae.RetryAfter > 0 {
+			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(ae.RetryAfter)}
+		}
+		return res, nil
+	}
+	text := "valid"
+	if !resp.Valid {
+		var b strings.Builder
+		b.WriteString("not valid:")
+		for _, e := range resp.Errors {
+			fmt.Fprintf(&b, "\n  line %d, col %d: %s", e.Line, e.Col, e.Message)
+		}
+		text = b.String()
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: resp}, nil
+}
+
+func (s *Server) mcpValidateCall(ctx context.Context, p tenancy.Principal, args json.RawMessage) (*ValidateResponse, error) {
+	tenant, err := s.d.Tenants.Authorize(p, "", accessRow(http.MethodPost, "/v1/validate").Grants)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(args)) > s.caps.body {
+		return nil, tooLarge("arguments", int64(len(args)), s.caps.body)
+	}
+	req, err := decodeValidate(args, s.caps)
+	if err != nil {
+		return nil, err
+	}
+	return s.validate(ctx, tenant, req)
+}
+
+// mcpCaller is the caller of a tool call, and ctx joined to the HTTP
+// request's trace. No caller cannot happen behind mcpRoute; it is a
+// protocol error, never a run.
+func mcpCaller(ctx context.Context, req *mcp.CallToolRequest) (tenancy.Principal, context.Context, error) {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return tenancy.Principal{}, ctx, fmt.Errorf("no authenticated caller")
+	}
+	p, ok := req.Extra.TokenInfo.Extra[principalKey].(tenancy.Principal)
+	if !ok {
+		return tenancy.Principal{}, ctx, fmt.Errorf("no authenticated caller")
+	}
+	if sc, ok := req.Extra.TokenInfo.Extra[spanContextKey].(trace.SpanContext); ok && sc.IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, sc)
+	}
+	return p, tenancy.WithPrincipal(ctx, p), nil
+}
+
+// accessRow is the access table's row of method and path; a missing row
+// has no grants (every call refused).
+func accessRow(method, path string) Access {
+	for _, a := range accessTable {
+		if a.Method == method && a.Path == path {
+			return a
+		}
+	}
+	return Access{}
+}
+
+// envelopeText is the human-readable part of an execute tool result.
+func envelopeText(env *Envelope, retryAfter time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "execution %s: %s", env.ExecutionID, env.Status)
+	if env.Status == sandbox.StatusOK {
+		fmt.Fprintf(&b, "\nresult: %s", orNull(env.Result))
+	} else if env.Error != nil {
+		b.WriteString("\n" + errorText(env.Error, retryAfter))
+	}
+	for _, out := range []struct{ name, text string }{{"stdout", env.Stdout}, {"stderr", env.Stderr}} {
+		if out.text != "" {
+			fmt.Fprintf(&b, "\n%s:\n%s", out.name, strings.TrimRight(out.text, "\n"))
+		}
+	}
+	return b.String()
+}
+
+// errorText renders an error body for people.
+func errorText(e *ErrorBody, retryAfter time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", e.Type, e.Message)
+	for _, r := range e.Reasons {
+		b.WriteString("\n  - " + r)
+	}
+	if retryAfter > 0 {
+		b.WriteString("\nretry after " + retryAfterSeconds(retryAfter) + " s")
+	}
+	if e.Traceback != "" {
+		b.WriteString("\n" + strings.TrimRight(e.Traceback, "\n"))
+	}
+	return b.String()
+}
+
+func orNull(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "null"
+	}
+	return string(raw)
+}
+
+func ptr[T any](v T) *T { return &v }
