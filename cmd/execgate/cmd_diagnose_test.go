@@ -139,7 +139,7 @@ func TestDiagnoseRedisCheck(t *testing.T) {
 func TestDiagnoseNsjailReportsTheWheelVersions(t *testing.T) {
 	p := filepath.Join(testenv.RepoRoot(t), ".tools", "bin", "nsjail")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no nsjail from scripts/setup.sh: %v", err)
+		testenv.SkipUnlessCI(t, "no nsjail from scripts/setup.sh: %v", err)
 	}
 	path, c := diagNsjail(sandbox.Config{NsjailPath: p})
 	if c.Status != diagOK || path == "" {
