@@ -89,7 +89,10 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	if _, err := sandbox.FindNsjail(sandbox.Config{}); err != nil {
 		testenv.SkipUnlessCI(t, "needs nsjail where `execgate run` looks for it: %v", err)
 	}
-	state := t.TempDir() // private (0700), as mktemp -d makes it: the jail reaches it through its view
+	state := t.TempDir()
+	if err := os.Chmod(state, 0o700); err != nil { // private, as mktemp -d makes it: the jail reaches it through its view
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	write := func(name, src string) string {
 		p := filepath.Join(dir, name)
