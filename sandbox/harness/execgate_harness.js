@@ -142,6 +142,25 @@ function installConsole() {
     close: () => {},
   };
   Object.defineProperty(Deno, "stdout", { value: framedStdout, writable: false, configurable: false });
+  // stdin carries the bridge's answers: the tool reads EOF, as before the
+  // bridge kept stdin open.
+  const noStdin = {
+    rid: undefined,
+    read: () => Promise.resolve(null),
+    readSync: () => null,
+    readable: new ReadableStream({ start: (c) => c.close() }),
+    isTerminal: () => false,
+    setRaw: () => {},
+    close: () => {},
+  };
+  Object.defineProperty(Deno, "stdin", { value: noStdin, writable: false, configurable: false });
+  // Two ways to fd 1 need no permission: Deno's internal namespace
+  // (Deno[Deno.internal].core.writeSync(1, bytes)) and Node's
+  // process.stdout. A raw write would break the framing or forge a frame
+  // (a bridge request, an envelope), so both go before the tool loads.
+  for (const [obj, key, what] of [[Deno, Deno.internal, "Deno[Deno.internal]"], [globalThis, "process", "process"]]) {
+    if (!delete obj[key] || obj[key] !== undefined) throw new Error(`the harness could not remove ${what}`);
+  }
   // alert/confirm/prompt write to stdout and wait on stdin.
   const noPrompt = () => {
     throw new Error("alert, confirm and prompt are not available to tools");
