@@ -283,8 +283,9 @@ func TestJavaScriptOutcomes(t *testing.T) {
 			"export function run() { const s = 'x'.repeat(4096); for (let i = 0; i < 2000; i++) console.log(s); return 'done' }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{OutputBytes: 64 << 10} },
 			func(t *testing.T, res sandbox.Result) {
 				wantOK(t, res, `"done"`)
-				if !res.Truncated.Stdout || len(res.Stdout) != 64<<10 {
-					t.Fatalf("truncated %v, %d bytes", res.Truncated, len(res.Stdout))
+				// The cap counts the JSON-encoded size: each "\n" costs 2.
+				if enc := len(res.Stdout) + strings.Count(res.Stdout, "\n"); !res.Truncated.Stdout || enc != 64<<10 {
+					t.Fatalf("truncated %v, %d bytes (%d encoded)", res.Truncated, len(res.Stdout), enc)
 				}
 			}},
 		{"a result over the cap is OutputLimit", sandbox.LanguageJavaScript,
