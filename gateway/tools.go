@@ -305,7 +305,10 @@ func codeModePrompt(tools []toolbridge.Tool, stub string) string {
 	b.WriteString("Write one Python program `def run(args, context)` (or `async def`) that calls tools through `context.tools` and returns a JSON-serialisable result. ")
 	b.WriteString("The program runs once in a sandbox without network; `context.tools` is its only way to reach the tools below. ")
 	b.WriteString("Call `context.tools.run(name, args)` (or `await context.tools.run_async(name, args)` to run several at once); ")
-	b.WriteString("failures raise ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed from execgate_runtime.\n\nTools:\n")
+	b.WriteString("failures raise ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed from execgate_runtime. ")
+	b.WriteString("In JavaScript or TypeScript (request `language`), export `async function run(args, context)`; the same calls return promises ")
+	b.WriteString("(`await context.tools.run(name, args)`, `Promise.all` to run several at once) and reject with `context.ToolDenied`, ")
+	b.WriteString("`context.ToolUnavailable`, `context.ToolTimeout` or `context.ToolFailed`.\n\nTools:\n")
 	if len(tools) == 0 {
 		b.WriteString("(none granted)\n")
 	}

@@ -143,3 +143,27 @@ func TestDenoBridgeQueueOverflowEndsTheBridge(t *testing.T) {
 		t.Error("stdin is still open after an overflow")
 	}
 }
+
+func TestDenoBridgeEndsWhenTheFramingBreaks(t *testing.T) {
+	stdinR, stdinW := io.Pipe()
+	f := framedChannel{envelope: capture{max: 1 << 20}, bridge: newStdioChannel(stdinW)}
+	out := textCapture{max: 1 << 20}
+	stream := append(frameBytes(frameStdout, "ok"), "raw bytes on fd 1"...)
+	eof := make(chan error, 1)
+	go func() { _, err := stdinR.Read(make([]byte, 1)); eof <- err }()
+	f.demux(bytes.NewReader(stream), &out)
+	if f.broken == "" {
+		t.Fatal("raw bytes did not break the framing")
+	}
+	select {
+	case err := <-eof:
+		if err != io.EOF {
+			t.Errorf("stdin after the framing broke: %v, want EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("stdin is still open after the framing broke")
+	}
+	if _, err := f.bridge.next(); err == nil || err == io.EOF {
+		t.Errorf("next after the framing broke: %v, want the violation", err)
+	}
+}
