@@ -391,8 +391,9 @@ func TestToolsRouteListsGrantedToolsWithAPythonStub(t *testing.T) {
 			Name        string         `json:"name"`
 			InputSchema map[string]any `json:"input_schema"`
 		} `json:"tools"`
-		PythonStub string `json:"python_stub"`
-		Prompt     string `json:"prompt"`
+		PythonStub     string `json:"python_stub"`
+		TypeScriptStub string `json:"typescript_stub"`
+		Prompt         string `json:"prompt"`
 	}
 	if err := json.Unmarshal(r.body, &resp); err != nil {
 		t.Fatal(err)
@@ -407,6 +408,11 @@ func TestToolsRouteListsGrantedToolsWithAPythonStub(t *testing.T) {
 	for _, want := range []string{"class MathAddArgs(TypedDict):", "    a: float", `def run(self, name: Literal["math.add"], args: MathAddArgs) -> Any: ...`, "async def run_async(self, name: str"} {
 		if !strings.Contains(resp.PythonStub, want) {
 			t.Errorf("the stub lacks %q:\n%s", want, resp.PythonStub)
+		}
+	}
+	for _, want := range []string{"export interface MathAddArgs {", "  a: number;", `  run(name: "math.add", args: MathAddArgs): Promise<unknown>;`, "export declare class ToolDenied"} {
+		if !strings.Contains(resp.TypeScriptStub, want) {
+			t.Errorf("the TypeScript stub lacks %q:\n%s", want, resp.TypeScriptStub)
 		}
 	}
 	if !strings.Contains(resp.Prompt, "math.add: Add two numbers.") {

@@ -68,6 +68,9 @@ type ToolsResponse struct {
 	Unavailable []toolbridge.ServerProblem `json:"unavailable"`
 	// PythonStub is a typed stub of context.tools for the granted tools.
 	PythonStub string `json:"python_stub"`
+	// TypeScriptStub declares context (and context.tools) for the granted
+	// tools, for JavaScript and TypeScript tools.
+	TypeScriptStub string `json:"typescript_stub"`
 	// Prompt explains code mode and lists the tools, for a system prompt.
 	Prompt string `json:"prompt"`
 }
@@ -117,6 +120,7 @@ func (s *Server) handleTools(c *gin.Context) {
 		}
 	}
 	resp.PythonStub = PythonStub(resp.Tools)
+	resp.TypeScriptStub = TypeScriptStub(resp.Tools)
 	resp.Prompt = codeModePrompt(resp.Tools, resp.PythonStub)
 	writeJSON(c, http.StatusOK, resp)
 }
@@ -174,13 +178,137 @@ func PythonStub(tools []toolbridge.Tool) string {
 	return b.String()
 }
 
+// TypeScriptStub renders TypeScript declarations of a JavaScript or
+// TypeScript tool's context: an interface of arguments per tool (from its
+// input schema), run overloads naming each tool, context.tools.<name>
+// methods, and the bridge's error classes.
+func TypeScriptStub(tools []toolbridge.Tool) string {
+	var b strings.Builder
+	b.WriteString("// Typed declarations of context (execgate code mode, JavaScript/TypeScript).\n")
+	b.WriteString("export interface ToolInfo {\n  name: string;\n  description: string;\n  input_schema?: Record<string, unknown>;\n}\n")
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = argsClass(t.Name)
+		fmt.Fprintf(&b, "\n/** %s */\nexport interface %s {\n", tsComment(t.Description, "Arguments."), names[i])
+		props, required := schemaProps(t.InputSchema)
+		for _, p := range props {
+			if d, _ := p.schema["description"].(string); d != "" {
+				fmt.Fprintf(&b, "  /** %s */\n", tsComment(d, ""))
+			}
+			opt := "?"
+			if required[p.name] {
+				opt = ""
+			}
+			fmt.Fprintf(&b, "  %s%s: %s;\n", tsKey(p.name), opt, tsType(p.schema))
+		}
+		b.WriteString("}\n")
+	}
+	b.WriteString("\n/** context.tools: every call is checked by policy; calls reject with\n")
+	b.WriteString(" * ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed. */\n")
+	b.WriteString("export interface Tools {\n")
+	b.WriteString("  /** Granted tools matching query: [{name, description}]. */\n")
+	b.WriteString("  search(query?: string, opts?: { limit?: number }): Promise<ToolInfo[]>;\n")
+	b.WriteString("  /** {name, description, input_schema} of a granted tool. */\n")
+	b.WriteString("  describe(name: string): Promise<ToolInfo>;\n")
+	for i, t := range tools {
+		fmt.Fprintf(&b, "  run(name: %s, args: %s): Promise<unknown>;\n", jsString(t.Name), names[i])
+	}
+	b.WriteString("  /** Call a tool; resolves to its structured result. */\n")
+	b.WriteString("  run(name: string, args?: Record<string, unknown>): Promise<unknown>;\n")
+	for i, t := range tools {
+		fmt.Fprintf(&b, "  %s(args: %s): Promise<unknown>;\n", jsString(t.Name), names[i])
+	}
+	b.WriteString("}\n\n")
+	b.WriteString("export declare class ToolFailure extends Error {\n  type: string;\n  constructor(type: \"ToolError\" | \"InvalidInput\", message?: string);\n}\n")
+	b.WriteString("/** What context.tools rejects with: type names the class, message is the bridge's. */\n")
+	b.WriteString("export declare class ToolBridgeError extends ToolFailure {\n  type: \"ToolDenied\" | \"ToolUnavailable\" | \"ToolTimeout\" | \"ToolFailed\";\n  reason: string;\n  tool?: string;\n}\n")
+	for _, c := range []string{"ToolDenied", "ToolUnavailable", "ToolTimeout", "ToolFailed"} {
+		fmt.Fprintf(&b, "export declare class %s extends ToolBridgeError {\n  type: %q;\n}\n", c, c)
+	}
+	b.WriteString("\nexport interface Context {\n")
+	b.WriteString("  tenantId: string;\n  executionId: string;\n  variables: Record<string, unknown>;\n  mode: string;\n")
+	b.WriteString("  /** The run's deadline (Unix ms); remaining() is the milliseconds left. */\n  deadline: number;\n  remaining(): number;\n")
+	b.WriteString("  log(message: unknown, level?: \"debug\" | \"info\" | \"warning\" | \"error\"): void;\n")
+	b.WriteString("  tools: Tools;\n")
+	for _, c := range []string{"ToolFailure", "ToolDenied", "ToolUnavailable", "ToolTimeout", "ToolFailed"} {
+		fmt.Fprintf(&b, "  %s: typeof %s;\n", c, c)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func tsType(s map[string]any) string {
+	t := s["type"]
+	nullable := false
+	if ts, ok := t.([]any); ok && len(ts) > 0 { // ["string", "null"]
+		t = nil
+		for _, x := range ts {
+			if x == "null" {
+				nullable = true
+			} else if t == nil {
+				t = x
+			}
+		}
+	}
+	var out string
+	switch t {
+	case "string":
+		out = "string"
+	case "integer", "number":
+		out = "number"
+	case "boolean":
+		out = "boolean"
+	case "array":
+		out = "unknown[]"
+		if items, ok := s["items"].(map[string]any); ok {
+			out = "Array<" + tsType(items) + ">"
+		}
+	case "object":
+		out = "Record<string, unknown>"
+	default:
+		out = "unknown"
+	}
+	if nullable {
+		out += " | null"
+	}
+	return out
+}
+
+// tsKey is a property name as TypeScript takes it: bare if an identifier,
+// else a string literal.
+func tsKey(name string) string {
+	if isPyIdent(name) {
+		return name
+	}
+	return jsString(name)
+}
+
+// jsString is s as a JavaScript string literal (JSON's quoting is valid
+// JavaScript).
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// tsComment is the first line of s, fit for a /** */ comment.
+func tsComment(s, def string) string {
+	s = oneLine(s, 200)
+	if s == "" {
+		s = def
+	}
+	return strings.ReplaceAll(s, "*/", "* /")
+}
+
 // codeModePrompt is a system-prompt section describing the tools.
 func codeModePrompt(tools []toolbridge.Tool, stub string) string {
 	var b strings.Builder
 	b.WriteString("Write one Python program `def run(args, context)` (or `async def`) that calls tools through `context.tools` and returns a JSON-serialisable result. ")
 	b.WriteString("The program runs once in a sandbox without network; `context.tools` is its only way to reach the tools below. ")
 	b.WriteString("Call `context.tools.run(name, args)` (or `await context.tools.run_async(name, args)` to run several at once); ")
-	b.WriteString("failures raise ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed from execgate_runtime.\n\nTools:\n")
+	b.WriteString("failures raise ToolDenied, ToolUnavailable, ToolTimeout or ToolFailed from execgate_runtime. ")
+	b.WriteString("In JavaScript or TypeScript (request `language`), export `async function run(args, context)`; the same calls return promises ")
+	b.WriteString("(`await context.tools.run(name, args)`, `Promise.all` to run several at once) and reject with `context.ToolDenied`, ")
+	b.WriteString("`context.ToolUnavailable`, `context.ToolTimeout` or `context.ToolFailed`.\n\nTools:\n")
 	if len(tools) == 0 {
 		b.WriteString("(none granted)\n")
 	}

@@ -22,8 +22,16 @@ import (
 // dies with the jail (EOF once every process of the jail has exited) and
 // the serving goroutines end with it.
 //
+// Deno cannot open fd 5 (every permission is denied), so a Deno jail's
+// requests travel as frames of kind frameBridge on its stdout (demux.go)
+// and the answers on its stdin, which stays open after the request for
+// that (stdioChannel). One serving loop (bridgeServer) serves either
+// channel: the caps, the version check, pipelining by id, the concurrency
+// cap and the run's accounting (its Bridge) are the same.
+//
 // Protocol (BridgeProtocolVersion), both directions: frames of a 4-byte
-// big-endian length followed by that many bytes of JSON.
+// big-endian length followed by that many bytes of JSON (on a Deno jail's
+// stdout the request is the payload of a kind-3 frame instead).
 //
 //	jail → runner  {"v":1, "id":N, "op":"search", "query":str, "limit":int}
 //	               {"v":1, "id":N, "op":"describe", "name":str}
@@ -136,42 +144,63 @@ type bridgeAnswer struct {
 	Error  *ToolError      `json:"error,omitempty"`
 }
 
-// bridgeServer serves one jail's end of the bridge socket.
+// bridgeChannel carries one jail's bridge frames: the fd-5 socket
+// (connChannel) or a Deno jail's stdout frames and stdin (stdioChannel).
+type bridgeChannel interface {
+	// next returns the next request frame (at most maxBridgeRequest
+	// bytes). An error ends serving: io.EOF or net.ErrClosed when the jail
+	// or the runner closed the channel, anything else a protocol violation.
+	next() ([]byte, error)
+	// send writes one answer frame (the server writes one at a time).
+	send(b []byte) error
+	// close ends the channel: a pending next returns, a pending send
+	// fails, and the jail reads EOF (ToolUnavailable from then on).
+	close()
+}
+
+// connChannel is the bridge over the fd-5 socket (Python jails).
+type connChannel struct{ conn net.Conn }
+
+func (c connChannel) next() ([]byte, error) { return readFrame(c.conn, maxBridgeRequest) }
+func (c connChannel) send(b []byte) error   { return writeFrame(c.conn, b) }
+func (c connChannel) close()                { c.conn.Close() }
+
+// bridgeServer serves one jail's bridge channel.
 type bridgeServer struct {
-	conn   net.Conn
+	ch     bridgeChannel
 	bridge Bridge
 	log    *slog.Logger
 	cancel context.CancelFunc
 
-	wmu  sync.Mutex // guards writes to conn (one frame at a time)
+	wmu  sync.Mutex // guards ch.send (one frame at a time)
 	reqs sync.WaitGroup
 	done chan struct{} // closed when the read loop has ended
 }
 
-// serveBridge serves conn with b until the jail closes its end or stop is
+// serveBridge serves ch with b until the jail closes its end or stop is
 // called. ctx bounds every request (the run's deadline).
-func serveBridge(ctx context.Context, conn net.Conn, b Bridge, log *slog.Logger) *bridgeServer {
+func serveBridge(ctx context.Context, ch bridgeChannel, b Bridge, log *slog.Logger) *bridgeServer {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &bridgeServer{conn: conn, bridge: b, log: log, cancel: cancel, done: make(chan struct{})}
+	s := &bridgeServer{ch: ch, bridge: b, log: log, cancel: cancel, done: make(chan struct{})}
 	go s.loop(ctx)
 	return s
 }
 
-// stop ends serving: pending requests are cancelled, the socket closed.
+// stop ends serving: pending requests are cancelled, the channel closed.
 // It returns once every serving goroutine is gone.
 func (s *bridgeServer) stop() {
 	s.cancel()
-	s.conn.Close()
+	s.ch.close()
 	<-s.done
 	s.reqs.Wait()
 }
 
 func (s *bridgeServer) loop(ctx context.Context) {
 	defer close(s.done)
-	defer s.conn.Close() // the jail sees EOF: ToolUnavailable from then on
+	defer s.ch.close() // the jail sees EOF: ToolUnavailable from then on
 	slots := make(chan struct{}, maxBridgeInflight)
 	for {
-		frame, err := readFrame(s.conn, maxBridgeRequest)
+		frame, err := s.ch.next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 				s.log.Debug("tool bridge closed", "error", err.Error())
@@ -183,7 +212,7 @@ func (s *bridgeServer) loop(ctx context.Context) {
 			// Not this protocol: answer once (id 0), then end the channel.
 			msg := fmt.Sprintf("the bridge speaks protocol %d; the request is not a version %d frame", BridgeProtocolVersion, BridgeProtocolVersion)
 			s.answer(bridgeAnswer{V: BridgeProtocolVersion, ID: req.ID, Error: &ToolError{Type: ErrToolUnavailable, Message: msg}})
-			s.conn.Close()
+			s.ch.close()
 			return
 		}
 		select {
@@ -260,7 +289,7 @@ func (s *bridgeServer) answer(a bridgeAnswer) {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	_ = writeFrame(s.conn, b) // a jail that went away reads nothing more
+	_ = s.ch.send(b) // a jail that went away reads nothing more
 }
 
 // readFrame reads one length-prefixed frame of at most max bytes.

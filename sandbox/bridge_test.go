@@ -33,7 +33,7 @@ func roundTrip(t *testing.T, jail net.Conn, req string) bridgeAnswer {
 
 func TestBridgeServerCapsAnswersAndRefusesOtherVersions(t *testing.T) {
 	jail, runner := net.Pipe()
-	s := serveBridge(context.Background(), runner, bigBridge{}, slog.Default())
+	s := serveBridge(context.Background(), connChannel{runner}, bigBridge{}, slog.Default())
 	defer s.stop()
 
 	a := roundTrip(t, jail, `{"v":1,"id":7,"op":"run","name":"big"}`)

@@ -23,15 +23,19 @@ import (
 //
 // File descriptors of nsjail (and, except fd 4, of the harness):
 //
-//	0  stdin   the request (JSON), closed after writing
-//	1  stdout  the tool's stdout, captured up to Limits.OutputBytes as encoded
+//	0  stdin   the request (JSON), closed after writing; in a Deno jail the
+//	           request as one frame (4-byte length | JSON), then the tool
+//	           bridge's answers (bridge.go), open until the jail is gone
+//	1  stdout  the tool's stdout, captured up to Limits.OutputBytes as encoded;
+//	           in a Deno jail framed (demux.go): stdout, envelope and bridge
+//	           requests
 //	2  stderr  the tool's stderr, same cap
 //	3  result  the harness's envelope (pass_fd 3), capped
 //	4  log     nsjail's own log (log_fd 4); nsjail does not pass it on, so the
 //	           tool gets EBADF and cannot forge nsjail's lines
 //	5  bridge  one end of a unix socketpair (pass_fd 5): the tool bridge
 //	           (bridge.go), served by the runner from the hand-off until the
-//	           jail is gone
+//	           jail is gone (Python; Deno cannot open it and uses 0 and 1)
 //	6  nsjail  nsjail's directory (or binary), opened by the runner as root,
 //	           through which the child executes nsjail (openNsjail); nsjail
 //	           does not pass it on
@@ -214,7 +218,7 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		started:  time.Now(),
 	}
 	if p.Runtime == runtimeDeno {
-		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}}
+		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}, bridge: newStdioChannel(in.w)}
 	}
 	j.readers.Add(4)
 	go func() {
@@ -233,6 +237,15 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 		close(j.exited)
 	}()
 	return j, nil
+}
+
+// bridgeChannel is the jail's tool bridge: the fd-5 socket, or in a Deno
+// jail its stdout frames and stdin.
+func (j *jail) bridgeChannel() bridgeChannel {
+	if j.framed != nil {
+		return j.framed.bridge
+	}
+	return connChannel{j.bridge}
 }
 
 // alive reports whether nsjail is still running (a warm jail may have died
@@ -260,6 +273,11 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	go func() {
 		// A jail that died early makes this fail with EPIPE; the outcome
 		// says why it died.
+		if j.framed != nil {
+			// Deno: stdin stays open for the bridge's answers.
+			_ = writeFrame(j.stdin, req)
+			return
+		}
 		_, _ = j.stdin.Write(req)
 		j.stdin.Close()
 	}()

@@ -196,17 +196,20 @@ func TestJavaScriptOutcomes(t *testing.T) {
 			"export async function run(args, context) { const a = await context.tools.crm_lookup({id: 7}); const b = await context.tools.run('search_docs', {q: 'x'}); const found = await context.tools.search('crm'); const d = await context.tools.describe('crm_lookup'); return {a, b, found, d: d.name} }",
 			fixtures,
 			func(t *testing.T, res sandbox.Result) {
-				wantOK(t, res, `{"a": {"id": 7, "name": "Ada"}, "b": ["a", "b"], "found": [{"name": "crm_lookup"}], "d": "crm_lookup"}`)
+				wantOK(t, res, `{"a": {"id": 7, "name": "Ada"}, "b": ["a", "b"], "found": [{"name": "crm_lookup", "description": "test fixture"}], "d": "crm_lookup"}`)
+				if len(res.ToolCalls) != 2 || res.ToolCalls[0].Server != "fixture" || res.ToolCalls[1].Tool != "search_docs" {
+					t.Fatalf("the fixture calls are not the runner's (FixtureBridge): %+v", res.ToolCalls)
+				}
 			}},
 		{"a bridge call without a fixture is the tool's error", sandbox.LanguageJavaScript,
 			"export async function run(args, context) { return await context.tools.nope({}) }", fixtures,
 			func(t *testing.T, res sandbox.Result) {
-				wantErr(t, res, sandbox.ErrToolError, `tool "nope" has no fixture`)
+				wantErr(t, res, sandbox.ErrToolError, `ToolDenied: tool "nope" has no fixture in this test run`)
 			}},
-		{"host tools are unavailable outside test mode", sandbox.LanguageJavaScript,
-			"export async function run(args, context) { return await context.tools.crm_lookup({}) }", nil,
+		{"a run granted no tools is denied every call, typed", sandbox.LanguageJavaScript,
+			"export async function run(args, context) { try { await context.tools.crm_lookup({}) } catch (e) { return [e instanceof context.ToolDenied, e instanceof context.ToolFailure, e.type, e.name, e.tool, e.message] } }", nil,
 			func(t *testing.T, res sandbox.Result) {
-				wantErr(t, res, sandbox.ErrToolError, "host tools are not available")
+				wantOK(t, res, `[true, true, "ToolDenied", "ToolDenied", "crm_lookup", "tool \"crm_lookup\" is not granted to this run (no host tools are available to it)"]`)
 			}},
 		{"a thrown error is ToolError with the user's frames only", sandbox.LanguageTypeScript,
 			"function inner(x: number): number {\n  throw new RangeError('bad ' + x);\n}\nexport function run() {\n  return inner(4);\n}\n", nil,

@@ -218,9 +218,14 @@ type request struct {
 // bridgeInfo tells the harness where the tool bridge is and how large a
 // request may be.
 type bridgeInfo struct {
+	// FD is the bridge socket (Python); a Deno harness uses stdout frames
+	// of kind 3 and stdin instead (demux.go).
 	FD              int `json:"fd"`
 	Version         int `json:"version"`
 	MaxRequestBytes int `json:"max_request_bytes"`
+	// MaxInflight is how many requests the harness may leave unanswered
+	// (the Deno harness queues the others; see stdioChannel).
+	MaxInflight int `json:"max_inflight"`
 }
 
 func rawOr(raw json.RawMessage, def string) json.RawMessage {
@@ -249,7 +254,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		CPUMS:           spec.Limits.CPUMS,
 		MaxLogLines:     maxEnvelopeLogs,
 		Deps:            len(spec.Requirements) > 0 || spec.Lock != "",
-		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest},
+		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest, MaxInflight: maxBridgeInflight},
 	}
 	if spec.Network == NetworkProxy {
 		req.EgressSocket = JailEgressSocket

@@ -320,7 +320,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	bridge := r.runBridge(spec)
 	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
-	bsrv := serveBridge(bctx, j.bridge, bridge, r.log.With("execution_id", spec.ExecutionID))
+	bsrv := serveBridge(bctx, j.bridgeChannel(), bridge, r.log.With("execution_id", spec.ExecutionID))
 	fin := j.run(ctx, req, time.Duration(spec.Limits.TimeoutMS)*time.Millisecond, r.grace(), handoff)
 	bsrv.stop()
 	bcancel()

@@ -9,12 +9,20 @@
 //	frame = kind (1 byte) | length (4 bytes, big endian) | payload
 //	kind 1: bytes the tool wrote to stdout (console.log, Deno.stdout)
 //	kind 2: the result envelope (JSON), written once, last
+//	kind 3: one tool bridge request (the JSON Python sends on fd 5)
 //
 // The runner (sandbox/demux.go) splits the stream back into the tool's
-// stdout and the envelope. Raw bytes a tool manages to write on fd 1 break
-// the framing, which the runner reports like a write on Python's result fd:
-// the envelope is a claim of the tool's process either way, and the runner
-// takes only tool-level outcomes from it. stderr (fd 2) is the tool's, raw.
+// stdout, the envelope and the bridge requests. Every frame is written here,
+// with a writer taken before the tool loads; the tool's own writes (console,
+// Deno.stdout) only ever become kind-1 payloads. Raw bytes a tool manages to
+// write on fd 1 break the framing, which the runner reports like a write on
+// Python's result fd: the envelope is a claim of the tool's process either
+// way, and the runner takes only tool-level outcomes from it. stderr (fd 2)
+// is the tool's, raw.
+//
+// stdin carries the request as one frame (4-byte big-endian length | JSON)
+// and then the bridge's answers, framed the same way; the runner keeps it
+// open until the jail is gone (EOF earlier: the bridge has ended).
 //
 // The jail starts Deno on this module directly (a warm jail is a Deno
 // waiting here for its request on stdin). The tool's source arrives in the
@@ -30,6 +38,9 @@ const TOOL_MEDIA_TYPES = {
 };
 const FRAME_STDOUT = 1;
 const FRAME_ENVELOPE = 2;
+const FRAME_BRIDGE = 3;
+// The largest answer read from the runner (its cap is 8 MiB).
+const MAX_ANSWER_BYTES = 16 << 20;
 const LEVELS = ["debug", "info", "warning", "error"];
 const TOOL_ERROR_TYPES = ["ToolError", "InvalidInput"];
 
@@ -38,6 +49,7 @@ const TOOL_ERROR_TYPES = ["ToolError", "InvalidInput"];
 const stdout = Deno.stdout;
 const writeSync = stdout.writeSync.bind(stdout);
 const stdin = Deno.stdin;
+const stdinRead = stdin.read.bind(stdin);
 const inspect = Deno.inspect;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -130,6 +142,25 @@ function installConsole() {
     close: () => {},
   };
   Object.defineProperty(Deno, "stdout", { value: framedStdout, writable: false, configurable: false });
+  // stdin carries the bridge's answers: the tool reads EOF, as before the
+  // bridge kept stdin open.
+  const noStdin = {
+    rid: undefined,
+    read: () => Promise.resolve(null),
+    readSync: () => null,
+    readable: new ReadableStream({ start: (c) => c.close() }),
+    isTerminal: () => false,
+    setRaw: () => {},
+    close: () => {},
+  };
+  Object.defineProperty(Deno, "stdin", { value: noStdin, writable: false, configurable: false });
+  // Two ways to fd 1 need no permission: Deno's internal namespace
+  // (Deno[Deno.internal].core.writeSync(1, bytes)) and Node's
+  // process.stdout. A raw write would break the framing or forge a frame
+  // (a bridge request, an envelope), so both go before the tool loads.
+  for (const [obj, key, what] of [[Deno, Deno.internal, "Deno[Deno.internal]"], [globalThis, "process", "process"]]) {
+    if (!delete obj[key] || obj[key] !== undefined) throw new Error(`the harness could not remove ${what}`);
+  }
   // alert/confirm/prompt write to stdout and wait on stdin.
   const noPrompt = () => {
     throw new Error("alert, confirm and prompt are not available to tools");
@@ -280,50 +311,203 @@ class LogSink {
   }
 }
 
-function copy(v) {
-  return v === undefined ? undefined : parse(stringify(v));
+// ---- the tool bridge (sandbox/bridge.go) ----
+
+// ToolBridgeError is the base of what context.tools rejects with: .type is
+// the bridge error type (ToolDenied, ...), .message the bridge's message,
+// .tool the tool's name. Uncaught, the run ends in a ToolError whose
+// message starts with the type, as in Python.
+class ToolBridgeError extends ToolFailure {
+  static typeName = "ToolFailed";
+  constructor(message = "", tool = undefined) {
+    super("ToolError", message);
+    const type = new.target.typeName;
+    this.name = type;
+    this.type = type;
+    this.reason = String(message);
+    this.tool = tool;
+  }
+}
+// The tool is not granted to this run, or policy or a limit denied the call.
+class ToolDenied extends ToolBridgeError {
+  static typeName = "ToolDenied";
+}
+// The tool's server cannot be reached, or the bridge is gone.
+class ToolUnavailable extends ToolBridgeError {
+  static typeName = "ToolUnavailable";
+}
+// The call outlived its timeout or the run's deadline.
+class ToolTimeout extends ToolBridgeError {
+  static typeName = "ToolTimeout";
+}
+// The tool's server answered with an error, or an unusable result.
+class ToolFailed extends ToolBridgeError {
+  static typeName = "ToolFailed";
+}
+const BRIDGE_ERRORS = { ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed };
+
+// StdinFrames reads length-prefixed frames from stdin: the request, then
+// the bridge's answers.
+class StdinFrames {
+  constructor() {
+    this.chunk = new Uint8Array(64 << 10);
+    this.pos = 0;
+    this.len = 0;
+  }
+  // readExact returns n bytes, or null at EOF.
+  async readExact(n) {
+    const out = new Uint8Array(n);
+    let off = 0;
+    while (off < n) {
+      if (this.pos >= this.len) {
+        const r = await stdinRead(this.chunk);
+        if (r === null) return null;
+        this.pos = 0;
+        this.len = r;
+      }
+      const k = Math.min(n - off, this.len - this.pos);
+      out.set(this.chunk.subarray(this.pos, this.pos + k), off);
+      off += k;
+      this.pos += k;
+    }
+    return out;
+  }
+  // readFrame returns one frame's payload, or null at EOF.
+  async readFrame(max) {
+    const head = await this.readExact(4);
+    if (head === null) return null;
+    const n = new DataView(head.buffer).getUint32(0);
+    if (n > max) throw new RangeError(`a frame of ${n} bytes is over the ${max}-byte cap`);
+    return await this.readExact(n);
+  }
+}
+const stdinFrames = new StdinFrames();
+
+// Bridge is the one path from a tool to host tools: requests are kind-3
+// frames on stdout, answers frames on stdin, matched by id (calls may
+// overlap). At most maxInflight requests are unanswered at once; later
+// calls wait here, in order. In test mode the runner answers from the
+// run's fixtures (FixtureBridge): the same path, nothing leaves the runner.
+class Bridge {
+  constructor(info) {
+    info = info && typeof info === "object" ? info : {};
+    this.version = Number(info.version) || 1;
+    this.max = Number(info.max_request_bytes) || 1 << 20;
+    this.maxInflight = Number(info.max_inflight) || 16;
+    this.nextId = 1;
+    this.waiting = new Map(); // id -> settle(answer)
+    this.queue = []; // [data builder, settle, name] waiting for a slot
+    this.dead = null; // why the bridge is gone
+    this.reading = false;
+  }
+  call(op, fields) {
+    const name = fields.name;
+    if (this.dead !== null) return Promise.reject(new ToolUnavailable(this.dead, name));
+    let body;
+    try {
+      body = stringify(fields, (k, v) => {
+        if (typeof v === "number" && !isFinite(v)) throw new TypeError(`${v} is not JSON`);
+        if (typeof v === "bigint") throw new TypeError("a BigInt is not JSON");
+        return v;
+      });
+    } catch (e) {
+      return Promise.reject(new ToolFailed("the arguments are not JSON-serialisable: " + describe(e), name));
+    }
+    if (body === undefined) body = "{}";
+    return new Promise((resolve, reject) => {
+      const settle = (a) => {
+        const err = a?.error;
+        if (err) {
+          const cls = BRIDGE_ERRORS[err.type] ?? ToolFailed;
+          reject(new cls(err.message || cls.typeName, name));
+        } else {
+          resolve(a?.result ?? null);
+        }
+      };
+      this.queue.push([op, body, settle]);
+      this.pump();
+    });
+  }
+  pump() {
+    while (this.dead === null && this.queue.length > 0 && this.waiting.size < this.maxInflight) {
+      const [op, body, settle] = this.queue.shift();
+      const id = this.nextId++;
+      const head = `{"v":${this.version},"id":${id},"op":${stringify(op)}`;
+      const data = encoder.encode(body === "{}" ? head + "}" : head + "," + body.slice(1));
+      if (data.length > this.max) {
+        settle({ error: { type: "ToolDenied", message: `the request is ${data.length} bytes, over the bridge's ${this.max}-byte cap` } });
+        continue;
+      }
+      this.waiting.set(id, settle);
+      try {
+        frame(FRAME_BRIDGE, data);
+      } catch (e) {
+        this.die("the tool bridge is closed (" + describe(e) + ")");
+        return;
+      }
+    }
+    if (this.waiting.size > 0 && !this.reading) {
+      this.reading = true;
+      this.readLoop();
+    }
+  }
+  async readLoop() {
+    let reason = "the tool bridge is closed";
+    try {
+      while (this.waiting.size > 0) {
+        const data = await stdinFrames.readFrame(MAX_ANSWER_BYTES);
+        if (data === null) break;
+        const a = parse(decoder.decode(data));
+        const settle = this.waiting.get(a?.id);
+        if (settle !== undefined) {
+          this.waiting.delete(a.id);
+          settle(a);
+          this.pump();
+        } else if (a?.id === 0 && a?.error) {
+          reason = String(a.error.message || reason);
+          break;
+        }
+      }
+      if (this.waiting.size === 0) return;
+    } catch {
+      // A broken answer stream: the bridge is gone.
+    } finally {
+      this.reading = false;
+    }
+    this.die(reason);
+  }
+  die(reason) {
+    if (this.dead === null) this.dead = reason;
+    const gone = { error: { type: "ToolUnavailable", message: this.dead } };
+    const waiting = [...this.waiting.values()];
+    const queued = this.queue.map((q) => q[2]);
+    this.waiting.clear();
+    this.queue = [];
+    for (const settle of [...waiting, ...queued]) settle(gone);
+  }
 }
 
-// Bridge is the one path from a tool to host tools. In test mode it answers
-// from the request's fixtures; otherwise no host tools are available yet.
-// The code-mode bridge plugs in here: search, describe and run become
-// requests to the gateway over the bridge channel, answered asynchronously.
-class Bridge {
-  constructor(fixtures, mode) {
-    this.fixtures = fixtures && typeof fixtures === "object" ? fixtures : {};
-    this.mode = mode;
-  }
-  call(op, payload) {
-    if (this.mode !== "test") {
-      return Promise.reject(new ToolFailure("ToolError", `host tools are not available to this run (${op} ${payload.name ?? ""})`.trim()));
-    }
-    const names = Object.keys(this.fixtures).sort();
-    switch (op) {
-      case "search": {
-        const q = String(payload.query ?? "").toLowerCase();
-        return Promise.resolve(names.filter((n) => n.toLowerCase().includes(q)).map((n) => ({ name: n })));
-      }
-      case "describe":
-        if (!names.includes(payload.name)) return Promise.reject(new ToolFailure("ToolError", `tool "${payload.name}" has no fixture in this test run`));
-        return Promise.resolve({ name: payload.name, description: "fixture (test mode)" });
-      case "run":
-        if (!names.includes(payload.name)) return Promise.reject(new ToolFailure("ToolError", `tool "${payload.name}" has no fixture in this test run`));
-        return Promise.resolve(copy(this.fixtures[payload.name]));
-    }
-    return Promise.reject(new ToolFailure("ToolError", `unknown bridge operation ${op}`));
-  }
-}
+// Properties of context.tools that are never tool names (await, JSON, inspection).
+const NOT_TOOLS = new Set(["then", "toJSON", "constructor", "prototype"]);
 
 function makeTools(bridge) {
   const api = {
-    search: (query = "") => bridge.call("search", { query }),
+    // search(query, {limit}) lists the granted tools matching query.
+    search: (query = "", opts = {}) => {
+      const limit = typeof opts === "number" ? opts : Number(opts?.limit ?? 10);
+      return bridge.call("search", { query: String(query), limit: Number.isInteger(limit) ? limit : 10 });
+    },
+    // describe(name) is the tool's description and input schema.
     describe: (name) => bridge.call("describe", { name: String(name) }),
-    run: (name, args = null) => bridge.call("run", { name: String(name), args: copy(args) ?? null }),
+    // run(name, args) calls the tool; it rejects with ToolDenied,
+    // ToolUnavailable, ToolTimeout or ToolFailed.
+    run: (name, args = null) => bridge.call("run", { name: String(name), args: args ?? {} }),
   };
+  api.run_async = api.run;
   // context.tools.<name>(args) is context.tools.run(name, args).
   return new Proxy(api, {
     get(target, prop) {
-      if (typeof prop !== "string") return undefined;
+      if (typeof prop !== "string" || NOT_TOOLS.has(prop)) return undefined;
       if (Object.hasOwn(target, prop)) return target[prop];
       return (args = null) => target.run(prop, args);
     },
@@ -343,9 +527,13 @@ function makeContext(req, sink) {
     deadline,
     remaining: () => Math.max(0, deadline - now()),
     log: (message, level = "info") => sink.add(message, level),
-    tools: makeTools(new Bridge(req.tools, req.mode)),
+    tools: makeTools(new Bridge(req.bridge)),
     ToolFailure,
     InvalidInput,
+    ToolDenied,
+    ToolUnavailable,
+    ToolTimeout,
+    ToolFailed,
   };
   return Object.freeze(ctx);
 }
@@ -374,22 +562,9 @@ function serialise(result) {
 // ---- main ----
 
 async function readRequest() {
-  const chunks = [];
-  let total = 0;
-  const buf = new Uint8Array(64 << 10);
-  for (;;) {
-    const n = await stdin.read(buf);
-    if (n === null) break;
-    chunks.push(buf.slice(0, n));
-    total += n;
-  }
-  const all = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    all.set(c, off);
-    off += c.length;
-  }
-  return parse(decoder.decode(all));
+  const data = await stdinFrames.readFrame(0xffffffff);
+  if (data === null) throw new Error("stdin ended before the request");
+  return parse(decoder.decode(data));
 }
 
 function base64(text) {
@@ -442,6 +617,7 @@ async function runTool(req, sink) {
     result = await fn(req.args ?? null, ctx);
   } catch (e) {
     const line = e instanceof Error ? firstUserLine(e.stack).line : 0;
+    if (e instanceof ToolBridgeError) return ["error", null, errorInfo("ToolError", `${e.type}: ${e.message}`, traceback(e), line)];
     if (e instanceof ToolFailure) return ["error", null, errorInfo(e.type, e.message, traceback(e), line)];
     return ["error", null, errorInfo("ToolError", describe(e), traceback(e), line)];
   }
@@ -467,7 +643,7 @@ async function main() {
     return;
   }
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
-  globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, log: (m, l) => sink.add(m, l) });
+  globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
   installConsole();
   // An error thrown or a promise rejected outside the tool's awaited path
   // ends the run as the tool's error rather than as Deno's.
