@@ -19,7 +19,7 @@ async def _call(gateway, token, fn):
 
 async def test_list_tools(gateway):
     tools = await _call(gateway, gateway.token(), lambda mc: mc.list_tools())
-    assert sorted(t.name for t in tools.tools) == ["execute_python", "validate"]
+    assert sorted(t.name for t in tools.tools) == ["execute_javascript", "execute_python", "validate"]
 
 
 async def test_execute_python_returns_the_envelope(gateway):

@@ -48,6 +48,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's granted tools (code mode), with schemas and a typed Python stub.
+         * @description The policy decides which tools a run of the caller would get (as for an execute
+         *     request naming `tools`), and the tenant's MCP tool servers describe them.
+         */
+        get: operations["listTools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/prepare": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resolve, check and install a package environment ahead of runs.
+         * @description Requirements are resolved with uv (wheels only) to the complete locked set for the
+         *     rootfs's Python and platform, or a lock is taken as is; every package goes through
+         *     the tenant's package policy (403 PolicyDenied names the chain that pulled a denied
+         *     package in); the environment is installed once (concurrent requests share the
+         *     build). A run naming environment_id (or the same requirements) installs nothing.
+         */
+        post: operations["prepare"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/mcp": {
         parameters: {
             query?: never;
@@ -209,6 +254,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{id}/tools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * A tenant's MCP tool servers (code mode) as configured, and their live state.
+         * @description Header names only; their values (secrets) are never shown.
+         */
+        get: operations["getTenantTools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/policy/evaluate": {
         parameters: {
             query?: never;
@@ -229,6 +296,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Search recent audit records, newest first (admin for any tenant or all; tenant-admin and auditor for their own).
+         * @description Reads the current audit file (not the rotated ones) backwards from its end, at most the last 16 MiB of it, and stops at `limit` matching records. `scan_limit_reached` says the scan stopped at that bound before the start of the file. Without `tenant` an admin searches every tenant and a tenant-scoped role its own tenant. 404 when the audit log has no file sink.
+         */
+        get: operations["searchAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -239,18 +326,23 @@ export interface components {
             /** @description Must equal the token's tenant. */
             tenant_id?: string;
             /**
-             * @description Only python is available on this gateway yet (javascript is a 400).
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
              * @default python
              * @enum {string}
              */
-            language?: "python" | "javascript";
+            language?: "python" | "javascript" | "typescript";
             /** @description The tool's source (no NUL bytes). Over server.max_source_bytes is a 413. */
             source: string;
             /** @default run */
             entrypoint?: string;
             /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
             args?: unknown;
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
             requirements?: string[];
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            requirements_lock?: string;
+            /** @description An environment from POST /v1/prepare. */
+            environment_id?: string;
             /**
              * @default none
              * @enum {string}
@@ -266,6 +358,8 @@ export interface components {
              * @enum {string}
              */
             mode?: "run" | "test";
+            /** @description Narrows the run's granted tools (code mode): names or globs over "<server>.<tool>" that the tenant's policy must cover. Absent or empty: every tool the tenant has. */
+            tools?: string[];
             /** @description Test mode only (mode test). */
             fixtures?: {
                 variables?: Record<string, never>;
@@ -299,8 +393,30 @@ export interface components {
             message: string;
             traceback?: string;
             reasons?: string[];
+            /** @description InvalidSource only, the 1-based source line of the syntax or import-time error. */
+            line?: number;
+            /** @description InvalidSource from a syntax error only, the 1-based column. */
+            column?: number;
             /** @description ResultExpired only, the original run's X-Execution-Status (ok or error:<Type>). */
             original_status?: string;
+        };
+        Package: {
+            name: string;
+            version: string;
+            index?: string;
+            via: string[];
+        };
+        PrepareRequest: {
+            tenant_id?: string;
+            requirements?: string[];
+            requirements_lock?: string;
+        };
+        PrepareResponse: {
+            environment_id: string;
+            lock: string;
+            packages: components["schemas"]["Package"][];
+            cached: boolean;
+            ms: number;
         };
         ErrorResponse: {
             /** @constant */
@@ -330,6 +446,8 @@ export interface components {
             };
             /** @description Lines the tool logged through context.log or the execgate_runtime logger, in order (capped; a last warning line says how many were dropped). Empty when none, and on refusals. */
             logs: components["schemas"]["LogLine"][];
+            /** @description The run's tool calls through the bridge (code mode), in order, allowed or not; absent when it made none. */
+            tool_calls?: components["schemas"]["ToolCall"][];
             /** @description The policy decision; null when the request was refused before policy decided. */
             decision: null | components["schemas"]["EnvelopeDecision"];
             /** @description The connection attempts of a run in network mode proxy, allowed or denied, in order: at most 100, with host, reason and ip each clipped to 255 bytes. Absent when there were none. */
@@ -347,6 +465,67 @@ export interface components {
             reason?: string;
             /** @description The address checked (and dialled */
             ip?: string;
+        };
+        ToolCall: {
+            /** @description <server>.<tool> */
+            tool: string;
+            server: string;
+            /** @description The per-call policy decision ("" when refused before policy). */
+            decision_id: string;
+            ms: number;
+            /** @enum {string} */
+            outcome: "ok" | "ToolDenied" | "ToolUnavailable" | "ToolTimeout" | "ToolFailed";
+        };
+        TenantToolsResponse: {
+            tenant_id: string;
+            servers: {
+                name: string;
+                /** @description A streamable HTTP server's endpoint. */
+                url?: string;
+                /** @description A stdio server's program (arguments not shown). */
+                command?: string;
+                /** @description A stdio server's variable names (values are secret). */
+                env?: string[];
+                allow: string[];
+                timeout_ms: number;
+                max_result_bytes: number;
+                tools_ttl_ms: number;
+                /** @description Header names (values are secret). */
+                headers: string[];
+                connected: boolean;
+                /** @description Cached tool count. */
+                tools: null | number;
+            }[];
+            limits: {
+                max_calls: number;
+                max_concurrent: number;
+                max_args_bytes: number;
+                max_bytes_in: number;
+                max_bytes_out: number;
+            };
+            record_args: boolean;
+        };
+        ToolsResponse: {
+            tenant_id: string;
+            decision_id: string;
+            tools: {
+                /** @description <server>.<tool> */
+                name: string;
+                server: string;
+                description: string;
+                /** @description The tool's JSON Schema */
+                input_schema: unknown;
+            }[];
+            unavailable: {
+                server: string;
+                error: string;
+            }[];
+            /** @description A typed stub of context.tools for the granted tools. */
+            python_stub: string;
+            /** @description TypeScript declarations of context (Context, Tools with run overloads per granted tool, ToolDenied/ToolUnavailable/ToolTimeout/ToolFailed) for JavaScript and TypeScript tools. */
+            typescript_stub: string;
+            /** @description A system-prompt section describing code mode and the tools. */
+            prompt: string;
         };
         LogLine: {
             /** @enum {string} */
@@ -366,6 +545,12 @@ export interface components {
             source: string;
             /** @default run */
             entrypoint?: string;
+            /**
+             * @description javascript and typescript are checked with `deno check` in the jail (syntax and type errors with line and column).
+             * @default python
+             * @enum {string}
+             */
+            language?: "python" | "javascript" | "typescript";
         };
         ValidateResponse: {
             valid: boolean;
@@ -449,6 +634,31 @@ export interface components {
             roles?: string[];
             request: components["schemas"]["ExecuteRequest"];
         };
+        AuditResponse: {
+            /** @description The tenant searched; empty when an admin searched every tenant. */
+            tenant: string;
+            records: components["schemas"]["AuditRecord"][];
+            scanned_bytes: number;
+            scan_limit_reached: boolean;
+            /** @description Lines that did not decode as records. */
+            skipped: number;
+        };
+        /** @description One audit record; its full JSON Schema is audit/schema/record.v1.json. */
+        AuditRecord: {
+            schema_version: number;
+            /** Format: date-time */
+            time: string;
+            execution_id: string;
+            tenant_id: string;
+            subject?: string;
+            roles?: string[];
+            decision?: Record<string, never> | null;
+            quota: Record<string, never>;
+            outcome: Record<string, never>;
+            usage: Record<string, never>;
+            egress?: components["schemas"]["EgressAttempt"][];
+            trace_id?: string;
+        };
         EvaluateResponse: {
             decision: components["schemas"]["Decision"];
             input: components["schemas"]["PolicyInput"];
@@ -487,6 +697,7 @@ export interface components {
                 source_bytes: number;
                 args_bytes: number;
                 requirements: string[];
+                packages: components["schemas"]["Package"][];
                 network_access: string;
                 egress_hosts: string[];
                 limits: components["schemas"]["Limits"];
@@ -757,6 +968,74 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["ServerError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listTools: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated names or globs to narrow the grant to. */
+                tools?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The granted tools. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["ServerError"];
+        };
+    };
+    prepare: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PrepareRequest"];
+            };
+        };
+        responses: {
+            /** @description The prepared environment. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PrepareResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            /** @description DependencyError: the requirements cannot be resolved or installed; traceback has uv's output. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
@@ -1060,6 +1339,32 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getTenantTools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tool servers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantToolsResponse"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["ServerError"];
+        };
+    };
     evaluatePolicy: {
         parameters: {
             query?: never;
@@ -1087,6 +1392,42 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["ServerError"];
+        };
+    };
+    searchAudit: {
+        parameters: {
+            query?: {
+                /** @description The tenant (default: the caller's own; every tenant for admin). */
+                tenant?: string;
+                status?: "ok" | "error";
+                /** @description e.g. ToolError, PolicyDenied, QuotaExceeded. */
+                error_type?: string;
+                execution_id?: string;
+                /** @description RFC 3339; older records are left out. */
+                since?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The matching records. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
         };
