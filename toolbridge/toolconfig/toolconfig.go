@@ -143,64 +143,145 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for i, s := range c.Servers {
 		at := fmt.Sprintf("servers[%d]", i)
-		if !serverNameRE.MatchString(s.Name) {
-			errs = append(errs, fmt.Errorf("%s.name: %q must be lower-case letters, digits, '_' or '-' (no dots)", at, s.Name))
-		}
 		if seen[s.Name] {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate server %q", at, s.Name))
 		}
 		seen[s.Name] = true
-		switch {
-		case (s.URL == "") == (len(s.Command) == 0):
-			errs = append(errs, fmt.Errorf("%s: set exactly one of url (streamable HTTP) and command (stdio)", at))
-		case len(s.Command) > 0:
-			if !path.IsAbs(s.Command[0]) {
-				errs = append(errs, fmt.Errorf("%s.command: the program must be an absolute path", at))
-			}
-			if len(s.Headers) > 0 {
-				errs = append(errs, fmt.Errorf("%s.headers: a command server takes env, not headers", at))
-			}
-		default:
-			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				errs = append(errs, fmt.Errorf("%s.url: must be an http(s) URL", at))
-			} else if u.User != nil {
-				errs = append(errs, fmt.Errorf("%s.url: must not carry credentials; use headers with a secret file or env", at))
-			}
-			if len(s.Env) > 0 {
-				errs = append(errs, fmt.Errorf("%s.env: only a command server takes env", at))
-			}
-		}
-		for name, sec := range s.Env {
-			if !envNameRE.MatchString(name) {
-				errs = append(errs, fmt.Errorf("%s.env: %q is not a variable name", at, name))
-			}
-			if (sec.File == "") == (sec.Env == "") {
-				errs = append(errs, fmt.Errorf("%s.env.%s: set exactly one of file or env", at, name))
-			}
-		}
-		for name, sec := range s.Headers {
-			if !headerNameRE.MatchString(name) {
-				errs = append(errs, fmt.Errorf("%s.headers: %q is not a header name", at, name))
-			}
-			if (sec.File == "") == (sec.Env == "") {
-				errs = append(errs, fmt.Errorf("%s.headers.%s: set exactly one of file or env", at, name))
-			}
-		}
-		for _, g := range s.Allow {
-			if _, err := path.Match(g, ""); err != nil {
-				errs = append(errs, fmt.Errorf("%s.allow: bad glob %q", at, g))
-			}
-		}
-		if s.TimeoutMS < 0 || s.MaxResultBytes < 0 || s.ToolsTTLMS < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative timeout_ms, max_result_bytes or tools_ttl_ms", at))
-		}
-		if s.MaxResultBytes > MaxResultBytesCap {
-			errs = append(errs, fmt.Errorf("%s.max_result_bytes: at most %d", at, MaxResultBytesCap))
-		}
+		errs = append(errs, s.validate(at+".")...)
 	}
 	l := c.Limits
 	if l.MaxCalls < 0 || l.MaxConcurrent < 0 || l.MaxArgsBytes < 0 || l.MaxBytesIn < 0 || l.MaxBytesOut < 0 {
 		errs = append(errs, errors.New("limits: negative value"))
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks one server; at prefixes the field names ("servers[0]."
+// in a config, "" over the API).
+func (s Server) validate(at string) []error {
+	var errs []error
+	if !serverNameRE.MatchString(s.Name) {
+		errs = append(errs, fmt.Errorf("%sname: %q must be lower-case letters, digits, '_' or '-' (no dots)", at, s.Name))
+	}
+	switch {
+	case (s.URL == "") == (len(s.Command) == 0):
+		errs = append(errs, fmt.Errorf("%surl: set exactly one of url (streamable HTTP) and command (stdio)", at))
+	case len(s.Command) > 0:
+		if !path.IsAbs(s.Command[0]) {
+			errs = append(errs, fmt.Errorf("%scommand: the program must be an absolute path", at))
+		}
+		if len(s.Headers) > 0 {
+			errs = append(errs, fmt.Errorf("%sheaders: a command server takes env, not headers", at))
+		}
+	default:
+		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%surl: must be an http(s) URL", at))
+		} else if u.User != nil {
+			errs = append(errs, fmt.Errorf("%surl: must not carry credentials; use headers with a secret file or env", at))
+		}
+		if len(s.Env) > 0 {
+			errs = append(errs, fmt.Errorf("%senv: only a command server takes env", at))
+		}
+	}
+	for name, sec := range s.Env {
+		if !envNameRE.MatchString(name) {
+			errs = append(errs, fmt.Errorf("%senv: %q is not a variable name", at, name))
+		}
+		if (sec.File == "") == (sec.Env == "") {
+			errs = append(errs, fmt.Errorf("%senv.%s: set exactly one of file or env", at, name))
+		}
+	}
+	for name, sec := range s.Headers {
+		if !headerNameRE.MatchString(name) {
+			errs = append(errs, fmt.Errorf("%sheaders: %q is not a header name", at, name))
+		}
+		if (sec.File == "") == (sec.Env == "") {
+			errs = append(errs, fmt.Errorf("%sheaders.%s: set exactly one of file or env", at, name))
+		}
+	}
+	for _, g := range s.Allow {
+		if _, err := path.Match(g, ""); err != nil {
+			errs = append(errs, fmt.Errorf("%sallow: bad glob %q", at, g))
+		}
+	}
+	if s.TimeoutMS < 0 || s.MaxResultBytes < 0 || s.ToolsTTLMS < 0 {
+		errs = append(errs, fmt.Errorf("%stimeout_ms: negative timeout_ms, max_result_bytes or tools_ttl_ms", at))
+	}
+	if s.MaxResultBytes > MaxResultBytesCap {
+		errs = append(errs, fmt.Errorf("%smax_result_bytes: at most %d", at, MaxResultBytesCap))
+	}
+	return errs
+}
+
+// Bounds of a server added over the admin API (PUT
+// /v1/admin/tenants/{id}/tools/servers/{name}): they keep what every
+// replica stores and holds per tenant small.
+const (
+	MaxAPIServers     = 32        // API servers per tenant
+	MaxURLBytes       = 2048      // url
+	MaxHeaders        = 16        // headers per server
+	MaxSecretRefBytes = 1024      // a header's file path
+	MaxAllowGlobs     = 64        // allow entries
+	MaxGlobBytes      = 256       // one allow entry
+	MaxTimeoutMS      = 300_000   // timeout_ms
+	MaxToolsTTLMS     = 86400_000 // tools_ttl_ms
+)
+
+// ValidateAPIName checks a server name given in an API path.
+func ValidateAPIName(name string) error {
+	if !serverNameRE.MatchString(name) {
+		return errors.New("must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateAPI checks a server given over the admin API: the config's rules,
+// and stricter ones. Only streamable HTTP servers (an API caller must never
+// make the gateway launch a program) whose header values are secret
+// references (file or env of the gateway, never a literal), within the
+// size bounds above. Errors name the field of the request body.
+func (s Server) ValidateAPI() error {
+	var errs []error
+	if len(s.Command) > 0 {
+		errs = append(errs, errors.New("command: stdio servers are config-only; the API takes a url"))
+	}
+	if len(s.Env) > 0 {
+		errs = append(errs, errors.New("env: stdio servers are config-only; the API takes a url"))
+	}
+	if errs != nil {
+		return errors.Join(errs...)
+	}
+	errs = s.validate("")
+	if len(s.URL) > MaxURLBytes {
+		errs = append(errs, fmt.Errorf("url: longer than %d bytes", MaxURLBytes))
+	}
+	if len(s.Headers) > MaxHeaders {
+		errs = append(errs, fmt.Errorf("headers: %d headers; at most %d", len(s.Headers), MaxHeaders))
+	}
+	for name, sec := range s.Headers {
+		if len(sec.File) > MaxSecretRefBytes {
+			errs = append(errs, fmt.Errorf("headers.%s.file: longer than %d bytes", name, MaxSecretRefBytes))
+		}
+		if sec.File != "" && (!path.IsAbs(sec.File) || path.Clean(sec.File) != sec.File) {
+			errs = append(errs, fmt.Errorf("headers.%s.file: must be a clean absolute path", name))
+		}
+		if sec.Env != "" && !envNameRE.MatchString(sec.Env) {
+			errs = append(errs, fmt.Errorf("headers.%s.env: not a variable name", name))
+		}
+	}
+	if len(s.Allow) > MaxAllowGlobs {
+		errs = append(errs, fmt.Errorf("allow: %d globs; at most %d", len(s.Allow), MaxAllowGlobs))
+	}
+	for i, g := range s.Allow {
+		if len(g) > MaxGlobBytes || g == "" {
+			errs = append(errs, fmt.Errorf("allow[%d]: must be 1 to %d bytes", i, MaxGlobBytes))
+		}
+	}
+	if s.TimeoutMS > MaxTimeoutMS {
+		errs = append(errs, fmt.Errorf("timeout_ms: at most %d", MaxTimeoutMS))
+	}
+	if s.ToolsTTLMS > MaxToolsTTLMS {
+		errs = append(errs, fmt.Errorf("tools_ttl_ms: at most %d", MaxToolsTTLMS))
 	}
 	return errors.Join(errs...)
 }
