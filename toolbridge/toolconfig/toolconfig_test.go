@@ -40,3 +40,34 @@ func TestValidate(t *testing.T) {
 		t.Errorf("duplicate names: %v", err)
 	}
 }
+
+func TestValidateAPI(t *testing.T) {
+	ok := Server{Name: "crm", URL: "https://crm.example/mcp", Headers: map[string]Secret{"Authorization": {File: "/run/secrets/crm"}}}
+	if err := ok.ValidateAPI(); err != nil {
+		t.Fatalf("a good server: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Server)
+		want string // the message starts with the field
+	}{
+		{"a command", func(s *Server) { s.URL, s.Command = "", []string{"/bin/sh"} }, "command:"},
+		{"env", func(s *Server) { s.Env = map[string]Secret{"A": {Env: "B"}} }, "env:"},
+		{"no url", func(s *Server) { s.URL = "" }, "url:"},
+		{"a long url", func(s *Server) { s.URL = "https://x/" + strings.Repeat("a", MaxURLBytes) }, "url:"},
+		{"a relative secret file", func(s *Server) { s.Headers["Authorization"] = Secret{File: "secrets/../x"} }, "headers.Authorization.file:"},
+		{"both sources", func(s *Server) { s.Headers["Authorization"] = Secret{File: "/x", Env: "Y"} }, "headers.Authorization:"},
+		{"too many globs", func(s *Server) { s.Allow = make([]string, MaxAllowGlobs+1) }, "allow"},
+		{"a long timeout", func(s *Server) { s.TimeoutMS = MaxTimeoutMS + 1 }, "timeout_ms:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ok
+			s.Headers = map[string]Secret{"Authorization": ok.Headers["Authorization"]}
+			tc.mod(&s)
+			err := s.ValidateAPI()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("want an error starting %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
