@@ -487,6 +487,7 @@ func newToolHub(cfg *config.Config, eng *policy.Engine, store quota.ToolServerSt
 		Logger:         log,
 		TracerProvider: tp,
 		Servers:        store,
+		APIScope:       cfg.ToolsAPI,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tool servers: %w", err)

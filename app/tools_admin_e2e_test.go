@@ -48,6 +48,7 @@ func (ta *toolsAdmin) gateway(t *testing.T) *server {
 	return start(t, setup{realSandbox: true, mutate: func(c *config.Config) {
 		c.Quota.Backend = "redis"
 		c.Quota.RedisURL = ta.redis
+		c.ToolsAPI.SecretDirs = []string{filepath.Dir(ta.secret)}
 		for i := range c.Tenants {
 			if c.Tenants[i].ID != "acme" {
 				continue
@@ -140,7 +141,12 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 			{map[string]any{"command": []string{"/bin/sh", "-c", "id"}}, "command:"},
 			{map[string]any{"url": ta.mcp.URL, "env": map[string]any{"X": map[string]any{"env": "HOME"}}}, "env:"},
 			{map[string]any{"url": "file:///etc/passwd"}, "url:"},
-			{map[string]any{"url": ta.mcp.URL, "headers": map[string]any{"Authorization": map[string]any{"file": "/nonexistent/secret"}}}, "headers:"},
+			// Secret references only within tools_api's scope: not the
+			// gateway's other files or its own variables.
+			{map[string]any{"url": ta.mcp.URL, "headers": map[string]any{"Authorization": map[string]any{"file": "/etc/passwd"}}}, "headers.Authorization.file:"},
+			{map[string]any{"url": ta.mcp.URL, "headers": map[string]any{"Authorization": map[string]any{"file": filepath.Dir(ta.secret) + "/../crm-token"}}}, "headers.Authorization.file:"},
+			{map[string]any{"url": ta.mcp.URL, "headers": map[string]any{"Authorization": map[string]any{"env": "EXECGATE_QUOTA_REDIS_URL"}}}, "headers.Authorization.env:"},
+			{map[string]any{"url": ta.mcp.URL, "headers": map[string]any{"Authorization": map[string]any{"file": filepath.Dir(ta.secret) + "/missing"}}}, "headers.Authorization:"},
 			{map[string]any{"url": ta.mcp.URL, "allow": []string{"["}}, "allow:"},
 			{map[string]any{"url": ta.mcp.URL, "timeout_ms": 10_000_000}, "timeout_ms:"},
 		}

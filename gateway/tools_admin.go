@@ -59,7 +59,7 @@ func (s *Server) handlePutToolServer(c *gin.Context) {
 	// every run: refuse it now (the message names the header, never a
 	// value). Other replicas report such a server in GET .../tools.
 	if err := s.d.Tools.CheckServer(cfg); err != nil {
-		s.fail(c, badRequest("headers", "%v", err))
+		s.fail(c, fieldError(err))
 		return
 	}
 	doc, err := json.Marshal(cfg)
@@ -182,12 +182,17 @@ func decodeToolServer(name string, body []byte) (toolconfig.Server, error) {
 		return cfg, err
 	}
 	if err := cfg.ValidateAPI(); err != nil {
-		// The first problem, as "field: why".
-		msg := strings.SplitN(err.Error(), "\n", 2)[0]
-		field, why, _ := strings.Cut(msg, ": ")
-		return cfg, badRequest(field, "%s", why)
+		return cfg, fieldError(err)
 	}
 	return cfg, nil
+}
+
+// fieldError is a 400 of the first problem of err ("field: why", as
+// toolconfig and the Hub word them).
+func fieldError(err error) *apiError {
+	msg := strings.SplitN(err.Error(), "\n", 2)[0]
+	field, why, _ := strings.Cut(msg, ": ")
+	return badRequest(field, "%s", why)
 }
 
 // writeTenantTools answers with the tenant's effective servers.

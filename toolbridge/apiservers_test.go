@@ -72,7 +72,8 @@ func TestAPIServersApplyAfterTheTTLAndReplacedSessionsClose(t *testing.T) {
 	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {Servers: []toolconfig.Server{
 		{Name: "math", URL: srv.URL, Headers: hdr, Allow: []string{"add"}},
 	}}}, toolbridge.Options{Policy: newEngine(t), Now: clock, Servers: store, ServersTTL: time.Second,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		APIScope: toolconfig.APIScope{SecretDirs: []string{filepath.Dir(secret)}},
+		Logger:   slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,9 @@ type Options struct {
 	Now func() time.Time
 	// Servers holds the API-added servers; nil: config servers only.
 	Servers ServerStore
+	// APIScope bounds the secret references of API-added servers (zero:
+	// the defaults).
+	APIScope toolconfig.APIScope
 	// ServersTTL is how long a tenant's API servers are used before the
 	// store is asked again (on the next run, listing or status). Default
 	// DefaultServersTTL.
@@ -124,6 +127,7 @@ func NewHub(tenants map[string]toolconfig.Config, opts Options) (*Hub, error) {
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.opts.APIScope = h.opts.APIScope.WithDefaults()
 	if h.opts.ServersTTL <= 0 {
 		h.opts.ServersTTL = DefaultServersTTL
 	}
@@ -255,6 +259,9 @@ func (h *Hub) build(ts *tenantState, docs map[string][]byte, prev *tenantTools) 
 		if err == nil && cfg.Name != name {
 			err = fmt.Errorf("the stored server is named %q", cfg.Name)
 		}
+		if err == nil {
+			err = h.opts.APIScope.Check(cfg) // this replica's scope
+		}
 		var s *server
 		if err == nil {
 			s, err = newServer(cfg, h.getenv, log, h.now)
@@ -319,11 +326,19 @@ func (h *Hub) Refresh(ctx context.Context, tenant string) {
 	h.current(ctx, tenant, true)
 }
 
-// CheckServer resolves cfg's secrets on this gateway, as a run would:
-// an error names the header and why (never the value).
+// CheckServer checks an API server's secret references against the
+// gateway's APIScope and resolves them, as a run would: an error names the
+// field ("headers.<name>…") and why, never the value.
 func (h *Hub) CheckServer(cfg toolconfig.Server) error {
-	_, err := newServer(cfg, h.getenv, h.log, h.now)
-	return err
+	if err := h.opts.APIScope.Check(cfg); err != nil {
+		return err
+	}
+	for name, sec := range cfg.Headers {
+		if _, err := resolve(sec, h.getenv); err != nil {
+			return fmt.Errorf("headers.%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // HasTools reports whether tenant has tool servers configured.

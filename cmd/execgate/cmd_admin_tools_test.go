@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -24,8 +25,9 @@ func runAdminTools(t *testing.T, args ...string) (string, error) {
 }
 
 func TestAdminToolsAgainstTheGateway(t *testing.T) {
-	a, signer := startGateway(t, nil)
-	secret := filepath.Join(t.TempDir(), "crm-token")
+	dir := t.TempDir()
+	a, signer := startGateway(t, func(c *config.Config) { c.ToolsAPI.SecretDirs = []string{dir} })
+	secret := filepath.Join(dir, "crm-token")
 	const token = "cli-secret-value-0123456789"
 	if err := os.WriteFile(secret, []byte("Bearer "+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)

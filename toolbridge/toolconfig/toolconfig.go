@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strings"
 )
 
 // Config is one tenant's tools section (tenants[].tools).
@@ -282,6 +283,84 @@ func (s Server) ValidateAPI() error {
 	}
 	if s.ToolsTTLMS > MaxToolsTTLMS {
 		errs = append(errs, fmt.Errorf("tools_ttl_ms: at most %d", MaxToolsTTLMS))
+	}
+	return errors.Join(errs...)
+}
+
+// APIScope bounds where the header secrets of servers added over the admin
+// API may be read from (tools_api in the config file): without it a
+// platform admin could point a header at any file or variable the gateway
+// can read (its signing key, the Redis password) and a url of their
+// choosing. Config-file servers are not bound by it.
+type APIScope struct {
+	// SecretDirs: a header's file reference must lie below one of these
+	// directories. Default [/run/secrets].
+	SecretDirs []string `yaml:"secret_dirs" json:"secret_dirs"`
+	// EnvPrefixes: a header's env reference must start with one of these
+	// (and be longer). Default [TOOL_SECRET_].
+	EnvPrefixes []string `yaml:"env_prefixes" json:"env_prefixes"`
+}
+
+// Default API secret scope.
+var (
+	DefaultAPISecretDirs  = []string{"/run/secrets"}
+	DefaultAPIEnvPrefixes = []string{"TOOL_SECRET_"}
+)
+
+// WithDefaults fills empty lists with the defaults.
+func (sc APIScope) WithDefaults() APIScope {
+	if len(sc.SecretDirs) == 0 {
+		sc.SecretDirs = DefaultAPISecretDirs
+	}
+	if len(sc.EnvPrefixes) == 0 {
+		sc.EnvPrefixes = DefaultAPIEnvPrefixes
+	}
+	return sc
+}
+
+// Validate checks the scope (before WithDefaults); errors name the key.
+func (sc APIScope) Validate() error {
+	var errs []error
+	for i, d := range sc.SecretDirs {
+		if !path.IsAbs(d) || path.Clean(d) != d || d == "/" {
+			errs = append(errs, fmt.Errorf("tools_api.secret_dirs[%d]: %q must be a clean absolute directory other than /", i, d))
+		}
+	}
+	for i, p := range sc.EnvPrefixes {
+		if p == "" || !envNameRE.MatchString(p) {
+			errs = append(errs, fmt.Errorf("tools_api.env_prefixes[%d]: %q must be the start of a variable name", i, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check refuses header references of s outside the scope (after
+// WithDefaults); errors name the field of the request body.
+func (sc APIScope) Check(s Server) error {
+	var errs []error
+	for name, sec := range s.Headers {
+		switch {
+		case sec.File != "":
+			ok := false
+			for _, d := range sc.SecretDirs {
+				if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
+					ok = true
+				}
+			}
+			if !ok {
+				errs = append(errs, fmt.Errorf("headers.%s.file: must lie below one of tools_api.secret_dirs (%s)", name, strings.Join(sc.SecretDirs, ", ")))
+			}
+		case sec.Env != "":
+			ok := false
+			for _, p := range sc.EnvPrefixes {
+				if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
+					ok = true
+				}
+			}
+			if !ok {
+				errs = append(errs, fmt.Errorf("headers.%s.env: must start with one of tools_api.env_prefixes (%s)", name, strings.Join(sc.EnvPrefixes, ", ")))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

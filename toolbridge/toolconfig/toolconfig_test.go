@@ -71,3 +71,19 @@ func TestValidateAPI(t *testing.T) {
 		})
 	}
 }
+
+func TestAPIScope(t *testing.T) {
+	sc := APIScope{}.WithDefaults()
+	in := Server{Headers: map[string]Secret{"A": {File: "/run/secrets/crm"}, "B": {Env: "TOOL_SECRET_CRM"}}}
+	if err := sc.Check(in); err != nil {
+		t.Fatalf("inside the default scope: %v", err)
+	}
+	for _, sec := range []Secret{{File: "/run/secrets"}, {File: "/run/secretsx/a"}, {File: "/etc/execgate/key"}, {Env: "TOOL_SECRET_"}, {Env: "EXECGATE_QUOTA_REDIS_URL"}} {
+		if err := sc.Check(Server{Headers: map[string]Secret{"A": sec}}); err == nil || !strings.HasPrefix(err.Error(), "headers.A.") {
+			t.Errorf("%+v: %v", sec, err)
+		}
+	}
+	if err := (APIScope{SecretDirs: []string{"/"}, EnvPrefixes: []string{""}}).Validate(); err == nil || !strings.Contains(err.Error(), "secret_dirs[0]") || !strings.Contains(err.Error(), "env_prefixes[0]") {
+		t.Errorf("a bad scope: %v", err)
+	}
+}
