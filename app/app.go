@@ -235,7 +235,10 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 	}
 
-	tools, err := newToolHub(cfg, eng, reg, log, opts.TracerProvider)
+	// The quota backend also keeps the tool servers added over the admin
+	// API (both backends implement it), so every replica sees them.
+	toolStore, _ := a.limiter.(quota.ToolServerStore)
+	tools, err := newToolHub(cfg, eng, toolStore, reg, log, opts.TracerProvider)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +268,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Logger:         log,
 		TracerProvider: opts.TracerProvider,
 		Tools:          tools,
+		ToolServers:    toolStore,
 	})
 	if err != nil {
 		return nil, err
@@ -472,7 +476,7 @@ func (a *App) closeAll(ctx context.Context) error {
 
 // newToolHub builds the tenants' tool servers for code mode (no server is
 // contacted before a run or GET /v1/tools needs it).
-func newToolHub(cfg *config.Config, eng *policy.Engine, reg prometheus.Registerer, log *slog.Logger, tp trace.TracerProvider) (*toolbridge.Hub, error) {
+func newToolHub(cfg *config.Config, eng *policy.Engine, store quota.ToolServerStore, reg prometheus.Registerer, log *slog.Logger, tp trace.TracerProvider) (*toolbridge.Hub, error) {
 	byTenant := make(map[string]toolconfig.Config, len(cfg.Tenants))
 	for _, t := range cfg.Tenants {
 		byTenant[t.ID] = t.Tools
@@ -482,6 +486,8 @@ func newToolHub(cfg *config.Config, eng *policy.Engine, reg prometheus.Registere
 		Metrics:        toolbridge.NewMetrics(reg),
 		Logger:         log,
 		TracerProvider: tp,
+		Servers:        store,
+		APIScope:       cfg.ToolsAPI,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tool servers: %w", err)

@@ -66,6 +66,13 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
 		{"GET", "/v1/admin/tenants/{t}/tools", "",
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
+		// Admin only: a tenant-admin adding servers would make the gateway
+		// connect, with its secrets, wherever the tenant says. (The admin's
+		// DELETE finds the server its PUT above added.)
+		{"PUT", "/v1/admin/tenants/{t}/tools/servers/crm", `{"url":"http://127.0.0.1:9/mcp"}`,
+			map[string]want{tenancy.RoleAdmin: {ok, ok}}},
+		{"DELETE", "/v1/admin/tenants/{t}/tools/servers/crm", "",
+			map[string]want{tenancy.RoleAdmin: {ok, ok}}},
 		{"POST", "/v1/admin/policy/evaluate", `{"tenant_id":"{t}","request":{"source":"x"}}`,
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RolePolicyAuthor: {ok, no}}},
 		{"GET", "/v1/admin/audit?tenant={t}", "",
@@ -135,7 +142,7 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		}
 	}
 	for _, rt := range s.app.Server().Routes() {
-		p := strings.ReplaceAll(rt.Path, ":id", "{t}")
+		p := strings.ReplaceAll(strings.ReplaceAll(rt.Path, ":id", "{t}"), ":name", "crm")
 		if strings.HasPrefix(p, "/v1/") && !covered[rt.Method+" "+p] {
 			t.Errorf("route %s %s is not in the role matrix", rt.Method, rt.Path)
 		}

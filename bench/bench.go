@@ -18,6 +18,7 @@ import (
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/toolbridge/bridgebench"
 )
 
 // ProbeSource is the DESIGN §4 probe tool every measurement runs.
@@ -30,10 +31,11 @@ const (
 	SectionOverhead = "overhead" // gateway with a no-op executor
 	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
 	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods
+	SectionBridge   = "bridge"   // one code-mode tool call: direct, governed, from a jail
 )
 
 // AllSections in report order.
-var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput}
+var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput, SectionBridge}
 
 // Options configure Run. Config is required.
 type Options struct {
@@ -44,6 +46,7 @@ type Options struct {
 	Requests    int            // measured requests per gateway row, default 200
 	Concurrency []int          // default 1, 2, 8, 32
 	WarmPool    int            // warm jails per profile for the warm rows, default 4
+	BridgeCalls int            // measured tool calls per bridge row, default 500
 	Sections    []string       // default AllSections
 	Progress    io.Writer      // progress lines; nil: discarded
 }
@@ -58,6 +61,7 @@ type Report struct {
 	Overhead []*LoadResult
 	Memory   *MemoryReport
 	Output   *OutputReport
+	Bridge   *bridgebench.Result
 	Notes    []string
 }
 
@@ -91,6 +95,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if opts.WarmPool <= 0 {
 		opts.WarmPool = 4
+	}
+	if opts.BridgeCalls <= 0 {
+		opts.BridgeCalls = 500
 	}
 	if len(opts.Sections) == 0 {
 		opts.Sections = AllSections
@@ -132,6 +139,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(SectionOutput) {
 		if err := rep.outputFlood(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionBridge) {
+		if err := rep.bridge(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -76,6 +76,11 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
 		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d.\n\n", o.BudgetMB)
 	}
+	if b := r.Bridge; b != nil {
+		fmt.Fprintf(w, "### Tool bridge call round trip (code mode, %d calls per row after one warm-up, MCP server on loopback in-process)\n\n", r.Options.BridgeCalls)
+		b.Markdown(w)
+		fmt.Fprintln(w)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
@@ -95,6 +100,9 @@ func (o Options) Command() string {
 			b.WriteByte(',')
 		}
 		fmt.Fprint(&b, c)
+	}
+	if o.BridgeCalls > 0 && o.BridgeCalls != 500 {
+		fmt.Fprintf(&b, " --bridge-calls %d", o.BridgeCalls)
 	}
 	if len(o.Sections) > 0 && len(o.Sections) < len(AllSections) {
 		b.WriteString(" --sections " + strings.Join(o.Sections, ","))

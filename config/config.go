@@ -31,6 +31,7 @@ import (
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
+	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // Config is the whole execgate configuration.
@@ -57,6 +58,9 @@ type Config struct {
 	Audit     audit.Config     `yaml:"audit" json:"audit"`
 	Telemetry telemetry.Config `yaml:"telemetry" json:"telemetry"`
 	Tenants   []tenancy.Tenant `yaml:"tenants" json:"tenants"`
+	// ToolsAPI bounds the secret references of tool servers added over
+	// the admin API (toolconfig.APIScope).
+	ToolsAPI toolconfig.APIScope `yaml:"tools_api" json:"tools_api"`
 
 	// Embedded is true when no config file was given (DESIGN §9).
 	Embedded bool `yaml:"-" json:"-"`
@@ -195,6 +199,7 @@ func (c *Config) Validate() error {
 		c.Policy.Validate(),
 		c.Audit.Validate(),
 		c.Telemetry.Validate(),
+		c.ToolsAPI.Validate(),
 	)
 	seen := map[string]bool{}
 	for i, t := range c.Tenants {

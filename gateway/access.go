@@ -61,7 +61,8 @@ var (
 
 // accessTable is every authenticated route. Only admin reaches other
 // tenants; only admin changes quotas (a tenant raising its own limits
-// would defeat them) or lists every tenant.
+// would defeat them) or tool servers (they make the gateway connect to a
+// URL with secrets it holds) or lists every tenant.
 var accessTable = []Access{
 	{http.MethodPost, "/v1/execute", TenantFromToken, []tenancy.Grant{executor}, "run a tool"},
 	{http.MethodPost, "/v1/validate", TenantFromToken, []tenancy.Grant{executor}, "check a tool's source"},
@@ -73,6 +74,8 @@ var accessTable = []Access{
 	{http.MethodDelete, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "clear a quota override"},
 	{http.MethodGet, "/v1/admin/tenants/:id/usage", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's usage"},
 	{http.MethodGet, "/v1/admin/tenants/:id/tools", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's tool servers"},
+	{http.MethodPut, "/v1/admin/tenants/:id/tools/servers/:name", TenantFromPath, []tenancy.Grant{adminAny}, "add or replace a tool server"},
+	{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name", TenantFromPath, []tenancy.Grant{adminAny}, "remove a tool server added over the API"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
 	{http.MethodGet, "/v1/admin/audit", TenantFromQuery, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "search recent audit records"},
 	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, validate"},
@@ -141,10 +144,13 @@ func RoleTable() string {
 	}
 	b.WriteString("\n")
 	for _, a := range accessTable {
-		path := a.Path
-		if i := strings.Index(path, "/:id"); i >= 0 {
-			path = path[:i] + "/{id}" + path[i+4:]
+		segs := strings.Split(a.Path, "/")
+		for i, seg := range segs {
+			if strings.HasPrefix(seg, ":") {
+				segs[i] = "{" + seg[1:] + "}"
+			}
 		}
+		path := strings.Join(segs, "/")
 		b.WriteString("| `" + a.Method + " " + path + "` | " + a.Does + " |")
 		for _, r := range roles {
 			cell := "—"

@@ -122,6 +122,9 @@ type Deps struct {
 	// Tools serves code mode (tool servers, the governed bridge, GET
 	// /v1/tools). Nil: runs get no host tools.
 	Tools ToolHub
+	// ToolServers stores the tool servers added over the admin API (the
+	// quota backend). Nil: PUT/DELETE .../tools/servers/{name} answer 404.
+	ToolServers ToolServerStore
 }
 
 // Server is the HTTP API. Create it with New; Handler serves it. It is safe
@@ -284,19 +287,21 @@ func (s *Server) routes() *gin.Engine {
 	// The authenticated routes are exactly the access table's (access.go),
 	// each behind its check.
 	handlers := map[Route]gin.HandlerFunc{
-		{http.MethodPost, "/v1/execute"}:                   s.handleExecute,
-		{http.MethodPost, "/v1/validate"}:                  s.handleValidate,
-		{http.MethodPost, "/v1/prepare"}:                   s.handlePrepare,
-		{http.MethodGet, "/v1/admin/tenants"}:              s.handleListTenants,
-		{http.MethodGet, "/v1/admin/tenants/:id/quota"}:    s.handleGetQuota,
-		{http.MethodPut, "/v1/admin/tenants/:id/quota"}:    s.handlePutQuota,
-		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}: s.handleDeleteQuota,
-		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:    s.handleUsage,
-		{http.MethodPost, "/v1/admin/policy/evaluate"}:     s.handleEvaluate,
-		{http.MethodGet, "/v1/tools"}:                      s.handleTools,
-		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:    s.handleTenantTools,
-		{http.MethodGet, "/v1/admin/audit"}:                s.handleAudit,
-		{http.MethodPost, "/mcp"}:                          s.mcpRoute(),
+		{http.MethodPost, "/v1/execute"}:                                 s.handleExecute,
+		{http.MethodPost, "/v1/validate"}:                                s.handleValidate,
+		{http.MethodPost, "/v1/prepare"}:                                 s.handlePrepare,
+		{http.MethodGet, "/v1/admin/tenants"}:                            s.handleListTenants,
+		{http.MethodGet, "/v1/admin/tenants/:id/quota"}:                  s.handleGetQuota,
+		{http.MethodPut, "/v1/admin/tenants/:id/quota"}:                  s.handlePutQuota,
+		{http.MethodDelete, "/v1/admin/tenants/:id/quota"}:               s.handleDeleteQuota,
+		{http.MethodGet, "/v1/admin/tenants/:id/usage"}:                  s.handleUsage,
+		{http.MethodPost, "/v1/admin/policy/evaluate"}:                   s.handleEvaluate,
+		{http.MethodGet, "/v1/tools"}:                                    s.handleTools,
+		{http.MethodGet, "/v1/admin/tenants/:id/tools"}:                  s.handleTenantTools,
+		{http.MethodPut, "/v1/admin/tenants/:id/tools/servers/:name"}:    s.handlePutToolServer,
+		{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name"}: s.handleDeleteToolServer,
+		{http.MethodGet, "/v1/admin/audit"}:                              s.handleAudit,
+		{http.MethodPost, "/mcp"}:                                        s.mcpRoute(),
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

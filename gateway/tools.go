@@ -24,7 +24,11 @@ import (
 type ToolHub interface {
 	NewRun(info toolbridge.RunInfo) *toolbridge.Run
 	Granted(ctx context.Context, tenant string, granted []string) ([]toolbridge.Tool, []toolbridge.ServerProblem)
-	Status(tenant string) ([]toolbridge.ServerStatus, toolconfig.Limits, bool)
+	Status(ctx context.Context, tenant string) ([]toolbridge.ServerStatus, toolconfig.Limits, bool)
+	// Refresh applies the API servers of tenant now (after a change).
+	Refresh(ctx context.Context, tenant string)
+	// CheckServer resolves a server's secret references on this gateway.
+	CheckServer(cfg toolconfig.Server) error
 }
 
 var _ ToolHub = (*toolbridge.Hub)(nil)
@@ -448,8 +452,9 @@ type TenantToolsResponse struct {
 	RecordArgs bool                      `json:"record_args"`
 }
 
-// handleTenantTools is GET /v1/admin/tenants/{id}/tools: the tenant's tool
-// servers as configured (header names, never values) and their live state.
+// handleTenantTools is GET /v1/admin/tenants/{id}/tools: the tenant's
+// effective tool servers (config file and API, each with its source; header
+// names, never values or where they come from) and their live state.
 func (s *Server) handleTenantTools(c *gin.Context) {
 	t, ok := s.tenantParam(c)
 	if !ok {
@@ -457,7 +462,7 @@ func (s *Server) handleTenantTools(c *gin.Context) {
 	}
 	resp := TenantToolsResponse{TenantID: t.ID, Servers: []toolbridge.ServerStatus{}, Limits: toolconfig.DefaultLimits}
 	if s.d.Tools != nil {
-		resp.Servers, resp.Limits, resp.RecordArgs = s.d.Tools.Status(t.ID)
+		resp.Servers, resp.Limits, resp.RecordArgs = s.d.Tools.Status(c.Request.Context(), t.ID)
 	}
 	writeJSON(c, http.StatusOK, resp)
 }

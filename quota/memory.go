@@ -15,9 +15,10 @@ type MemoryLimiter struct {
 	now    func() time.Time
 	events events
 
-	mu        sync.Mutex // guards tenants and overrides
+	mu        sync.Mutex // guards tenants, overrides and tools
 	tenants   map[string]*memTenant
 	overrides map[string]Limits
+	tools     map[string]map[string][]byte // tenant → API tool server name → JSON
 }
 
 // memTenant is one tenant's state (guarded by MemoryLimiter.mu).

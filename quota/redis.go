@@ -37,6 +37,9 @@ import (
 //	                         so a retried Settle never charges twice
 //	<p>:{t:<id>}:override    HASH   admin override: rate_per_minute, burst,
 //	                         concurrency, daily_cpu_seconds; no expiry
+//	<p>:{t:<id>}:tools       HASH   tool servers added over the admin API: server
+//	                         name → its JSON (ToolServerStore); at most
+//	                         MaxToolServers fields; no expiry
 //
 // Leases and reservations keys expire 2×LeaseTTL after their last write, so
 // a tenant that stops sending leaves nothing behind but its override.
@@ -130,6 +133,7 @@ type tenantKeys struct {
 	budget   string
 	settled  string
 	override string
+	tools    string
 }
 
 func (r *RedisLimiter) keys(tenant string) tenantKeys {
@@ -142,6 +146,7 @@ func (r *RedisLimiter) keys(tenant string) tenantKeys {
 		budget:   base + "budget",
 		settled:  base + "settled",
 		override: base + "override",
+		tools:    base + "tools",
 	}
 }
 

@@ -130,7 +130,7 @@ func TestRedisClusterSafety(t *testing.T) {
 		r := NewRedis(raw, Config{})
 		for _, tenant := range []string{"acme", "a:b", "with space", "ünïcödé", "x]y"} {
 			k := r.keys(tenant)
-			all := []string{k.rate, k.leases, k.resv, k.budget, k.settled, k.override}
+			all := []string{k.rate, k.leases, k.resv, k.budget, k.settled, k.override, k.tools}
 			slots := map[int64][]string{}
 			for _, key := range all {
 				slot, err := raw.ClusterKeySlot(ctx, key).Result()

@@ -55,7 +55,7 @@ type Run struct {
 
 // NewRun returns the bridge of one run of info.TenantID.
 func (h *Hub) NewRun(info RunInfo) *Run {
-	r := &Run{h: h, tt: h.tenants[info.TenantID], info: info, started: h.now(), counts: map[string]int{}}
+	r := &Run{h: h, tt: h.current(context.Background(), info.TenantID, false), info: info, started: h.now(), counts: map[string]int{}}
 	l := toolconfig.DefaultLimits
 	if r.tt != nil {
 		l = r.tt.limits

@@ -41,6 +41,9 @@ const connectBackoff = 500 * time.Millisecond
 
 var errBackoff = errors.New("tool server recently unreachable")
 
+// errServerGone: the server was removed or changed while a run held it.
+var errServerGone = errors.New("tool server removed or changed")
+
 // tool is one tool of a server, as cached.
 type tool struct {
 	Name        string
@@ -64,6 +67,8 @@ type toolList struct {
 // reconnected on demand, and its cached tool list.
 type server struct {
 	cfg     toolconfig.Server
+	source  string      // SourceConfig or SourceAPI
+	doc     string      // an API server's stored document
 	headers http.Header // resolved secrets; never logged
 	env     []string    // a command server's resolved environment; never logged
 	log     *slog.Logger
@@ -71,12 +76,13 @@ type server struct {
 	client  *mcp.Client
 	http    *http.Client
 
-	mu      sync.Mutex         // guards sess, stop, list, connErr, retryAt
+	mu      sync.Mutex         // guards sess, stop, list, connErr, retryAt, closed
 	sess    *mcp.ClientSession // nil until connected, or after a failure
 	stop    func()             // stops a command server's process (nil for HTTP)
 	list    *toolList          // nil until fetched, or after list_changed
 	connErr error              // the last connection failure (for the log)
 	retryAt time.Time          // no new connection attempt before (after a failure)
+	closed  bool               // removed or replaced (or the Hub closed): no new session
 
 	// tooLarge is set when a command server's message went over the cap.
 	tooLarge atomic.Bool
@@ -150,6 +156,9 @@ func (s *server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if s.sess != nil {
 		return s.sess, nil
 	}
+	if s.closed {
+		return nil, errServerGone
+	}
 	if now := s.now(); now.Before(s.retryAt) {
 		return nil, fmt.Errorf("%w (last: %v)", errBackoff, s.connErr)
 	}
@@ -210,6 +219,7 @@ func (s *server) drop(sess *mcp.ClientSession) {
 // close ends the pooled session.
 func (s *server) close() {
 	s.mu.Lock()
+	s.closed = true
 	sess, stop := s.sess, s.stop
 	s.sess, s.stop = nil, nil
 	s.mu.Unlock()

@@ -158,7 +158,7 @@ given keep the tenant's current effective value; 0 means unlimited.`,
 	}
 
 	q.AddCommand(get, set, clearCmd, usage)
-	admin.AddCommand(q)
+	admin.AddCommand(q, newAdminToolsCmd())
 	return admin
 }
 

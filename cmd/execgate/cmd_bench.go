@@ -18,7 +18,10 @@ func newBenchCmd() *cobra.Command {
 running the same trivial Python and the harness in the same rootfs, the runner
 in-process, ` + "`execgate run`" + ` cold, the gateway over HTTP end to end cold and
 with a warm pool at each concurrency, the gateway's overhead with a no-op
-executor, memory, and the gateway's memory around concurrent output floods. Prints Markdown tables for BENCHMARKS.md. Needs root.`,
+executor, memory, the gateway's memory around concurrent output floods, and one
+code-mode tool call (a direct MCP SDK call vs the governed bridge vs
+context.tools.run from a jail, against an MCP server on loopback in-process).
+Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
@@ -42,6 +45,7 @@ executor, memory, and the gateway's memory around concurrent output floods. Prin
 	f.IntVar(&o.Requests, "requests", 200, "measured requests per gateway row")
 	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 2, 8, 32}, "gateway concurrency levels")
 	f.IntVar(&o.WarmPool, "warm-pool", 4, "warm jails per profile for the warm rows")
-	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output (default all)")
+	f.IntVar(&o.BridgeCalls, "bridge-calls", 500, "measured tool calls per bridge row")
+	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge (default all)")
 	return cmd
 }

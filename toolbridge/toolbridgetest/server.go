@@ -86,6 +86,17 @@ type (
 // It stops at the end of the test.
 func Start(t testing.TB, token string, addr ...string) *Server {
 	t.Helper()
+	s, err := Listen(token, addr...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Listen is Start outside a test (execgate bench): the caller closes the
+// server.
+func Listen(token string, addr ...string) (*Server, error) {
 	s := &Server{token: token, calls: map[string]int{}}
 	s.MCP = s.newMCP()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP }, nil)
@@ -102,7 +113,7 @@ func Start(t testing.TB, token string, addr ...string) *Server {
 		time.Sleep(20 * time.Millisecond) // a port just released by a previous server
 	}
 	if err != nil {
-		t.Fatalf("listening for the MCP test server: %v", err)
+		return nil, fmt.Errorf("listening for the MCP test server: %w", err)
 	}
 	s.ln = ln
 	s.URL = "http://" + ln.Addr().String() + "/mcp"
@@ -118,8 +129,7 @@ func Start(t testing.TB, token string, addr ...string) *Server {
 		h.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
-	t.Cleanup(s.Close)
-	return s
+	return s, nil
 }
 
 // newMCP builds the MCP server with the tools listed on Server.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strings"
 )
 
 // Config is one tenant's tools section (tenants[].tools).
@@ -143,64 +144,223 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for i, s := range c.Servers {
 		at := fmt.Sprintf("servers[%d]", i)
-		if !serverNameRE.MatchString(s.Name) {
-			errs = append(errs, fmt.Errorf("%s.name: %q must be lower-case letters, digits, '_' or '-' (no dots)", at, s.Name))
-		}
 		if seen[s.Name] {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate server %q", at, s.Name))
 		}
 		seen[s.Name] = true
-		switch {
-		case (s.URL == "") == (len(s.Command) == 0):
-			errs = append(errs, fmt.Errorf("%s: set exactly one of url (streamable HTTP) and command (stdio)", at))
-		case len(s.Command) > 0:
-			if !path.IsAbs(s.Command[0]) {
-				errs = append(errs, fmt.Errorf("%s.command: the program must be an absolute path", at))
-			}
-			if len(s.Headers) > 0 {
-				errs = append(errs, fmt.Errorf("%s.headers: a command server takes env, not headers", at))
-			}
-		default:
-			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				errs = append(errs, fmt.Errorf("%s.url: must be an http(s) URL", at))
-			} else if u.User != nil {
-				errs = append(errs, fmt.Errorf("%s.url: must not carry credentials; use headers with a secret file or env", at))
-			}
-			if len(s.Env) > 0 {
-				errs = append(errs, fmt.Errorf("%s.env: only a command server takes env", at))
-			}
-		}
-		for name, sec := range s.Env {
-			if !envNameRE.MatchString(name) {
-				errs = append(errs, fmt.Errorf("%s.env: %q is not a variable name", at, name))
-			}
-			if (sec.File == "") == (sec.Env == "") {
-				errs = append(errs, fmt.Errorf("%s.env.%s: set exactly one of file or env", at, name))
-			}
-		}
-		for name, sec := range s.Headers {
-			if !headerNameRE.MatchString(name) {
-				errs = append(errs, fmt.Errorf("%s.headers: %q is not a header name", at, name))
-			}
-			if (sec.File == "") == (sec.Env == "") {
-				errs = append(errs, fmt.Errorf("%s.headers.%s: set exactly one of file or env", at, name))
-			}
-		}
-		for _, g := range s.Allow {
-			if _, err := path.Match(g, ""); err != nil {
-				errs = append(errs, fmt.Errorf("%s.allow: bad glob %q", at, g))
-			}
-		}
-		if s.TimeoutMS < 0 || s.MaxResultBytes < 0 || s.ToolsTTLMS < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative timeout_ms, max_result_bytes or tools_ttl_ms", at))
-		}
-		if s.MaxResultBytes > MaxResultBytesCap {
-			errs = append(errs, fmt.Errorf("%s.max_result_bytes: at most %d", at, MaxResultBytesCap))
-		}
+		errs = append(errs, s.validate(at+".")...)
 	}
 	l := c.Limits
 	if l.MaxCalls < 0 || l.MaxConcurrent < 0 || l.MaxArgsBytes < 0 || l.MaxBytesIn < 0 || l.MaxBytesOut < 0 {
 		errs = append(errs, errors.New("limits: negative value"))
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks one server; at prefixes the field names ("servers[0]."
+// in a config, "" over the API).
+func (s Server) validate(at string) []error {
+	var errs []error
+	if !serverNameRE.MatchString(s.Name) {
+		errs = append(errs, fmt.Errorf("%sname: %q must be lower-case letters, digits, '_' or '-' (no dots)", at, s.Name))
+	}
+	switch {
+	case (s.URL == "") == (len(s.Command) == 0):
+		errs = append(errs, fmt.Errorf("%surl: set exactly one of url (streamable HTTP) and command (stdio)", at))
+	case len(s.Command) > 0:
+		if !path.IsAbs(s.Command[0]) {
+			errs = append(errs, fmt.Errorf("%scommand: the program must be an absolute path", at))
+		}
+		if len(s.Headers) > 0 {
+			errs = append(errs, fmt.Errorf("%sheaders: a command server takes env, not headers", at))
+		}
+	default:
+		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%surl: must be an http(s) URL", at))
+		} else if u.User != nil {
+			errs = append(errs, fmt.Errorf("%surl: must not carry credentials; use headers with a secret file or env", at))
+		}
+		if len(s.Env) > 0 {
+			errs = append(errs, fmt.Errorf("%senv: only a command server takes env", at))
+		}
+	}
+	for name, sec := range s.Env {
+		if !envNameRE.MatchString(name) {
+			errs = append(errs, fmt.Errorf("%senv: %q is not a variable name", at, name))
+		}
+		if (sec.File == "") == (sec.Env == "") {
+			errs = append(errs, fmt.Errorf("%senv.%s: set exactly one of file or env", at, name))
+		}
+	}
+	for name, sec := range s.Headers {
+		if !headerNameRE.MatchString(name) {
+			errs = append(errs, fmt.Errorf("%sheaders: %q is not a header name", at, name))
+		}
+		if (sec.File == "") == (sec.Env == "") {
+			errs = append(errs, fmt.Errorf("%sheaders.%s: set exactly one of file or env", at, name))
+		}
+	}
+	for _, g := range s.Allow {
+		if _, err := path.Match(g, ""); err != nil {
+			errs = append(errs, fmt.Errorf("%sallow: bad glob %q", at, g))
+		}
+	}
+	if s.TimeoutMS < 0 || s.MaxResultBytes < 0 || s.ToolsTTLMS < 0 {
+		errs = append(errs, fmt.Errorf("%stimeout_ms: negative timeout_ms, max_result_bytes or tools_ttl_ms", at))
+	}
+	if s.MaxResultBytes > MaxResultBytesCap {
+		errs = append(errs, fmt.Errorf("%smax_result_bytes: at most %d", at, MaxResultBytesCap))
+	}
+	return errs
+}
+
+// Bounds of a server added over the admin API (PUT
+// /v1/admin/tenants/{id}/tools/servers/{name}): they keep what every
+// replica stores and holds per tenant small.
+const (
+	MaxAPIServers     = 32        // API servers per tenant
+	MaxURLBytes       = 2048      // url
+	MaxHeaders        = 16        // headers per server
+	MaxSecretRefBytes = 1024      // a header's file path
+	MaxAllowGlobs     = 64        // allow entries
+	MaxGlobBytes      = 256       // one allow entry
+	MaxTimeoutMS      = 300_000   // timeout_ms
+	MaxToolsTTLMS     = 86400_000 // tools_ttl_ms
+)
+
+// ValidateAPIName checks a server name given in an API path.
+func ValidateAPIName(name string) error {
+	if !serverNameRE.MatchString(name) {
+		return errors.New("must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateAPI checks a server given over the admin API: the config's rules,
+// and stricter ones. Only streamable HTTP servers (an API caller must never
+// make the gateway launch a program) whose header values are secret
+// references (file or env of the gateway, never a literal), within the
+// size bounds above. Errors name the field of the request body.
+func (s Server) ValidateAPI() error {
+	var errs []error
+	if len(s.Command) > 0 {
+		errs = append(errs, errors.New("command: stdio servers are config-only; the API takes a url"))
+	}
+	if len(s.Env) > 0 {
+		errs = append(errs, errors.New("env: stdio servers are config-only; the API takes a url"))
+	}
+	if errs != nil {
+		return errors.Join(errs...)
+	}
+	errs = s.validate("")
+	if len(s.URL) > MaxURLBytes {
+		errs = append(errs, fmt.Errorf("url: longer than %d bytes", MaxURLBytes))
+	}
+	if len(s.Headers) > MaxHeaders {
+		errs = append(errs, fmt.Errorf("headers: %d headers; at most %d", len(s.Headers), MaxHeaders))
+	}
+	for name, sec := range s.Headers {
+		if len(sec.File) > MaxSecretRefBytes {
+			errs = append(errs, fmt.Errorf("headers.%s.file: longer than %d bytes", name, MaxSecretRefBytes))
+		}
+		if sec.File != "" && (!path.IsAbs(sec.File) || path.Clean(sec.File) != sec.File) {
+			errs = append(errs, fmt.Errorf("headers.%s.file: must be a clean absolute path", name))
+		}
+		if sec.Env != "" && !envNameRE.MatchString(sec.Env) {
+			errs = append(errs, fmt.Errorf("headers.%s.env: not a variable name", name))
+		}
+	}
+	if len(s.Allow) > MaxAllowGlobs {
+		errs = append(errs, fmt.Errorf("allow: %d globs; at most %d", len(s.Allow), MaxAllowGlobs))
+	}
+	for i, g := range s.Allow {
+		if len(g) > MaxGlobBytes || g == "" {
+			errs = append(errs, fmt.Errorf("allow[%d]: must be 1 to %d bytes", i, MaxGlobBytes))
+		}
+	}
+	if s.TimeoutMS > MaxTimeoutMS {
+		errs = append(errs, fmt.Errorf("timeout_ms: at most %d", MaxTimeoutMS))
+	}
+	if s.ToolsTTLMS > MaxToolsTTLMS {
+		errs = append(errs, fmt.Errorf("tools_ttl_ms: at most %d", MaxToolsTTLMS))
+	}
+	return errors.Join(errs...)
+}
+
+// APIScope bounds where the header secrets of servers added over the admin
+// API may be read from (tools_api in the config file): without it a
+// platform admin could point a header at any file or variable the gateway
+// can read (its signing key, the Redis password) and a url of their
+// choosing. Config-file servers are not bound by it.
+type APIScope struct {
+	// SecretDirs: a header's file reference must lie below one of these
+	// directories. Default [/run/secrets].
+	SecretDirs []string `yaml:"secret_dirs" json:"secret_dirs"`
+	// EnvPrefixes: a header's env reference must start with one of these
+	// (and be longer). Default [TOOL_SECRET_].
+	EnvPrefixes []string `yaml:"env_prefixes" json:"env_prefixes"`
+}
+
+// Default API secret scope.
+var (
+	DefaultAPISecretDirs  = []string{"/run/secrets"}
+	DefaultAPIEnvPrefixes = []string{"TOOL_SECRET_"}
+)
+
+// WithDefaults fills empty lists with the defaults.
+func (sc APIScope) WithDefaults() APIScope {
+	if len(sc.SecretDirs) == 0 {
+		sc.SecretDirs = DefaultAPISecretDirs
+	}
+	if len(sc.EnvPrefixes) == 0 {
+		sc.EnvPrefixes = DefaultAPIEnvPrefixes
+	}
+	return sc
+}
+
+// Validate checks the scope (before WithDefaults); errors name the key.
+func (sc APIScope) Validate() error {
+	var errs []error
+	for i, d := range sc.SecretDirs {
+		if !path.IsAbs(d) || path.Clean(d) != d || d == "/" {
+			errs = append(errs, fmt.Errorf("tools_api.secret_dirs[%d]: %q must be a clean absolute directory other than /", i, d))
+		}
+	}
+	for i, p := range sc.EnvPrefixes {
+		if p == "" || !envNameRE.MatchString(p) {
+			errs = append(errs, fmt.Errorf("tools_api.env_prefixes[%d]: %q must be the start of a variable name", i, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check refuses header references of s outside the scope (after
+// WithDefaults); errors name the field of the request body.
+func (sc APIScope) Check(s Server) error {
+	var errs []error
+	for name, sec := range s.Headers {
+		switch {
+		case sec.File != "":
+			ok := false
+			for _, d := range sc.SecretDirs {
+				if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
+					ok = true
+				}
+			}
+			if !ok {
+				errs = append(errs, fmt.Errorf("headers.%s.file: must lie below one of tools_api.secret_dirs (%s)", name, strings.Join(sc.SecretDirs, ", ")))
+			}
+		case sec.Env != "":
+			ok := false
+			for _, p := range sc.EnvPrefixes {
+				if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
+					ok = true
+				}
+			}
+			if !ok {
+				errs = append(errs, fmt.Errorf("headers.%s.env: must start with one of tools_api.env_prefixes (%s)", name, strings.Join(sc.EnvPrefixes, ", ")))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -40,3 +40,50 @@ func TestValidate(t *testing.T) {
 		t.Errorf("duplicate names: %v", err)
 	}
 }
+
+func TestValidateAPI(t *testing.T) {
+	ok := Server{Name: "crm", URL: "https://crm.example/mcp", Headers: map[string]Secret{"Authorization": {File: "/run/secrets/crm"}}}
+	if err := ok.ValidateAPI(); err != nil {
+		t.Fatalf("a good server: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Server)
+		want string // the message starts with the field
+	}{
+		{"a command", func(s *Server) { s.URL, s.Command = "", []string{"/bin/sh"} }, "command:"},
+		{"env", func(s *Server) { s.Env = map[string]Secret{"A": {Env: "B"}} }, "env:"},
+		{"no url", func(s *Server) { s.URL = "" }, "url:"},
+		{"a long url", func(s *Server) { s.URL = "https://x/" + strings.Repeat("a", MaxURLBytes) }, "url:"},
+		{"a relative secret file", func(s *Server) { s.Headers["Authorization"] = Secret{File: "secrets/../x"} }, "headers.Authorization.file:"},
+		{"both sources", func(s *Server) { s.Headers["Authorization"] = Secret{File: "/x", Env: "Y"} }, "headers.Authorization:"},
+		{"too many globs", func(s *Server) { s.Allow = make([]string, MaxAllowGlobs+1) }, "allow"},
+		{"a long timeout", func(s *Server) { s.TimeoutMS = MaxTimeoutMS + 1 }, "timeout_ms:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ok
+			s.Headers = map[string]Secret{"Authorization": ok.Headers["Authorization"]}
+			tc.mod(&s)
+			err := s.ValidateAPI()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("want an error starting %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestAPIScope(t *testing.T) {
+	sc := APIScope{}.WithDefaults()
+	in := Server{Headers: map[string]Secret{"A": {File: "/run/secrets/crm"}, "B": {Env: "TOOL_SECRET_CRM"}}}
+	if err := sc.Check(in); err != nil {
+		t.Fatalf("inside the default scope: %v", err)
+	}
+	for _, sec := range []Secret{{File: "/run/secrets"}, {File: "/run/secretsx/a"}, {File: "/etc/execgate/key"}, {Env: "TOOL_SECRET_"}, {Env: "EXECGATE_QUOTA_REDIS_URL"}} {
+		if err := sc.Check(Server{Headers: map[string]Secret{"A": sec}}); err == nil || !strings.HasPrefix(err.Error(), "headers.A.") {
+			t.Errorf("%+v: %v", sec, err)
+		}
+	}
+	if err := (APIScope{SecretDirs: []string{"/"}, EnvPrefixes: []string{""}}).Validate(); err == nil || !strings.Contains(err.Error(), "secret_dirs[0]") || !strings.Contains(err.Error(), "env_prefixes[0]") {
+		t.Errorf("a bad scope: %v", err)
+	}
+}
