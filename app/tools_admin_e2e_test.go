@@ -63,9 +63,9 @@ func (ta *toolsAdmin) gateway(t *testing.T) *server {
 
 var pollSeq atomic.Int64
 
-// callTool runs a program of acme calling tool with args on s and returns
+// runAcmeTool runs a program of acme calling tool with args on s and returns
 // ["ok", result] or [outcome, message].
-func callTool(t *testing.T, s *server, id, tool string, args map[string]any) string {
+func runAcmeTool(t *testing.T, s *server, id, tool string, args map[string]any) string {
 	t.Helper()
 	src := `
 from execgate_runtime import ToolFailure
@@ -125,7 +125,7 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 				t.Errorf("%v DELETE: %d %s", roles, r.status, r.body)
 			}
 		}
-		if got := callTool(t, g1, "ta-before", "crm.add", map[string]any{"a": 1, "b": 2}); !strings.HasPrefix(got, `["ToolDenied"`) {
+		if got := runAcmeTool(t, g1, "ta-before", "crm.add", map[string]any{"a": 1, "b": 2}); !strings.HasPrefix(got, `["ToolDenied"`) {
 			t.Errorf("before any PUT crm.add gave %s", got)
 		}
 	})
@@ -180,10 +180,10 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 		if strings.Contains(string(r.body), ta.token) || strings.Contains(string(r.body), ta.secret) {
 			t.Errorf("the PUT answer shows the secret or its file: %s", r.body)
 		}
-		if got := callTool(t, g1, "ta-crm-1", "crm.add", map[string]any{"a": 40, "b": 2}); got != `["ok",{"sum":42}]` {
+		if got := runAcmeTool(t, g1, "ta-crm-1", "crm.add", map[string]any{"a": 40, "b": 2}); got != `["ok",{"sum":42}]` {
 			t.Errorf("crm.add on the gateway that took the PUT: %s", got)
 		}
-		if got := callTool(t, g1, "ta-crm-upper", "crm.upper", map[string]any{"s": "x"}); !strings.HasPrefix(got, `["ToolDenied"`) {
+		if got := runAcmeTool(t, g1, "ta-crm-upper", "crm.upper", map[string]any{"s": "x"}); !strings.HasPrefix(got, `["ToolDenied"`) {
 			t.Errorf("crm.upper is outside allow, got %s", got)
 		}
 		g2 := ta.gateway(t) // a second replica on the same Redis
@@ -191,7 +191,7 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 		if got := serverSources(t, g2.do(http.MethodGet, toolsPath, admin2, nil)); got != "math=config,crm=api" {
 			t.Errorf("the second gateway sees %s", got)
 		}
-		if got := callTool(t, g2, "ta-crm-2", "crm.add", map[string]any{"a": 1, "b": 2}); got != `["ok",{"sum":3}]` {
+		if got := runAcmeTool(t, g2, "ta-crm-2", "crm.add", map[string]any{"a": 1, "b": 2}); got != `["ok",{"sum":3}]` {
 			t.Errorf("crm.add on the second gateway: %s", got)
 		}
 
@@ -201,16 +201,16 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 		if got := serverSources(t, g1.do(http.MethodPut, toolsPath+"/servers/math", admin, over)); got != "math=api,crm=api" {
 			t.Errorf("after overriding math: %s", got)
 		}
-		if got := callTool(t, g1, "ta-math-over", "math.add", map[string]any{"a": 1, "b": 1}); !strings.HasPrefix(got, `["ToolDenied"`) {
+		if got := runAcmeTool(t, g1, "ta-math-over", "math.add", map[string]any{"a": 1, "b": 1}); !strings.HasPrefix(got, `["ToolDenied"`) {
 			t.Errorf("math.add under the override (allow upper) gave %s", got)
 		}
 		waitFor(t, "the second gateway to apply the override", 10*time.Second, func() bool {
-			return strings.HasPrefix(callTool(t, g2, "", "math.add", map[string]any{"a": 1, "b": 1}), `["ToolDenied"`)
+			return strings.HasPrefix(runAcmeTool(t, g2, "", "math.add", map[string]any{"a": 1, "b": 1}), `["ToolDenied"`)
 		})
 		if got := serverSources(t, g1.do(http.MethodDelete, toolsPath+"/servers/math", admin, nil)); got != "math=config,crm=api" {
 			t.Errorf("after deleting the math override: %s", got)
 		}
-		if got := callTool(t, g1, "ta-math-back", "math.add", map[string]any{"a": 2, "b": 2}); got != `["ok",{"sum":4}]` {
+		if got := runAcmeTool(t, g1, "ta-math-back", "math.add", map[string]any{"a": 2, "b": 2}); got != `["ok",{"sum":4}]` {
 			t.Errorf("math.add after the override is gone: %s", got)
 		}
 
@@ -218,11 +218,11 @@ func TestToolServersOverTheAdminAPI(t *testing.T) {
 		if got := serverSources(t, g1.do(http.MethodDelete, toolsPath+"/servers/crm", admin, nil)); got != "math=config" {
 			t.Errorf("after DELETE: %s", got)
 		}
-		if got := callTool(t, g1, "ta-crm-gone", "crm.add", map[string]any{"a": 1, "b": 2}); !strings.HasPrefix(got, `["ToolDenied"`) {
+		if got := runAcmeTool(t, g1, "ta-crm-gone", "crm.add", map[string]any{"a": 1, "b": 2}); !strings.HasPrefix(got, `["ToolDenied"`) {
 			t.Errorf("crm.add after DELETE: %s", got)
 		}
 		waitFor(t, "the second gateway to drop crm", 10*time.Second, func() bool {
-			return strings.HasPrefix(callTool(t, g2, "", "crm.add", map[string]any{"a": 1, "b": 2}), `["ToolDenied"`)
+			return strings.HasPrefix(runAcmeTool(t, g2, "", "crm.add", map[string]any{"a": 1, "b": 2}), `["ToolDenied"`)
 		})
 		if r := g1.do(http.MethodDelete, toolsPath+"/servers/crm", admin, nil); r.status != http.StatusNotFound {
 			t.Errorf("a second DELETE: %d %s", r.status, r.body)
