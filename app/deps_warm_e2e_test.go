@@ -66,6 +66,9 @@ func TestPrepareWithWarmStartsTheEnvironmentsRunsWarm(t *testing.T) {
 			if r.status != http.StatusBadRequest || r.errType(t) != "BadRequest" || !strings.Contains(string(r.body), "warm") {
 				t.Fatalf("warm %v: %d %s", w, r.status, r.body)
 			}
+			if w == 3 && !strings.Contains(string(r.body), "maximum 2") {
+				t.Fatalf("warm 3 does not name the maximum: %s", r.body)
+			}
 		}
 	})
 }
