@@ -252,6 +252,8 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
 	}
 
+	// The runner warms prepared environments when it can (the real one).
+	warmer, _ := a.runner.(gateway.Warmer)
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
 		Auth:           verifier,
 		Tenants:        tenants,
@@ -260,6 +262,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Runner:         a.runner,
 		Audit:          auditLog,
 		Environments:   envs,
+		Warmer:         warmer,
 		AuditSearch:    auditLog,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),

@@ -16,8 +16,8 @@ import (
 // depsServer is a gateway with a real sandbox whose packages come only from
 // a local wheel directory: alpha 1.0 (→ beta==1.0), beta 1.0 and 2.0, gamma
 // 0.3 (→ alpha>=1), delta 1.0 (→ beta>=2). Tenant demo may install all of
-// them; tenant acme everything but beta.
-func depsServer(t *testing.T) *server {
+// them; tenant acme everything but beta. mods change the config further.
+func depsServer(t *testing.T, mods ...func(*config.Config)) *server {
 	t.Helper()
 	wheels := testenv.WriteWheels(t, filepath.Join(t.TempDir(), "wheels"),
 		testenv.Wheel{Name: "alpha", Version: "1.0", Requires: []string{"beta==1.0"}},
@@ -37,6 +37,9 @@ func depsServer(t *testing.T) *server {
 				allow = []any{"alpha", "gamma", "delta"}
 			}
 			c.Tenants[i].Policy["packages"] = map[string]any{"allow": allow, "deny": []any{}}
+		}
+		for _, m := range mods {
+			m(c)
 		}
 	}})
 }

@@ -49,10 +49,12 @@ type server struct {
 	cfg    *config.Config
 	signer *auth.Signer
 	runs   *atomic.Int64 // runs that reached the runner (when counted)
-	spans  *tracetest.SpanRecorder
-	logs   *testenv.SyncBuffer
-	spec   *specChecker
-	client *http.Client
+	// sandbox is the real runner the harness built (nil otherwise).
+	sandbox *sandbox.Runner
+	spans   *tracetest.SpanRecorder
+	logs    *testenv.SyncBuffer
+	spec    *specChecker
+	client  *http.Client
 }
 
 // countingRunner counts the runs that reach the real sandbox.
@@ -64,6 +66,14 @@ type countingRunner struct {
 func (c countingRunner) Run(ctx context.Context, s sandbox.Spec) (sandbox.Result, error) {
 	c.n.Add(1)
 	return c.inner.Run(ctx, s)
+}
+
+// Warm passes on to the inner runner when it warms (gateway.Warmer).
+func (c countingRunner) Warm(ctx context.Context, s sandbox.Spec, n int) (int, error) {
+	if w, ok := c.inner.(gateway.Warmer); ok {
+		return w.Warm(ctx, s, n)
+	}
+	return 0, nil
 }
 
 // testConfig is the embedded default with the test's sandbox, a temp state
@@ -117,6 +127,7 @@ func start(t *testing.T, s setup) *server {
 		}
 		t.Cleanup(func() { _ = r.Close() })
 		opts.Runner = countingRunner{inner: r, n: srv.runs}
+		srv.sandbox = r
 	}
 	a, err := app.New(context.Background(), opts)
 	if err != nil {

@@ -29,13 +29,27 @@ type Environments interface {
 	Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
 }
 
+// Warmer keeps warm jails for a package environment's profile
+// (*sandbox.Runner): the spec's tenant, environment (Lock), network and
+// limits. It returns how many jails it keeps (0 without a warm pool).
+type Warmer interface {
+	Warm(ctx context.Context, spec sandbox.Spec, n int) (int, error)
+}
+
 // PrepareRequest is the body of POST /v1/prepare: one of requirements
-// (resolved) and requirements_lock (used as is).
+// (resolved) and requirements_lock (used as is), and how many jails to
+// keep warm for the environment (0 to maxPrepareWarm).
 type PrepareRequest struct {
 	TenantID         string   `json:"tenant_id,omitempty"`
 	Requirements     []string `json:"requirements,omitempty"`
 	RequirementsLock string   `json:"requirements_lock,omitempty"`
+	Warm             int64    `json:"warm,omitempty"`
 }
+
+// maxPrepareWarm bounds "warm" in a prepare request. The pool bounds it
+// further (at most sandbox.warm_pool jails per profile, and the tenant's
+// share of its places).
+const maxPrepareWarm = 2
 
 // PrepareResponse describes a prepared environment: run with
 // "environment_id" (or the same requirements) and nothing is installed.
@@ -44,8 +58,16 @@ type PrepareResponse struct {
 	Lock          string                  `json:"lock"`
 	Packages      []sandbox.LockedPackage `json:"packages"`
 	// Cached says the environment was already installed.
-	Cached bool  `json:"cached"`
-	MS     int64 `json:"ms"`
+	Cached bool `json:"cached"`
+	// Warm is how many jails the gateway keeps waiting for runs of the
+	// environment with the limits and network the tenant's policy decided
+	// for this request (Limits, NetworkAccess): at most the requested
+	// "warm" and sandbox.warm_pool; 0 when none were asked or the gateway
+	// has no warm pool.
+	Warm          int            `json:"warm"`
+	Limits        sandbox.Limits `json:"limits"`
+	NetworkAccess string         `json:"network_access"`
+	MS            int64          `json:"ms"`
 }
 
 // maxLockField bounds requirements_lock in a request body.
@@ -184,6 +206,9 @@ func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
 		},
 		"requirements":      requirementsField(&req.Requirements),
 		"requirements_lock": lockField(&req.RequirementsLock),
+		"warm": func(p string, raw json.RawMessage) error {
+			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -199,7 +224,11 @@ func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
 
 // handlePrepare is POST /v1/prepare: resolve (or read the lock), check
 // every package with the tenant's policy (as a run asking for them would
-// be), install once, and answer {environment_id, lock, packages, ms}.
+// be), install once, optionally keep jails warm for it, and answer
+// {environment_id, lock, packages, cached, warm, limits, network_access,
+// ms}. The warm jails are for the profile a run naming the environment and
+// nothing else would be decided: the tenant's decision for this request
+// (its default limits and network).
 func (s *Server) handlePrepare(c *gin.Context) {
 	ctx := c.Request.Context()
 	start := time.Now()
@@ -220,8 +249,9 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		return
 	}
 	env, failure, err := s.environment(ctx, req.Requirements, req.RequirementsLock, "")
+	var dec policy.Decision
 	if err == nil && failure == nil {
-		err = s.preparePolicy(ctx, tenant, p, req.Requirements, env)
+		dec, err = s.preparePolicy(ctx, tenant, p, req.Requirements, env)
 	}
 	if err != nil {
 		s.fail(c, err)
@@ -249,27 +279,41 @@ func (s *Server) handlePrepare(c *gin.Context) {
 			Error: ErrorBody{Type: sandbox.ErrDependencyError, Message: failure.Message, Traceback: failure.Traceback}})
 		return
 	}
-	writeJSON(c, http.StatusOK, PrepareResponse{EnvironmentID: env.ID, Lock: env.Lock, Packages: env.Packages,
-		Cached: hit, MS: time.Since(start).Milliseconds()})
+	resp := PrepareResponse{EnvironmentID: env.ID, Lock: env.Lock, Packages: env.Packages, Cached: hit,
+		Limits: sandbox.Limits(dec.Limits).WithDefaults(), NetworkAccess: dec.NetworkAccess}
+	if resp.NetworkAccess == "" {
+		resp.NetworkAccess = string(sandbox.NetworkNone)
+	}
+	if req.Warm > 0 && s.d.Warmer != nil {
+		spec := sandbox.Spec{TenantID: tenant.ID, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
+		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
+			s.fail(c, err)
+			return
+		}
+	}
+	resp.MS = time.Since(start).Milliseconds()
+	writeJSON(c, http.StatusOK, resp)
 }
 
 // preparePolicy asks the policy whether tenant may install env, as a plain
-// run (network none, default limits) asking for it would be asked.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *sandbox.Environment) error {
+// run (no limits or network asked) needing it would be asked, and returns
+// the decision: its limits and network are those of the jails warmed for
+// env.
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *sandbox.Environment) (policy.Decision, error) {
 	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: policyPackages(env)})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errPolicy, err)
+		return dec, fmt.Errorf("%w: %w", errPolicy, err)
 	}
 	if !dec.Allow {
 		reasons := dec.Reasons
 		if len(reasons) == 0 {
 			reasons = []string{"denied by policy"}
 		}
-		return &policyDenied{reasons: reasons}
+		return dec, &policyDenied{reasons: reasons}
 	}
 	if !dec.RequirementsAllowed {
-		return &policyDenied{reasons: []string{"requirements are not allowed for this tenant"}}
+		return dec, &policyDenied{reasons: []string{"requirements are not allowed for this tenant"}}
 	}
-	return nil
+	return dec, nil
 }

@@ -101,6 +101,9 @@ type Deps struct {
 	// Environments resolves and installs requirements. Nil: requests with
 	// requirements are 503 SandboxUnavailable.
 	Environments Environments
+	// Warmer keeps jails warm for prepared environments (POST /v1/prepare
+	// "warm"). Nil: prepare warms nothing and answers "warm": 0.
+	Warmer Warmer
 	// Metrics may be nil (no metrics); MetricsHandler serves /metrics
 	// (nil: 404).
 	Metrics        Metrics

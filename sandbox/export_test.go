@@ -46,3 +46,24 @@ func WarmIdleOf(r *Runner, spec Spec) int {
 	_, p, _ := normalize(spec)
 	return r.pool.idleOf(p)
 }
+
+// WarmIdleOfEnv is the number of idle warm jails for spec's profile with
+// the package environment envID.
+func WarmIdleOfEnv(r *Runner, spec Spec, envID string) int {
+	_, p, _ := normalize(spec)
+	p.Deps = envID
+	return r.pool.idleOf(p)
+}
+
+// WarmEnvironmentsOf lists the environment profiles registered to tenant.
+func WarmEnvironmentsOf(r *Runner, tenant string) []string {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	var out []string
+	for p, e := range r.pool.entries {
+		if e.tenant == tenant && p.Deps != "" {
+			out = append(out, p.Deps)
+		}
+	}
+	return out
+}

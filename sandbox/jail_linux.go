@@ -68,9 +68,10 @@ type jail struct {
 }
 
 // startJail starts nsjail for profile p, up to the point where the harness
-// waits for its request on stdin. depsDir, when not empty, is the host
-// directory of the run's requirements, bound read-only at jailDepsDir.
-func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err error) {
+// waits for its request on stdin. p.Deps, when not empty, names the
+// directory of the run's packages under DepsDir, bound read-only at
+// jailDepsDir.
+func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -88,9 +89,9 @@ func (r *Runner) startJail(p profile, warm bool, depsDir string) (_ *jail, err e
 	if p.Network == NetworkProxy {
 		binds = append(binds, bind{Dst: JailEgressDir})
 	}
-	if depsDir != "" {
+	if p.Deps != "" {
 		// The set's directory as the view shows it (view_linux.go).
-		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, filepath.Base(depsDir)), Dst: jailDepsDir, Exec: true})
+		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jailDepsDir, Exec: true})
 	}
 	if len(binds) == 0 {
 		if cfgPath, err = r.profileFile(p, warm); err != nil {

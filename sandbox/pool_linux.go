@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,16 @@ const maxWarmProfiles = 8
 // anyone — so a tenant cycling through many limit profiles only ever
 // replaces its own and every other tenant keeps a place. The profile
 // registered at start-up (the default limits, no tenant) is never evicted.
+//
+// A profile with a package environment (profile.Deps) is registered only
+// by warm — POST /v1/prepare with "warm": n — never by a miss: it holds
+// min(n, size) jails, is registered to the preparing tenant and counts
+// against its places like any other, so warming environments can neither
+// exceed the pool's budget (maxWarmProfiles places of at most size jails)
+// nor take another tenant's place while that tenant holds fewer. While it
+// is registered, its filler keeps the environment's directory recently
+// used, so the deps cache never evicts what a warm jail binds; when the
+// directory is gone, the profile is dropped.
 type pool struct {
 	r    *Runner
 	size int
@@ -46,7 +58,16 @@ type warmEntry struct {
 	idle   []*jail
 	tenant string // who registered it; "" with pinned
 	pinned bool   // registered at start-up: never evicted
-	used   uint64 // pool.tick of the last take
+	used   uint64 // pool.tick of the last take (or warm)
+	size   int    // idle jails to keep; 0: the pool's size
+}
+
+// target is how many idle jails e keeps in a pool of size.
+func (e *warmEntry) target(size int) int {
+	if e.size > 0 && e.size < size {
+		return e.size
+	}
+	return size
 }
 
 func newPool(r *Runner, size int) *pool {
@@ -75,7 +96,8 @@ func (p *pool) want(prof profile) {
 }
 
 // take returns a live warm jail for prof, or nil. A miss registers prof for
-// tenant (evicting as the type comment says) so later runs find it warm.
+// tenant (evicting as the type comment says) so later runs find it warm,
+// unless prof has a package environment (only warm registers those).
 func (p *pool) take(tenant string, prof profile) *jail {
 	p.mu.Lock()
 	if p.closed {
@@ -85,7 +107,7 @@ func (p *pool) take(tenant string, prof profile) *jail {
 	var stale []*jail
 	var got *jail
 	e := p.entries[prof]
-	if e == nil {
+	if e == nil && prof.Deps == "" {
 		e, stale = p.registerLocked(tenant, prof)
 	}
 	if e != nil {
@@ -108,6 +130,42 @@ func (p *pool) take(tenant string, prof profile) *jail {
 		p.hits.Add(1)
 	}
 	return got
+}
+
+// warm registers prof for tenant (evicting as the type comment says) to
+// keep min(n, size) idle jails, and starts filling it. It returns how many
+// it keeps: 0 when n is, or when every place is pinned. A profile already
+// registered keeps its tenant and the larger of its count and n.
+func (p *pool) warm(tenant string, prof profile, n int) int {
+	n = min(n, p.size)
+	if n <= 0 {
+		return 0
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0
+	}
+	var stale []*jail
+	e := p.entries[prof]
+	if e == nil {
+		if e, stale = p.registerLocked(tenant, prof); e != nil {
+			e.size = n
+		}
+	} else if e.size > 0 && e.size < n {
+		e.size = n
+	}
+	if e != nil {
+		p.tick++
+		e.used = p.tick
+		n = e.target(p.size)
+		p.fillLocked(prof)
+	} else {
+		n = 0
+	}
+	p.mu.Unlock()
+	p.discard(stale)
+	return n
 }
 
 // registerLocked adds prof for tenant, making room if the places are full.
@@ -170,13 +228,16 @@ func (p *pool) fillLocked(prof profile) {
 		for {
 			p.mu.Lock()
 			e := p.entries[prof]
-			if p.closed || e == nil || len(e.idle) >= p.size {
+			if p.closed || e == nil || len(e.idle) >= e.target(p.size) {
 				p.filling[prof] = false
 				p.mu.Unlock()
 				return
 			}
 			p.mu.Unlock()
-			j, err := p.r.startJail(prof, true, "")
+			if prof.Deps != "" && !p.keepDeps(prof) {
+				return
+			}
+			j, err := p.r.startJail(prof, true)
 			if err != nil {
 				p.r.log.Warn("starting a warm jail", "profile", prof.String(), "error", err)
 				p.mu.Lock()
@@ -220,13 +281,36 @@ func (p *pool) recycle() {
 				}
 			}
 			e.idle = keep
-			if len(keep) < p.size {
+			if len(keep) < e.target(p.size) {
 				p.fillLocked(prof)
 			}
 		}
 		p.mu.Unlock()
 		p.discard(stale)
 	}
+}
+
+// keepDeps marks prof's environment directory used now, so the deps
+// cache does not evict it under a warm jail (Environments.evict goes by
+// mtime). When the directory is gone, prof is dropped (with its idle
+// jails) and keepDeps returns false; the caller's filler must stop.
+func (p *pool) keepDeps(prof profile) bool {
+	dir := filepath.Join(p.r.cfg.DepsDir, prof.Deps)
+	now := time.Now()
+	if err := os.Chtimes(dir, now, now); err == nil {
+		return true
+	}
+	p.mu.Lock()
+	var stale []*jail
+	if e := p.entries[prof]; e != nil {
+		stale = e.idle
+		delete(p.entries, prof)
+	}
+	p.filling[prof] = false
+	p.mu.Unlock()
+	p.r.log.Info("dropping a warm profile whose environment is gone", "profile", prof.String())
+	p.discard(stale)
+	return false
 }
 
 func (p *pool) idleCount() int {

@@ -85,6 +85,11 @@ type profile struct {
 	Runtime jailRuntime // "" means python
 	Network Network
 	Limits  Limits // defaults applied
+	// Deps is the name, under Config.DepsDir, of the package environment
+	// bound read-only at jailDepsDir (an environment id, or the key of a
+	// pinned requirement set); "" for none. Such a jail has a config of its
+	// own (render binds), but warm jails are kept per Deps like per limits.
+	Deps string
 }
 
 func (p profile) String() string {
@@ -93,6 +98,9 @@ func (p profile) String() string {
 		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB)
 	if p.Runtime != "" && p.Runtime != runtimePython {
 		s = "runtime=" + string(p.Runtime) + " " + s
+	}
+	if p.Deps != "" {
+		s += " deps=" + clip(p.Deps, 12)
 	}
 	return s
 }

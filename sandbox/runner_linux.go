@@ -240,7 +240,9 @@ func (r *Runner) Close() error {
 // Result.
 //
 // Requirements are installed (or found in the cache) before the jail
-// starts; a run with requirements always starts cold. In network mode
+// starts. A run with packages takes a warm jail only when its environment
+// was warmed for its profile (Warm); otherwise it starts cold.
+// Result.Usage.Warm says whether the run's jail was a warm one. In network mode
 // proxy, the run's egress session is started on the jail's socket at the
 // hand-off and closed when the jail is gone; Result.Egress lists every
 // connection attempt.
@@ -290,12 +292,16 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		depsDir = dir
 	}
+	if depsDir != "" {
+		prof.Deps = filepath.Base(depsDir)
+	}
 	var j *jail
-	if r.pool != nil && depsDir == "" {
+	if r.pool != nil {
 		j = r.pool.take(spec.TenantID, prof)
 	}
+	warm := j != nil
 	if j == nil {
-		if j, err = r.startJail(prof, false, depsDir); err != nil {
+		if j, err = r.startJail(prof, false); err != nil {
 			return Result{}, err
 		}
 	}
@@ -360,6 +366,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 			WallMS:       fin.wall.Milliseconds(),
 			CPUMS:        fin.outcome.CPUMS,
 			PeakMemoryKB: fin.stats.PeakBytes >> 10,
+			Warm:         warm,
 		},
 		NsjailLog: fin.outcome.Log,
 	}
@@ -370,6 +377,43 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		res.Result = nullJSON
 	}
 	return res, nil
+}
+
+// Warm keeps up to n jails (at most the configured warm pool size)
+// waiting for runs of spec's profile: its language, network and limits
+// after defaults, and the package environment of spec.Lock (installed
+// first when it is not). The profile is registered to spec.TenantID and
+// counts against its share of the pool's places (pool_linux.go). It
+// returns how many jails it keeps: 0 without a warm pool or when every
+// place is pinned. A run takes one when it has the same profile: the same
+// environment, network and limits. A bad spec or an environment that
+// cannot be installed is an error (nothing is warmed).
+func (r *Runner) Warm(ctx context.Context, spec Spec, n int) (int, error) {
+	spec, prof, err := normalize(spec)
+	if err != nil {
+		return 0, fmt.Errorf("invalid warm spec: %w", err)
+	}
+	if len(spec.Requirements) > 0 {
+		return 0, errors.New("invalid warm spec: warm an environment by its lock, not by pinned requirements")
+	}
+	if r.pool == nil || n <= 0 {
+		return 0, nil
+	}
+	if spec.Lock != "" {
+		env, err := r.envs.FromLock(spec.Lock)
+		if err != nil {
+			return 0, fmt.Errorf("invalid warm spec: %w", err)
+		}
+		dir, _, failure, err := r.envs.Prepare(ctx, env)
+		if err != nil {
+			return 0, err
+		}
+		if failure != nil {
+			return 0, fmt.Errorf("installing environment %s: %s", env.ID, failure.Message)
+		}
+		prof.Deps = filepath.Base(dir)
+	}
+	return r.pool.warm(spec.TenantID, prof, n), nil
 }
 
 // seccompRecordWait is how long a run waits for the kernel's audit record

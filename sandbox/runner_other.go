@@ -26,6 +26,11 @@ func (r *Runner) Run(context.Context, Spec) (Result, error) {
 	return Result{}, &UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}
 }
 
+// Warm always fails off Linux.
+func (r *Runner) Warm(context.Context, Spec, int) (int, error) {
+	return 0, &UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}
+}
+
 // Close does nothing off Linux.
 func (r *Runner) Close() error { return nil }
 

@@ -174,6 +174,9 @@ type Usage struct {
 	WallMS       int64 `json:"wall_ms"`
 	CPUMS        int64 `json:"cpu_ms"`
 	PeakMemoryKB int64 `json:"peak_memory_kb"`
+	// Warm says the run was handed a pre-started jail from the warm pool
+	// (absent: the jail was started for this run).
+	Warm bool `json:"warm,omitempty"`
 }
 
 // LogLine is one line logged by the tool through context.log.

@@ -27,6 +27,7 @@ func newPrepareCmd() *cobra.Command {
 		lockFile    string
 		token, base string
 		lockOut     string
+		warm        int64
 	)
 	cmd := &cobra.Command{
 		Use:   "prepare",
@@ -34,15 +35,23 @@ func newPrepareCmd() *cobra.Command {
 		Long: `Asks a running gateway (POST /v1/prepare) to resolve --requirements (PEP 508,
 wheels only) into a locked set, or to take --lock as is, check every package
 with the token's tenant's package policy, and install the environment. It
-prints {"environment_id", "lock", "packages", "cached", "ms"}; a run naming
-that environment_id (or the same requirements, or the lock) installs nothing.
---lock-out writes the lock to a file for reproducible runs (requirements_lock).`,
+prints {"environment_id", "lock", "packages", "cached", "warm", "limits",
+"network_access", "ms"}; a run naming that environment_id (or the same
+requirements, or the lock) installs nothing. --lock-out writes the lock to a
+file for reproducible runs (requirements_lock).
+
+--warm N (0-2) asks the gateway to also keep N jails started for the
+environment, with the limits and network access the tenant's policy decides
+(printed as "limits" and "network_access"): a run naming the environment with
+no other limits takes one and starts without starting a jail. The jails live in
+that gateway's warm pool (sandbox.warm_pool bounds N; none without a pool), so
+they serve runs sent to that gateway process only.`,
 		Example: `  export EXECGATE_TOKEN=$(execgate token --tenant demo)
   execgate prepare --requirements 'requests>=2.31,attrs' --lock-out requirements.lock
-  execgate prepare --lock requirements.lock`,
+  execgate prepare --lock requirements.lock --warm 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body := gateway.PrepareRequest{Requirements: reqs}
+			body := gateway.PrepareRequest{Requirements: reqs, Warm: warm}
 			switch {
 			case len(reqs) > 0 && lockFile != "":
 				return errors.New("--requirements and --lock: give one")
@@ -112,6 +121,7 @@ that environment_id (or the same requirements, or the lock) installs nothing.
 	f.StringSliceVar(&reqs, "requirements", nil, "requirements to resolve (PEP 508, wheels only), e.g. 'requests>=2.31,attrs'")
 	f.StringVar(&lockFile, "lock", "", "a lock to install as is (pip's hashes format)")
 	f.StringVar(&lockOut, "lock-out", "", "write the environment's lock to this file")
+	f.Int64Var(&warm, "warm", 0, "jails the gateway keeps warm for the environment (0-2, at most sandbox.warm_pool)")
 	f.StringVar(&token, "token", "", "bearer token with role executor (default $EXECGATE_TOKEN)")
 	f.StringVar(&base, "url", "", "the gateway, http(s)://host:port (default: listen from the config)")
 	return cmd

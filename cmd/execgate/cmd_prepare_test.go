@@ -48,13 +48,19 @@ func TestPrepareAgainstTheGateway(t *testing.T) {
 	if b, err := os.ReadFile(lock); err != nil || !strings.Contains(string(b), "beta==1.0") {
 		t.Fatalf("--lock-out: %v %q", err, b)
 	}
-	out, err = execute(t, "prepare", "--url", a.URL(), "--token", mint(t, signer, "demo", "executor"), "--lock", lock)
+	out, err = execute(t, "prepare", "--url", a.URL(), "--token", mint(t, signer, "demo", "executor"), "--lock", lock, "--warm", "1")
 	var second struct {
 		EnvironmentID string `json:"environment_id"`
 		Cached        bool   `json:"cached"`
+		Warm          int    `json:"warm"`
 	}
-	if err != nil || json.Unmarshal([]byte(out), &second) != nil || second.EnvironmentID != first.EnvironmentID || !second.Cached {
-		t.Fatalf("prepare --lock: %v\n%s", err, out)
+	if err != nil || json.Unmarshal([]byte(out), &second) != nil || second.EnvironmentID != first.EnvironmentID || !second.Cached || second.Warm != 0 {
+		t.Fatalf("prepare --lock --warm 1: %v\n%s", err, out)
+	}
+	// --warm reaches the gateway (this one runs no sandbox, so it warms
+	// nothing: app tests cover warming), which refuses more than 2.
+	if out, err := execute(t, "prepare", "--url", a.URL(), "--token", mint(t, signer, "demo", "executor"), "--lock", lock, "--warm", "3"); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("--warm 3: %v\n%s", err, out)
 	}
 	// A tenant that may not have beta is refused.
 	if out, err := execute(t, "prepare", "--url", a.URL(), "--token", mint(t, signer, "acme", "executor"), "--lock", lock); err == nil || !strings.Contains(err.Error(), "403") {
