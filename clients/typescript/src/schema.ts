@@ -85,6 +85,15 @@ export interface paths {
          *     the tenant's package policy (403 PolicyDenied names the chain that pulled a denied
          *     package in); the environment is installed once (concurrent requests share the
          *     build). A run naming environment_id (or the same requirements) installs nothing.
+         *
+         *     With "warm": n (at most 2) the gateway also keeps up to n jails started and waiting
+         *     for runs of the environment (at most sandbox.warm_pool; none without a warm pool).
+         *     They are for the limits and network access the tenant's policy decides for this
+         *     request, which the response names (limits, network_access): a run naming the
+         *     environment and no other limits or network gets that same decision and takes a warm
+         *     jail (its envelope says usage.warm: true); other limits start cold. Warmed
+         *     environments count against the tenant's share of the warm pool's places: a tenant
+         *     warming more profiles than its share replaces its own, never another tenant's.
          */
         post: operations["prepare"];
         delete?: never;
@@ -264,13 +273,41 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A tenant's MCP tool servers (code mode) as configured, and their live state.
-         * @description Header names only; their values (secrets) are never shown.
+         * A tenant's effective MCP tool servers (code mode), each with its source (config file or API), and their live state.
+         * @description Header names only; their values (secrets) and where they come from are never shown.
          */
         get: operations["getTenantTools"];
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{id}/tools/servers/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /** @description The server's name: its tools are `<name>.<tool>`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Add or replace one of a tenant's MCP tool servers (admin only).
+         * @description The body is one server as in the config file (`tenants[].tools.servers[]`), restricted to what an API caller may ask of the gateway: a streamable HTTP `url` (stdio `command` servers are config-only: the gateway never launches a program for an API caller) and header values that are references to a secret file or environment variable of the gateway (`{file}` or `{env}`; a literal value is refused). The reference must resolve on the gateway that takes the request. The server is kept in the quota backend (Redis: every replica applies it within about a second); one with the name of a config-file server replaces it until deleted. At most 32 servers per tenant over the API. Answers with the tenant's effective servers.
+         */
+        put: operations["putToolServer"];
+        post?: never;
+        /**
+         * Remove a tool server added over the API (admin only).
+         * @description A config-file server it replaced applies again. 404 when no server of that name was added over the API (config-file servers are changed in the config file). Answers with the tenant's effective servers.
+         */
+        delete: operations["deleteToolServer"];
         options?: never;
         head?: never;
         patch?: never;
@@ -410,12 +447,23 @@ export interface components {
             tenant_id?: string;
             requirements?: string[];
             requirements_lock?: string;
+            /**
+             * @description Jails to keep warm for the environment (with the limits and network the tenant's policy decides for this request). Over 2 is a 400 naming "warm".
+             * @default 0
+             */
+            warm?: number;
         };
         PrepareResponse: {
             environment_id: string;
             lock: string;
             packages: components["schemas"]["Package"][];
             cached: boolean;
+            /** @description Jails kept waiting for runs of the environment with limits and network_access: at most the requested warm and sandbox.warm_pool; 0 when none were asked or the gateway has no warm pool. */
+            warm: number;
+            /** @description The limits the tenant's policy decided for a run needing the environment (defaults applied); the warm jails have them. */
+            limits: components["schemas"]["Limits"];
+            /** @enum {string} */
+            network_access: "none" | "proxy" | "host";
             ms: number;
         };
         ErrorResponse: {
@@ -443,6 +491,11 @@ export interface components {
                 wall_ms: number;
                 cpu_ms: number;
                 peak_memory_kb: number;
+                /**
+                 * @description Present (true) when the run was handed a jail started ahead by the warm pool; absent when its jail was started for it.
+                 * @constant
+                 */
+                warm?: true;
             };
             /** @description Lines the tool logged through context.log or the execgate_runtime logger, in order (capped; a last warning line says how many were dropped). Empty when none, and on refusals. */
             logs: components["schemas"]["LogLine"][];
@@ -476,10 +529,40 @@ export interface components {
             /** @enum {string} */
             outcome: "ok" | "ToolDenied" | "ToolUnavailable" | "ToolTimeout" | "ToolFailed";
         };
+        ToolServerRequest: {
+            /** @description Optional; must equal the path's name. */
+            name?: string;
+            /** @description The MCP streamable HTTP endpoint (http or https, no credentials in it). */
+            url: string;
+            /** @description Header name → where the gateway reads its value. Never a literal value. */
+            headers?: {
+                [key: string]: {
+                    /** @description An absolute path on the gateway (one trailing newline is trimmed). */
+                    file?: string;
+                    /** @description An environment variable of the gateway. */
+                    env?: string;
+                };
+            };
+            /** @description Globs over the server's tool names that may be offered at all (default ["*"]). */
+            allow?: string[];
+            /** @description One call's bound (default 10000). */
+            timeout_ms?: number;
+            /** @description One result's bound (default 1 MiB). */
+            max_result_bytes?: number;
+            /** @description How long the tool list is cached (default 60000). */
+            tools_ttl_ms?: number;
+        };
         TenantToolsResponse: {
             tenant_id: string;
             servers: {
                 name: string;
+                /**
+                 * @description config: the config file; api: added over the admin API (replaces a config server of the same name until deleted).
+                 * @enum {string}
+                 */
+                source: "config" | "api";
+                /** @description Why an API server cannot be used on this gateway (e.g. its secret file is missing here); absent when usable. */
+                problem?: string;
                 /** @description A streamable HTTP server's endpoint. */
                 url?: string;
                 /** @description A stdio server's program (arguments not shown). */
@@ -1363,6 +1446,72 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["ServerError"];
+        };
+    };
+    putToolServer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /** @description The server's name: its tools are `<name>.<tool>`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolServerRequest"];
+            };
+        };
+        responses: {
+            /** @description The tenant's effective tool servers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantToolsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["ServerError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteToolServer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /** @description The server's name: its tools are `<name>.<tool>`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's effective tool servers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantToolsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["ServerError"];
+            503: components["responses"]["Unavailable"];
         };
     };
     evaluatePolicy: {
