@@ -306,29 +306,13 @@ func (e *Environments) evict(keep string) {
 	}
 }
 
-// writeFileAtomic writes data to path (0644) through a temporary file and
-// a rename, creating the parent directory.
+// writeFileAtomic writes data to path (0644) through writeAtomic, creating
+// the parent directory.
 func writeFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return writeAtomic(path, data, 0o644)
 }
 
 // WithEnvironments makes the runner install Spec.Lock through e (sharing

@@ -491,7 +491,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	sum := sha256.Sum256([]byte(text))
 	path := filepath.Join(r.cfg.WorkDir, "profiles", hex.EncodeToString(sum[:12])+".cfg")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if err := writeAtomic(path, []byte(text)); err != nil {
+		if err := writeAtomic(path, []byte(text), 0o600); err != nil {
 			return "", &UnavailableError{Reason: "writing the nsjail config", Err: err}
 		}
 	}
@@ -643,7 +643,9 @@ func makeDir(dir string, mode os.FileMode) error {
 	return nil
 }
 
-func writeAtomic(path string, data []byte) error {
+// writeAtomic writes data to path with mode through a temporary file in
+// the same directory and a rename, so readers see the old file or the new.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -653,7 +655,7 @@ func writeAtomic(path string, data []byte) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
