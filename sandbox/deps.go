@@ -68,6 +68,28 @@ func normalizeName(n string) string {
 	return nameSeparators.ReplaceAllString(strings.ToLower(n), "-")
 }
 
+// requirementRefusal says why a trimmed requirement string is refused before
+// its grammar is checked ("" when it is not): what would make uv read a
+// file, fetch a URL, take an option or evaluate a marker. One list for the
+// exact pins here and the PEP 508 requirements of environments.
+func requirementRefusal(r string) string {
+	switch {
+	case r == "":
+		return "is empty"
+	case len(r) > maxRequirementLen:
+		return fmt.Sprintf("is longer than %d characters", maxRequirementLen)
+	case strings.HasPrefix(r, "-"):
+		return "is an installer option, which is not allowed"
+	case strings.Contains(r, "://") || strings.Contains(r, "@"):
+		return "is a URL or direct reference, which is not allowed"
+	case strings.ContainsAny(r, `/\`) || strings.HasPrefix(r, "."):
+		return "is a path, which is not allowed"
+	case strings.Contains(r, ";"):
+		return "has an environment marker, which is not allowed"
+	}
+	return ""
+}
+
 // normalizeRequirements checks every entry and returns the pins in normal
 // form ("name[extra,...]==version", names per PEP 503, extras sorted),
 // sorted by name. The error names the first bad entry and why.
@@ -82,19 +104,8 @@ func normalizeRequirements(reqs []string) ([]string, error) {
 		bad := func(why string) error {
 			return fmt.Errorf("requirements[%d]: %q %s; want an exact pin like six==1.16.0", i, raw, why)
 		}
-		switch {
-		case r == "":
-			return nil, bad("is empty")
-		case len(r) > maxRequirementLen:
-			return nil, bad(fmt.Sprintf("is longer than %d characters", maxRequirementLen))
-		case strings.HasPrefix(r, "-"):
-			return nil, bad("is an installer option, which is not allowed")
-		case strings.Contains(r, "://") || strings.Contains(r, "@"):
-			return nil, bad("is a URL or direct reference, which is not allowed")
-		case strings.ContainsAny(r, `/\`) || strings.HasPrefix(r, "."):
-			return nil, bad("is a path, which is not allowed")
-		case strings.Contains(r, ";"):
-			return nil, bad("has an environment marker, which is not allowed")
+		if why := requirementRefusal(r); why != "" {
+			return nil, bad(why)
 		}
 		m := pinRE.FindStringSubmatch(r)
 		if m == nil {

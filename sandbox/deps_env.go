@@ -105,19 +105,8 @@ func NormalizeSpecs(reqs []string) ([]string, error) {
 		bad := func(why string) error {
 			return fmt.Errorf("requirements[%d]: %q %s; want a requirement like requests>=2.31 or six==1.16.0", i, raw, why)
 		}
-		switch {
-		case r == "":
-			return nil, bad("is empty")
-		case len(r) > maxRequirementLen:
-			return nil, bad(fmt.Sprintf("is longer than %d characters", maxRequirementLen))
-		case strings.HasPrefix(r, "-"):
-			return nil, bad("is an installer option, which is not allowed")
-		case strings.Contains(r, "://") || strings.Contains(r, "@"):
-			return nil, bad("is a URL or direct reference, which is not allowed")
-		case strings.ContainsAny(r, `/\`) || strings.HasPrefix(r, "."):
-			return nil, bad("is a path, which is not allowed")
-		case strings.Contains(r, ";"):
-			return nil, bad("has an environment marker, which is not allowed")
+		if why := requirementRefusal(r); why != "" {
+			return nil, bad(why)
 		}
 		m := specRE.FindStringSubmatch(r)
 		if m == nil {
