@@ -204,21 +204,29 @@ func (r *Report) startup(ctx context.Context) error {
 		return err
 	}
 
+	r.progress("startup: execgate run cold ×%d", n)
+	return r.sampleRunCommand(ctx, "execgate run (cold)", "probe.py", ProbeSource, n)
+}
+
+// sampleRunCommand times the whole `execgate run FILE --json` process (cold:
+// a new jail each time) for source written to a file named file, and adds
+// the sample to the startup rows.
+func (r *Report) sampleRunCommand(ctx context.Context, name, file, source string, n int) error {
 	dir, err := os.MkdirTemp("", "execgate-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	probeFile := filepath.Join(dir, "probe.py")
-	if err := os.WriteFile(probeFile, []byte(ProbeSource), 0o644); err != nil {
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, []byte(source), 0o644); err != nil {
 		return err
 	}
-	runArgv := []string{r.Options.Binary, "run", probeFile, "--json", "--state-dir", cfg.StateDir}
+	argv := []string{r.Options.Binary, "run", path, "--json", "--state-dir", r.Options.Config.StateDir}
 	if r.Options.ConfigFile != "" {
-		runArgv = append(runArgv, "--config", r.Options.ConfigFile)
+		argv = append(argv, "--config", r.Options.ConfigFile)
 	}
-	r.progress("startup: execgate run cold ×%d", n)
-	if s, err = sampleProcess(ctx, "execgate run (cold)", procSpec{argv: runArgv, wantOK: wantOKEnvelope}, n); err != nil {
+	s, err := sampleProcess(ctx, name, procSpec{argv: argv, wantOK: wantOKEnvelope}, n)
+	if err != nil {
 		return err
 	}
 	r.Startup = append(r.Startup, s)

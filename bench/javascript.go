@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/execgate/execgate/sandbox"
@@ -58,25 +56,8 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 		r.Startup = append(r.Startup, s)
 	}
 
-	dir, err := os.MkdirTemp("", "execgate-bench-js-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	probeFile := filepath.Join(dir, "probe.js")
-	if err := os.WriteFile(probeFile, []byte(JavaScriptProbeSource), 0o644); err != nil {
-		return err
-	}
-	runArgv := []string{r.Options.Binary, "run", probeFile, "--json", "--state-dir", r.Options.Config.StateDir}
-	if r.Options.ConfigFile != "" {
-		runArgv = append(runArgv, "--config", r.Options.ConfigFile)
-	}
 	r.progress("startup: execgate run probe.js cold ×%d", n)
-	if s, err = sampleProcess(ctx, "execgate run probe.js (cold)", procSpec{argv: runArgv, wantOK: wantOKEnvelope}, n); err != nil {
-		return err
-	}
-	r.Startup = append(r.Startup, s)
-	return nil
+	return r.sampleRunCommand(ctx, "execgate run probe.js (cold)", "probe.js", JavaScriptProbeSource, n)
 }
 
 // warmWait bounds the wait for the pool to refill between warm samples.
