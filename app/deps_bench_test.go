@@ -74,11 +74,6 @@ func TestDepsFirstRunVsPreparedStart(t *testing.T) {
 		same = append(same, timed(map[string]any{"source": src, "requirements": []string{"pkga==1.0"}}))
 		none = append(none, timed(map[string]any{"source": plain}))
 	}
-	q := func(ds []time.Duration, p float64) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[int(p*float64(len(s)-1)+0.5)]
-	}
 	for _, row := range []struct {
 		name string
 		ds   []time.Duration
@@ -88,10 +83,10 @@ func TestDepsFirstRunVsPreparedStart(t *testing.T) {
 		{"prepared, by the same requirements", same},
 		{"no requirements (cold jail, for reference)", none},
 	} {
-		t.Logf("n=%d %-45s p50 %8v  p90 %8v", n, row.name, q(row.ds, .5).Round(100*time.Microsecond), q(row.ds, .9).Round(100*time.Microsecond))
+		t.Logf("n=%d %-45s p50 %8v  p90 %8v", n, row.name, quantile(row.ds, .5).Round(100*time.Microsecond), quantile(row.ds, .9).Round(100*time.Microsecond))
 	}
-	if q(prepared, .5) >= q(first, .5) {
-		t.Fatalf("a prepared start (p50 %v) is not faster than a first run (p50 %v)", q(prepared, .5), q(first, .5))
+	if quantile(prepared, .5) >= quantile(first, .5) {
+		t.Fatalf("a prepared start (p50 %v) is not faster than a first run (p50 %v)", quantile(prepared, .5), quantile(first, .5))
 	}
 }
 
@@ -174,11 +169,6 @@ func TestDepsPreparedWarmVsCold(t *testing.T) {
 		refilled()
 		cold = append(cold, timed(coldID, false))
 	}
-	q := func(ds []time.Duration, p float64) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[int(p*float64(len(s)-1)+0.5)]
-	}
 	for _, row := range []struct {
 		name string
 		ds   []time.Duration
@@ -186,6 +176,14 @@ func TestDepsPreparedWarmVsCold(t *testing.T) {
 		{"prepared + warm 1, by environment_id", warm},
 		{"prepared, not warmed (cold jail)", cold},
 	} {
-		t.Logf("n=%d %-40s p50 %8v  p90 %8v", n, row.name, q(row.ds, .5).Round(100*time.Microsecond), q(row.ds, .9).Round(100*time.Microsecond))
+		t.Logf("n=%d %-40s p50 %8v  p90 %8v", n, row.name, quantile(row.ds, .5).Round(100*time.Microsecond), quantile(row.ds, .9).Round(100*time.Microsecond))
 	}
+}
+
+// quantile is the p-quantile of ds (0 <= p <= 1, the nearest rank of the
+// sorted samples), for the logged benchmark rows.
+func quantile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1)+0.5)]
 }
