@@ -11,9 +11,13 @@ import (
 	"github.com/execgate/execgate/toolbridge"
 )
 
-func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
-	tools := []toolbridge.Tool{
-		{Name: "math.add", Description: "Add two numbers.\nSecond line.", InputSchema: map[string]any{
+// awkwardTools are two tools a stub must survive: a schema with a
+// multi-line description, a nullable type, an array and a property that is
+// no identifier; and a name that starts with a digit and has a dash. The
+// descriptions carry what would end the language's comment or string.
+func awkwardTools(addDescription, weirdDescription string) []toolbridge.Tool {
+	return []toolbridge.Tool{
+		{Name: "math.add", Description: addDescription, InputSchema: map[string]any{
 			"type": "object", "required": []any{"a"},
 			"properties": map[string]any{
 				"a":                 map[string]any{"type": "number", "description": "first\naddend"},
@@ -22,8 +26,12 @@ func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
 				"not-an-identifier": map[string]any{"type": "string"},
 			},
 		}},
-		{Name: "9weird.tool-name", Description: `quotes """ and \ backslashes`, InputSchema: nil},
+		{Name: "9weird.tool-name", Description: weirdDescription, InputSchema: nil},
 	}
+}
+
+func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
+	tools := awkwardTools("Add two numbers.\nSecond line.", `quotes """ and \ backslashes`)
 	stub := PythonStub(tools)
 	for _, want := range []string{
 		"class MathAddArgs(TypedDict):",
@@ -53,18 +61,7 @@ func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
 }
 
 func TestTypeScriptStubTypeChecksAndTypesTheCalls(t *testing.T) {
-	tools := []toolbridge.Tool{
-		{Name: "math.add", Description: "Add two numbers. */ not a comment end", InputSchema: map[string]any{
-			"type": "object", "required": []any{"a"},
-			"properties": map[string]any{
-				"a":                 map[string]any{"type": "number", "description": "first\naddend"},
-				"b":                 map[string]any{"type": []any{"null", "integer"}},
-				"tags":              map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
-				"not-an-identifier": map[string]any{"type": "string"},
-			},
-		}},
-		{Name: "9weird.tool-name", Description: `quotes " and \ backslashes`, InputSchema: nil},
-	}
+	tools := awkwardTools("Add two numbers. */ not a comment end", `quotes " and \ backslashes`)
 	stub := TypeScriptStub(tools)
 	for _, want := range []string{
 		"export interface MathAddArgs {",
