@@ -12,6 +12,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
@@ -54,6 +55,9 @@ func (ta *toolsAdmin) gateway(t *testing.T) *server {
 				continue
 			}
 			c.Tenants[i].Policy["tools"] = []any{"math.*", "crm.*"}
+			// The waits below poll with runs; the rate quota is not under
+			// test here and must not end a slow poll with a 429.
+			c.Tenants[i].Quota = quota.Limits{RatePerMinute: 600000, Burst: 10000, Concurrency: 16, DailyCPUSeconds: 1000000}
 			c.Tenants[i].Tools = toolconfig.Config{Servers: []toolconfig.Server{
 				{Name: "math", URL: ta.mcp.URL, Headers: hdr, Allow: []string{"add"}},
 			}}
