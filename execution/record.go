@@ -126,10 +126,17 @@ func runEnvelope(ctx context.Context, x *state, tenant tenancy.Tenant, res sandb
 // refusalEnvelope is the envelope of a call refused before (or instead of)
 // a run.
 func refusalEnvelope(ctx context.Context, x *state, e *Error) *Envelope {
+	return RefusalEnvelope(ctx, x.id, x.principal.TenantID, e)
+}
+
+// RefusalEnvelope is the envelope of execution id of tenant (empty when
+// not known yet) refused with e before a run: status error, no result, no
+// decision, an empty log list.
+func RefusalEnvelope(ctx context.Context, id, tenant string, e *Error) *Envelope {
 	body := e.Body()
 	return &Envelope{
-		ExecutionID: x.id,
-		TenantID:    x.principal.TenantID,
+		ExecutionID: id,
+		TenantID:    tenant,
 		Status:      sandbox.StatusError,
 		Error:       &body,
 		Logs:        []sandbox.LogLine{},

@@ -13,12 +13,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/execgate/execgate/audit"
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/execution"
-	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
-	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -34,11 +31,14 @@ type Authenticator interface {
 	Verify(ctx context.Context, raw string) (auth.Claims, error)
 }
 
-// Decider decides what a tenant may run (*policy.Engine). Any error is a
-// PolicyError: deny, never allow.
-type Decider interface {
-	Decide(ctx context.Context, in policy.Input) (policy.Decision, error)
-}
+// Decider, Runner and Auditor are the execute flow's (package execution):
+// the gateway hands them to it, and asks the policy (GET /v1/tools,
+// POST /v1/prepare) and the sandbox (the readiness probe) itself too.
+type (
+	Decider = execution.Decider
+	Runner  = execution.Runner
+	Auditor = execution.Auditor
+)
 
 // Quotas admits runs and serves the admin quota API (quota.MemoryLimiter,
 // quota.RedisLimiter).
@@ -49,18 +49,6 @@ type Quotas interface {
 	ClearOverride(ctx context.Context, tenant string) error
 	Effective(ctx context.Context, tenant string, configured quota.Limits) (quota.Limits, error)
 	Usage(ctx context.Context, tenant string, configured quota.Limits) (quota.Usage, error)
-}
-
-// Runner runs one tool inside the sandbox (*sandbox.Runner). Its only error
-// is *sandbox.UnavailableError: nothing was run.
-type Runner interface {
-	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
-}
-
-// Auditor writes one durable record per authenticated execute request
-// (*audit.Log).
-type Auditor interface {
-	Record(ctx context.Context, r audit.Record) error
 }
 
 // Metrics are the Prometheus hooks of the gateway and the execute flow it
@@ -362,16 +350,7 @@ func (s *Server) fail(c *gin.Context, err error) {
 // errorEnvelope is the envelope of a request refused before (or instead
 // of) a run.
 func (s *Server) errorEnvelope(c *gin.Context, ae *apiError) *Envelope {
-	body := ae.Body()
-	return &Envelope{
-		ExecutionID: c.GetString(keyExecutionID),
-		TenantID:    c.GetString(keyTenantID),
-		Status:      sandbox.StatusError,
-		Result:      nil,
-		Error:       &body,
-		Logs:        []sandbox.LogLine{},
-		TraceID:     execution.TraceID(c.Request.Context()),
-	}
+	return execution.RefusalEnvelope(c.Request.Context(), c.GetString(keyExecutionID), c.GetString(keyTenantID), ae)
 }
 
 // writeEnvelope sets the execution headers and writes env.
