@@ -347,9 +347,9 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	if err != nil {
 		return 0, nil, err
 	}
-	defer tk.release()
+	defer tk.release() // also if the run panics (the edge recovers)
 	res, err := f.run(ctx, x, tenant, dec, adm)
-	tk.release()
+	tk.release() // the slot is free before the settlement's round trip
 	if err != nil {
 		return 0, nil, err
 	}
