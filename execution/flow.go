@@ -13,6 +13,16 @@
 // whatever the transport, and Run is cancelled by its context alone, so a
 // run submitted now and awaited later (issue #15) is Run in a goroutine of
 // its own with its own context.
+//
+// How to add a transport:
+//  1. Authenticate the caller and check its route at the edge (gateway's
+//     access table).
+//  2. Build a Call: the principal, the /v1/execute row's grants, an id
+//     from NewID, a Body that reads under the body cap, and the gateway's
+//     strict decoder as Decode.
+//  3. Run it; render Outcome.Envelope (or write Outcome.Body, the bytes
+//     /v1/execute sends and the idempotency store keeps), pass on
+//     RetryAfter, and call Release once the answer is sent.
 package execution
 
 import (
