@@ -30,6 +30,7 @@ import (
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
@@ -175,7 +176,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}
 	metrics := telemetry.NewMetrics(reg, cfg.Telemetry.MaxTenantLabels)
 
-	var idem gateway.IdempotencyStore
+	var idem execution.IdempotencyStore
 	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
 	switch cfg.Quota.Backend {
 	case "redis":
@@ -185,7 +186,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 		a.onStop("redis client", func(context.Context) error { return client.Close() })
 		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
-		idem = gateway.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
+		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
 	default:
 		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
 	}

@@ -525,9 +525,17 @@ func TestAuditSurvivesTheGatewayBeingKilledMidLoad(t *testing.T) {
 // obsServe starts `execgate serve --config cfg` and waits for /healthz.
 func obsServe(t *testing.T, bin, cfg, base string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := obsServeLogged(t, bin, cfg, base)
+	return cmd
+}
+
+// obsServeLogged is obsServe that also returns the gateway's output as it
+// is written (its log lines).
+func obsServeLogged(t *testing.T, bin, cfg, base string) (*exec.Cmd, *testenv.SyncBuffer) {
+	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", cfg)
-	var logs testenv.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &testenv.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -544,7 +552,7 @@ func obsServe(t *testing.T, bin, cfg, base string) *exec.Cmd {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return cmd
+				return cmd, logs
 			}
 		}
 		if time.Now().After(deadline) {

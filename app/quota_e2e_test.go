@@ -291,7 +291,7 @@ func quotaE2ESettleAfterOutage(t *testing.T, bin string) {
 	const src = "import time\n\ndef run(args, context):\n    end = time.process_time() + 0.3\n    while time.process_time() < end:\n        pass\n    time.sleep(args['sleep'])\n    return {'ok': True}\n"
 	rs := testenv.Redis(t)
 	c := quotaE2ENewCluster(t, bin, 1, rs.URL(), quotaE2EQuota{concurrency: 2})
-	c.serve(t, 0)
+	gw, logs := obsServeLogged(t, c.bin, c.configs[0], c.bases[0])
 	client := quotaE2EClient(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -304,7 +304,18 @@ func quotaE2ESettleAfterOutage(t *testing.T, bin string) {
 		done <- quotaE2ESend(client, c.bases[0], c.token, 0, "settle-after-outage", src, map[string]any{"sleep": 2}, nil)
 	}()
 	waitFor(t, "the run to hold its lease", 20*time.Second, func() bool { return rdb.ZCard(ctx, leases).Val() == 1 })
-	time.Sleep(500 * time.Millisecond) // into the tool's sleep
+	// The tool has burnt its CPU and sleeps: a python process below the
+	// gateway, asleep, with at least 0.3 s of CPU used.
+	waitFor(t, "the tool to sleep after burning its CPU", 20*time.Second, func() bool {
+		for _, p := range quotaE2EDescendants(t, gw.Process.Pid) {
+			if strings.HasPrefix(p.comm, "python") {
+				if state, cpu, err := quotaE2ECPU(p.pid); err == nil && state == "S" && cpu >= 300*time.Millisecond {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	rs.Kill()
 	r := <-done
 	if !quotaE2EIsOK(r) {
@@ -316,8 +327,11 @@ func quotaE2ESettleAfterOutage(t *testing.T, bin string) {
 	}
 	rs.Restart()
 	used := func() int64 { n, _ := rdb.HGet(ctx, budget, "used_ms").Int64(); return n }
-	waitFor(t, "the run's CPU charged after Redis came back", 20*time.Second, func() bool { return used() > 0 })
-	time.Sleep(time.Second) // a second charge would land by now
+	// The gateway's background retry logs once it landed and then stops:
+	// nothing is left that could charge the run a second time.
+	waitFor(t, "the gateway to log the settlement retry that landed", 20*time.Second, func() bool {
+		return strings.Contains(logs.String(), "quota settled after a retry")
+	})
 	if got := used(); got != cpu {
 		t.Errorf("budget used_ms = %d after Redis came back, want the run's cpu_ms %d, charged once", got, cpu)
 	}
@@ -427,6 +441,29 @@ func quotaE2EStat(pid int) (comm, state string, ppid int, start string, err erro
 		return "", "", 0, "", fmt.Errorf("parsing /proc/%d/stat ppid: %w", pid, err)
 	}
 	return s[open+1 : closing], rest[0], ppid, rest[19], nil
+}
+
+// quotaE2ECPU reads a process's state and the CPU time it used (utime +
+// stime, fields 14 and 15 of /proc/pid/stat, in USER_HZ ticks of 10 ms).
+func quotaE2ECPU(pid int) (state string, cpu time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, err
+	}
+	s := string(b)
+	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // rest[0] is field 3 (state)
+	if len(rest) < 13 {
+		return "", 0, fmt.Errorf("parsing /proc/%d/stat: %d fields", pid, len(rest)+2)
+	}
+	var ticks int64
+	for _, f := range rest[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return "", 0, fmt.Errorf("parsing /proc/%d/stat cpu times: %w", pid, err)
+		}
+		ticks += n
+	}
+	return rest[0], time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // quotaE2EDescendants lists the live descendants of root.

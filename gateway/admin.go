@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -184,11 +184,10 @@ func (s *Server) handleEvaluate(c *gin.Context) {
 		roles = []string{tenancy.RoleExecutor}
 	}
 	ctx := c.Request.Context()
-	x := &execution{principal: tenancy.Principal{TenantID: t.ID, Subject: subject(ctx), Roles: roles}, req: req}
-	in := policy.BuildInput(t, x.principal, policyRequest(req))
-	dec, err := s.decide(ctx, x, t)
+	caller := tenancy.Principal{TenantID: t.ID, Subject: subject(ctx), Roles: roles}
+	in, dec, err := s.flow.Decide(ctx, caller, t, req)
 	if err != nil {
-		var denied *policyDenied
+		var denied *execution.PolicyDeniedError
 		if !errors.As(err, &denied) {
 			s.fail(c, err)
 			return

@@ -1,11 +1,16 @@
-// Package gateway is the HTTP API (Gin): routes, JWT middleware, request and
-// response types, OpenAPI, admin API and the one place errors become HTTP.
+// Package gateway is the HTTP edge (Gin): routes, authentication, the
+// access table, strict request decoding, OpenAPI, the admin API, the MCP
+// transport and the one place errors become HTTP. The execute flow itself
+// (decide, admit, run, settle, record) is package execution's.
 package gateway
 
 import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
+
+	"github.com/execgate/execgate/execution"
 )
 
 // Config is the server section of the config file. Zero means default.
@@ -131,7 +136,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxConcurrentRuns = 2 * runtime.NumCPU()
 	}
 	if c.MaxOutputMemoryMB == 0 {
-		c.MaxOutputMemoryMB = min(int64(c.MaxConcurrentRuns)*outputReservation(platformMaxOutput)>>20, DefaultMaxOutputMemoryMBCeiling)
+		c.MaxOutputMemoryMB = min(execution.OutputMemoryFor(c.MaxConcurrentRuns)>>20, DefaultMaxOutputMemoryMBCeiling)
 	}
 	switch {
 	case c.MaxQueue == 0:
@@ -152,10 +157,10 @@ func (c Config) WithDefaults() Config {
 		c.IdempotencyWindowSeconds = DefaultIdempotencyWindowSeconds
 	}
 	if c.IdempotencyMaxClaims == 0 {
-		c.IdempotencyMaxClaims = DefaultIdempotencyMaxClaims
+		c.IdempotencyMaxClaims = execution.DefaultIdempotencyMaxClaims
 	}
 	if c.IdempotencyTenantResponseBytes == 0 {
-		c.IdempotencyTenantResponseBytes = DefaultIdempotencyResponseBytes
+		c.IdempotencyTenantResponseBytes = execution.DefaultIdempotencyResponseBytes
 	}
 	if c.ShutdownGraceSeconds == 0 {
 		c.ShutdownGraceSeconds = DefaultShutdownGraceSeconds
@@ -185,8 +190,8 @@ func (c Config) WithDefaults() Config {
 }
 
 // IdempotencyLimits are the per-tenant bounds of the idempotency store.
-func (c Config) IdempotencyLimits() IdempotencyLimits {
-	return IdempotencyLimits{MaxClaims: c.IdempotencyMaxClaims, TenantResponseBytes: c.IdempotencyTenantResponseBytes}
+func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
+	return execution.IdempotencyLimits{MaxClaims: c.IdempotencyMaxClaims, TenantResponseBytes: c.IdempotencyTenantResponseBytes}
 }
 
 // Validate rejects values that cannot work (after WithDefaults).
@@ -250,4 +255,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server.max_json_depth: %d is outside 4..%d", c.MaxJSONDepth, maxMaxJSONDepth))
 	}
 	return errors.Join(errs...)
+}
+
+// flowConfig are the execute flow's bounds (after WithDefaults).
+func (c Config) flowConfig() execution.Config {
+	return execution.Config{
+		Queue: execution.QueueLimits{Running: c.MaxConcurrentRuns, Waiting: c.MaxQueue,
+			TenantRunning: c.TenantMaxRuns, TenantWaiting: c.TenantMaxQueue},
+		OutputMemoryBytes: c.MaxOutputMemoryMB << 20,
+		IdempotencyWindow: time.Duration(c.IdempotencyWindowSeconds) * time.Second,
+		IdempotencyLimits: c.IdempotencyLimits(),
+	}
 }

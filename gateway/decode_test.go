@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/execution"
 )
 
 var testCaps = caps{body: 1 << 20, source: 100, args: 50}
@@ -105,11 +107,11 @@ func TestDecodeExecuteDefaultsAndCompaction(t *testing.T) {
 		t.Errorf("defaults = %+v", req)
 	}
 	a, _ := decodeExecute([]byte(`{"source":"x","args":{"b":[1,2]}}`), testCaps)
-	if fingerprint(a) != fingerprint(req) {
+	if execution.Fingerprint(a) != execution.Fingerprint(req) {
 		t.Error("whitespace in args changed the idempotency fingerprint")
 	}
 	b, _ := decodeExecute([]byte(`{"source":"y","args":{"b":[1,2]}}`), testCaps)
-	if fingerprint(b) == fingerprint(req) {
+	if execution.Fingerprint(b) == execution.Fingerprint(req) {
 		t.Error("another source has the same fingerprint")
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/execgate/execgate/execution"
 )
 
 // The request edge: what a client must do, and how fast, before any
@@ -302,7 +304,7 @@ func (t *connTracker) jsonCanned(code int, text string) ([]byte, bool) {
 		}
 		e = ErrorBody{Type: TypeBadRequest, Message: "request: " + text}
 	}
-	body, err := encodeJSON(ErrorResponse{Status: "error", Error: e})
+	body, err := execution.EncodeJSON(ErrorResponse{Status: "error", Error: e})
 	if err != nil {
 		return nil, false
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
@@ -34,10 +35,10 @@ import (
 //   - /mcp itself is a row of the access table (executor of its own
 //     tenant), checked before the SDK sees the request; the token is the
 //     one authenticate verified.
-//   - execute_<language> calls runExecute with the /v1/execute row's
-//     grants: the same strict decoder and caps, policy, idempotency (an
-//     execution_id in the arguments), queue, quota, sandbox, settlement and
-//     one audit record under the caller's tenant.
+//   - execute_<language> runs the execute flow (execution.Flow.Run) with
+//     the /v1/execute row's grants: the same strict decoder and caps,
+//     policy, idempotency (an execution_id in the arguments), queue, quota,
+//     sandbox, settlement and one audit record under the caller's tenant.
 //   - validate calls the /v1/validate flow with that row's grants.
 //
 // A refusal (PolicyDenied, QuotaExceeded, a bad argument) and a run that
@@ -167,20 +168,21 @@ func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		out := s.runExecute(ctx, executeCall{
-			principal: p,
-			grants:    accessRow(http.MethodPost, "/v1/execute").Grants,
-			id:        newID(),
-			body:      func() ([]byte, error) { return s.mcpExecuteBody(req.Params.Arguments, lang) },
+		out := s.flow.Run(ctx, execution.Call{
+			Principal: p,
+			Grants:    accessRow(http.MethodPost, "/v1/execute").Grants,
+			ID:        execution.NewID(),
+			Body:      func() ([]byte, error) { return s.mcpExecuteBody(req.Params.Arguments, lang) },
+			Decode:    s.decodeExecute,
 		})
-		defer out.release()
+		defer out.Release()
 		res := &mcp.CallToolResult{
-			Content:           []mcp.Content{&mcp.TextContent{Text: envelopeText(out.env, out.retryAfter)}},
-			StructuredContent: out.env,
-			IsError:           out.env.Status != sandbox.StatusOK,
+			Content:           []mcp.Content{&mcp.TextContent{Text: envelopeText(out.Envelope, out.RetryAfter)}},
+			StructuredContent: out.Envelope,
+			IsError:           out.Envelope.Status != sandbox.StatusOK,
 		}
-		if out.retryAfter > 0 {
-			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(out.retryAfter)}
+		if out.RetryAfter > 0 {
+			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(out.RetryAfter)}
 		}
 		return res, nil
 	}
@@ -216,10 +218,10 @@ func (s *Server) mcpValidate(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	resp, err := s.mcpValidateCall(ctx, p, req.Params.Arguments)
 	if err != nil {
 		ae := toAPIError(err)
-		if ae.Status >= 500 && !expected5xx(ae.Type) {
+		if !ae.Expected() {
 			s.log.ErrorContext(ctx, "mcp validate failed", telemetry.KeyTenantID, p.TenantID, "error_type", ae.Type, "err", ae.Error())
 		}
-		body := ErrorResponse{Status: "error", Error: ae.body()}
+		body := ErrorResponse{Status: "error", Error: ae.Body()}
 		res := &mcp.CallToolResult{
 			Content:           []mcp.Content{&mcp.TextContent{Text: errorText(&body.Error, ae.RetryAfter)}},
 			StructuredContent: body,

@@ -1,191 +1,18 @@
 package gateway
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/sandbox"
 )
-
-func TestEncodeEnvelopeWritesWhatEncodeJSONWrites(t *testing.T) {
-	big := func(s string) string { return strings.Repeat(s, spliceMin/len(s)+1) }
-	base := Envelope{ExecutionID: "e1", TenantID: "t1", Status: sandbox.StatusOK, Result: json.RawMessage(`{"ok":true}`),
-		Logs: []sandbox.LogLine{{Level: "info", Message: "<hi>\x01"}}, TraceID: "abc",
-		Decision: &EnvelopeDecision{ID: "d", NetworkAccess: "none", Egress: policy.Egress{Allow: []string{"*.example.com:443"}}}}
-	tests := []struct {
-		name   string
-		mutate func(e *Envelope)
-	}{
-		{"small output", func(e *Envelope) { e.Stdout = "hi\n" }},
-		{"control bytes", func(e *Envelope) { e.Stdout = big("\x01\x02"); e.Stderr = big("\x1f") }},
-		{"html, quotes and separators", func(e *Envelope) { e.Stdout = big(`<a href="x">&</a>` + "\u2028\\") }},
-		{"invalid UTF-8", func(e *Envelope) { e.Stderr = big("ok\xff\xe2\x82") }},
-		{"large result, not compact", func(e *Envelope) {
-			e.Result = json.RawMessage(`{"a": [1, 2, "` + big("x<") + `"], "b" : null}`)
-		}},
-		{"multi-byte characters across stream chunks", func(e *Envelope) {
-			e.Stdout = strings.Repeat("é", streamChunk) + strings.Repeat("🎉\xe2\x82", streamChunk/3)
-		}},
-		{"large result and output", func(e *Envelope) {
-			e.Result = json.RawMessage(`"` + big("\\u0001") + `"`)
-			e.Stdout = big("é")
-		}},
-		{"no result", func(e *Envelope) { e.Result = nil; e.Stdout = big("x") }},
-		{"output that looks like a placeholder", func(e *Envelope) {
-			e.Stdout = big("\x00stdout-")
-			e.Result = json.RawMessage(`"` + big(`\u0000stdout-`) + `"`)
-		}},
-		{"with an error", func(e *Envelope) {
-			e.Status = sandbox.StatusError
-			e.Error = &ErrorBody{Type: "ToolError", Message: "boom", Traceback: big("tb\n")}
-			e.Stderr = big("err\n")
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			env := base
-			tt.mutate(&env)
-			want, err := encodeJSON(&env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := encodeEnvelope(&env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.size != len(want) {
-				t.Errorf("size %d, encodeJSON writes %d bytes", e.size, len(want))
-			}
-			var streamed bytes.Buffer
-			if err := e.writeTo(&streamed); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(streamed.Bytes(), want) {
-				t.Errorf("writeTo differs from encodeJSON (%d vs %d bytes)", streamed.Len(), len(want))
-			}
-			got := e.bytes()
-			if !bytes.Equal(got, want) {
-				t.Errorf("bytes differs from encodeJSON (%d vs %d bytes)", len(got), len(want))
-			}
-			if cap(got) != len(got) && len(env.Stdout)+len(env.Stderr)+len(env.Result) >= spliceMin {
-				t.Errorf("body has capacity %d for %d bytes; want one allocation of its size", cap(got), len(got))
-			}
-		})
-	}
-}
-
-func TestOutputBudget(t *testing.T) {
-	limits := func(outputBytes, timeoutMS int64) sandbox.Limits {
-		return sandbox.Limits{OutputBytes: outputBytes, TimeoutMS: timeoutMS}
-	}
-	t.Run("a run waits for room and gets it when another gives it back", func(t *testing.T) {
-		b := newOutputBudget(outputReservation(1 << 20))
-		b.freeOS = func() {}
-		rel1, err := b.acquire(context.Background(), limits(1<<20, 60000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan error, 1)
-		go func() {
-			rel2, err := b.acquire(context.Background(), limits(1<<20, 60000))
-			if err == nil {
-				rel2()
-			}
-			got <- err
-		}()
-		select {
-		case err := <-got:
-			t.Fatalf("the second run did not wait for room: %v", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		rel1()
-		if err := <-got; err != nil {
-			t.Fatalf("the second run got %v once room was given back", err)
-		}
-		if n := b.reserved(); n != 0 {
-			t.Errorf("%d bytes still reserved", n)
-		}
-	})
-	t.Run("a run that finds no room within its time limit is Overloaded", func(t *testing.T) {
-		b := newOutputBudget(outputReservation(1 << 20))
-		b.freeOS = func() {}
-		rel, err := b.acquire(context.Background(), limits(1<<20, 60000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rel()
-		_, err = b.acquire(context.Background(), limits(1<<20, 20))
-		if !errors.Is(err, errOutputBudget) {
-			t.Fatalf("got %v, want errOutputBudget", err)
-		}
-		if ae := toAPIError(err); ae.Status != 503 || ae.Type != TypeOverloaded {
-			t.Errorf("answered %d %s, want 503 Overloaded", ae.Status, ae.Type)
-		}
-	})
-	t.Run("a run larger than the whole budget runs alone", func(t *testing.T) {
-		b := newOutputBudget(8 << 20)
-		b.freeOS = func() {}
-		rel, err := b.acquire(context.Background(), limits(16<<20, 1000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := b.reserved(); n != 8<<20 {
-			t.Errorf("reserved %d, want the whole budget", n)
-		}
-		rel()
-		rel() // idempotent
-		if n := b.reserved(); n != 0 {
-			t.Errorf("%d bytes still reserved", n)
-		}
-	})
-	t.Run("a replay reserves its remembered response twice over", func(t *testing.T) {
-		b := newOutputBudget(1 << 30)
-		b.freeOS = func() {}
-		rel, err := b.acquireReplay(context.Background(), 10<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := b.reserved(); n != 2*(10<<20)+4<<20 {
-			t.Errorf("reserved %d", n)
-		}
-		rel()
-	})
-	t.Run("memory goes back to the OS once a large burst is over", func(t *testing.T) {
-		b := newOutputBudget(1 << 30)
-		var freed atomic.Int32
-		done := make(chan struct{}, 8)
-		b.freeOS = func() { freed.Add(1); done <- struct{}{} }
-		small, _ := b.acquire(context.Background(), limits(1<<10, 1000))
-		small()
-		if freed.Load() != 0 {
-			t.Fatalf("freed after a small run")
-		}
-		r1, _ := b.acquire(context.Background(), limits(16<<20, 1000))
-		r2, _ := b.acquire(context.Background(), limits(16<<20, 1000))
-		r1()
-		if freed.Load() != 0 {
-			t.Fatalf("freed while a run still holds output")
-		}
-		r2()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("memory was not returned after the burst")
-		}
-	})
-}
 
 func TestMaxOutputMemoryDefault(t *testing.T) {
 	c := Config{MaxConcurrentRuns: 4}.WithDefaults()
@@ -209,7 +36,7 @@ func TestAClientThatStopsReadingDoesNotHoldTheResponseForever(t *testing.T) {
 	t.Cleanup(func() { writeGrace, minWriteRate = oldGrace, oldRate })
 
 	env := &Envelope{Stdout: strings.Repeat("\x01", 16<<20), Logs: []sandbox.LogLine{}}
-	e, err := encodeEnvelope(env)
+	e, err := execution.EncodeEnvelope(env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -18,16 +18,9 @@ import (
 )
 
 // Environments resolves requirements into locked environments and installs
-// them (*sandbox.Environments). Resolve and Prepare report what cannot be
-// built as a DependencyError (*sandbox.ErrorInfo); their error is an
-// *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
-// requirement string.
-type Environments interface {
-	Resolve(ctx context.Context, reqs []string) (sandbox.Environment, *sandbox.ErrorInfo, error)
-	FromLock(lock string) (sandbox.Environment, error)
-	Lookup(id string) (sandbox.Environment, bool, error)
-	Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
-}
+// them (*sandbox.Environments); the execute flow and POST /v1/prepare share
+// it.
+type Environments = execution.Environments
 
 // Warmer keeps warm jails for a package environment's profile
 // (*sandbox.Runner): the spec's tenant, environment (Lock), network and
@@ -132,62 +125,6 @@ func checkDepsChoice(reqs []string, lock, envID string) error {
 	return nil
 }
 
-// errNoEnvironments: requirements asked of a gateway without environments.
-var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
-
-// environment finds the environment a request names (nil when it names
-// none). A list that cannot be resolved is a DependencyError.
-func (s *Server) environment(ctx context.Context, reqs []string, lock, envID string) (*sandbox.Environment, *sandbox.ErrorInfo, error) {
-	if len(reqs) == 0 && lock == "" && envID == "" {
-		return nil, nil, nil
-	}
-	if s.d.Environments == nil {
-		return nil, nil, errNoEnvironments
-	}
-	switch {
-	case len(reqs) > 0:
-		env, failure, err := s.d.Environments.Resolve(ctx, reqs)
-		if err != nil {
-			var u *sandbox.UnavailableError
-			if errors.As(err, &u) {
-				return nil, nil, err
-			}
-			return nil, nil, badRequest("requirements", "%v", err)
-		}
-		if failure != nil {
-			return nil, failure, nil
-		}
-		return &env, nil, nil
-	case lock != "":
-		env, err := s.d.Environments.FromLock(lock)
-		if err != nil {
-			return nil, nil, badRequest("requirements_lock", "%v", err)
-		}
-		return &env, nil, nil
-	default:
-		env, ok, err := s.d.Environments.Lookup(envID)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok {
-			return nil, nil, badRequest("environment_id", "%s is not an environment this gateway prepared (POST /v1/prepare makes one)", envID)
-		}
-		return &env, nil, nil
-	}
-}
-
-// policyPackages is the resolved set as the policy sees it.
-func policyPackages(env *sandbox.Environment) []policy.Package {
-	if env == nil {
-		return nil
-	}
-	out := make([]policy.Package, len(env.Packages))
-	for i, p := range env.Packages {
-		out[i] = policy.Package{Name: p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
-	}
-	return out
-}
-
 // decodePrepare decodes a POST /v1/prepare body strictly.
 func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
 	if err := checkJSON(body, c.depth); err != nil {
@@ -248,7 +185,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	env, failure, err := s.environment(ctx, req.Requirements, req.RequirementsLock, "")
+	env, failure, err := s.flow.Environment(ctx, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
 	if err == nil && failure == nil {
 		dec, err = s.preparePolicy(ctx, tenant, p, req.Requirements, env)
@@ -261,7 +198,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 	if failure == nil {
 		// An install is work done for the tenant: it takes a rate token and
 		// a concurrency slot while it lasts (no CPU is charged).
-		adm, err := s.d.Quota.Admit(ctx, quota.AdmitRequest{TenantID: tenant.ID, ExecutionID: "prepare-" + newID(), Limits: tenant.Quota})
+		adm, err := s.d.Quota.Admit(ctx, quota.AdmitRequest{TenantID: tenant.ID, ExecutionID: "prepare-" + execution.NewID(), Limits: tenant.Quota})
 		if err != nil {
 			s.fail(c, err)
 			return
@@ -300,20 +237,16 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // the decision: its limits and network are those of the jails warmed for
 // env.
 func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *sandbox.Environment) (policy.Decision, error) {
-	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: policyPackages(env)})
+	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env)})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {
-		return dec, fmt.Errorf("%w: %w", errPolicy, err)
+		return dec, fmt.Errorf("%w: %w", execution.ErrPolicy, err)
 	}
 	if !dec.Allow {
-		reasons := dec.Reasons
-		if len(reasons) == 0 {
-			reasons = []string{"denied by policy"}
-		}
-		return dec, &policyDenied{reasons: reasons}
+		return dec, execution.Denied(dec.Reasons)
 	}
 	if !dec.RequirementsAllowed {
-		return dec, &policyDenied{reasons: []string{"requirements are not allowed for this tenant"}}
+		return dec, execution.Denied([]string{"requirements are not allowed for this tenant"})
 	}
 	return dec, nil
 }

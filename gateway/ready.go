@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -95,7 +96,7 @@ func (r *readiness) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
 	res, err := r.s.d.Runner.Run(ctx, sandbox.Spec{
-		ExecutionID: "readyz-" + newID(),
+		ExecutionID: "readyz-" + execution.NewID(),
 		TenantID:    "execgate-readyz",
 		Language:    "python",
 		Source:      probeSource,

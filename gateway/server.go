@@ -1,11 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,11 +13,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/execgate/execgate/audit"
 	"github.com/execgate/execgate/auth"
-	"github.com/execgate/execgate/policy"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/quota"
-	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -37,11 +31,14 @@ type Authenticator interface {
 	Verify(ctx context.Context, raw string) (auth.Claims, error)
 }
 
-// Decider decides what a tenant may run (*policy.Engine). Any error is a
-// PolicyError: deny, never allow.
-type Decider interface {
-	Decide(ctx context.Context, in policy.Input) (policy.Decision, error)
-}
+// Decider, Runner and Auditor are the execute flow's (package execution):
+// the gateway hands them to it, and asks the policy (GET /v1/tools,
+// POST /v1/prepare) and the sandbox (the readiness probe) itself too.
+type (
+	Decider = execution.Decider
+	Runner  = execution.Runner
+	Auditor = execution.Auditor
+)
 
 // Quotas admits runs and serves the admin quota API (quota.MemoryLimiter,
 // quota.RedisLimiter).
@@ -54,28 +51,10 @@ type Quotas interface {
 	Usage(ctx context.Context, tenant string, configured quota.Limits) (quota.Usage, error)
 }
 
-// Runner runs one tool inside the sandbox (*sandbox.Runner). Its only error
-// is *sandbox.UnavailableError: nothing was run.
-type Runner interface {
-	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
-}
-
-// Auditor writes one durable record per authenticated execute request
-// (*audit.Log).
-type Auditor interface {
-	Record(ctx context.Context, r audit.Record) error
-}
-
-// Metrics are the gateway's Prometheus hooks (*telemetry.Metrics).
+// Metrics are the Prometheus hooks of the gateway and the execute flow it
+// hands them to (*telemetry.Metrics).
 type Metrics interface {
-	Execution(tenant, status, errType string)
-	Stage(stage string, d time.Duration)
-	PolicyEval(d time.Duration)
-	QuotaRefusal(tenant, kind string)
-	SandboxCrash()
-	SyscallDenied(syscall string)
-	EgressDenied(tenant string)
-	SetQueue(waiting, running int)
+	execution.Metrics
 }
 
 // Check is one readiness check besides the sandbox's (which the gateway
@@ -110,7 +89,7 @@ type Deps struct {
 	MetricsHandler http.Handler
 	// Idempotency remembers run responses per (tenant, execution_id). Nil:
 	// an in-memory store.
-	Idempotency IdempotencyStore
+	Idempotency execution.IdempotencyStore
 	// AuditSearch serves GET /v1/admin/audit. Nil: that route answers 404.
 	AuditSearch AuditSearcher
 	// Ready are the readiness checks besides the sandbox probe (rootfs,
@@ -137,11 +116,8 @@ type Server struct {
 	d      Deps
 	caps   caps
 	engine *gin.Engine
-	queue  *runQueue
-	output *outputBudget
-	idem   IdempotencyStore
+	flow   *execution.Flow // the execute flow behind /v1/execute and /mcp
 	ready  *readiness
-	settle *settler
 	tracer trace.Tracer
 	log    *slog.Logger
 	now    func() time.Time
@@ -168,9 +144,6 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("gateway: missing dependencies: %s", strings.Join(missing, ", "))
 	}
-	if d.Metrics == nil {
-		d.Metrics = nopMetrics{}
-	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -180,22 +153,24 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	if d.Idempotency == nil {
-		d.Idempotency = NewMemoryIdempotency(time.Duration(cfg.IdempotencyWindowSeconds)*time.Second, cfg.IdempotencyLimits(), d.Now)
-	}
 	s := &Server{
 		cfg:    cfg,
 		d:      d,
 		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
-		queue:  newRunQueue(queueLimitsOf(cfg), d.Metrics.SetQueue),
-		output: newOutputBudget(cfg.MaxOutputMemoryMB << 20),
-		idem:   d.Idempotency,
-		settle: newSettler(d.Logger),
 		tracer: d.TracerProvider.Tracer(TracerName),
 		log:    d.Logger,
 		now:    d.Now,
 	}
 	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
+	fd := execution.Deps{
+		Tenants: d.Tenants, Policy: d.Policy, Quota: d.Quota, Runner: d.Runner, Audit: d.Audit,
+		Environments: d.Environments, Tools: d.Tools, Idempotency: d.Idempotency, Metrics: d.Metrics,
+		Succeeded: s.ready.succeeded, Logger: d.Logger, TracerProvider: d.TracerProvider, Now: d.Now,
+	}
+	var err error
+	if s.flow, err = execution.New(cfg.flowConfig(), fd); err != nil {
+		return nil, err
+	}
 	s.engine = s.routes()
 	return s, nil
 }
@@ -218,32 +193,13 @@ func (s *Server) Routes() []Route {
 
 // Drain waits until no run is queued or running, or ctx ends. Shutdown
 // calls it after the listener stopped accepting.
-func (s *Server) Drain(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if w, r := s.queue.load(); w == 0 && r == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			w, r := s.queue.load()
-			return fmt.Errorf("draining runs (%d waiting, %d running): %w", w, r, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
+func (s *Server) Drain(ctx context.Context) error { return s.flow.Drain(ctx) }
 
 // FlushSettlements makes one last attempt at the quota settlements still
 // being retried (the backend was down when their runs ended) and waits for
 // them until ctx ends. Stop calls it before closing the quota backend; an
 // error says how many runs' CPU could not be charged.
-func (s *Server) FlushSettlements(ctx context.Context) error {
-	if n := s.settle.Flush(ctx); n > 0 {
-		return fmt.Errorf("%d quota settlements failed at shutdown (quota backend unreachable): their runs' CPU is not charged", n)
-	}
-	return nil
-}
+func (s *Server) FlushSettlements(ctx context.Context) error { return s.flow.FlushSettlements(ctx) }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
 
@@ -329,7 +285,7 @@ func (s *Server) routes() *gin.Engine {
 // the execution headers are set on every response, even a 401.
 func (s *Server) envelopeMode(c *gin.Context) {
 	c.Set(keyEnvelope, true)
-	c.Set(keyExecutionID, newID())
+	c.Set(keyExecutionID, execution.NewID())
 	c.Next()
 }
 
@@ -339,7 +295,9 @@ func (s *Server) authenticate(c *gin.Context) {
 	ctx, span := s.tracer.Start(c.Request.Context(), telemetry.StageAuth)
 	start := time.Now()
 	p, err := s.principal(ctx, c.GetHeader("Authorization"))
-	s.d.Metrics.Stage(telemetry.StageAuth, time.Since(start))
+	if s.d.Metrics != nil {
+		s.d.Metrics.Stage(telemetry.StageAuth, time.Since(start))
+	}
 	span.End()
 	if err != nil {
 		c.Header("WWW-Authenticate", `Bearer realm="execgate", error="invalid_token"`)
@@ -375,7 +333,7 @@ func (s *Server) principal(ctx context.Context, header string) (tenancy.Principa
 // fail renders err (through toAPIError) in the route's shape.
 func (s *Server) fail(c *gin.Context, err error) {
 	ae := toAPIError(err)
-	if ae.Status >= 500 && !expected5xx(ae.Type) {
+	if !ae.Expected() {
 		s.log.ErrorContext(c.Request.Context(), "request failed", "path", c.FullPath(), "error_type", ae.Type, "err", ae.Error())
 	}
 	if ae.RetryAfter > 0 {
@@ -386,56 +344,20 @@ func (s *Server) fail(c *gin.Context, err error) {
 		s.writeEnvelope(c, ae.Status, env)
 		return
 	}
-	writeJSON(c, ae.Status, ErrorResponse{Status: "error", Error: ae.body()})
+	writeJSON(c, ae.Status, ErrorResponse{Status: "error", Error: ae.Body()})
 }
 
 // errorEnvelope is the envelope of a request refused before (or instead
 // of) a run.
 func (s *Server) errorEnvelope(c *gin.Context, ae *apiError) *Envelope {
-	body := ae.body()
-	return &Envelope{
-		ExecutionID: c.GetString(keyExecutionID),
-		TenantID:    c.GetString(keyTenantID),
-		Status:      sandbox.StatusError,
-		Result:      nil,
-		Error:       &body,
-		Logs:        []sandbox.LogLine{},
-		TraceID:     traceID(c.Request.Context()),
-	}
+	return execution.RefusalEnvelope(c.Request.Context(), c.GetString(keyExecutionID), c.GetString(keyTenantID), ae)
 }
 
 // writeEnvelope sets the execution headers and writes env.
 func (s *Server) writeEnvelope(c *gin.Context, status int, env *Envelope) {
 	c.Header("X-Execution-Id", env.ExecutionID)
-	c.Header("X-Execution-Status", executionStatus(env))
+	c.Header("X-Execution-Status", env.ExecutionStatus())
 	writeJSON(c, status, env)
-}
-
-// executionStatus is the X-Execution-Status value: ok or error:<Type>.
-func executionStatus(env *Envelope) string {
-	if env.Status == sandbox.StatusOK {
-		return "ok"
-	}
-	if env.Error != nil {
-		return "error:" + env.Error.Type
-	}
-	return "error"
-}
-
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
-
-// newID returns a random execution id (32 hex digits).
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err)) // the kernel's RNG failing is not recoverable
-	}
-	return hex.EncodeToString(b[:])
 }
 
 func (s *Server) handleHealthz(c *gin.Context) {
@@ -450,33 +372,9 @@ func (s *Server) handleMetrics(c *gin.Context) {
 	s.d.MetricsHandler.ServeHTTP(c.Writer, c.Request)
 }
 
-// nopMetrics is used when Deps.Metrics is nil.
-type nopMetrics struct{}
-
-func (nopMetrics) Execution(string, string, string) {}
-func (nopMetrics) Stage(string, time.Duration)      {}
-func (nopMetrics) PolicyEval(time.Duration)         {}
-func (nopMetrics) QuotaRefusal(string, string)      {}
-func (nopMetrics) SandboxCrash()                    {}
-func (nopMetrics) SyscallDenied(string)             {}
-func (nopMetrics) EgressDenied(string)              {}
-func (nopMetrics) SetQueue(int, int)                {}
-
-// encodeJSON encodes v without HTML escaping: tool output and messages
-// keep their <, > and & readable.
-func encodeJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
 // writeJSON writes v as the JSON response body.
 func writeJSON(c *gin.Context, status int, v any) {
-	b, err := encodeJSON(v)
+	b, err := execution.EncodeJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
 		b = []byte(`{"status":"error","error":{"type":"Internal","message":"encoding the response failed"}}`)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
-	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
@@ -32,35 +32,6 @@ type ToolHub interface {
 }
 
 var _ ToolHub = (*toolbridge.Hub)(nil)
-
-// toolBridge returns the governed bridge of a run (nil without a hub, and in
-// test mode, where the sandbox answers from the fixtures).
-func (s *Server) toolBridge(x *execution, tenant tenancy.Tenant, dec policy.Decision) *toolbridge.Run {
-	if s.d.Tools == nil || x.req.Mode == "test" {
-		return nil
-	}
-	return s.d.Tools.NewRun(toolbridge.RunInfo{
-		TenantID:   tenant.ID,
-		Plan:       tenant.Plan,
-		TenantData: tenant.Policy,
-		Subject:    x.principal.Subject,
-		Roles:      x.principal.Roles,
-		DecisionID: dec.ID,
-		Granted:    dec.Tools,
-	})
-}
-
-// envelopeToolCalls is what the caller sees of the run's tool calls.
-func envelopeToolCalls(calls []sandbox.ToolCall) []EnvelopeToolCall {
-	if len(calls) == 0 {
-		return nil
-	}
-	out := make([]EnvelopeToolCall, len(calls))
-	for i, c := range calls {
-		out[i] = EnvelopeToolCall{Tool: c.Tool, Server: c.Server, DecisionID: c.DecisionID, MS: c.MS, Outcome: c.Outcome}
-	}
-	return out
-}
 
 // ToolsResponse is GET /v1/tools: the caller's granted tools, ready for a
 // model's code-mode prompt.
@@ -106,11 +77,11 @@ func (s *Server) handleTools(c *gin.Context) {
 	}
 	dec, err := s.d.Policy.Decide(ctx, policy.BuildInput(tenant, p, policy.Request{Mode: "run", Tools: asked}))
 	if err != nil {
-		s.fail(c, fmt.Errorf("%w: %w", errPolicy, err))
+		s.fail(c, fmt.Errorf("%w: %w", execution.ErrPolicy, err))
 		return
 	}
 	if !dec.Allow {
-		s.fail(c, &policyDenied{reasons: dec.Reasons})
+		s.fail(c, &execution.PolicyDeniedError{Reasons: dec.Reasons})
 		return
 	}
 	resp := ToolsResponse{TenantID: tenant.ID, DecisionID: dec.ID, Tools: []toolbridge.Tool{}, Unavailable: []toolbridge.ServerProblem{}}

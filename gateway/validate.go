@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/sandbox"
-	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -96,24 +94,7 @@ func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *Valid
 	if err != nil {
 		return nil, fmt.Errorf("encoding validator args: %w", err)
 	}
-	tk := s.queue.enter(tenant.ID)
-	if tk == nil {
-		return nil, errOverloaded
-	}
-	defer tk.release()
-	id := "validate-" + newID()
-	qctx, span := s.tracer.Start(ctx, telemetry.StageQuota)
-	adm, err := s.d.Quota.Admit(qctx, quota.AdmitRequest{TenantID: tenant.ID, ExecutionID: id, Limits: tenant.Quota, CPUReserveMS: validatorLimits.CPUMS})
-	span.End()
-	if err != nil {
-		return nil, err
-	}
-	if err := tk.acquire(ctx); err != nil {
-		_ = adm.Release(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	rctx, span := s.tracer.Start(ctx, telemetry.StageRun)
-	start := time.Now()
+	id := "validate-" + execution.NewID()
 	spec := sandbox.Spec{
 		ExecutionID: id,
 		TenantID:    tenant.ID,
@@ -130,15 +111,11 @@ func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *Valid
 		spec.Language, spec.Source, spec.Entrypoint, spec.Args = req.Language, req.Source, req.Entrypoint, nil
 		spec.Mode, spec.Limits = sandbox.ModeValidate, denoValidatorLimits
 	}
-	res, err := s.d.Runner.Run(rctx, spec)
-	s.d.Metrics.Stage(telemetry.StageRun, time.Since(start))
-	span.End()
-	tk.release()
+	// The quota reserves the Python checker's CPU for either checker.
+	res, err := s.flow.RunSpec(ctx, tenant, spec, validatorLimits.CPUMS)
 	if err != nil {
-		_ = adm.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	_ = s.settle.settle(ctx, adm, res.Usage.CPUMS) // logged and retried
 	if res.Status != sandbox.StatusOK {
 		// The parser itself hit a limit (e.g. absurd nesting): the source
 		// cannot be accepted, and the caller learns why.

@@ -41,4 +41,4 @@ done
 curl -fsS "http://127.0.0.1:$port/health" >/dev/null || { cat "$work/opa.log" >&2; exit 1; }
 
 echo "opa $("$OPA" version | awk '/^Version/{print $2}') on 127.0.0.1:$port; $(nproc) CPUs; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-go run ./policy/bench/sidecar -opa "http://127.0.0.1:$port" -n "$N"
+go run ./cmd/bench-opa-sidecar -opa "http://127.0.0.1:$port" -n "$N"

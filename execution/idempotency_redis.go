@@ -1,4 +1,4 @@
-package gateway
+package execution
 
 import (
 	"context"
@@ -117,7 +117,7 @@ func (r *RedisIdempotency) Claim(ctx context.Context, k IdempotencyKey, fp strin
 	keys := r.keys(k)
 	wait := 20 * time.Millisecond
 	for {
-		token := newID()
+		token := NewID()
 		res, err := claimScript.Run(ctx, r.rdb, keys[:3], "P:"+token+":"+fp, r.pending.Milliseconds(),
 			r.limits.MaxClaims, k.ExecutionID, r.keep()).Slice()
 		if err != nil {

@@ -1,4 +1,4 @@
-// Command sidecar compares the embedded policy engine with the same default
+// Command bench-opa-sidecar compares the embedded policy engine with the same default
 // policies served by a stock `opa run --server` over HTTP on loopback: N
 // sequential decisions each, reporting p50/p90/p99 and mean latency.
 //
@@ -6,7 +6,7 @@
 // or by hand:
 //
 //	opa run --server --addr 127.0.0.1:8181 <non-test policies dir> &
-//	go run ./policy/bench/sidecar -opa http://127.0.0.1:8181 -n 5000
+//	go run ./cmd/bench-opa-sidecar -opa http://127.0.0.1:8181 -n 5000
 package main
 
 import (
@@ -34,7 +34,7 @@ func main() {
 	warmup := flag.Int("warmup", 500, "decisions before measuring")
 	flag.Parse()
 	if err := run(*opaURL, *n, *warmup); err != nil {
-		fmt.Fprintln(os.Stderr, "sidecar:", err)
+		fmt.Fprintln(os.Stderr, "bench-opa-sidecar:", err)
 		os.Exit(1)
 	}
 }

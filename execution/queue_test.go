@@ -1,4 +1,4 @@
-package gateway
+package execution
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 func TestRunQueue(t *testing.T) {
 	var last [2]int
-	q := newRunQueue(queueLimits{Running: 1, Waiting: 1, TenantRunning: 1, TenantWaiting: 1}, func(w, r int) { last = [2]int{w, r} })
+	q := newRunQueue(QueueLimits{Running: 1, Waiting: 1, TenantRunning: 1, TenantWaiting: 1}, func(w, r int) { last = [2]int{w, r} })
 	ctx := context.Background()
 
 	a := q.enter("t")
@@ -80,7 +80,7 @@ func granted(t *testing.T, ch <-chan error, wait time.Duration) bool {
 }
 
 func TestATenantAtItsCapLeavesSlotsToOthers(t *testing.T) {
-	q := newRunQueue(queueLimits{Running: 4, Waiting: 8, TenantRunning: 3, TenantWaiting: 4}, nil)
+	q := newRunQueue(QueueLimits{Running: 4, Waiting: 8, TenantRunning: 3, TenantWaiting: 4}, nil)
 	for range 3 {
 		if err := mustEnter(t, q, "a").acquire(context.Background()); err != nil {
 			t.Fatal(err)
@@ -99,7 +99,7 @@ func TestATenantAtItsCapLeavesSlotsToOthers(t *testing.T) {
 }
 
 func TestFreedSlotsGoToTenantsInTurn(t *testing.T) {
-	q := newRunQueue(queueLimits{Running: 1, Waiting: 8, TenantRunning: 1, TenantWaiting: 8}, nil)
+	q := newRunQueue(QueueLimits{Running: 1, Waiting: 8, TenantRunning: 1, TenantWaiting: 8}, nil)
 	first := mustEnter(t, q, "a")
 	if err := first.acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestFreedSlotsGoToTenantsInTurn(t *testing.T) {
 }
 
 func TestOneTenantCannotFillTheWaitingRoom(t *testing.T) {
-	q := newRunQueue(queueLimits{Running: 2, Waiting: 4, TenantRunning: 1, TenantWaiting: 2}, nil)
+	q := newRunQueue(QueueLimits{Running: 2, Waiting: 4, TenantRunning: 1, TenantWaiting: 2}, nil)
 	for range 3 { // 1 running + 2 waiting
 		mustEnter(t, q, "a")
 	}
@@ -182,7 +182,7 @@ func TestOneTenantCannotFillTheWaitingRoom(t *testing.T) {
 }
 
 func TestAWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
-	q := newRunQueue(queueLimits{Running: 1, Waiting: 2, TenantRunning: 1, TenantWaiting: 2}, nil)
+	q := newRunQueue(QueueLimits{Running: 1, Waiting: 2, TenantRunning: 1, TenantWaiting: 2}, nil)
 	a := mustEnter(t, q, "a")
 	if err := a.acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -222,14 +222,14 @@ func BenchmarkRunQueue(b *testing.B) {
 		tk.release()
 	}
 	b.Run("uncontended", func(b *testing.B) {
-		q := newRunQueue(queueLimits{Running: 4, Waiting: 64, TenantRunning: 3, TenantWaiting: 32}, nil)
+		q := newRunQueue(QueueLimits{Running: 4, Waiting: 64, TenantRunning: 3, TenantWaiting: 32}, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			cycle(q)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		q := newRunQueue(queueLimits{Running: 4, Waiting: 1 << 20, TenantRunning: 3, TenantWaiting: 1 << 20}, nil)
+		q := newRunQueue(QueueLimits{Running: 4, Waiting: 1 << 20, TenantRunning: 3, TenantWaiting: 1 << 20}, nil)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

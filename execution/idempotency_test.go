@@ -1,4 +1,4 @@
-package gateway
+package execution
 
 import (
 	"bytes"
@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/quota"
-	"github.com/redis/go-redis/v9"
 )
 
 // clock is a settable test clock.

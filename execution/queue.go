@@ -1,4 +1,4 @@
-package gateway
+package execution
 
 import (
 	"context"
@@ -37,16 +37,11 @@ type runQueue struct {
 	nRunning int
 }
 
-// queueLimits are the bounds of a runQueue.
-type queueLimits struct {
+// QueueLimits are the bounds of the run queue (server.max_concurrent_runs,
+// server.max_queue, server.tenant_max_runs, server.tenant_max_queue).
+type QueueLimits struct {
 	Running, Waiting             int // in all
 	TenantRunning, TenantWaiting int // for one tenant
-}
-
-// queueLimitsOf reads the bounds from cfg (after WithDefaults).
-func queueLimitsOf(cfg Config) queueLimits {
-	return queueLimits{Running: cfg.MaxConcurrentRuns, Waiting: cfg.MaxQueue,
-		TenantRunning: cfg.TenantMaxRuns, TenantWaiting: cfg.TenantMaxQueue}
 }
 
 // tenantQueue is one tenant's part of the queue; it exists while the
@@ -58,7 +53,7 @@ type tenantQueue struct {
 	waiters []*ticket // blocked in acquire, in arrival order
 }
 
-func newRunQueue(l queueLimits, report func(waiting, running int)) *runQueue {
+func newRunQueue(l QueueLimits, report func(waiting, running int)) *runQueue {
 	if report == nil {
 		report = func(int, int) {}
 	}
