@@ -3,6 +3,8 @@ package sandbox
 import (
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -98,7 +100,7 @@ func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"deps":true`, `"egress_socket":"` + JailEgressSocket + `"`} {
+	for _, want := range []string{`"deps":true`, `"egress_socket":"` + jaillayout.EgressSocket + `"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("request lacks %s: %s", want, data)
 		}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/jaillayout"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,7 +50,7 @@ type jail struct {
 	uid *uidLease
 	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
 	// needs one: its nsjail config and, in network mode proxy, the egress
-	// directory bound at JailEgressDir. "" otherwise. Removed by release.
+	// directory bound at jaillayout.EgressDir. "" otherwise. Removed by release.
 	dir string
 
 	// bridge is the runner's end of the tool bridge socket (bridge.go).
@@ -70,7 +71,7 @@ type jail struct {
 // startJail starts nsjail for profile p, up to the point where the harness
 // waits for its request on stdin. p.Deps, when not empty, names the
 // directory of the run's packages under DepsDir, bound read-only at
-// jailDepsDir.
+// jaillayout.DepsDir.
 func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 	var cleanup []func()
 	defer func() {
@@ -87,11 +88,11 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 	var dir, cfgPath string
 	var binds []bind
 	if p.Network == NetworkProxy {
-		binds = append(binds, bind{Dst: JailEgressDir})
+		binds = append(binds, bind{Dst: jaillayout.EgressDir})
 	}
 	if p.Deps != "" {
 		// The set's directory as the view shows it (view_linux.go).
-		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jailDepsDir, Exec: true})
+		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: true})
 	}
 	if len(binds) == 0 {
 		if cfgPath, err = r.profileFile(p, warm); err != nil {
@@ -423,7 +424,7 @@ var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRI
 
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
-	return filepath.Join(j.dir, "egress", egressSocketName)
+	return filepath.Join(j.dir, "egress", jaillayout.EgressSocketName)
 }
 
 // newRunID names a run's cgroup "run-<pid>-<random>": random so runners

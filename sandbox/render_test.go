@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -26,8 +28,8 @@ func TestRenderConfigGolden(t *testing.T) {
 	proxy := base
 	proxy.Profile.Network = NetworkProxy
 	proxy.Binds = []bind{
-		{Src: "/var/lib/execgate/runs/jails/run-1-abc/egress", Dst: JailEgressDir},
-		{Src: "/var/lib/execgate/deps/0123abcd", Dst: jailDepsDir, Exec: true},
+		{Src: "/var/lib/execgate/runs/jails/run-1-abc/egress", Dst: jaillayout.EgressDir},
+		{Src: "/var/lib/execgate/deps/0123abcd", Dst: jaillayout.DepsDir, Exec: true},
 	}
 	v2 := base
 	v2.CgroupVersion = 2
@@ -111,7 +113,7 @@ func TestIDMapArgsMapToolUIDToTheJailsHostUID(t *testing.T) {
 func TestRenderConfigProxyProfile(t *testing.T) {
 	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: DefaultLimits}, RootfsDir: "/r",
 		CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P",
-		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: JailEgressDir}}}
+		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: jaillayout.EgressDir}}}
 	got, err := renderConfig(in)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +138,7 @@ func TestRenderConfigProxyProfile(t *testing.T) {
 		t.Errorf("network none config mentions the proxy:\n%s", got)
 	}
 	bad := in
-	bad.Binds = []bind{{Src: "/w/\n", Dst: JailEgressDir}}
+	bad.Binds = []bind{{Src: "/w/\n", Dst: jaillayout.EgressDir}}
 	if _, err := renderConfig(bad); err == nil || !strings.Contains(err.Error(), "bind") {
 		t.Errorf("an unquotable bind source: got %v", err)
 	}

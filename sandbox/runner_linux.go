@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -41,7 +42,7 @@ type Runner struct {
 	uids       *uidPool // host uids, one per live jail
 	version    string
 	cg         *cgroups
-	manifest   *manifest
+	manifest   *jaillayout.Manifest
 	seccomp    string // the Kafel policy; tests swap in a broken one
 	log        *slog.Logger
 
@@ -208,7 +209,7 @@ func (r *Runner) Info() Info {
 		UIDRange:        r.cfg.UIDRange,
 		PythonVersion:   r.manifest.PythonVersion,
 		HarnessSHA256:   harness.Hash(),
-		ProtocolVersion: ProtocolVersion,
+		ProtocolVersion: jaillayout.ProtocolVersion,
 		WarmPool:        r.cfg.WarmPool,
 		CPUAccounting:   r.cg.acct.String(),
 	}
@@ -440,7 +441,7 @@ func (r *Runner) startEgress(j *jail, allow []string) (EgressSession, error) {
 	if err != nil {
 		return nil, &UnavailableError{Reason: "opening the jail's egress directory", Err: err}
 	}
-	s, err := r.egress.Start(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), egressSocketName), allow)
+	s, err := r.egress.Start(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), jaillayout.EgressSocketName), allow)
 	if err != nil {
 		dir.Close()
 		return nil, wrapEgressErr(err)

@@ -30,11 +30,6 @@ import (
 	"strings"
 )
 
-// ProtocolVersion is the version of the gateway↔harness protocol. The harness
-// refuses a request with another version and the runner refuses a result with
-// another version, so the binary and the rootfs can never drift apart silently.
-const ProtocolVersion = 1
-
 // Network is the network mode of a run.
 type Network string
 
