@@ -34,7 +34,7 @@ type execution struct {
 	req       *ExecuteRequest
 	srcSHA    string
 	decision  *policy.Decision
-	limits    sandbox.Limits // the decided limits with the runner's defaults
+	limits    sandbox.Limits // the decided limits (every field set by the policy)
 	policySC  trace.SpanContext
 	quota     audit.Quota
 	result    *sandbox.Result
@@ -366,7 +366,7 @@ func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant
 		dec.ID = newID()
 	}
 	x.decision = &dec
-	x.limits = sandbox.Limits(dec.Limits).WithDefaults()
+	x.limits = dec.Limits
 	span.SetAttributes(
 		attribute.String("execgate.decision_id", dec.ID),
 		attribute.Bool("execgate.allow", dec.Allow),

@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestRenderConfigGolden(t *testing.T) {
 	base := renderInput{
-		Profile:       profile{Network: NetworkNone, Limits: DefaultLimits},
+		Profile:       profile{Network: NetworkNone, Limits: limits.Default},
 		RootfsDir:     "/var/lib/execgate/rootfs",
 		CgroupVersion: 1,
 		CgroupRoot:    "/sys/fs/cgroup",
@@ -74,7 +75,7 @@ func TestRenderConfigGolden(t *testing.T) {
 
 func TestRenderConfigInvariants(t *testing.T) {
 	for _, network := range []Network{NetworkNone, NetworkHost} {
-		got, err := renderConfig(renderInput{Profile: profile{Network: network, Limits: DefaultLimits}, RootfsDir: "/r",
+		got, err := renderConfig(renderInput{Profile: profile{Network: network, Limits: limits.Default}, RootfsDir: "/r",
 			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +112,7 @@ func TestIDMapArgsMapToolUIDToTheJailsHostUID(t *testing.T) {
 }
 
 func TestRenderConfigProxyProfile(t *testing.T) {
-	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: DefaultLimits}, RootfsDir: "/r",
+	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: limits.Default}, RootfsDir: "/r",
 		CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P",
 		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: jaillayout.EgressDir}}}
 	got, err := renderConfig(in)
@@ -146,7 +147,7 @@ func TestRenderConfigProxyProfile(t *testing.T) {
 
 func TestRenderConfigRejectsUnquotablePaths(t *testing.T) {
 	for _, dir := range []string{"/root\nfs", "/rööt"} {
-		_, err := renderConfig(renderInput{Profile: profile{Limits: DefaultLimits}, RootfsDir: dir, CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p"})
+		_, err := renderConfig(renderInput{Profile: profile{Limits: limits.Default}, RootfsDir: dir, CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p"})
 		if err == nil || !strings.Contains(err.Error(), "rootfs dir") {
 			t.Errorf("%q: want an error naming the rootfs dir, got %v", dir, err)
 		}
@@ -165,7 +166,7 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
-		got, err := renderConfig(renderInput{Profile: profile{Runtime: rt, Network: NetworkNone, Limits: DefaultLimits}, RootfsDir: "/r",
+		got, err := renderConfig(renderInput{Profile: profile{Runtime: rt, Network: NetworkNone, Limits: limits.Default}, RootfsDir: "/r",
 			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +174,7 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		return got
 	}
 	py := render(runtimePython)
-	if !strings.Contains(py, fmt.Sprintf("rlimit_as: %d\n", DefaultLimits.MemoryMB+rlimitASHead)) || strings.Contains(py, "DENO_DIR") || strings.Contains(py, "deno") {
+	if !strings.Contains(py, fmt.Sprintf("rlimit_as: %d\n", limits.Default.MemoryMB+rlimitASHead)) || strings.Contains(py, "DENO_DIR") || strings.Contains(py, "deno") {
 		t.Errorf("the python profile carries Deno's grants:\n%s", py)
 	}
 	for _, rt := range []jailRuntime{runtimeDeno, runtimeDenoCheck} {

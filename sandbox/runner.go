@@ -83,10 +83,10 @@ func checkRootfs(dir string) (*jaillayout.Manifest, error) {
 
 var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// normalize applies defaults to spec and checks it. A bad spec is the
-// caller's mistake and is reported as an InvalidInput result (nothing runs).
+// normalize applies defaults to spec and checks it; limits are checked,
+// never defaulted (limits.Validate). A bad spec is the caller's mistake and
+// is reported as an InvalidInput result (nothing runs).
 func normalize(spec Spec) (Spec, profile, error) {
-	spec.Limits = spec.Limits.WithDefaults()
 	if spec.Entrypoint == "" {
 		spec.Entrypoint = "run"
 	}
@@ -157,13 +157,13 @@ func normalize(spec Spec) (Spec, profile, error) {
 		spec.Requirements = pins
 	}
 	l := spec.Limits
-	if l.TimeoutMS < 0 || l.CPUMS < 0 || l.MemoryMB < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.TmpMB < 0 {
-		errs = append(errs, fmt.Errorf("limits: negative value in %+v", l))
+	if err := l.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if l.MemoryMB < minMemoryMB {
+	if l.MemoryMB > 0 && l.MemoryMB < minMemoryMB {
 		errs = append(errs, fmt.Errorf("limits.memory_mb: %d is below the minimum of %d", l.MemoryMB, minMemoryMB))
 	}
-	if l.Pids < minPids {
+	if l.Pids > 0 && l.Pids < minPids {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
 	}
 	return spec, profile{Runtime: rt, Network: spec.Network, Limits: l}, errors.Join(errs...)

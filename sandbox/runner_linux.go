@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -191,7 +192,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	}
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
-		_, p, _ := normalize(Spec{}) // the default profile starts warm
+		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
 		r.pool.want(p)
 	}
 	return r, nil

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -17,7 +18,7 @@ import (
 // walking the tree takes well under a second; the margins are for a loaded
 // host.
 var probeLimits = func() sandbox.Limits {
-	l := sandbox.DefaultLimits
+	l := limits.Default
 	l.TimeoutMS, l.CPUMS, l.MemoryMB = 30000, 30000, 256
 	return l
 }()
