@@ -3,7 +3,7 @@ package sandbox
 import "github.com/execgate/execgate/limits"
 
 // Hooks for the external tests (package sandbox_test), which cannot be
-// internal because they use package rootfs, which imports sandbox.
+// internal because they use internal/testenv, which imports sandbox.
 
 // SetSeccompPolicy replaces r's Kafel policy (to provoke a compile failure).
 func SetSeccompPolicy(r *Runner, policy string) {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -647,20 +648,53 @@ func TestRunsInParallel(t *testing.T) {
 	}
 }
 
+// startedBridge answers every tool call with {} and closes started at the
+// first: the tool's way of saying "I am running now".
+type startedBridge struct {
+	once    sync.Once
+	started chan struct{}
+}
+
+func (b *startedBridge) Search(context.Context, string, int) ([]sandbox.ToolInfo, error) {
+	return nil, nil
+}
+
+func (b *startedBridge) Describe(context.Context, string) (sandbox.ToolInfo, error) {
+	return sandbox.ToolInfo{}, nil
+}
+
+func (b *startedBridge) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	b.once.Do(func() { close(b.started) })
+	return json.RawMessage(`{}`), nil
+}
+
 func TestCancelledContextStopsTheRun(t *testing.T) {
 	r := newRunner(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &startedBridge{started: make(chan struct{})}
+	// Cancel once the tool is inside its body (it says so through the
+	// bridge), so the cancellation meets a running tool.
+	var cancelledAt atomic.Int64
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		cancel()
+		select {
+		case <-b.started:
+			cancelledAt.Store(time.Now().UnixNano())
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	start := time.Now()
-	res, err := r.Run(ctx, sandbox.Spec{Source: "import time\ndef run(a, c):\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 20000}.Or(limits.Default)})
+	src := "import time\ndef run(a, c):\n    c.tools.run('signal.started', {})\n    time.sleep(30)\n"
+	res, err := r.Run(ctx, sandbox.Spec{Source: src, Bridge: b, Limits: sandbox.Limits{TimeoutMS: 20000}.Or(limits.Default)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ErrorType() != sandbox.ErrTimeout || time.Since(start) > 5*time.Second {
-		t.Errorf("after %v: %s", time.Since(start), dump(res))
+	at := cancelledAt.Load()
+	if at == 0 {
+		t.Fatalf("the tool never reached its body: %s", dump(res))
+	}
+	if took := time.Since(time.Unix(0, at)); res.ErrorType() != sandbox.ErrTimeout || took > 5*time.Second {
+		t.Errorf("%v after the cancellation: %s", took, dump(res))
 	}
 }
 
