@@ -37,7 +37,9 @@
 // Build replaces a rootfs atomically (the new tree is built beside the old
 // one and swapped in with one rename); Ensure builds only when the rootfs is
 // missing or stale, and otherwise costs one manifest read and one stat.
-// Verify checks a built tree on the host and inside a real jail.
+// Verify checks a built tree on the host and inside a real jail, which it
+// opens through an OpenJail (rootfs/jailverify: the sandbox), so this
+// package does not depend on the sandbox.
 package rootfs
 
 import (
