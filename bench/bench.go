@@ -16,6 +16,7 @@ import (
 
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/bridgebench"
@@ -172,7 +173,7 @@ func (r *Report) startup(ctx context.Context) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer runner.Close()
-	probe := sandbox.Spec{Source: ProbeSource}
+	probe := sandbox.Spec{Source: ProbeSource, Limits: limits.Default}
 	argv, req, err := runner.RawCommand(probe)
 	if err != nil {
 		return err
@@ -371,7 +372,7 @@ func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
 	}
 	defer runner.Close()
 	// The pool fills for a profile once that profile has been used.
-	if _, err := runner.Run(ctx, sandbox.Spec{Source: ProbeSource}); err != nil {
+	if _, err := runner.Run(ctx, sandbox.Spec{Source: ProbeSource, Limits: limits.Default}); err != nil {
 		return 0, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -17,7 +18,7 @@ const JavaScriptProbeSource = "export async function run(args, context) {\n  ret
 // Deno never runs outside a jail, so there is no "bare deno" row.
 func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) error {
 	n := r.Options.Runs
-	js := sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource}
+	js := sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource, Limits: limits.Default}
 	argv, req, err := cold.RawCommand(js)
 	if err != nil {
 		return fmt.Errorf("bench: javascript: %w", err)
@@ -45,7 +46,7 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 		name string
 		spec sandbox.Spec
 	}{
-		{"Runner.Run warm, python", sandbox.Spec{Source: ProbeSource}},
+		{"Runner.Run warm, python", sandbox.Spec{Source: ProbeSource, Limits: limits.Default}},
 		{"Runner.Run warm, javascript", js},
 	} {
 		r.progress("startup: %s ×%d", c.name, n)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
@@ -39,7 +40,7 @@ func TestBridgeHoldsAgainstRawFrames(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := r.Run(ctx, sandbox.Spec{Source: source(t, "bridge_raw"), Args: args, Bridge: run,
-		Limits: sandbox.Limits{TimeoutMS: 60000, CPUMS: 60000}})
+		Limits: sandbox.Limits{TimeoutMS: 60000, CPUMS: 60000}.Or(limits.Default)})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -145,7 +146,9 @@ func startTool(t *testing.T, r *sandbox.Runner, j job) func() (sandbox.Result, e
 		Entrypoint:  "run",
 		Args:        args,
 		Network:     j.network,
-		Limits:      j.limits,
+		// A job names the limits it is about; the rest are the platform's
+		// defaults, as the policy would decide them.
+		Limits: j.limits.Or(limits.Default),
 	}
 	type outcome struct {
 		res sandbox.Result
@@ -1660,7 +1663,7 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 		ExecutionID: "containment-proxy-" + randomHex(4), TenantID: "containment",
 		Source: source(t, "proxy"), Args: args, Network: sandbox.NetworkProxy,
 		EgressAllow: []string{fmt.Sprintf("api.test:%d", port), "metadata.test:80", fmt.Sprintf("private.test:%d", port)},
-		Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000},
+		Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(limits.Default),
 	})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))

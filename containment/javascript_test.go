@@ -10,6 +10,7 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -18,14 +19,14 @@ import (
 // network and the gateway's secret. Item 28's import and API attempts one by
 // one are in sandbox/javascript_integration_test.go.
 
-func runJS(t *testing.T, r *sandbox.Runner, src string, args any, limits sandbox.Limits) sandbox.Result {
+func runJS(t *testing.T, r *sandbox.Runner, src string, args any, lim sandbox.Limits) sandbox.Result {
 	t.Helper()
 	a, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js", TenantID: "containment",
-		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: limits})
+		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: lim.Or(limits.Default)})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
 	}

@@ -271,7 +271,7 @@ type state struct {
 	req       *Request
 	srcSHA    string
 	decision  *policy.Decision
-	limits    sandbox.Limits // the decided limits with the runner's defaults
+	limits    sandbox.Limits // the decided limits (every field set by the policy)
 	policySC  trace.SpanContext
 	quota     audit.Quota
 	result    *sandbox.Result

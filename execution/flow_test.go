@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -153,7 +154,7 @@ func TestQuotaRefusalIsWhatTheAuditRecordSays(t *testing.T) {
 }
 
 func TestRunEnvelope(t *testing.T) {
-	x := &state{id: "e1", decision: &policy.Decision{ID: "d1", NetworkAccess: "none"}, limits: sandbox.DefaultLimits}
+	x := &state{id: "e1", decision: &policy.Decision{ID: "d1", NetworkAccess: "none"}, limits: limits.Default}
 	tenant := tenancy.Tenant{ID: "t1"}
 	t.Run("an ok run carries its result and an empty log list", func(t *testing.T) {
 		env := runEnvelope(context.Background(), x, tenant, sandbox.Result{Status: sandbox.StatusOK, Result: json.RawMessage(`{"a":1}`)})

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/execgate/execgate/internal/jsonsize"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -91,7 +92,7 @@ func (b *outputBudget) acquire(ctx context.Context, l sandbox.Limits) (release f
 // size bytes: the response as fetched and the envelope decoded from it
 // (never larger), waiting at most the default run time limit.
 func (b *outputBudget) acquireReplay(ctx context.Context, size int) (release func(), err error) {
-	return b.reserve(ctx, 2*int64(size)+4<<20, time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond)
+	return b.reserve(ctx, 2*int64(size)+4<<20, time.Duration(limits.Default.TimeoutMS)*time.Millisecond)
 }
 
 func (b *outputBudget) reserve(ctx context.Context, n int64, wait time.Duration) (release func(), err error) {

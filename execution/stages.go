@@ -78,7 +78,7 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 	x.replayed = true
 	if env.Decision != nil {
 		x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-			Limits: policy.Limits(env.Decision.Limits), Egress: env.Decision.Egress}
+			Limits: env.Decision.Limits, Egress: env.Decision.Egress}
 		x.limits = env.Decision.Limits
 	}
 	return stored.Status, &env, nil
@@ -107,7 +107,7 @@ func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (pol
 		dec.ID = NewID()
 	}
 	x.decision = &dec
-	x.limits = sandbox.Limits(dec.Limits).WithDefaults()
+	x.limits = dec.Limits
 	span.SetAttributes(
 		attribute.String("execgate.decision_id", dec.ID),
 		attribute.Bool("execgate.allow", dec.Allow),

@@ -217,7 +217,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		return
 	}
 	resp := PrepareResponse{EnvironmentID: env.ID, Lock: env.Lock, Packages: env.Packages, Cached: hit,
-		Limits: sandbox.Limits(dec.Limits).WithDefaults(), NetworkAccess: dec.NetworkAccess}
+		Limits: dec.Limits, NetworkAccess: dec.NetworkAccess}
 	if resp.NetworkAccess == "" {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}

@@ -8,21 +8,19 @@
 // the edge), never an allow.
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/execgate/execgate/limits"
+)
 
 // InputVersion is the version of the Input document.
 const InputVersion = 1
 
-// Limits mirrors sandbox.Limits (identical fields, so the gateway converts
-// directly). In a request, zero means "not requested".
-type Limits struct {
-	TimeoutMS   int64 `json:"timeout_ms"`
-	CPUMS       int64 `json:"cpu_ms"`
-	MemoryMB    int64 `json:"memory_mb"`
-	Pids        int64 `json:"pids"`
-	OutputBytes int64 `json:"output_bytes"`
-	TmpMB       int64 `json:"tmp_mb"`
-}
+// Limits bound one run (package limits, the type the sandbox enforces). In
+// a request, zero means "not requested"; in a Decision every field is set,
+// from the request or platform.rego's limits_default, and capped.
+type Limits = limits.Limits
 
 // Input is the document the policy sees (DESIGN §6).
 type Input struct {

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // Build builds a fresh rootfs into opts.Dir and returns its manifest.
@@ -78,8 +80,8 @@ func staleness(opts Options) (string, *Manifest) {
 	switch {
 	case err != nil:
 		return err.Error(), m
-	case m.Layout != Layout:
-		return fmt.Sprintf("built with layout %d, this binary builds layout %d", m.Layout, Layout), m
+	case m.Layout != jaillayout.Version:
+		return fmt.Sprintf("built with layout %d, this binary builds layout %d", m.Layout, jaillayout.Version), m
 	case m.ProtocolVersion != hv.protocol:
 		return fmt.Sprintf("built for protocol %d, this binary speaks %d", m.ProtocolVersion, hv.protocol), m
 	case m.HarnessSHA256 != hv.sha256:
@@ -87,7 +89,7 @@ func staleness(opts Options) (string, *Manifest) {
 	case m.PythonPath != opts.PythonPath || m.PythonStamp != stamp:
 		return fmt.Sprintf("interpreter %s changed since the build", opts.PythonPath), m
 	}
-	if _, err := os.Lstat(filepath.Join(opts.Dir, PythonPath)); err != nil {
+	if _, err := os.Lstat(filepath.Join(opts.Dir, jaillayout.PythonPath)); err != nil {
 		return "interpreter missing from the tree", m
 	}
 	if reason := denoStale(opts, m); reason != "" {
@@ -176,8 +178,8 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 	}
 	hv := currentHarness()
 	m := &Manifest{
-		Format:          ManifestFormat,
-		Layout:          Layout,
+		Format:          jaillayout.ManifestFormat,
+		Layout:          jaillayout.Version,
 		ProtocolVersion: hv.protocol,
 		HarnessSHA256:   hv.sha256,
 		PythonVersion:   py.Version,
@@ -197,7 +199,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.writeFile(ManifestPath, append(data, '\n'), 0o644); err != nil {
+	if err := b.writeFile(jaillayout.ManifestPath, append(data, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("writing manifest: %w", err)
 	}
 	if err := syncTree(tmp); err != nil {
@@ -224,7 +226,7 @@ func checkReplaceable(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("rootfs dir %s: not a directory: %w", dir, ErrNotRootfs)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, ManifestPath)); err == nil {
+	if _, err := os.Lstat(filepath.Join(dir, jaillayout.ManifestPath)); err == nil {
 		return nil
 	}
 	entries, err := os.ReadDir(dir)
@@ -232,7 +234,7 @@ func checkReplaceable(dir string) error {
 		return fmt.Errorf("checking rootfs dir: %w", err)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("rootfs dir %s: has %d entries and no %s: %w", dir, len(entries), ManifestPath, ErrNotRootfs)
+		return fmt.Errorf("rootfs dir %s: has %d entries and no %s: %w", dir, len(entries), jaillayout.ManifestPath, ErrNotRootfs)
 	}
 	return nil
 }
@@ -402,7 +404,7 @@ func (b *builder) interpreter(context.Context) error {
 			}
 		}
 	}
-	dir, err := b.mirrorDir(path.Dir(PythonPath), 0)
+	dir, err := b.mirrorDir(path.Dir(jaillayout.PythonPath), 0)
 	if err != nil {
 		return err
 	}
@@ -410,7 +412,7 @@ func (b *builder) interpreter(context.Context) error {
 	if err != nil {
 		return err
 	}
-	return copyFile(b.py.Real, b.host(path.Join(dir, path.Base(PythonPath))), fi)
+	return copyFile(b.py.Real, b.host(path.Join(dir, path.Base(jaillayout.PythonPath))), fi)
 }
 
 // Standard library pruning. Paths are relative to the stdlib directory.
@@ -568,18 +570,18 @@ func (b *builder) libraries(context.Context) error {
 	return nil
 }
 
-// Generated /etc files. Only the tool user (99999), nobody and their
-// groups exist: host root is not mapped into the jail.
+// Generated /etc files. Only the tool user (jaillayout.ToolUID), nobody and
+// their groups exist: host root is not mapped into the jail.
 var etcFiles = map[string]string{
-	"/etc/passwd": "tool:x:99999:99999:execgate tool:/tmp:/usr/sbin/nologin\n" +
+	"/etc/passwd": fmt.Sprintf("tool:x:%d:%d:execgate tool:%s:/usr/sbin/nologin\n", jaillayout.ToolUID, jaillayout.ToolGID, jaillayout.TmpDir) +
 		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-	"/etc/group": "tool:x:99999:\nnogroup:x:65534:\n",
+	"/etc/group": fmt.Sprintf("tool:x:%d:\nnogroup:x:65534:\n", jaillayout.ToolGID),
 	"/etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\n" +
 		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-	"/etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	jaillayout.Hosts: "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 	// The sandbox binds the resolver configuration over this file, read-only,
 	// in network modes that resolve names.
-	"/etc/resolv.conf": "# execgate: no resolver in this jail (network none)\n",
+	jaillayout.ResolvConf: "# execgate: no resolver in this jail (network none)\n",
 }
 
 // hostEtcFiles are public reference data copied from the host when present
@@ -608,28 +610,28 @@ func (b *builder) etc(context.Context) error {
 // files at Debian's and OpenSSL's default locations; OpenSSL's directory
 // gets hard links to the same files.
 func (b *builder) trustStore(ca *caStore) error {
-	if err := b.writeFile(CABundlePath, ca.bundle, 0o644); err != nil {
+	if err := b.writeFile(jaillayout.CABundlePath, ca.bundle, 0o644); err != nil {
 		return err
 	}
 	for _, n := range ca.names() {
-		if err := b.writeFile(path.Join(CADirPath, n), ca.hashed[n], 0o644); err != nil {
+		if err := b.writeFile(path.Join(jaillayout.CADir, n), ca.hashed[n], 0o644); err != nil {
 			return err
 		}
 	}
 	// A real directory even where the host's is a link (Debian:
 	// /usr/lib/ssl/certs → /etc/ssl/certs).
-	sslDir, err := b.mirrorDir(OpenSSLDir, 0)
+	sslDir, err := b.mirrorDir(jaillayout.OpenSSLDir, 0)
 	if err != nil {
 		return err
 	}
 	if err := os.Mkdir(b.host(path.Join(sslDir, "certs")), 0o755); err != nil {
 		return err
 	}
-	if err := os.Link(b.host(CABundlePath), b.host(path.Join(OpenSSLDir, "cert.pem"))); err != nil {
+	if err := os.Link(b.host(jaillayout.CABundlePath), b.host(path.Join(jaillayout.OpenSSLDir, "cert.pem"))); err != nil {
 		return err
 	}
 	for _, n := range ca.names() {
-		if err := os.Link(b.host(path.Join(CADirPath, n)), b.host(path.Join(OpenSSLDir, "certs", n))); err != nil {
+		if err := os.Link(b.host(path.Join(jaillayout.CADir, n)), b.host(path.Join(jaillayout.OpenSSLDir, "certs", n))); err != nil {
 			return err
 		}
 	}
@@ -638,12 +640,12 @@ func (b *builder) trustStore(ca *caStore) error {
 
 // mountPointDirs exist so nsjail never has to create a mount point inside
 // the (bind-mounted, host-backed) tree.
-var mountPointDirs = []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, EgressDir, HarnessDir, path.Dir(ManifestPath)}
+var mountPointDirs = jaillayout.MountPoints
 
 // devPlaceholders are empty files the sandbox binds the host's devices
 // over; without them nsjail would have to create the targets in the tree,
 // which it cannot (and must not) do.
-var devPlaceholders = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
+var devPlaceholders = jaillayout.Devices
 
 func (b *builder) mountPoints(context.Context) error {
 	for _, d := range mountPointDirs {
@@ -666,7 +668,7 @@ func (b *builder) harness(context.Context) error {
 		if err != nil || p == "." {
 			return err
 		}
-		jp := path.Join(HarnessDir, p)
+		jp := path.Join(jaillayout.HarnessDir, p)
 		if d.IsDir() {
 			_, err := b.mirrorDir(jp, 0)
 			return err
@@ -700,7 +702,7 @@ func (b *builder) harness(context.Context) error {
 // source). That is sound because the tree is immutable: read-only in the
 // jail and covered by the manifest's content hash, which Verify checks.
 func (b *builder) compile(ctx context.Context) error {
-	for _, dir := range []string{b.py.jailStdlib(), HarnessDir} {
+	for _, dir := range []string{b.py.jailStdlib(), jaillayout.HarnessDir} {
 		var out bytes.Buffer
 		cmd := exec.CommandContext(ctx, b.py.Path, "-I", "-S", "-m", "compileall",
 			"-q", "-j", "2", "--invalidation-mode", "unchecked-hash", "-d", dir, b.host(dir))
@@ -744,7 +746,7 @@ func (b *builder) normalize(context.Context) error {
 			return nil
 		case fi.IsDir():
 			return os.Chmod(p, 0o755)
-		case p == b.host(PythonPath) || p == b.host(DenoPath):
+		case p == b.host(jaillayout.PythonPath) || p == b.host(jaillayout.DenoPath):
 			return os.Chmod(p, interpreterMode)
 		case fi.Mode().Perm()&0o111 != 0:
 			return os.Chmod(p, 0o755)
@@ -769,12 +771,12 @@ const interpreterMode = 0o711
 // leaves the database (localtime → /etc/localtime: host configuration) is
 // dropped. A host without /usr/share/zoneinfo gets none, and a note.
 func (b *builder) zoneinfo(context.Context) error {
-	src := ZoneinfoDir
+	src := jaillayout.ZoneinfoDir
 	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
 		b.opts.progress("  no %s on the host: the jail has no time zone database", src)
 		return nil
 	}
-	if _, err := b.mirrorDir(ZoneinfoDir, 0); err != nil {
+	if _, err := b.mirrorDir(jaillayout.ZoneinfoDir, 0); err != nil {
 		return err
 	}
 	installed := map[string]string{} // host real path → tree path of its copy
@@ -840,7 +842,7 @@ func (b *builder) zoneinfo(context.Context) error {
 		}
 		return nil
 	}
-	if err := walk(src, ZoneinfoDir); err != nil {
+	if err := walk(src, jaillayout.ZoneinfoDir); err != nil {
 		return err
 	}
 	b.opts.progress("  %d time zone files from %s", len(installed), src)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -70,9 +70,9 @@ func TestBuildWritesTheManifest(t *testing.T) {
 		name string
 		ok   bool
 	}{
-		{"format is 1", m.Format == ManifestFormat},
-		{"layout is this binary's", m.Layout == Layout},
-		{"protocol is the sandbox's", m.ProtocolVersion == sandbox.ProtocolVersion},
+		{"format is 1", m.Format == jaillayout.ManifestFormat},
+		{"layout is this binary's", m.Layout == jaillayout.Version},
+		{"protocol is the sandbox's", m.ProtocolVersion == jaillayout.ProtocolVersion},
 		{"harness hash is the embedded harness's", m.HarnessSHA256 == harness.Hash()},
 		{"python version is 3.x.y", strings.HasPrefix(m.PythonVersion, "3.") && strings.Count(m.PythonVersion, ".") == 2},
 		{"python path is the host's", m.PythonPath == DefaultPython},
@@ -93,16 +93,16 @@ func TestBuildWritesTheManifest(t *testing.T) {
 func TestBuildLayout(t *testing.T) {
 	dir, m := buildOnce(t)
 	regular := []string{
-		PythonPath,
+		jaillayout.PythonPath,
 		m.Stdlib + "/os.py",
 		m.Stdlib + "/__pycache__/os.cpython-" + pyTag(m) + ".pyc",
 		m.Stdlib + "/json/__pycache__/decoder.cpython-" + pyTag(m) + ".pyc",
 		"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
-		CABundlePath, OpenSSLDir + "/cert.pem",
-		ManifestPath,
+		jaillayout.CABundlePath, jaillayout.OpenSSLDir + "/cert.pem",
+		jaillayout.ManifestPath,
 	}
 	for _, f := range harness.Files() {
-		regular = append(regular, HarnessDir+"/"+f)
+		regular = append(regular, jaillayout.HarnessDir+"/"+f)
 	}
 	for _, p := range regular {
 		t.Run("regular file "+p, func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestBuildLayout(t *testing.T) {
 			}
 		})
 	}
-	dirs := []string{"/tmp", "/dev", "/dev/shm", "/proc", DepsDir, EgressDir, HarnessDir, m.Stdlib + "/lib-dynload", OpenSSLDir + "/certs"}
+	dirs := []string{"/tmp", "/dev", "/dev/shm", "/proc", jaillayout.DepsDir, jaillayout.EgressDir, jaillayout.HarnessDir, m.Stdlib + "/lib-dynload", jaillayout.OpenSSLDir + "/certs"}
 	for _, p := range dirs {
 		t.Run("directory "+p, func(t *testing.T) {
 			fi, err := os.Stat(filepath.Join(dir, p))
@@ -168,14 +168,14 @@ func TestBuildLayout(t *testing.T) {
 
 func TestBuildInterpreterIsExecutableButNotReadable(t *testing.T) {
 	dir, _ := buildOnce(t)
-	fi, err := os.Stat(filepath.Join(dir, PythonPath))
+	fi, err := os.Stat(filepath.Join(dir, jaillayout.PythonPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Others (the tool's uid) may run it, not read it: every process of
 	// the jail starts non-dumpable.
 	if got := fi.Mode().Perm(); got != 0o711 {
-		t.Errorf("%s: mode %v, want 0711", PythonPath, got)
+		t.Errorf("%s: mode %v, want 0711", jaillayout.PythonPath, got)
 	}
 }
 
@@ -184,11 +184,11 @@ func TestBuildShipsTheTimeZoneDatabaseDereferenced(t *testing.T) {
 		t.Skipf("the host has no time zone database: %v", err)
 	}
 	dir, _ := buildOnce(t)
-	zi := filepath.Join(dir, ZoneinfoDir)
+	zi := filepath.Join(dir, jaillayout.ZoneinfoDir)
 	for _, p := range []string{"Europe/Berlin", "UTC", "America/New_York", "zone1970.tab"} {
 		fi, err := os.Lstat(filepath.Join(zi, p))
 		if err != nil || !fi.Mode().IsRegular() {
-			t.Errorf("%s/%s: %v %v, want a regular file", ZoneinfoDir, p, fi, err)
+			t.Errorf("%s/%s: %v %v, want a regular file", jaillayout.ZoneinfoDir, p, fi, err)
 		}
 	}
 	want, _ := os.ReadFile("/usr/share/zoneinfo/Europe/Berlin")
@@ -279,14 +279,14 @@ func TestBuildTreeIsSafe(t *testing.T) {
 
 func TestBuildTrustStoreIsDereferenced(t *testing.T) {
 	dir, m := buildOnce(t)
-	data, err := os.ReadFile(filepath.Join(dir, CABundlePath))
+	data, err := os.ReadFile(filepath.Join(dir, jaillayout.CABundlePath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, n := parseCABundle(data); n != m.CACerts || n == 0 {
 		t.Errorf("bundle holds %d certificates, manifest says %d", n, m.CACerts)
 	}
-	for _, d := range []string{CADirPath, OpenSSLDir + "/certs"} {
+	for _, d := range []string{jaillayout.CADir, jaillayout.OpenSSLDir + "/certs"} {
 		entries, err := os.ReadDir(filepath.Join(dir, d))
 		if err != nil {
 			t.Fatal(err)

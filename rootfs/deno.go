@@ -8,19 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/internal/hostbin"
+	"github.com/execgate/execgate/jaillayout"
 )
 
-// Deno in the rootfs: the binary from the pinned deno wheel (scripts/setup.sh
+// Deno in the rootfs (at jaillayout.DenoPath, cache jaillayout.DenoDir): the binary from the pinned deno wheel (scripts/setup.sh
 // installs it into the tools venv and links .tools/bin/deno), its shared
 // library closure (glibc pieces only), and an empty, read-only DENO_DIR.
 // Nothing is downloaded at build or run time. The binary gets the
 // interpreter's mode: executable but unreadable by the tool's user, so a
 // Deno process is non-dumpable like python3 (no /proc/<pid>/mem).
-const (
-	DenoPath    = sandbox.JailDeno
-	DenoDirPath = sandbox.JailDenoDir
-)
 
 // hostDeno describes the Deno binary a rootfs is built with.
 type hostDeno struct {
@@ -30,11 +27,11 @@ type hostDeno struct {
 }
 
 // findHostDeno returns the host Deno for opts: opts.DenoPath, or whatever
-// sandbox.FindDeno finds. Without one the rootfs is built without Deno
+// hostbin.Find finds for hostbin.Deno. Without one the rootfs is built without Deno
 // (JavaScript runs are then unavailable); a configured path that does not
 // work is an error.
 func findHostDeno(opts Options) (*hostDeno, error) {
-	p, err := sandbox.FindDeno(opts.DenoPath)
+	p, err := hostbin.Find(hostbin.Deno, opts.DenoPath)
 	if err != nil {
 		if opts.DenoPath != "" {
 			return nil, err
@@ -80,7 +77,7 @@ func (b *builder) installDeno(context.Context) error {
 		b.opts.progress("  no deno on this host: JavaScript and TypeScript tools unavailable (%s)", "scripts/setup.sh installs it")
 		return nil
 	}
-	dir, err := b.mirrorDir(path.Dir(DenoPath), 0)
+	dir, err := b.mirrorDir(path.Dir(jaillayout.DenoPath), 0)
 	if err != nil {
 		return err
 	}
@@ -88,10 +85,10 @@ func (b *builder) installDeno(context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := copyFile(b.deno.Real, b.host(path.Join(dir, path.Base(DenoPath))), fi); err != nil {
+	if err := copyFile(b.deno.Real, b.host(path.Join(dir, path.Base(jaillayout.DenoPath))), fi); err != nil {
 		return err
 	}
-	if _, err := b.mirrorDir(DenoDirPath, 0); err != nil {
+	if _, err := b.mirrorDir(jaillayout.DenoDir, 0); err != nil {
 		return err
 	}
 	r := newLibResolver("/etc/ld.so.conf")
@@ -120,7 +117,7 @@ func denoStale(opts Options, m *Manifest) string {
 	case m.DenoStamp != d.Stamp:
 		return fmt.Sprintf("deno %s changed since the build", d.Real)
 	}
-	if _, err := os.Lstat(filepath.Join(opts.Dir, DenoPath)); err != nil {
+	if _, err := os.Lstat(filepath.Join(opts.Dir, jaillayout.DenoPath)); err != nil {
 		return "deno missing from the tree"
 	}
 	return ""

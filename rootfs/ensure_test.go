@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
@@ -59,7 +61,7 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 	})
 
 	t.Run("a manifest from another harness triggers a rebuild in place", func(t *testing.T) {
-		mp := filepath.Join(dir, ManifestPath)
+		mp := filepath.Join(dir, jaillayout.ManifestPath)
 		var raw map[string]any
 		data, err := os.ReadFile(mp)
 		if err != nil {
@@ -105,7 +107,7 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mp := filepath.Join(dir, ManifestPath)
+		mp := filepath.Join(dir, jaillayout.ManifestPath)
 		orig, err := os.ReadFile(mp)
 		if err != nil {
 			t.Fatal(err)
@@ -139,7 +141,7 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 		}
 		m.PythonStamp = "/usr/bin/python3.11 size=1 mtime=1"
 		data, _ := json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, ManifestPath), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, jaillayout.ManifestPath), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if reason, _ := staleness(opts); !strings.Contains(reason, "changed") {

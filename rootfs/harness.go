@@ -3,7 +3,7 @@ package rootfs
 import (
 	"io/fs"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -16,5 +16,5 @@ type harnessVersion struct {
 
 // currentHarness returns the embedded harness and protocol of this binary.
 func currentHarness() harnessVersion {
-	return harnessVersion{files: harness.FS, sha256: harness.Hash(), protocol: sandbox.ProtocolVersion}
+	return harnessVersion{files: harness.FS, sha256: harness.Hash(), protocol: jaillayout.ProtocolVersion}
 }

@@ -10,7 +10,7 @@
 // dereferenced; a minimal /etc; empty mount points; the Python harness; and a
 // manifest.
 //
-// Layout (the sandbox relies on it):
+// Layout (package jaillayout names every path; the sandbox relies on it):
 //
 //	/usr/bin/python3                     copy of the host interpreter (symlinks followed)
 //	/usr/lib/python3.X                   standard library (+ lib-dynload), compiled
@@ -37,11 +37,12 @@
 // Build replaces a rootfs atomically (the new tree is built beside the old
 // one and swapped in with one rename); Ensure builds only when the rootfs is
 // missing or stale, and otherwise costs one manifest read and one stat.
-// Verify checks a built tree on the host and inside a real jail.
+// Verify checks a built tree on the host and inside a real jail, which it
+// opens through an OpenJail (rootfs/jailverify: the sandbox), so this
+// package does not depend on the sandbox.
 package rootfs
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,39 +50,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/execgate/execgate/sandbox"
-	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/jaillayout"
 )
 
-// ManifestFormat is the version of the manifest's layout.
-const ManifestFormat = 1
-
-// Layout is the version of the tree's layout: what Build puts where. Bump
-// it whenever Build changes what a tree holds, so Ensure rebuilds trees an
-// older execgate built.
-//
-//	1 (or absent): the original tree
-//	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
-//	   readable by the tool's user
-const Layout = 2
-
-// Paths inside the rootfs (absolute, as seen from inside the jail).
-const (
-	PythonPath   = "/usr/bin/python3"
-	ManifestPath = "/etc/execgate/manifest.json"
-	HarnessDir   = harness.Dir
-	DepsDir      = "/opt/execgate/deps"
-	EgressDir    = sandbox.JailEgressDir
-	ZoneinfoDir  = "/usr/share/zoneinfo"
-	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
-	CADirPath    = "/etc/ssl/certs"
-	// OpenSSLDir is OpenSSL's OPENSSLDIR on Debian; cert.pem and certs/
-	// below it are the library's built-in defaults.
-	OpenSSLDir = "/usr/lib/ssl"
-	// ToolUID and ToolGID are the ids tools run as inside the jail.
-	ToolUID = 99999
-	ToolGID = 99999
-)
+// Where the builder puts things, who owns them in the jail, the manifest
+// and the protocol version are package jaillayout's; this package builds
+// and checks a tree that follows it.
 
 // DefaultPython is the host interpreter the rootfs is built from by default.
 const DefaultPython = "/usr/bin/python3"
@@ -105,7 +79,7 @@ type Options struct {
 	// CABundle is defaulted; empty means "bundle only".
 	CADir string
 	// DenoPath is the host Deno binary copied into the tree (JavaScript and
-	// TypeScript tools). Default: whatever sandbox.FindDeno finds
+	// TypeScript tools). Default: whatever hostbin.Find finds for hostbin.Deno
 	// ($EXECGATE_DENO, .tools/bin/deno, $PATH); none found builds a tree
 	// without Deno (JavaScript runs are then refused as unavailable). A
 	// DenoPath that is not an executable is an error.
@@ -115,40 +89,13 @@ type Options struct {
 	now func() time.Time
 }
 
-// Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
-type Manifest struct {
-	Format          int    `json:"format"`
-	Layout          int    `json:"layout"`
-	ProtocolVersion int    `json:"protocol_version"`
-	HarnessSHA256   string `json:"harness_sha256"`
-	PythonVersion   string `json:"python_version"`
-	// PythonPath is the host interpreter the tree was built from.
-	PythonPath string `json:"python_path"`
-	// PythonStamp identifies the host interpreter binary (real path, size,
-	// modification time) so Ensure notices an upgraded interpreter
-	// without running it.
-	PythonStamp string `json:"python_stamp"`
-	// Stdlib is the standard library directory inside the jail.
-	Stdlib string `json:"stdlib"`
-	// Files and Bytes count the regular files (manifest excluded).
-	Files int   `json:"files"`
-	Bytes int64 `json:"bytes"`
-	// CACerts is the number of certificates in the installed bundle.
-	CACerts int `json:"ca_certs"`
-	// ContentSHA256 hashes every path, type, mode, link target and file
-	// content in the tree except the manifest itself.
-	ContentSHA256 string    `json:"content_sha256"`
-	BuiltAt       time.Time `json:"built_at"`
-	// DenoVersion and DenoStamp describe the Deno binary in the tree
-	// (JavaScript and TypeScript tools); empty when built without one.
-	DenoVersion string `json:"deno_version,omitempty"`
-	DenoStamp   string `json:"deno_stamp,omitempty"`
-}
+// Manifest describes a built rootfs (jaillayout.Manifest).
+type Manifest = jaillayout.Manifest
 
 // Errors callers branch on.
 var (
 	// ErrNoManifest means the directory holds no rootfs manifest.
-	ErrNoManifest = errors.New("no rootfs manifest")
+	ErrNoManifest = jaillayout.ErrNoManifest
 	// ErrEmptyCAStore means the CA source held no certificate; a rootfs
 	// without a trust store is never built (DESIGN §10, §12.4).
 	ErrEmptyCAStore = errors.New("CA trust store is empty")
@@ -159,24 +106,9 @@ var (
 	ErrVerify = errors.New("rootfs verification failed")
 )
 
-// ReadManifest reads dir's manifest. A missing manifest is ErrNoManifest.
-func ReadManifest(dir string) (*Manifest, error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestPath))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading manifest in %s: %w", dir, ErrNoManifest)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading manifest: %w", err)
-	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("decoding manifest %s: %w", filepath.Join(dir, ManifestPath), err)
-	}
-	if m.Format != ManifestFormat {
-		return nil, fmt.Errorf("manifest %s: format %d, want %d", filepath.Join(dir, ManifestPath), m.Format, ManifestFormat)
-	}
-	return &m, nil
-}
+// ReadManifest reads dir's manifest (jaillayout.ReadManifest). A missing
+// manifest is ErrNoManifest.
+func ReadManifest(dir string) (*Manifest, error) { return jaillayout.ReadManifest(dir) }
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" {

@@ -10,6 +10,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // scanResult is what one walk of a rootfs finds.
@@ -45,7 +47,7 @@ func scanTree(root string) (*scanResult, error) {
 		if rel == "." {
 			jp = "/"
 		}
-		if jp == ManifestPath {
+		if jp == jaillayout.ManifestPath {
 			return nil
 		}
 		fi, err := d.Info()

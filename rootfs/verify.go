@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // Check is one verification step.
@@ -68,7 +68,7 @@ func (r *Report) add(name string, ok bool, detail, hint string) {
 }
 
 // err returns nil when every check passed, else an error wrapping ErrVerify
-// (and, when the jail could not be created, the *sandbox.UnavailableError).
+// (and, when the jail could not be created, the Jail's error).
 func (r *Report) err(jailErr error) error {
 	failed := r.Failed()
 	if len(failed) == 0 {
@@ -90,16 +90,17 @@ func (r *Report) err(jailErr error) error {
 // On the host: the manifest matches this binary (protocol, harness), the
 // tree's content hash matches the manifest, no setuid/setgid, writable,
 // special or escaping entries exist, and the CA bundle is non-empty. In a
-// jail created by sandbox.NewRunner(cfg) with cfg.RootfsDir = dir: the
+// jail opened by open on dir (jailverify.Opener: the real sandbox): the
 // interpreter starts as uid 99999, ssl's default context loads a non-empty
 // trust store, json/asyncio/ssl and every shipped extension module import,
 // the standard library is pre-compiled, and no setuid/setgid file is
 // visible.
 //
 // The Report lists every check; the error is non-nil when one failed
-// (errors.Is(err, ErrVerify)), and also carries a *sandbox.UnavailableError
-// when the jail could not be created at all.
-func Verify(ctx context.Context, dir string, cfg sandbox.Config) (*Report, error) {
+// (errors.Is(err, ErrVerify)), and also carries open's error (with the
+// sandbox, a *sandbox.UnavailableError) when the jail could not be created
+// at all.
+func Verify(ctx context.Context, dir string, open OpenJail) (*Report, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs dir: %w", err)
@@ -113,8 +114,7 @@ func Verify(ctx context.Context, dir string, cfg sandbox.Config) (*Report, error
 	r.Manifest = m
 	r.add("manifest", true, fmt.Sprintf("python %s, %d files, %.1f MiB, built %s", m.PythonVersion, m.Files, float64(m.Bytes)/(1<<20), m.BuiltAt.Format("2006-01-02 15:04:05Z")), "")
 	verifyHost(r, m)
-	cfg.RootfsDir = abs
-	jailErr := verifyJail(ctx, r, m, cfg)
+	jailErr := verifyJail(ctx, r, m, open)
 	return r, r.err(jailErr)
 }
 
@@ -158,13 +158,13 @@ func verifyHost(r *Report, m *Manifest) {
 	list("symlinks leaving the tree", s.Escaping, "a link to a host path would leak host files to host-side readers")
 	list("special files", s.Special, "devices and fifos belong in the jail's /dev, not in the tree")
 
-	data, err := os.ReadFile(filepath.Join(r.Dir, CABundlePath))
+	data, err := os.ReadFile(filepath.Join(r.Dir, jaillayout.CABundlePath))
 	if err != nil {
 		r.add("CA bundle", false, err.Error(), "rebuild the rootfs")
 		return
 	}
 	if _, n := parseCABundle(data); n == 0 || n != m.CACerts {
-		r.add("CA bundle", false, fmt.Sprintf("%d certificates in %s, manifest says %d", n, CABundlePath, m.CACerts), "install ca-certificates on the host and rebuild")
+		r.add("CA bundle", false, fmt.Sprintf("%d certificates in %s, manifest says %d", n, jaillayout.CABundlePath, m.CACerts), "install ca-certificates on the host and rebuild")
 	} else {
 		r.add("CA bundle", true, fmt.Sprintf("%d certificates", n), "")
 	}

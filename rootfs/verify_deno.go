@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-
-	"github.com/execgate/execgate/sandbox"
 )
 
 // denoVerifyTool is the JavaScript probe Verify runs in a jail of the Deno
@@ -39,27 +37,20 @@ type DenoFacts struct {
 }
 
 // verifyDeno runs the JavaScript probe when the tree carries Deno.
-func verifyDeno(ctx context.Context, r *Report, m *Manifest, runner *sandbox.Runner) {
+func verifyDeno(ctx context.Context, r *Report, m *Manifest, jail Jail) {
 	if m.DenoVersion == "" && m.DenoStamp == "" {
 		r.add("javascript in jail", true, "no deno in this rootfs (JavaScript and TypeScript unavailable)", "")
 		return
 	}
-	res, err := runner.Run(ctx, sandbox.Spec{
-		ExecutionID: "rootfs-verify-js",
-		TenantID:    "execgate",
-		Language:    sandbox.LanguageJavaScript,
-		Source:      denoVerifyTool,
-		Network:     sandbox.NetworkNone,
-		Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000, MemoryMB: 256},
-	})
+	res, err := jail.Probe(ctx, Probe{ID: "rootfs-verify-js", Language: "javascript", Source: denoVerifyTool})
 	if err != nil {
 		r.add("javascript in jail", false, err.Error(), unavailableHint(err))
 		return
 	}
-	if res.Status != sandbox.StatusOK {
+	if !res.OK {
 		detail := "run ended without a result"
-		if res.Error != nil {
-			detail = res.Error.Type + ": " + res.Error.Message + "\n" + tail(res.Error.Traceback, 1500)
+		if res.ErrorType != "" {
+			detail = res.ErrorType + ": " + res.ErrorMessage + "\n" + tail(res.Traceback, 1500)
 		}
 		r.add("javascript in jail", false, detail+"\nstderr: "+tail(res.Stderr, 1500), "deno does not start in the jail; rebuild the rootfs, then run execgate diagnose")
 		return
@@ -74,7 +65,7 @@ func verifyDeno(ctx context.Context, r *Report, m *Manifest, runner *sandbox.Run
 		r.add("javascript in jail", false, fmt.Sprintf("deno %s in the jail, manifest says %s", f.Deno, m.DenoVersion), "rebuild the rootfs")
 		return
 	}
-	r.add("javascript in jail", true, fmt.Sprintf("deno %s (v8 %s, typescript %s), wall %d ms", f.Deno, f.V8, f.TypeScript, res.Usage.WallMS), "")
+	r.add("javascript in jail", true, fmt.Sprintf("deno %s (v8 %s, typescript %s), wall %d ms", f.Deno, f.V8, f.TypeScript, res.WallMS), "")
 	if !f.ReadDenied || !f.EnvDenied || !f.NetDenied || !f.NodeImportDenied {
 		r.add("deno permissions in jail", false, fmt.Sprintf("read denied %v, env denied %v, net denied %v, node: import denied %v", f.ReadDenied, f.EnvDenied, f.NetDenied, f.NodeImportDenied), "the Deno launcher must pass no --allow-* flag and the import map")
 	} else {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/rootfs/jailverify"
 )
 
 // rootfs verify runs a JavaScript probe in a real jail of the Deno profile:
@@ -14,7 +15,7 @@ import (
 func TestVerifyRunsAJavaScriptProbeInARealJail(t *testing.T) {
 	testenv.Deno(t)
 	cfg := testenv.SandboxConfig(t)
-	r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, cfg)
+	r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, jailverify.Opener(cfg))
 	var b strings.Builder
 	if r != nil {
 		r.Print(&b)

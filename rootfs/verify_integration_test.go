@@ -10,12 +10,14 @@ import (
 	"testing"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/rootfs/jailverify"
 )
 
 func TestVerifyPassesInARealJail(t *testing.T) {
 	cfg := testenv.SandboxConfig(t)
-	r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, cfg)
+	r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, jailverify.Opener(cfg))
 	if err != nil {
 		var b strings.Builder
 		if r != nil {
@@ -29,7 +31,7 @@ func TestVerifyPassesInARealJail(t *testing.T) {
 	if r.Jail.CACerts == 0 || r.Jail.CACerts != r.Manifest.CACerts {
 		t.Errorf("CA certificates in the jail = %d, manifest %d", r.Jail.CACerts, r.Manifest.CACerts)
 	}
-	if r.Jail.UID != rootfs.ToolUID || r.Jail.PythonVersion != r.Manifest.PythonVersion {
+	if r.Jail.UID != jaillayout.ToolUID || r.Jail.PythonVersion != r.Manifest.PythonVersion {
 		t.Errorf("jail facts = %+v", r.Jail)
 	}
 	if len(r.Jail.ImportErrors) > 0 || len(r.Jail.NotPrecompiled) > 0 || len(r.Jail.Setid) > 0 {
@@ -55,7 +57,7 @@ func TestVerifyInAJailNamesTheModuleAMissingLibraryBreaks(t *testing.T) {
 		}
 	}
 	cfg.RootfsDir = dir
-	r, err := rootfs.Verify(context.Background(), dir, cfg)
+	r, err := rootfs.Verify(context.Background(), dir, jailverify.Opener(cfg))
 	if !errors.Is(err, rootfs.ErrVerify) {
 		t.Fatalf("Verify = %v, want ErrVerify", err)
 	}

@@ -9,8 +9,59 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/jaillayout"
 )
+
+// Jail runs Verify's probes in real jails on the rootfs being verified. The
+// sandbox provides it (package rootfs/jailverify), so that building and
+// checking a tree does not depend on the sandbox.
+type Jail interface {
+	// Probe runs p. A non-nil error means no jail could be created; it may
+	// be a *JailError carrying the operator's hint.
+	Probe(ctx context.Context, p Probe) (*ProbeResult, error)
+	Close() error
+}
+
+// OpenJail opens a Jail on the rootfs at dir. An error means no jail can
+// be created there (it may be a *JailError).
+type OpenJail func(dir string) (Jail, error)
+
+// Probe is one program Verify runs in a jail: a tool with entrypoint run,
+// no arguments, no network, and limits generous enough for a loaded host.
+type Probe struct {
+	// ID names the run (its execution id).
+	ID string
+	// Language is "python" or "javascript".
+	Language string
+	Source   string
+}
+
+// ProbeResult is what happened to a Probe that ran.
+type ProbeResult struct {
+	// OK says the probe returned; Result is its JSON value.
+	OK     bool
+	Result json.RawMessage
+	// ErrorType, ErrorMessage and Traceback describe a run that ended in
+	// error (the sandbox's outcome type).
+	ErrorType    string
+	ErrorMessage string
+	Traceback    string
+	Stderr       string
+	// JailLog is nsjail's own log of the run.
+	JailLog []string
+	WallMS  int64
+	CPUMS   int64
+}
+
+// JailError is a jail that could not be created, with what the operator
+// can do about it.
+type JailError struct {
+	Err  error
+	Hint string
+}
+
+func (e *JailError) Error() string { return e.Err.Error() }
+func (e *JailError) Unwrap() error { return e.Err }
 
 // verifyTool is the tool Verify runs in the jail (see verify_tool.py).
 //
@@ -31,40 +82,31 @@ type JailFacts struct {
 	Setid          []string          `json:"setid"`
 }
 
-// verifyJail runs the verification tool through the real sandbox and adds
-// the jail checks to r. It returns the *sandbox.UnavailableError when the
+// verifyJail runs the verification tool in a jail opened by open and adds
+// the jail checks to r. It returns open's or the probe's error when the
 // jail could not be created.
-func verifyJail(ctx context.Context, r *Report, m *Manifest, cfg sandbox.Config) error {
-	runner, err := sandbox.NewRunner(cfg)
+func verifyJail(ctx context.Context, r *Report, m *Manifest, open OpenJail) error {
+	jail, err := open(r.Dir)
 	if err != nil {
 		r.add("jailed run", false, err.Error(), unavailableHint(err))
 		return err
 	}
-	defer runner.Close()
-	res, err := runner.Run(ctx, sandbox.Spec{
-		ExecutionID: "rootfs-verify",
-		TenantID:    "execgate",
-		Source:      verifyTool,
-		Entrypoint:  "run",
-		Network:     sandbox.NetworkNone,
-		// Importing every extension module and walking the tree takes
-		// well under a second; the margins are for a loaded host.
-		Limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000, MemoryMB: 256},
-	})
+	defer jail.Close()
+	res, err := jail.Probe(ctx, Probe{ID: "rootfs-verify", Language: "python", Source: verifyTool})
 	if err != nil {
 		r.add("jailed run", false, err.Error(), unavailableHint(err))
 		return err
 	}
-	if res.Status != sandbox.StatusOK {
+	if !res.OK {
 		detail := "run ended without a result"
-		if res.Error != nil {
-			detail = res.Error.Type + ": " + res.Error.Message
-			if res.Error.Traceback != "" {
-				detail += "\n" + tail(res.Error.Traceback, 1500)
+		if res.ErrorType != "" {
+			detail = res.ErrorType + ": " + res.ErrorMessage
+			if res.Traceback != "" {
+				detail += "\n" + tail(res.Traceback, 1500)
 			}
 		}
-		if len(res.NsjailLog) > 0 {
-			detail += "\nnsjail: " + tail(strings.Join(res.NsjailLog, "\n"), 1500)
+		if len(res.JailLog) > 0 {
+			detail += "\nnsjail: " + tail(strings.Join(res.JailLog, "\n"), 1500)
 		}
 		r.add("jailed run", false, detail, "the interpreter does not start in the jail; rebuild the rootfs, then run execgate diagnose")
 		return nil
@@ -75,21 +117,21 @@ func verifyJail(ctx context.Context, r *Report, m *Manifest, cfg sandbox.Config)
 		return nil
 	}
 	r.Jail = &f
-	r.add("jailed run", true, fmt.Sprintf("wall %d ms, cpu %d ms", res.Usage.WallMS, res.Usage.CPUMS), "")
+	r.add("jailed run", true, fmt.Sprintf("wall %d ms, cpu %d ms", res.WallMS, res.CPUMS), "")
 	judgeJail(r, m, &f)
-	verifyDeno(ctx, r, m, runner)
+	verifyDeno(ctx, r, m, jail)
 	return nil
 }
 
 // judgeJail turns the jail's facts into checks.
 func judgeJail(r *Report, m *Manifest, f *JailFacts) {
-	if f.PythonVersion != m.PythonVersion || f.Executable != PythonPath {
-		r.add("interpreter in jail", false, fmt.Sprintf("python %s at %s, manifest says %s at %s", f.PythonVersion, f.Executable, m.PythonVersion, PythonPath), "rebuild the rootfs")
+	if f.PythonVersion != m.PythonVersion || f.Executable != jaillayout.PythonPath {
+		r.add("interpreter in jail", false, fmt.Sprintf("python %s at %s, manifest says %s at %s", f.PythonVersion, f.Executable, m.PythonVersion, jaillayout.PythonPath), "rebuild the rootfs")
 	} else {
 		r.add("interpreter in jail", true, "python "+f.PythonVersion, "")
 	}
-	if f.UID != ToolUID || f.GID != ToolGID {
-		r.add("identity in jail", false, fmt.Sprintf("uid %d gid %d, want %d/%d", f.UID, f.GID, ToolUID, ToolGID), "the sandbox must map 99999 explicitly")
+	if f.UID != jaillayout.ToolUID || f.GID != jaillayout.ToolGID {
+		r.add("identity in jail", false, fmt.Sprintf("uid %d gid %d, want %d/%d", f.UID, f.GID, jaillayout.ToolUID, jaillayout.ToolGID), "the sandbox must map 99999 explicitly")
 	} else {
 		r.add("identity in jail", true, fmt.Sprintf("uid %d gid %d", f.UID, f.GID), "")
 	}
@@ -123,9 +165,9 @@ func judgeJail(r *Report, m *Manifest, f *JailFacts) {
 // unavailableHint returns the sandbox's own hint for a jail that could not
 // be created.
 func unavailableHint(err error) string {
-	var ue *sandbox.UnavailableError
-	if errors.As(err, &ue) && ue.Hint != "" {
-		return ue.Hint
+	var je *JailError
+	if errors.As(err, &je) && je.Hint != "" {
+		return je.Hint
 	}
 	return "run execgate diagnose"
 }

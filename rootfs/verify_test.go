@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // failedCheck returns the named check if it failed.
@@ -65,7 +65,7 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 		{
 			name: "a setuid file",
 			tamper: func(t *testing.T) func() {
-				p := filepath.Join(dir, PythonPath)
+				p := filepath.Join(dir, jaillayout.PythonPath)
 				fi, err := os.Stat(p)
 				if err != nil {
 					t.Fatal(err)
@@ -76,7 +76,7 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 				return func() { os.Chmod(p, fi.Mode().Perm()) }
 			},
 			checks: []string{"setuid/setgid files", "content"},
-			detail: PythonPath,
+			detail: jaillayout.PythonPath,
 		},
 		{
 			name: "a world-writable directory",
@@ -121,7 +121,7 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 		{
 			name: "an emptied CA bundle",
 			tamper: func(t *testing.T) func() {
-				p := filepath.Join(dir, CABundlePath)
+				p := filepath.Join(dir, jaillayout.CABundlePath)
 				orig, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -159,7 +159,11 @@ func TestVerifyHostChecksCatchTampering(t *testing.T) {
 
 func TestVerifyWithoutManifestFailsWithAHint(t *testing.T) {
 	dir := t.TempDir()
-	r, err := Verify(context.Background(), dir, sandbox.Config{})
+	noJail := func(string) (Jail, error) {
+		t.Fatal("Verify opened a jail on a tree without a manifest")
+		return nil, nil
+	}
+	r, err := Verify(context.Background(), dir, noJail)
 	if err == nil {
 		t.Fatal("Verify of an empty dir succeeded")
 	}

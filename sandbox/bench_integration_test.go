@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
-var probe = sandbox.Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n"}
+var probe = sandbox.Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default}
 
 // BenchmarkRunCold is one cold run of the probe through the Runner.
 func BenchmarkRunCold(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -107,7 +108,7 @@ def run(args, context):
             errors.append([type(e).__name__, e.reason])
     return {"found": found, "props": sorted(schema["input_schema"]["properties"]), "sum": total["sum"], "word": word, "errors": errors}
 `
-	res := run(t, r, sandbox.Spec{Source: src, Bridge: b})
+	res := run(t, r, sandbox.Spec{Source: src, Bridge: b, Limits: limits.Default})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("%s", dump(res))
 	}
@@ -132,7 +133,7 @@ async def run(args, context):
     got = await asyncio.gather(*[context.tools.run_async("slow.wait", {}) for _ in range(4)])
     return {"got": got, "fast": time.monotonic() - t0 < 0.7}
 `
-	res := run(t, r, sandbox.Spec{Source: src, Bridge: b})
+	res := run(t, r, sandbox.Spec{Source: src, Bridge: b, Limits: limits.Default})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `{"got":["waited","waited","waited","waited"],"fast":true}` {
 		t.Fatalf("%s", dump(res))
 	}
@@ -152,7 +153,7 @@ def run(args, context):
     except ToolDenied as e:
         return [context.tools.search(""), e.reason]
 `
-	res := run(t, r, sandbox.Spec{Source: src})
+	res := run(t, r, sandbox.Spec{Source: src, Limits: limits.Default})
 	if res.Status != sandbox.StatusOK || !strings.Contains(string(res.Result), `[[],"tool \"x.y\" is not granted`) {
 		t.Fatalf("%s", dump(res))
 	}
@@ -174,7 +175,8 @@ def run(args, context):
     return out
 `
 	res := run(t, r, sandbox.Spec{Source: src, Mode: "test", Bridge: b,
-		ToolFixtures: json.RawMessage(`{"crm.lookup": {"name": "Ada"}, "weather": "sunny"}`)})
+		ToolFixtures: json.RawMessage(`{"crm.lookup": {"name": "Ada"}, "weather": "sunny"}`),
+		Limits:       limits.Default})
 	want := `{"search":[{"name":"crm.lookup","description":"test fixture"},{"name":"weather","description":"test fixture"}],"run":{"name":"Ada"},"attr":"sunny","missing":"tool \"math.add\" has no fixture in this test run"}`
 	if res.Status != sandbox.StatusOK || string(res.Result) != want {
 		t.Fatalf("want %s\n%s", want, dump(res))
@@ -209,7 +211,7 @@ def run(args, context):
         out.append("closed")
     return out
 `
-	res := run(t, r, sandbox.Spec{Source: src, Bridge: b})
+	res := run(t, r, sandbox.Spec{Source: src, Bridge: b, Limits: limits.Default})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `["denied",3,"closed"]` {
 		t.Fatalf("%s", dump(res))
 	}
@@ -232,7 +234,7 @@ def run(args, context):
     sub = subprocess.run([sys.executable, "-c", "import os\ntry:\n os.fstat(5)\n print('open')\nexcept OSError:\n print('closed')"], capture_output=True, text=True)
     return [os.waitstatus_to_exitcode(status), sub.stdout.strip()]
 `
-	res := run(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{TimeoutMS: 10000}})
+	res := run(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{TimeoutMS: 10000}.Or(limits.Default)})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `[0,"closed"]` {
 		t.Fatalf("%s", dump(res))
 	}

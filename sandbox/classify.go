@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/execgate/execgate/internal/jsonsize"
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // Exit statuses: the one mapping from what nsjail returns to what happened.
@@ -339,9 +340,9 @@ func boundLogs(in []LogLine) []LogLine {
 
 func fromEnvelope(env *envelope, o outcome) verdict {
 	logs := boundLogs(env.Logs)
-	if env.ProtocolVersion != ProtocolVersion {
+	if env.ProtocolVersion != jaillayout.ProtocolVersion {
 		return verdict{Status: StatusError, Logs: logs, Error: &ErrorInfo{Type: ErrProtocolMismatch,
-			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, ProtocolVersion)}}
+			Message: fmt.Sprintf("the harness speaks protocol %d, this execgate %d: rebuild the rootfs with `execgate rootfs build`", env.ProtocolVersion, jaillayout.ProtocolVersion)}}
 	}
 	if env.Status == StatusOK {
 		result := env.Result

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/execgate/execgate/limits"
 )
 
 // readLog loads a recorded nsjail log (testdata/nsjail-logs, recorded with
@@ -26,7 +28,7 @@ func readLog(t *testing.T, name string) []string {
 }
 
 func TestClassify(t *testing.T) {
-	limits := DefaultLimits
+	limits := limits.Default
 	okEnv := `{"result":{"ok":true},"protocol_version":1,"status":"ok","logs":[{"level":"info","message":"hi"}]}`
 	tests := []struct {
 		name string
@@ -194,7 +196,7 @@ func TestEnvelopeLogsAreCapped(t *testing.T) {
 		b.WriteString(`{"level":"shout","message":"m"}`)
 	}
 	b.WriteString("]}")
-	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: limits.Default})
 	if len(v.Logs) != maxEnvelopeLogs+1 || v.Logs[0].Level != "info" || !strings.Contains(v.Logs[maxEnvelopeLogs].Message, "5 log lines dropped") {
 		t.Errorf("logs: %d lines, first %+v, last %+v", len(v.Logs), v.Logs[0], v.Logs[len(v.Logs)-1])
 	}
@@ -212,7 +214,7 @@ func TestLogsOfAnOverruledEnvelopeAreCappedToo(t *testing.T) {
 	b.WriteString("]}")
 	// A forged ok envelope, then the wall deadline: the Timeout keeps the
 	// envelope's logs, within the same caps.
-	v := classify(outcome{ExitCode: 143, TimedOut: true, Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	v := classify(outcome{ExitCode: 143, TimedOut: true, Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: limits.Default})
 	if v.Error == nil || v.Error.Type != ErrTimeout {
 		t.Fatalf("verdict %+v", v.Error)
 	}
@@ -242,7 +244,7 @@ func TestEnvelopeLogsAreCappedInEncodedBytes(t *testing.T) {
 		b.Write(line)
 	}
 	b.WriteString("]}")
-	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: DefaultLimits})
+	v := classify(outcome{Envelope: []byte(b.String()), Log: []string{"Executing '/usr/bin/python3'"}, Limits: limits.Default})
 	enc, err := json.Marshal(v.Logs)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +258,7 @@ func TestEnvelopeLogsAreCappedInEncodedBytes(t *testing.T) {
 }
 
 func TestAResultOverTheCapIsOutputLimitWhoeverWroteTheEnvelope(t *testing.T) {
-	lim := DefaultLimits
+	lim := limits.Default
 	lim.OutputBytes = 100
 	env := `{"protocol_version":1,"status":"ok","result":"` + strings.Repeat("x", 200) + `"}`
 	v := classify(outcome{Envelope: []byte(env), Log: []string{"Executing '/usr/bin/python3'"}, Limits: lim})

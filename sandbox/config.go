@@ -55,7 +55,7 @@ type Config struct {
 	// Default 120000.
 	DepsTimeoutMS int64 `yaml:"deps_timeout_ms" json:"deps_timeout_ms"`
 	// UIDRange is the host uids (and gids) jails run as, "FIRST-LAST",
-	// inclusive: every live jail holds one of its own (mapped to ToolUID
+	// inclusive: every live jail holds one of its own (mapped to jaillayout.ToolUID
 	// inside) until it is gone, across every execgate process on the host,
 	// so per-user kernel limits (processes, inotify, message queues, pipe
 	// buffers) are per jail. Must not include 0, and should not overlap

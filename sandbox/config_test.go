@@ -3,6 +3,9 @@ package sandbox
 import (
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -52,20 +55,23 @@ func TestNormalizeSpec(t *testing.T) {
 		spec Spec
 		want string // error substring; "" for valid
 	}{
-		{"an empty spec gets the defaults", Spec{}, ""},
-		{"an unknown language", Spec{Language: "ruby"}, "language"},
-		{"javascript is supported", Spec{Language: "javascript"}, ""},
-		{"typescript is supported", Spec{Language: "typescript"}, ""},
-		{"javascript has no network but none", Spec{Language: "javascript", Network: NetworkProxy}, "network"},
-		{"javascript installs no requirements", Spec{Language: "javascript", Requirements: []string{"six==1.16.0"}}, "requirements"},
-		{"validate is for javascript and typescript only", Spec{Mode: ModeValidate}, "mode"},
-		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system"}, "entrypoint"},
-		{"an unknown mode", Spec{Mode: "debug"}, "mode"},
-		{"an unknown network", Spec{Network: "wifi"}, "network"},
-		{"args must be JSON", Spec{Args: []byte("{")}, "args"},
-		{"variables must be an object", Spec{Variables: []byte("[1]")}, "variables"},
-		{"requirements must be exact pins", Spec{Requirements: []string{"six>=1"}}, `requirements[0]: "six>=1" is not pinned`},
-		{"too little memory to start", Spec{Limits: Limits{MemoryMB: 4}}, "memory_mb"},
+		{"a spec with only limits gets the other defaults", Spec{Limits: limits.Default}, ""},
+		{"a spec without limits is refused, not defaulted", Spec{}, "limits.timeout_ms: 0 is not positive"},
+		{"a missing limit is named", Spec{Limits: Limits{TimeoutMS: 1000, CPUMS: 1000, MemoryMB: 64, Pids: 8, OutputBytes: 1000}}, "limits.tmp_mb"},
+		{"a limit above the platform maximum is refused", Spec{Limits: Limits{TimeoutMS: limits.Max.TimeoutMS + 1}.Or(limits.Default)}, "limits.timeout_ms"},
+		{"an unknown language", Spec{Language: "ruby", Limits: limits.Default}, "language"},
+		{"javascript is supported", Spec{Language: "javascript", Limits: limits.Default}, ""},
+		{"typescript is supported", Spec{Language: "typescript", Limits: limits.Default}, ""},
+		{"javascript has no network but none", Spec{Language: "javascript", Network: NetworkProxy, Limits: limits.Default}, "network"},
+		{"javascript installs no requirements", Spec{Language: "javascript", Requirements: []string{"six==1.16.0"}, Limits: limits.Default}, "requirements"},
+		{"validate is for javascript and typescript only", Spec{Mode: ModeValidate, Limits: limits.Default}, "mode"},
+		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system", Limits: limits.Default}, "entrypoint"},
+		{"an unknown mode", Spec{Mode: "debug", Limits: limits.Default}, "mode"},
+		{"an unknown network", Spec{Network: "wifi", Limits: limits.Default}, "network"},
+		{"args must be JSON", Spec{Args: []byte("{"), Limits: limits.Default}, "args"},
+		{"variables must be an object", Spec{Variables: []byte("[1]"), Limits: limits.Default}, "variables"},
+		{"requirements must be exact pins", Spec{Requirements: []string{"six>=1"}, Limits: limits.Default}, `requirements[0]: "six>=1" is not pinned`},
+		{"too little memory to start", Spec{Limits: Limits{MemoryMB: 4}.Or(limits.Default)}, "limits.memory_mb: 4 is below the minimum of 16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +80,7 @@ func TestNormalizeSpec(t *testing.T) {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
 				}
-				if got.Entrypoint != "run" || got.Mode != "run" || p.Network != NetworkNone || p.Limits != DefaultLimits {
+				if got.Entrypoint != "run" || got.Mode != "run" || p.Network != NetworkNone || p.Limits != limits.Default {
 					t.Errorf("defaults not applied: %+v %+v", got, p)
 				}
 				return
@@ -87,7 +93,7 @@ func TestNormalizeSpec(t *testing.T) {
 }
 
 func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
-	got, p, err := normalize(Spec{Network: NetworkProxy, Requirements: []string{"Six == 1.16.0", "a_b[X]==2"}})
+	got, p, err := normalize(Spec{Network: NetworkProxy, Requirements: []string{"Six == 1.16.0", "a_b[X]==2"}, Limits: limits.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +104,7 @@ func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"deps":true`, `"egress_socket":"` + JailEgressSocket + `"`} {
+	for _, want := range []string{`"deps":true`, `"egress_socket":"` + jaillayout.EgressSocket + `"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("request lacks %s: %s", want, data)
 		}
@@ -111,14 +117,14 @@ func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
 }
 
 func TestTestModeForcesNetworkNone(t *testing.T) {
-	_, p, err := normalize(Spec{Mode: "test", Network: NetworkHost})
+	_, p, err := normalize(Spec{Mode: "test", Network: NetworkHost, Limits: limits.Default})
 	if err != nil || p.Network != NetworkNone {
 		t.Errorf("test mode: network %s, err %v", p.Network, err)
 	}
 }
 
 func TestEncodeRequestPassesFixturesOnlyInTestMode(t *testing.T) {
-	spec, _, _ := normalize(Spec{ToolFixtures: []byte(`{"t": 1}`)})
+	spec, _, _ := normalize(Spec{ToolFixtures: []byte(`{"t": 1}`), Limits: limits.Default})
 	data, err := encodeRequest(spec, 1000)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -200,7 +201,8 @@ func TestRunWithALockImportsTheWholeSet(t *testing.T) {
 		t.Fatalf("Resolve: %v %+v", err, failure)
 	}
 	res := run(t, r, sandbox.Spec{Lock: env.Lock,
-		Source: "import alpha, beta\n\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION, beta.__file__]\n"})
+		Source: "import alpha, beta\n\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION, beta.__file__]\n",
+		Limits: limits.Default})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("%s", dump(res))
 	}
@@ -299,7 +301,9 @@ def run(path, context):
     except OSError as e:
         seen.append("unreadable %d" % e.errno)
     return seen
-`})
+`,
+
+		Limits: limits.Default})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("%s", dump(res))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -38,7 +39,7 @@ func TestAWarmedEnvironmentStartsItsRunsWarm(t *testing.T) {
 		t.Fatalf("Resolve: %v %+v", err, failure)
 	}
 	src := "import alpha, beta\n\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION]\n"
-	spec := sandbox.Spec{TenantID: "b", Lock: env.Lock, Source: src}
+	spec := sandbox.Spec{TenantID: "b", Lock: env.Lock, Source: src, Limits: limits.Default}
 
 	t.Run("a run of an environment nobody warmed starts cold and warms nothing", func(t *testing.T) {
 		res := run(t, r, spec)
@@ -69,7 +70,7 @@ func TestAWarmedEnvironmentStartsItsRunsWarm(t *testing.T) {
 
 	t.Run("a run of the environment with other limits starts cold", func(t *testing.T) {
 		other := spec
-		other.Limits = sandbox.Limits{MemoryMB: 200}
+		other.Limits = sandbox.Limits{MemoryMB: 200}.Or(limits.Default)
 		res := run(t, r, other)
 		if res.Status != sandbox.StatusOK || res.Usage.Warm {
 			t.Fatalf("warm %v: %s", res.Usage.Warm, dump(res))
@@ -86,7 +87,7 @@ func TestAWarmedEnvironmentStartsItsRunsWarm(t *testing.T) {
 		for i := range 10 {
 			a := spec
 			a.TenantID = "a"
-			a.Limits = sandbox.Limits{MemoryMB: int64(100 + i)}
+			a.Limits = sandbox.Limits{MemoryMB: int64(100 + i)}.Or(limits.Default)
 			if n, err := r.Warm(ctx, a, 1); err != nil || n != 1 {
 				t.Fatalf("Warm %d for a: %d, %v", i, n, err)
 			}

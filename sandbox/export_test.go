@@ -1,7 +1,9 @@
 package sandbox
 
+import "github.com/execgate/execgate/limits"
+
 // Hooks for the external tests (package sandbox_test), which cannot be
-// internal because they use package rootfs, which imports sandbox.
+// internal because they use internal/testenv, which imports sandbox.
 
 // SetSeccompPolicy replaces r's Kafel policy (to provoke a compile failure).
 func SetSeccompPolicy(r *Runner, policy string) {
@@ -26,7 +28,7 @@ func WarmHits(r *Runner) int64 { return r.pool.hits.Load() }
 
 // ProbeRequest is the harness request of the probe tool.
 func ProbeRequest() []byte {
-	spec, _, _ := normalize(Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n"})
+	spec, _, _ := normalize(Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default})
 	req, _ := encodeRequest(spec, 0)
 	return req
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -50,7 +51,7 @@ def run(args, context):
     shm.unlink()
     return {"squares": squares, "total": total, "seen": list(seen), "exitcode": p.exitcode}
 `
-	res := run(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000, MemoryMB: 256}})
+	res := run(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000, MemoryMB: 256}.Or(limits.Default)})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("%s", dump(res))
 	}
@@ -74,7 +75,7 @@ def run(args, context):
     winter = datetime.datetime(2024, 1, 1, 12, tzinfo=berlin)
     return [summer.utcoffset().total_seconds(), winter.utcoffset().total_seconds(), summer.tzname(), "Europe/Berlin" in zoneinfo.available_timezones()]
 `
-	res := run(t, r, sandbox.Spec{Source: src})
+	res := run(t, r, sandbox.Spec{Source: src, Limits: limits.Default})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `[7200.0,3600.0,"CEST",true]` {
 		t.Fatalf("%s", dump(res))
 	}
@@ -105,7 +106,7 @@ def run(args, context):
 `
 	t.Run("children over the limit together end in CPULimit", func(t *testing.T) {
 		res := run(t, r, sandbox.Spec{Source: burn, Args: json.RawMessage(`{"children": 3, "ms": 400}`),
-			Limits: sandbox.Limits{CPUMS: 600, TimeoutMS: 20000}})
+			Limits: sandbox.Limits{CPUMS: 600, TimeoutMS: 20000}.Or(limits.Default)})
 		if res.ErrorType() != sandbox.ErrCPULimit {
 			t.Fatalf("%s", dump(res))
 		}
@@ -115,7 +116,7 @@ def run(args, context):
 	})
 	t.Run("children under the limit are counted in the usage", func(t *testing.T) {
 		res := run(t, r, sandbox.Spec{Source: burn, Args: json.RawMessage(`{"children": 2, "ms": 200}`),
-			Limits: sandbox.Limits{CPUMS: 5000, TimeoutMS: 20000}})
+			Limits: sandbox.Limits{CPUMS: 5000, TimeoutMS: 20000}.Or(limits.Default)})
 		if res.Status != sandbox.StatusOK {
 			t.Fatalf("%s", dump(res))
 		}
@@ -149,7 +150,7 @@ def run(args, context):
     return {"version": six.__version__, "file": six.__file__, "probe": probe}
 `
 	t.Run("a pinned wheel is installed and importable, read-only", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six==1.16.0"}})
+		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six==1.16.0"}, Limits: limits.Default})
 		if res.Status != sandbox.StatusOK {
 			t.Fatalf("%s", dump(res))
 		}
@@ -178,7 +179,7 @@ def run(args, context):
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := r.Run(context.Background(), sandbox.Spec{Source: six, Requirements: []string{" Six == 1.16.0 "}})
+				res, err := r.Run(context.Background(), sandbox.Spec{Source: six, Requirements: []string{" Six == 1.16.0 "}, Limits: limits.Default})
 				if err != nil {
 					t.Errorf("Run: %v", err)
 				}
@@ -196,7 +197,7 @@ def run(args, context):
 		}
 	})
 	t.Run("a package that does not exist is a DependencyError with uv's output, and nothing runs", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    print('ran')\n    return 1\n", Requirements: []string{"nonexistent-pkg-zz==1.0"}})
+		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    print('ran')\n    return 1\n", Requirements: []string{"nonexistent-pkg-zz==1.0"}, Limits: limits.Default})
 		if res.ErrorType() != sandbox.ErrDependencyError {
 			t.Fatalf("%s", dump(res))
 		}
@@ -213,13 +214,13 @@ def run(args, context):
 		}
 	})
 	t.Run("a range is InvalidInput naming the entry", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six>=1"}})
+		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six>=1"}, Limits: limits.Default})
 		if res.ErrorType() != sandbox.ErrInvalidInput || !strings.Contains(res.Error.Message, `"six>=1"`) {
 			t.Fatalf("%s", dump(res))
 		}
 	})
 	t.Run("a run without requirements sees an empty deps directory", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: "import os\ndef run(a, c):\n    return os.listdir('/opt/execgate/deps')\n"})
+		res := run(t, r, sandbox.Spec{Source: "import os\ndef run(a, c):\n    return os.listdir('/opt/execgate/deps')\n", Limits: limits.Default})
 		if res.Status != sandbox.StatusOK || string(res.Result) != "[]" {
 			t.Fatalf("%s", dump(res))
 		}
@@ -323,7 +324,8 @@ func TestNetworkProxy(t *testing.T) {
 	denied := fmt.Sprintf("http://other.test:%d/", port)
 	spec := sandbox.Spec{Source: fetchTool, Network: sandbox.NetworkProxy,
 		EgressAllow: []string{fmt.Sprintf("api.test:%d", port)},
-		Args:        mustJSON(t, map[string]any{"urls": []string{allowed, denied}})}
+		Args:        mustJSON(t, map[string]any{"urls": []string{allowed, denied}}),
+		Limits:      limits.Default}
 	check := func(t *testing.T, res sandbox.Result) {
 		t.Helper()
 		if res.Status != sandbox.StatusOK {
@@ -387,7 +389,7 @@ def run(args, context):
 		res := run(t, proxyRunner(t, nil), sandbox.Spec{Source: src, Network: sandbox.NetworkProxy,
 			EgressAllow: []string{fmt.Sprintf("api.test:%d", bigPort)},
 			Args:        mustJSON(t, map[string]string{"url": fmt.Sprintf("http://api.test:%d/big", bigPort)}),
-			Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}})
+			Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(limits.Default)})
 		if res.Status != sandbox.StatusOK || string(res.Result) != fmt.Sprintf("[%d,%d]", 3<<20, 8<<20) {
 			t.Fatalf("%s", dump(res))
 		}

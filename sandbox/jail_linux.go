@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/jaillayout"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,7 +50,7 @@ type jail struct {
 	uid *uidLease
 	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
 	// needs one: its nsjail config and, in network mode proxy, the egress
-	// directory bound at JailEgressDir. "" otherwise. Removed by release.
+	// directory bound at jaillayout.EgressDir. "" otherwise. Removed by release.
 	dir string
 
 	// bridge is the runner's end of the tool bridge socket (bridge.go).
@@ -70,97 +71,164 @@ type jail struct {
 // startJail starts nsjail for profile p, up to the point where the harness
 // waits for its request on stdin. p.Deps, when not empty, names the
 // directory of the run's packages under DepsDir, bound read-only at
-// jailDepsDir.
+// jaillayout.DepsDir. Each step pushes its undo on a stack that unwinds,
+// last first, if a later step fails.
 func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
-	var cleanup []func()
+	var undo cleanups
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
+			undo.run()
 		}
 	}()
 	runID := newRunID()
-
-	// A jail with host directories of its own (the egress socket's, the
-	// requirements) gets its own config; the others share their profile's.
-	var dir, cfgPath string
-	var binds []bind
-	if p.Network == NetworkProxy {
-		binds = append(binds, bind{Dst: JailEgressDir})
+	dir, cfgPath, err := r.jailConfig(p, warm, runID, &undo)
+	if err != nil {
+		return nil, err
 	}
-	if p.Deps != "" {
-		// The set's directory as the view shows it (view_linux.go).
-		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jailDepsDir, Exec: true})
-	}
-	if len(binds) == 0 {
-		if cfgPath, err = r.profileFile(p, warm); err != nil {
-			return nil, err
-		}
-	} else {
-		dir = filepath.Join(r.cfg.WorkDir, jailsDir, runID)
-		if err := os.Mkdir(dir, 0o711); err != nil {
-			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
-		}
-		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
-		// The jail's uid passes through it to the egress directory,
-		// whatever execgate's umask.
-		if err := os.Chmod(dir, 0o711); err != nil {
-			return nil, &UnavailableError{Reason: "creating the jail's directory", Err: err}
-		}
-		if p.Network == NetworkProxy {
-			egressDir := filepath.Join(dir, "egress")
-			if err := os.Mkdir(egressDir, 0o755); err != nil {
-				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
-			}
-			if err := os.Chmod(egressDir, 0o755); err != nil {
-				return nil, &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
-			}
-			binds[0].Src = filepath.Join(r.view.Jails, runID, "egress")
-		}
-		in := r.renderInput(p, warm)
-		in.Binds = binds
-		text, err := renderConfig(in)
-		if err != nil {
-			return nil, fmt.Errorf("rendering the nsjail config: %w", err)
-		}
-		cfgPath = filepath.Join(dir, "nsjail.cfg")
-		if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
-			return nil, &UnavailableError{Reason: "writing the nsjail config", Err: err}
-		}
-	}
-
 	cg, err := r.cg.create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
 	if err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { _ = cg.remove(time.Second) })
-
+	undo.add(func() { _ = cg.remove(time.Second) })
 	// The jail's own host uid, held until the jail is gone (release).
 	lease, err := r.uids.acquire()
 	if err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, lease.release)
+	undo.add(lease.release)
+	fds, err := openJailFDs(&undo)
+	if err != nil {
+		return nil, err
+	}
+	cmd := r.nsjailCommand(cfgPath, lease, cg, fds)
+	if err := cmd.Start(); err != nil {
+		return nil, &UnavailableError{Reason: "starting nsjail " + r.nsjail, Hint: setupHint, Err: err}
+	}
+	// From here the jail owns everything; the child's ends are closed in
+	// the parent so EOF arrives when the jail is gone.
+	fds.closeChildEnds()
+	j := &jail{
+		prof:    p,
+		cmd:     cmd,
+		cg:      cg,
+		uid:     lease,
+		dir:     dir,
+		stdin:   fds.stdin.w,
+		bridge:  fds.bridge,
+		readEnd: []*os.File{fds.stdout.r, fds.stderr.r, fds.result.r, fds.log.r},
+		exited:  make(chan struct{}),
+		started: time.Now(),
+	}
+	j.capture(fds)
+	return j, nil
+}
 
-	// Pipes: the parent keeps one end of each, the child gets the other.
-	type pipe struct{ r, w *os.File }
+// cleanups undoes the steps of a setup that failed half-way.
+type cleanups []func()
+
+func (c *cleanups) add(f func()) { *c = append(*c, f) }
+
+// run undoes every step, last first.
+func (c cleanups) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// jailConfig returns the nsjail config file for a jail of profile p, and
+// the jail's own host directory ("" when it has none). A jail with host
+// directories of its own (the egress socket's, the requirements) gets its
+// own directory and config there; the others share their profile's file.
+func (r *Runner) jailConfig(p profile, warm bool, runID string, undo *cleanups) (dir, cfgPath string, err error) {
+	var binds []bind
+	if p.Network == NetworkProxy {
+		binds = append(binds, bind{Dst: jaillayout.EgressDir})
+	}
+	if p.Deps != "" {
+		// The set's directory as the view shows it (view_linux.go).
+		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: true})
+	}
+	if len(binds) == 0 {
+		cfgPath, err = r.profileFile(p, warm)
+		return "", cfgPath, err
+	}
+	dir = filepath.Join(r.cfg.WorkDir, jailsDir, runID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", "", &UnavailableError{Reason: "creating the jail's directory", Err: err}
+	}
+	undo.add(func() { os.RemoveAll(dir) })
+	// The jail's uid passes through it to the egress directory,
+	// whatever execgate's umask.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", "", &UnavailableError{Reason: "creating the jail's directory", Err: err}
+	}
+	if p.Network == NetworkProxy {
+		egressDir := filepath.Join(dir, "egress")
+		if err := os.Mkdir(egressDir, 0o755); err != nil {
+			return "", "", &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
+		}
+		if err := os.Chmod(egressDir, 0o755); err != nil {
+			return "", "", &UnavailableError{Reason: "creating the jail's egress directory", Err: err}
+		}
+		binds[0].Src = filepath.Join(r.view.Jails, runID, "egress")
+	}
+	in := r.renderInput(p, warm)
+	in.Binds = binds
+	text, err := renderConfig(in)
+	if err != nil {
+		return "", "", fmt.Errorf("rendering the nsjail config: %w", err)
+	}
+	cfgPath = filepath.Join(dir, "nsjail.cfg")
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		return "", "", &UnavailableError{Reason: "writing the nsjail config", Err: err}
+	}
+	return dir, cfgPath, nil
+}
+
+// pipe is one pipe between the runner and nsjail.
+type pipe struct{ r, w *os.File }
+
+// jailFDs are the runner's and the child's ends of fds 0 to 5 of the fd
+// contract above: the runner keeps one end of each, nsjail gets the other.
+type jailFDs struct {
+	stdin, stdout, stderr, result, log pipe
+	// bridge is the runner's end of the tool bridge socket, bridgeChild
+	// the jail's (fd 5).
+	bridge      net.Conn
+	bridgeChild *os.File
+}
+
+// openJailFDs creates the pipes and the bridge socket; undo closes them.
+func openJailFDs(undo *cleanups) (*jailFDs, error) {
 	var pipes [5]pipe
 	for i := range pipes {
-		pr, pw, perr := os.Pipe()
-		if perr != nil {
-			return nil, &UnavailableError{Reason: "creating pipes for nsjail", Err: perr}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, &UnavailableError{Reason: "creating pipes for nsjail", Err: err}
 		}
 		pipes[i] = pipe{pr, pw}
-		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
+		undo.add(func() { pr.Close(); pw.Close() })
 	}
-	in, out, errp, res, logp := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4]
 	bridgeConn, bridgeChild, err := bridgePair()
 	if err != nil {
 		return nil, &UnavailableError{Reason: "creating the tool bridge socket", Err: err}
 	}
-	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
+	undo.add(func() { bridgeConn.Close(); bridgeChild.Close() })
+	return &jailFDs{stdin: pipes[0], stdout: pipes[1], stderr: pipes[2], result: pipes[3], log: pipes[4],
+		bridge: bridgeConn, bridgeChild: bridgeChild}, nil
+}
 
+// closeChildEnds closes, in the runner, the ends nsjail now holds.
+func (f *jailFDs) closeChildEnds() {
+	for _, c := range []*os.File{f.stdin.r, f.stdout.w, f.stderr.w, f.result.w, f.log.w, f.bridgeChild} {
+		c.Close()
+	}
+}
+
+// nsjailCommand is nsjail for one jail: its config, the jail's host uid
+// (as nsjail's own credentials and in the id maps), its cgroups, and the
+// fds of the contract above.
+func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, fds *jailFDs) *exec.Cmd {
 	args := []string{r.nsjail, "--config", cfgPath}
 	args = append(args, idMapArgs(lease.uid)...)
 	args = append(args, cg.nsjailArgs()...)
@@ -169,10 +237,10 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		Args:       args,
 		Env:        []string{}, // nothing of the gateway's environment reaches nsjail
 		Dir:        "/",
-		Stdin:      in.r,
-		Stdout:     out.w,
-		Stderr:     errp.w,
-		ExtraFiles: []*os.File{res.w, logp.w, bridgeChild, r.nsjailFile}, // fd 3, 4, 5, 6
+		Stdin:      fds.stdin.r,
+		Stdout:     fds.stdout.w,
+		Stderr:     fds.stderr.w,
+		ExtraFiles: []*os.File{fds.result.w, fds.log.w, fds.bridgeChild, r.nsjailFile}, // fd 3, 4, 5, 6
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,            // the runner signals nsjail's whole group
 			Pdeathsig: syscall.SIGKILL, // and nsjail dies with the runner (the tool with nsjail)
@@ -194,50 +262,35 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(cg.into.Fd())
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, &UnavailableError{Reason: "starting nsjail " + r.nsjail, Hint: setupHint, Err: err}
-	}
-	// From here the jail owns everything; the child's ends are closed in
-	// the parent so EOF arrives when the jail is gone.
-	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, logp.w, bridgeChild} {
-		f.Close()
-	}
-	l := p.Limits
-	j := &jail{
-		prof:     p,
-		cmd:      cmd,
-		cg:       cg,
-		uid:      lease,
-		dir:      dir,
-		stdin:    in.w,
-		bridge:   bridgeConn,
-		readEnd:  []*os.File{out.r, errp.r, res.r, logp.r},
-		stdout:   textCapture{max: int(l.OutputBytes)},
-		stderr:   textCapture{max: int(l.OutputBytes)},
-		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
-		exited:   make(chan struct{}),
-		started:  time.Now(),
-	}
-	if p.Runtime == runtimeDeno {
-		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}, bridge: newStdioChannel(in.w)}
+	return cmd
+}
+
+// capture sets up the jail's output captures (capped at the profile's
+// OutputBytes) and starts their readers and the reaper.
+func (j *jail) capture(fds *jailFDs) {
+	l := j.prof.Limits
+	j.stdout = textCapture{max: int(l.OutputBytes)}
+	j.stderr = textCapture{max: int(l.OutputBytes)}
+	j.envelope = capture{max: int(l.OutputBytes) + envelopeOverhead}
+	if j.prof.Runtime == runtimeDeno {
+		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}, bridge: newStdioChannel(fds.stdin.w)}
 	}
 	j.readers.Add(4)
 	go func() {
 		defer j.readers.Done()
 		if j.framed != nil {
-			j.framed.demux(out.r, &j.stdout)
+			j.framed.demux(fds.stdout.r, &j.stdout)
 			return
 		}
-		j.stdout.readFrom(out.r)
+		j.stdout.readFrom(fds.stdout.r)
 	}()
-	go func() { defer j.readers.Done(); j.stderr.readFrom(errp.r) }()
-	go func() { defer j.readers.Done(); j.envelope.readFrom(res.r) }()
-	go func() { defer j.readers.Done(); j.log.readFrom(logp.r) }()
+	go func() { defer j.readers.Done(); j.stderr.readFrom(fds.stderr.r) }()
+	go func() { defer j.readers.Done(); j.envelope.readFrom(fds.result.r) }()
+	go func() { defer j.readers.Done(); j.log.readFrom(fds.log.r) }()
 	go func() {
-		j.waitErr = cmd.Wait()
+		j.waitErr = j.cmd.Wait()
 		close(j.exited)
 	}()
-	return j, nil
 }
 
 // bridgeChannel is the jail's tool bridge: the fd-5 socket, or in a Deno
@@ -423,7 +476,7 @@ var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRI
 
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
-	return filepath.Join(j.dir, "egress", egressSocketName)
+	return filepath.Join(j.dir, "egress", jaillayout.EgressSocketName)
 }
 
 // newRunID names a run's cgroup "run-<pid>-<random>": random so runners

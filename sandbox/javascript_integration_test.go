@@ -9,6 +9,7 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -23,7 +24,7 @@ func newJSRunner(t *testing.T, mod func(*sandbox.Config)) *sandbox.Runner {
 
 func runJS(t *testing.T, r *sandbox.Runner, lang, src string, mod func(*sandbox.Spec)) sandbox.Result {
 	t.Helper()
-	spec := sandbox.Spec{ExecutionID: "js-test", TenantID: "acme", Language: lang, Source: src}
+	spec := sandbox.Spec{ExecutionID: "js-test", TenantID: "acme", Language: lang, Source: src, Limits: limits.Default}
 	if mod != nil {
 		mod(&spec)
 	}
@@ -266,22 +267,26 @@ func TestJavaScriptOutcomes(t *testing.T) {
 			"export function run() { return {n: NaN} }\n", nil,
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrInvalidResult, "NaN") }},
 		{"a busy loop past the wall limit is Timeout", sandbox.LanguageJavaScript,
-			"export function run() { for (;;) {} }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 1500, CPUMS: 10000} },
+			"export function run() { for (;;) {} }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 1500, CPUMS: 10000}.Or(limits.Default) },
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrTimeout, "") }},
 		{"a pending promise past the wall limit is Timeout", sandbox.LanguageJavaScript,
-			"export async function run() { await new Promise(() => setInterval(() => {}, 1000)) }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 1000} },
+			"export async function run() { await new Promise(() => setInterval(() => {}, 1000)) }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 1000}.Or(limits.Default) },
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrTimeout, "") }},
 		{"CPU burn past the CPU limit is CPULimit", sandbox.LanguageJavaScript,
-			"export function run() { for (;;) {} }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 10000, CPUMS: 800} },
+			"export function run() { for (;;) {} }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{TimeoutMS: 10000, CPUMS: 800}.Or(limits.Default) },
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrCPULimit, "") }},
 		{"a heap bomb is MemoryLimit, not SandboxCrashed", sandbox.LanguageJavaScript,
-			"export function run() { const a = []; for (;;) a.push(new Array(100000).fill(Math.random())) }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{MemoryMB: 128, TimeoutMS: 20000, CPUMS: 20000} },
+			"export function run() { const a = []; for (;;) a.push(new Array(100000).fill(Math.random())) }\n", func(s *sandbox.Spec) {
+				s.Limits = sandbox.Limits{MemoryMB: 128, TimeoutMS: 20000, CPUMS: 20000}.Or(limits.Default)
+			},
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrMemoryLimit, "heap") }},
 		{"an off-heap bomb is MemoryLimit", sandbox.LanguageJavaScript,
-			"export function run() { const a = []; for (;;) { const b = new Uint8Array(16 << 20); b.fill(1); a.push(b) } }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{MemoryMB: 128, TimeoutMS: 20000, CPUMS: 20000} },
+			"export function run() { const a = []; for (;;) { const b = new Uint8Array(16 << 20); b.fill(1); a.push(b) } }\n", func(s *sandbox.Spec) {
+				s.Limits = sandbox.Limits{MemoryMB: 128, TimeoutMS: 20000, CPUMS: 20000}.Or(limits.Default)
+			},
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrMemoryLimit, "") }},
 		{"an output flood is truncated at the cap", sandbox.LanguageJavaScript,
-			"export function run() { const s = 'x'.repeat(4096); for (let i = 0; i < 2000; i++) console.log(s); return 'done' }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{OutputBytes: 64 << 10} },
+			"export function run() { const s = 'x'.repeat(4096); for (let i = 0; i < 2000; i++) console.log(s); return 'done' }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{OutputBytes: 64 << 10}.Or(limits.Default) },
 			func(t *testing.T, res sandbox.Result) {
 				wantOK(t, res, `"done"`)
 				// The cap counts stdout as the envelope encodes it (each
@@ -291,7 +296,7 @@ func TestJavaScriptOutcomes(t *testing.T) {
 				}
 			}},
 		{"a result over the cap is OutputLimit", sandbox.LanguageJavaScript,
-			"export function run() { return 'x'.repeat(100000) }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{OutputBytes: 10000} },
+			"export function run() { return 'x'.repeat(100000) }\n", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{OutputBytes: 10000}.Or(limits.Default) },
 			func(t *testing.T, res sandbox.Result) { wantErr(t, res, sandbox.ErrOutputLimit, "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,7 +332,7 @@ func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runJS(t, r, tc.lang, tc.src, func(s *sandbox.Spec) {
 				s.Mode = sandbox.ModeValidate
-				s.Limits = sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}
+				s.Limits = sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}.Or(limits.Default)
 			})
 			wantOK(t, res, "")
 			var v verdict
@@ -353,9 +358,9 @@ func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
 // refused before anything starts (at 2, measured, Deno exits 1 at start).
 func TestJavaScriptRunsWithinThePidsLimit(t *testing.T) {
 	r := newJSRunner(t, nil)
-	res := runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return [1, 2].map((x) => x * 2) }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 4} })
+	res := runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return [1, 2].map((x) => x * 2) }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 4}.Or(limits.Default) })
 	wantOK(t, res, "[2, 4]")
-	res = runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return 1 }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 3} })
+	res = runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return 1 }", func(s *sandbox.Spec) { s.Limits = sandbox.Limits{Pids: 3}.Or(limits.Default) })
 	wantErr(t, res, sandbox.ErrInvalidInput, "limits.pids: 3 is below javascript's minimum of 4")
 }
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/execgate/execgate/internal/hostbin"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -53,15 +55,6 @@ func runtimeOf(language, mode string) jailRuntime {
 	return runtimeDeno
 }
 
-// Jail paths of the Deno runtime (installed by the rootfs builder).
-const (
-	// JailDeno is the Deno binary inside the rootfs.
-	JailDeno = "/usr/bin/deno"
-	// JailDenoDir is the Deno cache directory (DENO_DIR): empty and
-	// read-only; --cached-only never fills it.
-	JailDenoDir = "/opt/execgate/deno-cache"
-)
-
 // What V8 needs from the jail (measured on Deno 2.9.8, see README
 // "JavaScript and TypeScript"):
 const (
@@ -101,7 +94,7 @@ var denoFlags = []string{
 // directory (Deno refuses to start without one), no colours, no update
 // check.
 var denoEnv = []string{
-	"DENO_DIR=" + JailDenoDir,
+	"DENO_DIR=" + jaillayout.DenoDir,
 	"NO_COLOR=1",
 	"DENO_NO_UPDATE_CHECK=1",
 }
@@ -112,29 +105,27 @@ var denoEnv = []string{
 // runs `deno check` with the same flags.
 func denoCommand(rt jailRuntime, l Limits) (string, []string) {
 	if rt == runtimeDenoCheck {
-		return jailPython, []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
+		return jaillayout.PythonPath, []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
 	}
 	args := append([]string{"run"}, denoFlags...)
 	args = append(args,
 		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(l.MemoryMB), 10)+",--disallow-code-generation-from-strings",
 		harness.Dir+"/"+harness.JSEntry)
-	return JailDeno, args
+	return jaillayout.DenoPath, args
 }
 
 // EnvDeno names the environment variable that points at the host's Deno
 // binary (the one the rootfs builder copies into the tree).
-const EnvDeno = "EXECGATE_DENO"
+const EnvDeno = hostbin.EnvDeno
 
-const denoSetupHint = "install Deno with scripts/setup.sh (it links .tools/bin/deno from the pinned deno wheel), or set " + EnvDeno
-
-var toolDeno = tool{name: "deno", key: "rootfs deno path", env: EnvDeno, link: ".tools/bin/deno", hint: denoSetupHint, reason: "deno (the JavaScript/TypeScript runtime) not found"}
+var denoSetupHint = hostbin.Deno.Hint
 
 // FindDeno locates the host's Deno binary for the rootfs builder, the way
 // FindNsjail finds nsjail: configured, $EXECGATE_DENO, .tools/bin/deno,
 // $PATH. execgate never runs it on the host: it is copied into the rootfs
 // and run only in jails.
 func FindDeno(configured string) (string, error) {
-	return findTool(toolDeno, configured, os.Getenv, os.Executable, os.Getwd, exec.LookPath)
+	return findTool(hostbin.Deno, configured, os.Getenv, os.Executable, os.Getwd, exec.LookPath)
 }
 
 // ModeValidate (JavaScript and TypeScript only) runs no tool: the jail
@@ -165,7 +156,7 @@ var ErrNoDeno = errors.New("rootfs has no deno")
 // denoReady checks that the rootfs carries Deno (a rootfs built on a host
 // without it has none).
 func denoReady(rootfsDir string) error {
-	if _, err := os.Stat(filepath.Join(rootfsDir, JailDeno)); err != nil {
+	if _, err := os.Stat(filepath.Join(rootfsDir, jaillayout.DenoPath)); err != nil {
 		return &UnavailableError{
 			Reason: fmt.Sprintf("the rootfs at %s has no Deno, so JavaScript and TypeScript tools cannot run", rootfsDir),
 			Hint:   denoSetupHint + "; then rebuild the rootfs (`execgate rootfs build`, or restart: serve and run rebuild it)",

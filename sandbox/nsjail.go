@@ -1,13 +1,13 @@
 package sandbox
 
 import (
-	"fmt"
-	"io/fs"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
+
+	"github.com/execgate/execgate/internal/hostbin"
 )
 
 // EnvNsjail names the environment variable that points at the nsjail binary
@@ -47,91 +47,25 @@ func FindUV(cfg Config) (string, error) {
 	return findTool(toolUV, cfg.UVPath, os.Getenv, os.Executable, os.Getwd, exec.LookPath)
 }
 
-// tool is a binary execgate finds on the host.
-type tool struct {
-	name   string // on $PATH
-	key    string // config key
-	env    string // override variable
-	link   string // relative to the repository (or install) root
-	hint   string
-	reason string // what is missing, for the error
-}
-
 var (
-	toolNsjail = tool{name: "nsjail", key: "sandbox.nsjail_path", env: EnvNsjail, link: toolsLink, hint: setupHint, reason: "nsjail not found"}
-	toolUV     = tool{name: "uv", key: "sandbox.uv_path", env: EnvUV, link: ".tools/bin/uv", hint: uvSetupHint, reason: "uv (the requirements installer) not found"}
+	toolNsjail = hostbin.Tool{Name: "nsjail", Key: "sandbox.nsjail_path", Env: EnvNsjail, Link: toolsLink, Hint: setupHint, Reason: "nsjail not found"}
+	toolUV     = hostbin.Tool{Name: "uv", Key: "sandbox.uv_path", Env: EnvUV, Link: ".tools/bin/uv", Hint: uvSetupHint, Reason: "uv (the requirements installer) not found"}
 )
 
-func findTool(tl tool, configured string, getenv func(string) string, executable func() (string, error),
+// findTool finds tl on the host (hostbin) and reports a missing or unusable
+// binary as an *UnavailableError.
+func findTool(tl hostbin.Tool, configured string, getenv func(string) string, executable func() (string, error),
 	getwd func() (string, error), lookPath func(string) (string, error)) (string, error) {
-	explicit := func(p, source string) (string, error) {
-		if err := checkExecutable(p); err != nil {
-			return "", &UnavailableError{
-				Reason: fmt.Sprintf("%s from %s (%s) is not usable", tl.name, source, p),
-				Hint:   tl.hint,
-				Err:    err,
-			}
+	p, err := hostbin.Lookup{Getenv: getenv, Executable: executable, Getwd: getwd, LookPath: lookPath}.Find(tl, configured)
+	var he *hostbin.Error
+	if errors.As(err, &he) {
+		ue := &UnavailableError{Reason: he.Reason, Hint: he.Hint, Err: he.Err}
+		if l := he.LookedLine(); l != "" {
+			ue.Log = []string{l}
 		}
-		return filepath.Abs(p)
+		return "", ue
 	}
-	if configured != "" {
-		return explicit(configured, tl.key)
-	}
-	if p := getenv(tl.env); p != "" {
-		return explicit(p, tl.env)
-	}
-	var looked []string
-	seen := map[string]bool{}
-	try := func(p string) bool {
-		if seen[p] {
-			return false
-		}
-		seen[p] = true
-		looked = append(looked, p)
-		return checkExecutable(p) == nil
-	}
-	if exe, err := executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
-		}
-		if p := filepath.Join(filepath.Dir(filepath.Dir(exe)), tl.link); try(p) {
-			return p, nil
-		}
-	}
-	if wd, err := getwd(); err == nil {
-		for dir := wd; ; dir = filepath.Dir(dir) {
-			if p := filepath.Join(dir, tl.link); try(p) {
-				return p, nil
-			}
-			if filepath.Dir(dir) == dir {
-				break
-			}
-		}
-	}
-	if p, err := lookPath(tl.name); err == nil {
-		return filepath.Abs(p)
-	}
-	looked = append(looked, "$PATH")
-	return "", &UnavailableError{
-		Reason: tl.reason,
-		Log:    []string{"looked in: " + strings.Join(looked, ", ")},
-		Hint:   tl.hint,
-		Err:    fs.ErrNotExist,
-	}
-}
-
-func checkExecutable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", p)
-	}
-	if fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s: not executable", p)
-	}
-	return nil
+	return p, err
 }
 
 var nsjailVersionRE = regexp.MustCompile(`__nsjail_version__[^=]*=\s*["']([^"']+)["']`)

@@ -1,6 +1,10 @@
 package sandbox
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/execgate/execgate/jaillayout"
+)
 
 // RawCommand returns nsjail's argv and the harness request that run spec's
 // jail by hand: the runner's own rendered profile config, placed directly
@@ -20,10 +24,10 @@ func (r *Runner) RawCommand(spec Spec) (argv []string, request []byte, err error
 	if request, err = encodeRequest(spec, 0); err != nil {
 		return nil, nil, err
 	}
-	// Raw nsjail runs as root with the tool mapped to host uid ToolUID
+	// Raw nsjail runs as root with the tool mapped to host uid jaillayout.ToolUID
 	// (outside sandbox.uid_range): a benchmark's jail, not a tenant's.
 	argv = []string{r.nsjail, "--config", cfgPath}
-	argv = append(argv, idMapArgs(ToolUID)...)
+	argv = append(argv, idMapArgs(jaillayout.ToolUID)...)
 	if r.cg.version == 1 {
 		argv = append(argv, "--cgroup_mem_parent", r.cg.parent, "--cgroup_pids_parent", r.cg.parent, "--cgroup_cpu_parent", r.cg.parent)
 	} else {

@@ -4,25 +4,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
 // Jail constants: what the tool sees.
 const (
-	// ToolUID and ToolGID are the ids inside the jail, mapped to the jail's
-	// own host uid/gid from sandbox.uid_range (never to host root).
-	ToolUID = 99999
-	ToolGID = 99999
-
-	jailPython   = "/usr/bin/python3"
-	jailDepsDir  = "/opt/execgate/deps"
+	// Where things are inside the jail, and who the tool is there, is
+	// package jaillayout's: jaillayout.ToolUID/jaillayout.ToolGID, PythonPath, DepsDir,
+	// EgressDir, EgressSocket, HarnessDir.
 	jailHostname = "execgate"
-	// JailEgressDir is the (empty) directory of the rootfs over which a
-	// proxy-mode jail gets its own host directory, read-only; the egress
-	// proxy's unix socket for the run appears in it as JailEgressSocket.
-	JailEgressDir    = "/opt/execgate/egress"
-	JailEgressSocket = JailEgressDir + "/" + egressSocketName
-	egressSocketName = "proxy.sock"
 	// egressProxyURL is where the harness relays to the egress socket,
 	// inside the jail (HTTP_PROXY and friends).
 	egressProxyURL = "http://127.0.0.1:3128"
@@ -54,8 +45,8 @@ const (
 // jailEnv is the whole environment of the tool (keep_env is false).
 var jailEnv = []string{
 	"PATH=/usr/local/bin:/usr/bin:/bin",
-	"HOME=/tmp",
-	"TMPDIR=/tmp",
+	"HOME=" + jaillayout.TmpDir,
+	"TMPDIR=" + jaillayout.TmpDir,
 	"LANG=C.UTF-8",
 	"PYTHONDONTWRITEBYTECODE=1",
 	"PYTHONUNBUFFERED=1",
@@ -86,7 +77,7 @@ type profile struct {
 	Network Network
 	Limits  Limits // defaults applied
 	// Deps is the name, under Config.DepsDir, of the package environment
-	// bound read-only at jailDepsDir (an environment id, or the key of a
+	// bound read-only at jaillayout.DepsDir (an environment id, or the key of a
 	// pinned requirement set); "" for none. Such a jail has a config of its
 	// own (render binds), but warm jails are kept per Deps like per limits.
 	Deps string
@@ -151,7 +142,7 @@ func renderConfig(in renderInput) (string, error) {
 	w(`name: "execgate"`)
 	w("mode: ONCE")
 	w("hostname: %s", q(jailHostname))
-	w(`cwd: "/tmp"`)
+	w("cwd: %s", q(jaillayout.TmpDir))
 	w("time_limit: %d", ceilDiv(l.TimeoutMS+in.KillGraceMS, 1000))
 	w("log_fd: %d", logFD)
 	w("log_level: INFO")
@@ -201,23 +192,23 @@ func renderConfig(in renderInput) (string, error) {
 	if p.Network == NetworkHost {
 		// A read-only parent does not make bind submounts read-only: each
 		// file gets its own read-only bind.
-		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		for _, f := range []string{jaillayout.ResolvConf, jaillayout.Hosts} {
 			w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true nodev: true noexec: true mandatory: false }", q(f), q(f))
 		}
 	}
 	for _, m := range in.Binds {
 		w("mount { src: %s dst: %s is_bind: true is_dir: true rw: false nosuid: true nodev: true noexec: %t mandatory: true }", q(m.Src), q(m.Dst), !m.Exec)
 	}
-	w("mount { dst: \"/tmp\" fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
-	w(`mount { dst: "/dev" fstype: "tmpfs" options: "size=65536,mode=755" rw: false nosuid: true noexec: true }`)
-	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/urandom"} {
+	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.TmpDir), q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
+	w("mount { dst: %s fstype: \"tmpfs\" options: \"size=65536,mode=755\" rw: false nosuid: true noexec: true }", q(jaillayout.DevDir))
+	for _, d := range jaillayout.Devices {
 		w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true noexec: true }", q(d), q(d))
 	}
 	// POSIX shared memory and semaphores (multiprocessing's Pool, Queue,
 	// Lock; shared_memory) live here: a tmpfs of its own, as large as /tmp,
 	// its pages charged to the run's memory cgroup like /tmp's.
-	w("mount { dst: \"/dev/shm\" fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
-	w(`mount { dst: "/proc" fstype: "proc" rw: false nosuid: true nodev: true noexec: true }`)
+	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.DevShmDir), q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
+	w("mount { dst: %s fstype: \"proc\" rw: false nosuid: true nodev: true noexec: true }", q(jaillayout.ProcDir))
 	w("cgroup_mem_max: %d", l.MemoryMB<<20+nsjailMemSlack)
 	w("cgroup_pids_max: %d", l.Pids)
 	w("cgroup_cpu_ms_per_sec: %d", cpuMsPerSec)
@@ -236,7 +227,7 @@ func renderConfig(in renderInput) (string, error) {
 	}
 	w("seccomp_string: %s", q(in.Seccomp))
 	b.WriteString("exec_bin {\n")
-	path, argv := jailPython, harnessArgv
+	path, argv := jaillayout.PythonPath, harnessArgv
 	if p.Runtime.deno() {
 		path, argv = denoCommand(p.Runtime, l)
 	}
@@ -270,12 +261,12 @@ var protoQuoter = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// idMapArgs map ToolUID/ToolGID inside the jail to the jail's host uid
+// idMapArgs map jaillayout.ToolUID/jaillayout.ToolGID inside the jail to the jail's host uid
 // (and the gid of the same number). They are flags, not part of the
 // profile's config: nsjail appends a flag's map to the file's.
 func idMapArgs(hostID uint32) []string {
 	return []string{
-		"--user", fmt.Sprintf("%d:%d:1", ToolUID, hostID),
-		"--group", fmt.Sprintf("%d:%d:1", ToolGID, hostID),
+		"--user", fmt.Sprintf("%d:%d:1", jaillayout.ToolUID, hostID),
+		"--group", fmt.Sprintf("%d:%d:1", jaillayout.ToolGID, hostID),
 	}
 }

@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 func TestRenderConfigGolden(t *testing.T) {
 	base := renderInput{
-		Profile:       profile{Network: NetworkNone, Limits: DefaultLimits},
+		Profile:       profile{Network: NetworkNone, Limits: limits.Default},
 		RootfsDir:     "/var/lib/execgate/rootfs",
 		CgroupVersion: 1,
 		CgroupRoot:    "/sys/fs/cgroup",
@@ -26,8 +29,8 @@ func TestRenderConfigGolden(t *testing.T) {
 	proxy := base
 	proxy.Profile.Network = NetworkProxy
 	proxy.Binds = []bind{
-		{Src: "/var/lib/execgate/runs/jails/run-1-abc/egress", Dst: JailEgressDir},
-		{Src: "/var/lib/execgate/deps/0123abcd", Dst: jailDepsDir, Exec: true},
+		{Src: "/var/lib/execgate/runs/jails/run-1-abc/egress", Dst: jaillayout.EgressDir},
+		{Src: "/var/lib/execgate/deps/0123abcd", Dst: jaillayout.DepsDir, Exec: true},
 	}
 	v2 := base
 	v2.CgroupVersion = 2
@@ -72,7 +75,7 @@ func TestRenderConfigGolden(t *testing.T) {
 
 func TestRenderConfigInvariants(t *testing.T) {
 	for _, network := range []Network{NetworkNone, NetworkHost} {
-		got, err := renderConfig(renderInput{Profile: profile{Network: network, Limits: DefaultLimits}, RootfsDir: "/r",
+		got, err := renderConfig(renderInput{Profile: profile{Network: network, Limits: limits.Default}, RootfsDir: "/r",
 			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
 		if err != nil {
 			t.Fatal(err)
@@ -109,9 +112,9 @@ func TestIDMapArgsMapToolUIDToTheJailsHostUID(t *testing.T) {
 }
 
 func TestRenderConfigProxyProfile(t *testing.T) {
-	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: DefaultLimits}, RootfsDir: "/r",
+	in := renderInput{Profile: profile{Network: NetworkProxy, Limits: limits.Default}, RootfsDir: "/r",
 		CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P",
-		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: JailEgressDir}}}
+		Binds: []bind{{Src: "/w/jails/run-1/egress", Dst: jaillayout.EgressDir}}}
 	got, err := renderConfig(in)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +139,7 @@ func TestRenderConfigProxyProfile(t *testing.T) {
 		t.Errorf("network none config mentions the proxy:\n%s", got)
 	}
 	bad := in
-	bad.Binds = []bind{{Src: "/w/\n", Dst: JailEgressDir}}
+	bad.Binds = []bind{{Src: "/w/\n", Dst: jaillayout.EgressDir}}
 	if _, err := renderConfig(bad); err == nil || !strings.Contains(err.Error(), "bind") {
 		t.Errorf("an unquotable bind source: got %v", err)
 	}
@@ -144,7 +147,7 @@ func TestRenderConfigProxyProfile(t *testing.T) {
 
 func TestRenderConfigRejectsUnquotablePaths(t *testing.T) {
 	for _, dir := range []string{"/root\nfs", "/rööt"} {
-		_, err := renderConfig(renderInput{Profile: profile{Limits: DefaultLimits}, RootfsDir: dir, CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p"})
+		_, err := renderConfig(renderInput{Profile: profile{Limits: limits.Default}, RootfsDir: dir, CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p"})
 		if err == nil || !strings.Contains(err.Error(), "rootfs dir") {
 			t.Errorf("%q: want an error naming the rootfs dir, got %v", dir, err)
 		}
@@ -163,7 +166,7 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
-		got, err := renderConfig(renderInput{Profile: profile{Runtime: rt, Network: NetworkNone, Limits: DefaultLimits}, RootfsDir: "/r",
+		got, err := renderConfig(renderInput{Profile: profile{Runtime: rt, Network: NetworkNone, Limits: limits.Default}, RootfsDir: "/r",
 			CgroupVersion: 1, CgroupRoot: "/sys/fs/cgroup", CgroupParent: "execgate", KillGraceMS: 1000, Seccomp: "P"})
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +174,7 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		return got
 	}
 	py := render(runtimePython)
-	if !strings.Contains(py, fmt.Sprintf("rlimit_as: %d\n", DefaultLimits.MemoryMB+rlimitASHead)) || strings.Contains(py, "DENO_DIR") || strings.Contains(py, "deno") {
+	if !strings.Contains(py, fmt.Sprintf("rlimit_as: %d\n", limits.Default.MemoryMB+rlimitASHead)) || strings.Contains(py, "DENO_DIR") || strings.Contains(py, "deno") {
 		t.Errorf("the python profile carries Deno's grants:\n%s", py)
 	}
 	for _, rt := range []jailRuntime{runtimeDeno, runtimeDenoCheck} {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -50,54 +51,42 @@ type Info struct {
 	CPUAccounting string `json:"cpu_accounting"`
 }
 
-// manifest is the part of the rootfs manifest the runner checks. It is read
-// here rather than through package rootfs, which itself uses the runner.
-type manifest struct {
-	ProtocolVersion int    `json:"protocol_version"`
-	HarnessSHA256   string `json:"harness_sha256"`
-	PythonVersion   string `json:"python_version"`
-}
-
-// manifestPath is where the rootfs keeps its manifest.
-const manifestPath = "etc/execgate/manifest.json"
-
 // checkRootfs validates the rootfs at dir against this binary.
-func checkRootfs(dir string) (*manifest, error) {
+func checkRootfs(dir string) (*jaillayout.Manifest, error) {
 	rebuild := fmt.Sprintf("rebuild with `execgate rootfs build --out %s`", dir)
-	data, err := os.ReadFile(filepath.Join(dir, manifestPath))
-	if err != nil {
+	m, err := jaillayout.ReadManifest(dir)
+	if errors.Is(err, jaillayout.ErrNoManifest) {
 		return nil, &UnavailableError{
-			Reason: fmt.Sprintf("no rootfs at %s (manifest: %v)", dir, err),
+			Reason: fmt.Sprintf("no rootfs at %s (%v)", dir, err),
 			Hint:   "build it with `execgate rootfs build --out " + dir + "` (execgate run and serve build it on first use)",
 			Err:    ErrRootfsMissing,
 		}
 	}
-	var m manifest
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err != nil {
 		return nil, &UnavailableError{Reason: fmt.Sprintf("rootfs at %s has an unreadable manifest: %v", dir, err), Hint: rebuild, Err: ErrRootfsStale}
 	}
-	if m.ProtocolVersion != ProtocolVersion || m.HarnessSHA256 != harness.Hash() {
+	if m.ProtocolVersion != jaillayout.ProtocolVersion || m.HarnessSHA256 != harness.Hash() {
 		return nil, &UnavailableError{
 			Reason: fmt.Sprintf("rootfs at %s was built by a different execgate (protocol %d, harness %.12s; this binary: protocol %d, harness %.12s); %s",
-				dir, m.ProtocolVersion, m.HarnessSHA256, ProtocolVersion, harness.Hash(), rebuild),
+				dir, m.ProtocolVersion, m.HarnessSHA256, jaillayout.ProtocolVersion, harness.Hash(), rebuild),
 			Hint: rebuild,
 			Err:  ErrRootfsStale,
 		}
 	}
-	for _, p := range []string{jailPython, harness.Dir + "/" + harness.Entry, JailEgressDir} {
+	for _, p := range []string{jaillayout.PythonPath, harness.Dir + "/" + harness.Entry, jaillayout.EgressDir} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return nil, &UnavailableError{Reason: fmt.Sprintf("rootfs at %s lacks %s", dir, p), Hint: rebuild, Err: ErrRootfsStale}
 		}
 	}
-	return &m, nil
+	return m, nil
 }
 
 var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// normalize applies defaults to spec and checks it. A bad spec is the
-// caller's mistake and is reported as an InvalidInput result (nothing runs).
+// normalize applies defaults to spec and checks it; limits are checked,
+// never defaulted (limits.Validate). A bad spec is the caller's mistake and
+// is reported as an InvalidInput result (nothing runs).
 func normalize(spec Spec) (Spec, profile, error) {
-	spec.Limits = spec.Limits.WithDefaults()
 	if spec.Entrypoint == "" {
 		spec.Entrypoint = "run"
 	}
@@ -168,13 +157,13 @@ func normalize(spec Spec) (Spec, profile, error) {
 		spec.Requirements = pins
 	}
 	l := spec.Limits
-	if l.TimeoutMS < 0 || l.CPUMS < 0 || l.MemoryMB < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.TmpMB < 0 {
-		errs = append(errs, fmt.Errorf("limits: negative value in %+v", l))
+	if err := l.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if l.MemoryMB < minMemoryMB {
+	if l.MemoryMB > 0 && l.MemoryMB < minMemoryMB {
 		errs = append(errs, fmt.Errorf("limits.memory_mb: %d is below the minimum of %d", l.MemoryMB, minMemoryMB))
 	}
-	if l.Pids < minPids {
+	if l.Pids > 0 && l.Pids < minPids {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
 	}
 	return spec, profile{Runtime: rt, Network: spec.Network, Limits: l}, errors.Join(errs...)
@@ -191,7 +180,7 @@ func isJSONObject(raw json.RawMessage) bool {
 	return strings.HasPrefix(s, "{") || s == "null"
 }
 
-// request is what the harness reads on stdin (protocol ProtocolVersion).
+// request is what the harness reads on stdin (protocol jaillayout.ProtocolVersion).
 type request struct {
 	ProtocolVersion int             `json:"protocol_version"`
 	Language        string          `json:"language"`
@@ -239,7 +228,7 @@ func rawOr(raw json.RawMessage, def string) json.RawMessage {
 // startUnixMS. Fixture tools are passed in test mode only.
 func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 	req := request{
-		ProtocolVersion: ProtocolVersion,
+		ProtocolVersion: jaillayout.ProtocolVersion,
 		Language:        spec.Language,
 		ExecutionID:     spec.ExecutionID,
 		TenantID:        spec.TenantID,
@@ -257,7 +246,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest, MaxInflight: maxBridgeInflight},
 	}
 	if spec.Network == NetworkProxy {
-		req.EgressSocket = JailEgressSocket
+		req.EgressSocket = jaillayout.EgressSocket
 	}
 	if spec.Mode == "test" {
 		req.Tools = rawOr(spec.ToolFixtures, "{}")

@@ -13,10 +13,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -152,7 +154,8 @@ func dump(res sandbox.Result) string {
 func TestProbeToolReturnsOK(t *testing.T) {
 	r := newRunner(t, nil)
 	res := run(t, r, sandbox.Spec{ExecutionID: "probe", TenantID: "demo",
-		Source: "async def run(args, context):\n    return {\"ok\": True}\n", Entrypoint: "run"})
+		Source: "async def run(args, context):\n    return {\"ok\": True}\n", Entrypoint: "run",
+		Limits: limits.Default})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `{"ok":true}` {
 		t.Fatalf("want ok/{\"ok\":true}, got %s", dump(res))
 	}
@@ -161,7 +164,7 @@ func TestProbeToolReturnsOK(t *testing.T) {
 
 func TestRunOutcomes(t *testing.T) {
 	r := newRunner(t, nil)
-	small := sandbox.Limits{TimeoutMS: 1500, CPUMS: 1000, MemoryMB: 64}
+	small := sandbox.Limits{TimeoutMS: 1500, CPUMS: 1000, MemoryMB: 64}.Or(limits.Default)
 	tests := []struct {
 		name    string
 		spec    sandbox.Spec
@@ -171,7 +174,7 @@ func TestRunOutcomes(t *testing.T) {
 	}{
 		{
 			name:   "a sync tool gets its args and context",
-			spec:   sandbox.Spec{ExecutionID: "e-1", TenantID: "t-1", Source: "def run(args, context):\n    context.log('adding', level='debug')\n    return {'sum': args['a'] + args['b'], 'tenant': context.tenant_id, 'id': context.execution_id, 'left': context.remaining() > 0}\n", Args: json.RawMessage(`{"a": 2, "b": 3}`)},
+			spec:   sandbox.Spec{ExecutionID: "e-1", TenantID: "t-1", Source: "def run(args, context):\n    context.log('adding', level='debug')\n    return {'sum': args['a'] + args['b'], 'tenant': context.tenant_id, 'id': context.execution_id, 'left': context.remaining() > 0}\n", Args: json.RawMessage(`{"a": 2, "b": 3}`), Limits: limits.Default},
 			status: sandbox.StatusOK,
 			check: func(t *testing.T, res sandbox.Result) {
 				if string(res.Result) != `{"sum":5,"tenant":"t-1","id":"e-1","left":true}` {
@@ -184,7 +187,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:   "prints go to stdout and stderr, not into the result",
-			spec:   sandbox.Spec{Source: "import sys\ndef run(args, context):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 7\n"},
+			spec:   sandbox.Spec{Source: "import sys\ndef run(args, context):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 7\n", Limits: limits.Default},
 			status: sandbox.StatusOK,
 			check: func(t *testing.T, res sandbox.Result) {
 				if res.Stdout != "to stdout\n" || res.Stderr != "to stderr\n" || string(res.Result) != "7" {
@@ -194,7 +197,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a raised exception is a ToolError with only the tool's frames",
-			spec:    sandbox.Spec{Source: "def helper(x):\n    raise ValueError('bad value %d' % x)\n\ndef run(args, context):\n    return helper(3)\n"},
+			spec:    sandbox.Spec{Source: "def helper(x):\n    raise ValueError('bad value %d' % x)\n\ndef run(args, context):\n    return helper(3)\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrToolError,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -214,7 +217,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a syntax error is InvalidSource with its line",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 1\n\ndef broken(:\n    pass\n"},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 1\n\ndef broken(:\n    pass\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrInvalidSource,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -225,7 +228,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "an import-time exception is InvalidSource with its line",
-			spec:    sandbox.Spec{Source: "X = 1\nraise RuntimeError('boom at import')\ndef run(a, c):\n    return 1\n"},
+			spec:    sandbox.Spec{Source: "X = 1\nraise RuntimeError('boom at import')\ndef run(a, c):\n    return 1\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrInvalidSource,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -236,7 +239,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a missing entrypoint is EntrypointNotFound naming what exists",
-			spec:    sandbox.Spec{Source: "def main(args, context):\n    return 1\n", Entrypoint: "run"},
+			spec:    sandbox.Spec{Source: "def main(args, context):\n    return 1\n", Entrypoint: "run", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrEntrypointNotFound,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -247,19 +250,19 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a result that is not JSON is InvalidResult",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    return {'s': {1, 2}}\n"},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return {'s': {1, 2}}\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrInvalidResult,
 		},
 		{
 			name:    "a result over the output cap is OutputLimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 'x' * 5000\n", Limits: sandbox.Limits{OutputBytes: 1000}},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return 'x' * 5000\n", Limits: sandbox.Limits{OutputBytes: 1000}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrOutputLimit,
 		},
 		{
 			name:    "InvalidInput from execgate_runtime is reported as such",
-			spec:    sandbox.Spec{Source: "from execgate_runtime import InvalidInput\ndef run(args, context):\n    raise InvalidInput('args.name is required')\n"},
+			spec:    sandbox.Spec{Source: "from execgate_runtime import InvalidInput\ndef run(args, context):\n    raise InvalidInput('args.name is required')\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrInvalidInput,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -270,7 +273,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a busy loop past the wall limit is a Timeout, not a MemoryLimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    while True:\n        pass\n", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 5000, MemoryMB: 64}},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    while True:\n        pass\n", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 5000, MemoryMB: 64}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrTimeout,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -281,7 +284,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a sleeping tool past the wall limit is a Timeout",
-			spec:    sandbox.Spec{Source: "import time\ndef run(args, context):\n    print('before', flush=True)\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 500}},
+			spec:    sandbox.Spec{Source: "import time\ndef run(args, context):\n    print('before', flush=True)\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 500}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrTimeout,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -292,7 +295,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a Python CPU burn past the CPU limit is a CPULimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    n = 0\n    while True:\n        n += 1\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    n = 0\n    while True:\n        n += 1\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrCPULimit,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -304,7 +307,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a CPU burn inside C code past the CPU limit is a CPULimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    return sum(range(10**12))\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    return sum(range(10**12))\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrCPULimit,
 		},
@@ -335,7 +338,7 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a segfault is SandboxCrashed naming the signal",
-			spec:    sandbox.Spec{Source: "import ctypes\ndef run(args, context):\n    return ctypes.string_at(0)\n"},
+			spec:    sandbox.Spec{Source: "import ctypes\ndef run(args, context):\n    return ctypes.string_at(0)\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrSandboxCrashed,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -346,19 +349,19 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "garbage written over the result channel is the tool's error, not a crash",
-			spec:    sandbox.Spec{Source: "import os\ndef run(args, context):\n    os.write(3, b'not json')\n    os._exit(0)\n"},
+			spec:    sandbox.Spec{Source: "import os\ndef run(args, context):\n    os.write(3, b'not json')\n    os._exit(0)\n", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrToolError,
 		},
 		{
 			name:    "a bad spec is InvalidInput and runs nothing",
-			spec:    sandbox.Spec{Source: "def run(a, c): return 1", Entrypoint: "not-an-identifier"},
+			spec:    sandbox.Spec{Source: "def run(a, c): return 1", Entrypoint: "not-an-identifier", Limits: limits.Default},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrInvalidInput,
 		},
 		{
 			name:   "test mode offers fixture variables and tools",
-			spec:   sandbox.Spec{Mode: "test", Variables: json.RawMessage(`{"city": "Oslo"}`), ToolFixtures: json.RawMessage(`{"weather": {"temp": 3}}`), Source: "def run(args, context):\n    w = context.tools.weather(city=context.variables['city'])\n    return {'city': context.variables['city'], 'temp': w['temp']}\n"},
+			spec:   sandbox.Spec{Mode: "test", Variables: json.RawMessage(`{"city": "Oslo"}`), ToolFixtures: json.RawMessage(`{"weather": {"temp": 3}}`), Source: "def run(args, context):\n    w = context.tools.weather(city=context.variables['city'])\n    return {'city': context.variables['city'], 'temp': w['temp']}\n", Limits: limits.Default},
 			status: sandbox.StatusOK,
 			check: func(t *testing.T, res sandbox.Result) {
 				if string(res.Result) != `{"city":"Oslo","temp":3}` {
@@ -459,7 +462,7 @@ def run(args, context):
 
 func TestJailIsolation(t *testing.T) {
 	r := newRunner(t, nil)
-	f := jailFacts(t, r, sandbox.Spec{Source: factsTool})
+	f := jailFacts(t, r, sandbox.Spec{Source: factsTool, Limits: limits.Default})
 	want := map[string]any{
 		"uid": float64(99999), "gid": float64(99999),
 		"fd4_open":          false,
@@ -534,7 +537,7 @@ func TestJailIsolation(t *testing.T) {
 
 func TestHostNetworkBindsResolverFilesReadOnly(t *testing.T) {
 	r := newRunner(t, nil)
-	f := jailFacts(t, r, sandbox.Spec{Source: factsTool, Network: sandbox.NetworkHost})
+	f := jailFacts(t, r, sandbox.Spec{Source: factsTool, Network: sandbox.NetworkHost, Limits: limits.Default})
 	// A read-only parent does not make a bind submount read-only: each
 	// host file must be its own read-only bind.
 	mounts := f["mounts"].(map[string]any)
@@ -556,12 +559,12 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 	r := newRunner(t, nil)
 	res := run(t, r, sandbox.Spec{
 		Source: "import sys\ndef run(args, context):\n    chunk = 'x' * 65536\n    for _ in range(800):\n        sys.stdout.write(chunk)\n        sys.stderr.write(chunk)\n    return 'done'\n",
-		Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000},
+		Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}.Or(limits.Default),
 	})
 	if res.Status != sandbox.StatusOK || string(res.Result) != `"done"` {
 		t.Fatalf("%s", dump(res))
 	}
-	limit := int(sandbox.DefaultLimits.OutputBytes)
+	limit := int(limits.Default.OutputBytes)
 	if !res.Truncated.Stdout || !res.Truncated.Stderr || len(res.Stdout) != limit || len(res.Stderr) != limit {
 		t.Errorf("truncated %+v, stdout %d bytes, stderr %d bytes, want %d each", res.Truncated, len(res.Stdout), len(res.Stderr), limit)
 	}
@@ -602,7 +605,7 @@ func TestMissingNsjailIsUnavailable(t *testing.T) {
 func TestBrokenSeccompPolicyIsUnavailable(t *testing.T) {
 	r := newRunner(t, nil)
 	sandbox.SetSeccompPolicy(r, "POLICY p { ERRNO(1) { no_such_syscall } } USE p DEFAULT ALLOW")
-	_, err := r.Run(context.Background(), sandbox.Spec{Source: "def run(a, c):\n    return 1\n"})
+	_, err := r.Run(context.Background(), sandbox.Spec{Source: "def run(a, c):\n    return 1\n", Limits: limits.Default})
 	var u *sandbox.UnavailableError
 	if !errors.As(err, &u) {
 		t.Fatalf("want *UnavailableError, got %v", err)
@@ -634,7 +637,7 @@ func TestRunsInParallel(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = r.Run(context.Background(), sandbox.Spec{Source: fmt.Sprintf("def run(a, c):\n    return %d\n", i)})
+			results[i], errs[i] = r.Run(context.Background(), sandbox.Spec{Source: fmt.Sprintf("def run(a, c):\n    return %d\n", i), Limits: limits.Default})
 		}()
 	}
 	wg.Wait()
@@ -645,20 +648,53 @@ func TestRunsInParallel(t *testing.T) {
 	}
 }
 
+// startedBridge answers every tool call with {} and closes started at the
+// first: the tool's way of saying "I am running now".
+type startedBridge struct {
+	once    sync.Once
+	started chan struct{}
+}
+
+func (b *startedBridge) Search(context.Context, string, int) ([]sandbox.ToolInfo, error) {
+	return nil, nil
+}
+
+func (b *startedBridge) Describe(context.Context, string) (sandbox.ToolInfo, error) {
+	return sandbox.ToolInfo{}, nil
+}
+
+func (b *startedBridge) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	b.once.Do(func() { close(b.started) })
+	return json.RawMessage(`{}`), nil
+}
+
 func TestCancelledContextStopsTheRun(t *testing.T) {
 	r := newRunner(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := &startedBridge{started: make(chan struct{})}
+	// Cancel once the tool is inside its body (it says so through the
+	// bridge), so the cancellation meets a running tool.
+	var cancelledAt atomic.Int64
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		cancel()
+		select {
+		case <-b.started:
+			cancelledAt.Store(time.Now().UnixNano())
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	start := time.Now()
-	res, err := r.Run(ctx, sandbox.Spec{Source: "import time\ndef run(a, c):\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 20000}})
+	src := "import time\ndef run(a, c):\n    c.tools.run('signal.started', {})\n    time.sleep(30)\n"
+	res, err := r.Run(ctx, sandbox.Spec{Source: src, Bridge: b, Limits: sandbox.Limits{TimeoutMS: 20000}.Or(limits.Default)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ErrorType() != sandbox.ErrTimeout || time.Since(start) > 5*time.Second {
-		t.Errorf("after %v: %s", time.Since(start), dump(res))
+	at := cancelledAt.Load()
+	if at == 0 {
+		t.Fatalf("the tool never reached its body: %s", dump(res))
+	}
+	if took := time.Since(time.Unix(0, at)); res.ErrorType() != sandbox.ErrTimeout || took > 5*time.Second {
+		t.Errorf("%v after the cancellation: %s", took, dump(res))
 	}
 }
 
@@ -675,7 +711,7 @@ func waitWarm(t *testing.T, r *sandbox.Runner, n int) {
 
 func TestWarmPool(t *testing.T) {
 	r := newRunner(t, func(c *sandbox.Config) { c.WarmPool = 1 })
-	probe := sandbox.Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n"}
+	probe := sandbox.Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default}
 
 	t.Run("a warm run returns ok and wall time counts from the hand-off", func(t *testing.T) {
 		waitWarm(t, r, 1)
@@ -697,13 +733,13 @@ func TestWarmPool(t *testing.T) {
 	})
 	t.Run("a jail is never reused", func(t *testing.T) {
 		waitWarm(t, r, 1)
-		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    open('/tmp/marker', 'w').write('run A')\n    return 'written'\n"})
+		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    open('/tmp/marker', 'w').write('run A')\n    return 'written'\n", Limits: limits.Default})
 		if res.Status != sandbox.StatusOK {
 			t.Fatalf("%s", dump(res))
 		}
 		waitWarm(t, r, 1)
 		hits := sandbox.WarmHits(r)
-		res = run(t, r, sandbox.Spec{Source: "import os\ndef run(a, c):\n    return os.path.exists('/tmp/marker')\n"})
+		res = run(t, r, sandbox.Spec{Source: "import os\ndef run(a, c):\n    return os.path.exists('/tmp/marker')\n", Limits: limits.Default})
 		if sandbox.WarmHits(r) != hits+1 {
 			t.Fatalf("the second run did not use a warm jail")
 		}
@@ -713,7 +749,7 @@ func TestWarmPool(t *testing.T) {
 	})
 	t.Run("another profile starts cold and is warmed for next time", func(t *testing.T) {
 		spec := probe
-		spec.Limits = sandbox.Limits{MemoryMB: 128}
+		spec.Limits = sandbox.Limits{MemoryMB: 128}.Or(limits.Default)
 		hits := sandbox.WarmHits(r)
 		if res := run(t, r, spec); res.Status != sandbox.StatusOK {
 			t.Fatalf("%s", dump(res))
@@ -745,9 +781,9 @@ func TestWarmJailsAreSharedFairlyBetweenTenants(t *testing.T) {
 	r := newRunner(t, func(c *sandbox.Config) { c.WarmPool = 1 })
 	probe := "async def run(args, context):\n    return {\"ok\": True}\n"
 	aSpec := func(i int) sandbox.Spec {
-		return sandbox.Spec{TenantID: "a", Source: probe, Limits: sandbox.Limits{TimeoutMS: 5000 + int64(i)*100}}
+		return sandbox.Spec{TenantID: "a", Source: probe, Limits: sandbox.Limits{TimeoutMS: 5000 + int64(i)*100}.Or(limits.Default)}
 	}
-	bSpec := sandbox.Spec{TenantID: "b", Source: probe, Limits: sandbox.Limits{MemoryMB: 200}}
+	bSpec := sandbox.Spec{TenantID: "b", Source: probe, Limits: sandbox.Limits{MemoryMB: 200}.Or(limits.Default)}
 	waitIdleOf := func(spec sandbox.Spec) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -41,7 +43,7 @@ type Runner struct {
 	uids       *uidPool // host uids, one per live jail
 	version    string
 	cg         *cgroups
-	manifest   *manifest
+	manifest   *jaillayout.Manifest
 	seccomp    string // the Kafel policy; tests swap in a broken one
 	log        *slog.Logger
 
@@ -190,7 +192,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	}
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
-		_, p, _ := normalize(Spec{}) // the default profile starts warm
+		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
 		r.pool.want(p)
 	}
 	return r, nil
@@ -208,7 +210,7 @@ func (r *Runner) Info() Info {
 		UIDRange:        r.cfg.UIDRange,
 		PythonVersion:   r.manifest.PythonVersion,
 		HarnessSHA256:   harness.Hash(),
-		ProtocolVersion: ProtocolVersion,
+		ProtocolVersion: jaillayout.ProtocolVersion,
 		WarmPool:        r.cfg.WarmPool,
 		CPUAccounting:   r.cg.acct.String(),
 	}
@@ -440,7 +442,7 @@ func (r *Runner) startEgress(j *jail, allow []string) (EgressSession, error) {
 	if err != nil {
 		return nil, &UnavailableError{Reason: "opening the jail's egress directory", Err: err}
 	}
-	s, err := r.egress.Start(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), egressSocketName), allow)
+	s, err := r.egress.Start(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), jaillayout.EgressSocketName), allow)
 	if err != nil {
 		dir.Close()
 		return nil, wrapEgressErr(err)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // errUnsupported: nsjail, namespaces and cgroups are Linux-only.
@@ -35,4 +37,4 @@ func (r *Runner) Warm(context.Context, Spec, int) (int, error) {
 func (r *Runner) Close() error { return nil }
 
 // Info is empty off Linux.
-func (r *Runner) Info() Info { return Info{ProtocolVersion: ProtocolVersion} }
+func (r *Runner) Info() Info { return Info{ProtocolVersion: jaillayout.ProtocolVersion} }

@@ -28,12 +28,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-)
 
-// ProtocolVersion is the version of the gateway↔harness protocol. The harness
-// refuses a request with another version and the runner refuses a result with
-// another version, so the binary and the rootfs can never drift apart silently.
-const ProtocolVersion = 1
+	"github.com/execgate/execgate/limits"
+)
 
 // Network is the network mode of a run.
 type Network string
@@ -45,54 +42,15 @@ const (
 	NetworkHost  Network = "host"  // the host network, admin-granted only
 )
 
-// Limits bound one run. Zero means "use the runner's default" (see Defaults);
-// the runner never runs without a limit. The field set is identical to
-// policy.Limits so the gateway can convert one into the other directly.
-type Limits struct {
-	TimeoutMS   int64 `json:"timeout_ms"`   // wall-clock limit, milliseconds
-	CPUMS       int64 `json:"cpu_ms"`       // CPU time limit, milliseconds
-	MemoryMB    int64 `json:"memory_mb"`    // memory cgroup limit, MiB
-	Pids        int64 `json:"pids"`         // pids cgroup limit
-	OutputBytes int64 `json:"output_bytes"` // cap on each of stdout, stderr and the result
-	TmpMB       int64 `json:"tmp_mb"`       // size of the /tmp tmpfs, MiB
-}
-
-// DefaultLimits are the limits used for fields left zero.
-var DefaultLimits = Limits{
-	TimeoutMS:   5000,
-	CPUMS:       5000,
-	MemoryMB:    256,
-	Pids:        32,
-	OutputBytes: 1 << 20,
-	TmpMB:       64,
-}
-
-// WithDefaults returns l with every zero field replaced by DefaultLimits.
-func (l Limits) WithDefaults() Limits {
-	d := DefaultLimits
-	if l.TimeoutMS > 0 {
-		d.TimeoutMS = l.TimeoutMS
-	}
-	if l.CPUMS > 0 {
-		d.CPUMS = l.CPUMS
-	}
-	if l.MemoryMB > 0 {
-		d.MemoryMB = l.MemoryMB
-	}
-	if l.Pids > 0 {
-		d.Pids = l.Pids
-	}
-	if l.OutputBytes > 0 {
-		d.OutputBytes = l.OutputBytes
-	}
-	if l.TmpMB > 0 {
-		d.TmpMB = l.TmpMB
-	}
-	return d
-}
+// Limits bound one run (package limits). Every field must be set: the
+// runner refuses a Spec whose limits do not pass limits.Validate rather
+// than filling them in; callers that do not ask the policy complete theirs
+// with limits.Default.
+type Limits = limits.Limits
 
 // Spec is everything the runner needs for one run. Inputs will grow, so it is a
-// struct; zero values are safe (network none, default limits, mode run).
+// struct; zero values are safe (network none, mode run) except Limits, which
+// the caller must set (a zero limit is refused, never defaulted).
 type Spec struct {
 	ExecutionID string
 	TenantID    string

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,7 @@ func TestOneJailExhaustingPerUserLimitsDoesNotReachAnother(t *testing.T) {
 	held := make(chan sandbox.Result, 1)
 	go func() {
 		res, _ := r.Run(ctx, sandbox.Spec{ExecutionID: "tenant-a", TenantID: "a", Source: holdTool,
-			Limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}})
+			Limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(limits.Default)})
 		held <- res
 	}()
 	// Wait (polling, with a deadline) until tenant A's tool holds them all.
@@ -102,7 +103,7 @@ func TestOneJailExhaustingPerUserLimitsDoesNotReachAnother(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	f := jailFacts(t, r, sandbox.Spec{ExecutionID: "tenant-b", TenantID: "b", Source: probeTool})
+	f := jailFacts(t, r, sandbox.Spec{ExecutionID: "tenant-b", TenantID: "b", Source: probeTool, Limits: limits.Default})
 	if f["inotify_init"] != "ok" {
 		t.Errorf("tenant B's inotify_init while A holds %d instances: %v, want ok", maxInstances, f["inotify_init"])
 	}
@@ -130,11 +131,11 @@ func TestWarmJailHoldsItsUIDUntilItIsGone(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, err := r.Run(context.Background(), sandbox.Spec{Source: probeTool, Limits: sandbox.Limits{MemoryMB: 128}})
+	_, err := r.Run(context.Background(), sandbox.Spec{Source: probeTool, Limits: sandbox.Limits{MemoryMB: 128}.Or(limits.Default)})
 	if !errors.Is(err, sandbox.ErrUIDsExhausted) {
 		t.Fatalf("cold run while the warm jail holds the only uid: %v, want ErrUIDsExhausted", err)
 	}
-	f := jailFacts(t, r, sandbox.Spec{Source: probeTool})
+	f := jailFacts(t, r, sandbox.Spec{Source: probeTool, Limits: limits.Default})
 	if got := hostUID(t, f); got != 165400 {
 		t.Errorf("the warm jail ran as host uid %d, want 165400", got)
 	}

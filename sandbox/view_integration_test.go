@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +36,7 @@ func TestTheJailReachesItsDirsThroughTheView(t *testing.T) {
 
 	t.Run("below a private state dir, runs work", func(t *testing.T) {
 		r := newRunner(t, cfg)
-		res := run(t, r, sandbox.Spec{Source: "def run(args, context):\n    return {'ok': True}\n"})
+		res := run(t, r, sandbox.Spec{Source: "def run(args, context):\n    return {'ok': True}\n", Limits: limits.Default})
 		if res.Status != sandbox.StatusOK {
 			t.Fatalf("probe: %s", dump(res))
 		}

@@ -20,7 +20,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/rootfs/jailverify"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -215,8 +217,8 @@ func diagNamespaces() diagCheck {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: rootfs.ToolUID, HostID: rootfs.ToolUID, Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: rootfs.ToolGID, HostID: rootfs.ToolGID, Size: 1}},
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: jaillayout.ToolUID, HostID: jaillayout.ToolUID, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: jaillayout.ToolGID, HostID: jaillayout.ToolGID, Size: 1}},
 		GidMappingsEnableSetgroups: false,
 	}
 	if err := cmd.Run(); err != nil {
@@ -408,7 +410,7 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, err := rootfs.Verify(ctx, dir, cfg)
+	rep, err := rootfs.Verify(ctx, dir, jailverify.Opener(cfg))
 	if rep == nil {
 		return []diagCheck{{Name: "rootfs", Status: diagFail, Detail: err.Error(), Required: true}}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/rootfs/jailverify"
 )
 
 func newRootfsCmd() *cobra.Command {
@@ -72,7 +73,7 @@ Exits non-zero when a check fails.`,
 			if err != nil {
 				return err
 			}
-			rep, verr := rootfs.Verify(cmd.Context(), dir, cfg.Sandbox)
+			rep, verr := rootfs.Verify(cmd.Context(), dir, jailverify.Opener(cfg.Sandbox))
 			if rep == nil {
 				return verr
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -111,8 +112,8 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.StringVar(&f.args, "args", "null", "the tool's args, as JSON")
 	fl.StringVar(&f.entrypoint, "entrypoint", "run", "the function to call: run(args, context)")
 	fl.StringVar(&f.network, "network", "none", "network mode: none, proxy (only the --egress hosts, through the egress proxy) or host")
-	fl.DurationVar(&f.timeout, "timeout", time.Duration(sandbox.DefaultLimits.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
-	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", sandbox.DefaultLimits.MemoryMB), "memory limit (e.g. 256M, 1G)")
+	fl.DurationVar(&f.timeout, "timeout", time.Duration(limits.Default.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
+	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", limits.Default.MemoryMB), "memory limit (e.g. 256M, 1G)")
 	fl.StringSliceVar(&f.requirements, "requirements", nil, "requirements to resolve and install first (PEP 508, wheels only), e.g. 'a==1,b>=2'")
 	fl.StringVar(&f.lock, "lock", "", "a lock to install first (pip's hashes format, e.g. from execgate prepare or uv pip compile --generate-hashes)")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
@@ -176,7 +177,7 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 			TimeoutMS: f.timeout.Milliseconds(),
 			CPUMS:     f.timeout.Milliseconds(),
 			MemoryMB:  mem,
-		},
+		}.Or(limits.Default),
 	}, nil
 }
 

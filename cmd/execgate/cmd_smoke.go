@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -32,6 +33,7 @@ carries nsjail's own log lines and a hint.`,
 				Language:    "python",
 				Source:      smokeSource,
 				Entrypoint:  "run",
+				Limits:      limits.Default,
 			}
 			res, runErr := runLocal(cmd.Context(), cfg, spec, runFlags{}, cmd.ErrOrStderr())
 			if err := reportRun(cmd.OutOrStdout(), spec, res, runErr, asJSON); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -75,6 +76,7 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	res, err := r.Run(ctx, sandbox.Spec{
 		Source: diagEgressTool, Args: args, Network: sandbox.NetworkProxy,
 		EgressAllow: []string{fmt.Sprintf("%s:%d", diagProbeHost, port)},
+		Limits:      limits.Default,
 	})
 	if err != nil {
 		hint := "see the error; execgate diagnose's other checks say whether any jail can start"

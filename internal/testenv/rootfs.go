@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/harness"
@@ -76,7 +77,7 @@ func rootfsKey() (string, error) {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "protocol=%d harness=%s python=%s size=%d mtime=%d",
-		sandbox.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
+		jaillayout.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
 	// The host's Deno goes into the tree too (JavaScript tools).
 	if deno, err := sandbox.FindDeno(""); err == nil {
 		if real, err := filepath.EvalSymlinks(deno); err == nil {

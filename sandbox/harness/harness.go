@@ -8,7 +8,7 @@
 // rootfs manifest; the sandbox refuses a rootfs whose recorded hash differs,
 // so the binary, the protocol and the rootfs cannot drift apart silently.
 //
-// Protocol (version sandbox.ProtocolVersion): the harness reads one JSON
+// Protocol (version jaillayout.ProtocolVersion): the harness reads one JSON
 // request from stdin until EOF, runs the tool, and writes one JSON envelope
 // to file descriptor 3. stdout and stderr belong to the tool.
 package harness
@@ -20,6 +20,8 @@ import (
 	"io/fs"
 	"sort"
 	"sync"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 // FS holds the harness files, at the top level (no directories).
@@ -28,7 +30,7 @@ import (
 var FS embed.FS
 
 // Dir is where the rootfs installs FS, as seen from inside the jail.
-const Dir = "/opt/execgate/harness"
+const Dir = jaillayout.HarnessDir
 
 // Entry is the harness script inside Dir.
 const Entry = "harness.py"

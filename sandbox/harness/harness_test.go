@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/execgate/execgate/jaillayout"
 )
 
 func TestHashCoversNamesAndContents(t *testing.T) {
@@ -145,5 +149,25 @@ func TestHarnessProtocol(t *testing.T) {
 				tt.check(t, env)
 			}
 		})
+	}
+}
+
+// The harness files declare the protocol version again (they cannot import
+// Go); this fails when one of them drifts from jaillayout.ProtocolVersion.
+func TestHarnessFilesSpeakTheLayoutsProtocolVersion(t *testing.T) {
+	decl := regexp.MustCompile(`(?m)^(?:const )?PROTOCOL_VERSION = (\d+);?$`)
+	for _, name := range []string{"execgate_harness.py", "execgate_deno.py", "execgate_harness.js"} {
+		data, err := FS.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := decl.FindAllSubmatch(data, -1)
+		if len(m) != 1 {
+			t.Errorf("%s: %d PROTOCOL_VERSION declarations, want 1", name, len(m))
+			continue
+		}
+		if got, _ := strconv.Atoi(string(m[0][1])); got != jaillayout.ProtocolVersion {
+			t.Errorf("%s: PROTOCOL_VERSION = %d, jaillayout.ProtocolVersion = %d", name, got, jaillayout.ProtocolVersion)
+		}
 	}
 }

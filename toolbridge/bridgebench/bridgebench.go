@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
@@ -125,7 +126,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer r.Close()
 	nArgs, _ := json.Marshal(map[string]int{"n": n})
-	res, err := r.Run(ctx, sandbox.Spec{Source: jailSource, Args: nArgs, Bridge: hub.NewRun(info), Limits: sandbox.Limits{TimeoutMS: 120000, CPUMS: 120000}})
+	res, err := r.Run(ctx, sandbox.Spec{Source: jailSource, Args: nArgs, Bridge: hub.NewRun(info), Limits: sandbox.Limits{TimeoutMS: limits.Max.TimeoutMS, CPUMS: limits.Max.CPUMS}.Or(limits.Default)})
 	if err != nil {
 		return nil, fmt.Errorf("bridgebench: the jail run: %w", err)
 	}

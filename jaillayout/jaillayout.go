@@ -1,0 +1,161 @@
+// Package jaillayout is the one description of the jail's file system and
+// identity: what is where inside the jail, who the tool runs as, where the
+// rootfs keeps its manifest and what the manifest holds, and which protocol
+// the harness speaks. The rootfs builder (package rootfs) puts things at
+// these paths; the sandbox binds, mounts and runs them there. It imports
+// nothing of execgate's, so both may import it.
+//
+// How to add a path:
+//  1. Declare it here with a comment saying what lives there and who
+//     creates it (the builder, or the sandbox at run time).
+//  2. If the sandbox mounts over it, add it to MountPoints so the builder
+//     creates the mount point.
+//  3. If the builder's tree changes, bump Version so old trees are rebuilt.
+package jaillayout
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+)
+
+// ProtocolVersion is the version of the gateway↔harness protocol. The harness
+// refuses a request with another version and the runner refuses a result with
+// another version, so the binary and the rootfs can never drift apart
+// silently. The harness files declare it again (PROTOCOL_VERSION); a test in
+// package harness fails when they disagree.
+const ProtocolVersion = 1
+
+// Identity inside the jail. The sandbox maps these ids to the jail's own
+// host uid/gid from sandbox.uid_range (never to host root); the builder
+// writes them to /etc/passwd and /etc/group.
+const (
+	ToolUID = 99999
+	ToolGID = 99999
+)
+
+// Paths inside the jail (absolute, as seen from inside it).
+const (
+	// PythonPath is the interpreter (a copy of the host's, mode 0711).
+	PythonPath = "/usr/bin/python3"
+	// DenoPath is the Deno binary (JavaScript and TypeScript), when the
+	// rootfs was built with one.
+	DenoPath = "/usr/bin/deno"
+	// DenoDir is Deno's cache directory (DENO_DIR): empty and read-only;
+	// --cached-only never fills it.
+	DenoDir = "/opt/execgate/deno-cache"
+	// HarnessDir holds the harness files (package sandbox/harness).
+	HarnessDir = "/opt/execgate/harness"
+	// DepsDir is the empty mount point over which a run's package
+	// environment (or pinned requirement set) is bound read-only.
+	DepsDir = "/opt/execgate/deps"
+	// EgressDir is the empty mount point over which a proxy-mode jail gets
+	// its own host directory, read-only; the egress proxy's unix socket for
+	// the run appears in it as EgressSocket.
+	EgressDir    = "/opt/execgate/egress"
+	EgressSocket = EgressDir + "/" + EgressSocketName
+	// ManifestPath is where the rootfs keeps its Manifest.
+	ManifestPath = "/etc/execgate/manifest.json"
+	// TmpDir is the jail's writable tmpfs (Limits.TmpMB), its working
+	// directory and the tool's HOME.
+	TmpDir = "/tmp"
+	// DevDir, DevShmDir and ProcDir are mounted by the sandbox.
+	DevDir    = "/dev"
+	DevShmDir = "/dev/shm"
+	ProcDir   = "/proc"
+	// ZoneinfoDir is the host's time zone database, dereferenced.
+	ZoneinfoDir = "/usr/share/zoneinfo"
+	// CABundlePath and CADir are the trust store at Debian's paths.
+	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	CADir        = "/etc/ssl/certs"
+	// OpenSSLDir is OpenSSL's OPENSSLDIR on Debian; cert.pem and certs/
+	// below it are the library's built-in defaults.
+	OpenSSLDir = "/usr/lib/ssl"
+	// ResolvConf and Hosts are written by the builder; the sandbox binds
+	// the host's over them in network modes that resolve names.
+	ResolvConf = "/etc/resolv.conf"
+	Hosts      = "/etc/hosts"
+)
+
+// EgressSocketName is the egress socket's name inside EgressDir.
+const EgressSocketName = "proxy.sock"
+
+// Devices are the host devices the sandbox binds into the jail's /dev; the
+// builder leaves empty files at these paths to bind over.
+var Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
+
+// MountPoints are the directories the sandbox mounts or binds over; the
+// builder creates them empty so nsjail never creates a mount point inside
+// the (host-backed, read-only) tree.
+var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, path.Dir(ManifestPath)}
+
+// ManifestFormat is the version of the manifest's own layout.
+const ManifestFormat = 1
+
+// Version is the version of the tree's layout: what the builder puts where.
+// Bump it whenever the builder changes what a tree holds, so trees an older
+// execgate built are rebuilt.
+//
+//	1 (or absent): the original tree
+//	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
+//	   readable by the tool's user
+const Version = 2
+
+// Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
+type Manifest struct {
+	Format int `json:"format"`
+	// Layout is the Version the tree was built with.
+	Layout          int    `json:"layout"`
+	ProtocolVersion int    `json:"protocol_version"`
+	HarnessSHA256   string `json:"harness_sha256"`
+	PythonVersion   string `json:"python_version"`
+	// PythonPath is the host interpreter the tree was built from.
+	PythonPath string `json:"python_path"`
+	// PythonStamp identifies the host interpreter binary (real path, size,
+	// modification time) so a stale tree is noticed without running it.
+	PythonStamp string `json:"python_stamp"`
+	// Stdlib is the standard library directory inside the jail.
+	Stdlib string `json:"stdlib"`
+	// Files and Bytes count the regular files (manifest excluded).
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// CACerts is the number of certificates in the installed bundle.
+	CACerts int `json:"ca_certs"`
+	// ContentSHA256 hashes every path, type, mode, link target and file
+	// content in the tree except the manifest itself.
+	ContentSHA256 string    `json:"content_sha256"`
+	BuiltAt       time.Time `json:"built_at"`
+	// DenoVersion and DenoStamp describe the Deno binary in the tree
+	// (JavaScript and TypeScript tools); empty when built without one.
+	DenoVersion string `json:"deno_version,omitempty"`
+	DenoStamp   string `json:"deno_stamp,omitempty"`
+}
+
+// ErrNoManifest means the directory holds no rootfs manifest.
+var ErrNoManifest = errors.New("no rootfs manifest")
+
+// ReadManifest reads the manifest of the rootfs at dir (a host path). A
+// missing manifest is ErrNoManifest; a manifest of another Format is an
+// error.
+func ReadManifest(dir string) (*Manifest, error) {
+	p := filepath.Join(dir, ManifestPath)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading manifest in %s: %w", dir, ErrNoManifest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("decoding manifest %s: %w", p, err)
+	}
+	if m.Format != ManifestFormat {
+		return nil, fmt.Errorf("manifest %s: format %d, want %d", p, m.Format, ManifestFormat)
+	}
+	return &m, nil
+}

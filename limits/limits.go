@@ -1,0 +1,104 @@
+// Package limits is the one description of what bounds a run: the Limits
+// type the policy decides and the sandbox enforces, the platform's default
+// and maximum sets, and Validate. It imports nothing of execgate's, so the
+// policy (which carries OPA) and the sandbox (which must stay light) share
+// it without importing each other.
+//
+// The policy owns the values: policies/platform.rego's limits_default and
+// limits_max. Default and Max repeat them for the paths that do not ask the
+// policy (`execgate run`, the benchmarks, rootfs verify, the sandbox's warm
+// pool); a test in package policy fails when the two drift apart. The
+// sandbox never fills in a missing limit: it refuses one (Validate).
+package limits
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits bound one run. Every field is positive in a run; in a request
+// (policy input), zero means "not requested".
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`   // wall-clock limit, milliseconds
+	CPUMS       int64 `json:"cpu_ms"`       // CPU time limit, milliseconds
+	MemoryMB    int64 `json:"memory_mb"`    // memory cgroup limit, MiB
+	Pids        int64 `json:"pids"`         // pids cgroup limit
+	OutputBytes int64 `json:"output_bytes"` // cap on each of stdout, stderr and the result
+	TmpMB       int64 `json:"tmp_mb"`       // size of the /tmp (and /dev/shm) tmpfs, MiB
+}
+
+// Default is the platform's default set (platform.rego limits_default):
+// what the policy decides for a limit the request did not ask for.
+var Default = Limits{
+	TimeoutMS:   5000,
+	CPUMS:       5000,
+	MemoryMB:    256,
+	Pids:        32,
+	OutputBytes: 1 << 20,
+	TmpMB:       64,
+}
+
+// Max is the platform's maximum set (platform.rego limits_max): no
+// decision exceeds it, and the sandbox refuses a run that does.
+var Max = Limits{
+	TimeoutMS:   60000,
+	CPUMS:       60000,
+	MemoryMB:    2048,
+	Pids:        256,
+	OutputBytes: 16 << 20,
+	TmpMB:       1024,
+}
+
+// Or returns l with every zero field taken from d: how a caller that does
+// not ask the policy (a CLI flag set, a benchmark) completes the few limits
+// it chose, usually with Default.
+func (l Limits) Or(d Limits) Limits {
+	for _, f := range l.fields() {
+		if *f.v == 0 {
+			*f.v = *d.field(f.key)
+		}
+	}
+	return l
+}
+
+// Validate checks that every limit is positive and at most Max. The error
+// names each bad field (limits.<key>).
+func (l Limits) Validate() error {
+	var errs []error
+	for _, f := range l.fields() {
+		limit := *Max.field(f.key)
+		switch v := *f.v; {
+		case v <= 0:
+			errs = append(errs, fmt.Errorf("limits.%s: %d is not positive (every limit must be set)", f.key, v))
+		case v > limit:
+			errs = append(errs, fmt.Errorf("limits.%s: %d is above the platform maximum of %d", f.key, v, limit))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type field struct {
+	key string
+	v   *int64
+}
+
+// fields lists l's fields with their JSON keys, in declaration order.
+func (l *Limits) fields() []field {
+	return []field{
+		{"timeout_ms", &l.TimeoutMS},
+		{"cpu_ms", &l.CPUMS},
+		{"memory_mb", &l.MemoryMB},
+		{"pids", &l.Pids},
+		{"output_bytes", &l.OutputBytes},
+		{"tmp_mb", &l.TmpMB},
+	}
+}
+
+func (l *Limits) field(key string) *int64 {
+	for _, f := range l.fields() {
+		if f.key == key {
+			return f.v
+		}
+	}
+	panic("limits: no field " + key)
+}
