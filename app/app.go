@@ -134,7 +134,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}()
 
 	if cfg.Embedded && cfg.Auth.HS256SecretFile != "" {
-		if _, err := config.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
+		if _, err := auth.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
 			return nil, fmt.Errorf("dev key: %w", err)
 		}
 	}

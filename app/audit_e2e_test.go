@@ -66,7 +66,7 @@ func newObsGateway(t *testing.T, listen string) *obsGateway {
 	sb := testenv.SandboxConfig(t) // skips without root or nsjail
 	dir := t.TempDir()
 	g := &obsGateway{dir: dir, configPath: filepath.Join(dir, obsConfigName), auditFile: filepath.Join(dir, obsAuditFileName)}
-	if _, err := config.EnsureDevKey(filepath.Join(dir, obsDevKeyName)); err != nil {
+	if _, err := auth.EnsureDevKey(filepath.Join(dir, obsDevKeyName)); err != nil {
 		t.Fatal(err)
 	}
 	yaml := e2eGatewayYAML(listen, dir, filepath.Join(dir, obsDevKeyName), sb) + fmt.Sprintf(`server:

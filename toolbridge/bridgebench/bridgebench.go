@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/execgate/execgate/internal/stats"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
@@ -145,7 +145,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		name string
 		d    []time.Duration
 	}{{Direct, direct}, {Governed, governed}, {Jail, jail}} {
-		out.Rows = append(out.Rows, Row{Name: row.name, Calls: n, P50: Pct(row.d, 50), P99: Pct(row.d, 99)})
+		out.Rows = append(out.Rows, Row{Name: row.name, Calls: n, P50: stats.Percentile(row.d, 0.50), P99: stats.Percentile(row.d, 0.99)})
 	}
 	return out, nil
 }
@@ -184,16 +184,6 @@ func measure(n int, call func() error) ([]time.Duration, error) {
 		out[i] = time.Since(start)
 	}
 	return out, nil
-}
-
-// Pct is the p-th percentile of d (nearest rank, lower).
-func Pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
