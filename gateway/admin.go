@@ -185,7 +185,7 @@ func (s *Server) handleEvaluate(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	x := &execution{principal: tenancy.Principal{TenantID: t.ID, Subject: subject(ctx), Roles: roles}, req: req}
-	in := policy.BuildInput(t, x.principal, policyRequest(req))
+	in := policy.BuildInput(t, x.principal, req.PolicyRequest())
 	dec, err := s.decide(ctx, x, t)
 	if err != nil {
 		var denied *policyDenied

@@ -217,8 +217,7 @@ func oneOf(path, v string, allowed ...string) error {
 }
 
 // decodeExecute checks (checkJSON), decodes and validates an execute
-// request body. Defaults are filled: language python, entrypoint run,
-// network none, mode run.
+// request body. Defaults are filled (ExecuteRequest.withDefaults).
 func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 	if err := checkJSON(body, c.depth); err != nil {
 		return nil, err
@@ -351,18 +350,7 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 	if !sawSource || req.Source == "" {
 		return nil, badRequest("source", "is required")
 	}
-	if req.Language == "" {
-		req.Language = sandbox.LanguagePython
-	}
-	if req.Entrypoint == "" {
-		req.Entrypoint = "run"
-	}
-	if req.NetworkAccess == "" {
-		req.NetworkAccess = "none"
-	}
-	if req.Mode == "" {
-		req.Mode = "run"
-	}
+	req.withDefaults()
 	if req.Fixtures != nil && req.Mode != "test" {
 		return nil, badRequest("fixtures", `only allowed with mode "test"`)
 	}
@@ -464,12 +452,8 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	if req.Source == "" {
 		return nil, badRequest("source", "is required")
 	}
-	if req.Language == "" {
-		req.Language = sandbox.LanguagePython
-	}
-	if req.Entrypoint == "" {
-		req.Entrypoint = "run"
-	}
+	d := policy.Request{Language: req.Language, Entrypoint: req.Entrypoint}.WithDefaults()
+	req.Language, req.Entrypoint = d.Language, d.Entrypoint
 	return req, nil
 }
 

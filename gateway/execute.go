@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -306,37 +305,9 @@ func (s *Server) execute(ctx context.Context, call executeCall, x *execution, cl
 	s.d.Metrics.Stage(telemetry.StageSettle, time.Since(sstart))
 	span.End()
 
-	env := &Envelope{
-		ExecutionID: x.id,
-		TenantID:    tenant.ID,
-		Status:      res.Status,
-		Result:      res.Result,
-		Stdout:      res.Stdout,
-		Stderr:      res.Stderr,
-		Truncated:   res.Truncated,
-		Usage:       res.Usage,
-		Logs:        res.Logs,
-		ToolCalls:   envelopeToolCalls(res.ToolCalls),
-		Decision:    envelopeDecision(x.decision, x.limits),
-		TraceID:     traceID(ctx),
-	}
-	env.Egress, env.EgressDropped = sandbox.BoundEgress(res.Egress)
-	env.EgressDropped += res.EgressDropped
-	if env.Status == "" {
-		env.Status = sandbox.StatusError
-	}
-	if env.Logs == nil {
-		env.Logs = []sandbox.LogLine{}
-	}
-	if res.Error != nil {
-		env.Error = &ErrorBody{Type: res.Error.Type, Message: res.Error.Message, Traceback: res.Error.Traceback,
-			Line: max(res.Error.Line, 0), Column: max(res.Error.Column, 0)}
-	} else if env.Status != sandbox.StatusOK {
-		env.Error = &ErrorBody{Type: sandbox.ErrSandboxCrashed, Message: "the run ended in error without an error report"}
-	}
-	if env.Status != sandbox.StatusOK {
-		env.Result = nil
-	}
+	env := RunEnvelope(x.id, tenant.ID, res)
+	env.Decision = envelopeDecision(x.decision, x.limits)
+	env.TraceID = traceID(ctx)
 	return http.StatusOK, env, nil
 }
 
@@ -344,7 +315,7 @@ func (s *Server) execute(ctx context.Context, call executeCall, x *execution, cl
 // policy's reasons.
 func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant) (policy.Decision, error) {
 	req := x.req
-	preq := policyRequest(req)
+	preq := req.PolicyRequest()
 	preq.Packages = policyPackages(x.env)
 	in := policy.BuildInput(tenant, x.principal, preq)
 
@@ -390,33 +361,6 @@ func (s *Server) decide(ctx context.Context, x *execution, tenant tenancy.Tenant
 		x.decision.Egress = policy.Egress{Allow: []string{}}
 	}
 	return *x.decision, nil
-}
-
-// policyRequest is what the policy sees of req (BuildInput hashes and
-// measures the source and args; they never enter the input).
-func policyRequest(req *ExecuteRequest) policy.Request {
-	tools := append(make([]string, 0, len(req.Tools)), req.Tools...)
-	if req.Fixtures != nil && req.Mode == "test" {
-		for name := range req.Fixtures.Tools {
-			tools = append(tools, name)
-		}
-		sort.Strings(tools)
-	}
-	preq := policy.Request{
-		Language:      req.Language,
-		Entrypoint:    req.Entrypoint,
-		Source:        req.Source,
-		Args:          req.Args,
-		Requirements:  req.Requirements,
-		NetworkAccess: req.NetworkAccess,
-		Limits:        req.Limits,
-		Mode:          req.Mode,
-		Tools:         tools,
-	}
-	if req.Egress != nil {
-		preq.EgressAllow = req.Egress.Allow
-	}
-	return preq
 }
 
 // admit asks the quota backend for this run.

@@ -131,8 +131,12 @@ func normalize(spec Spec) (Spec, profile, error) {
 		}
 		spec.Network = NetworkNone
 	case "test":
-		// Capability testing never touches the network (DESIGN §12.6).
-		spec.Network = NetworkNone
+		// Capability testing never touches the network (DESIGN §12.6): the
+		// policy decides none for it and the gateway holds the decision to
+		// that; a spec asking otherwise is a caller's mistake.
+		if spec.Network != NetworkNone {
+			errs = append(errs, fmt.Errorf("network: test mode runs with network none, not %q", spec.Network))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("mode: %q is not run or test", spec.Mode))
 	}

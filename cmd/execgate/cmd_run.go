@@ -19,6 +19,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -268,30 +269,6 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	return r.Run(ctx, spec)
 }
 
-// runEnvelope is the printed envelope: the shape of the HTTP response
-// (DESIGN §4) minus what only the gateway knows (decision, trace).
-type runEnvelope struct {
-	ExecutionID string             `json:"execution_id"`
-	TenantID    string             `json:"tenant_id"`
-	Status      sandbox.Status     `json:"status"`
-	Result      json.RawMessage    `json:"result"`
-	Stdout      string             `json:"stdout"`
-	Stderr      string             `json:"stderr"`
-	Truncated   sandbox.Truncated  `json:"truncated"`
-	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
-	Logs        []sandbox.LogLine  `json:"logs"`
-	Usage       sandbox.Usage      `json:"usage"`
-	// Egress lists the connection attempts of a proxy-mode run (at most
-	// sandbox.MaxEgressAttempts); EgressDropped counts the rest.
-	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
-	EgressDropped int                     `json:"egress_dropped,omitempty"`
-	// ToolCalls lists the tool calls of a code-mode run (--tenant).
-	ToolCalls []sandbox.ToolCall `json:"tool_calls,omitempty"`
-}
-
-// errSandboxUnavailable is the error type of a run refused by the host.
-const errSandboxUnavailable = "SandboxUnavailable"
-
 // reportRun prints the outcome of a run and turns it into the exit status.
 // Errors that are not about the sandbox (bad config, rootfs build) are
 // returned as they are.
@@ -300,19 +277,13 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	if runErr != nil && !errors.As(runErr, &u) {
 		return runErr
 	}
-	env := runEnvelope{
-		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
-		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
-		Truncated: res.Truncated, Error: res.Error, Logs: append([]sandbox.LogLine{}, res.Logs...), Usage: res.Usage,
-		Egress: res.Egress, EgressDropped: res.EgressDropped, ToolCalls: res.ToolCalls,
-	}
 	if u != nil {
-		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
-		env.Error = &sandbox.ErrorInfo{Type: errSandboxUnavailable, Message: u.Error(), Traceback: u.Detail()}
+		res = sandbox.Result{Status: sandbox.StatusError,
+			Error: &sandbox.ErrorInfo{Type: gateway.TypeSandboxUnavailable, Message: u.Error(), Traceback: u.Detail()}}
 	}
-	if len(env.Result) == 0 {
-		env.Result = json.RawMessage("null")
-	}
+	// The gateway's envelope (DESIGN §4); decision and trace_id stay null
+	// and empty: nothing decided, nothing traced.
+	env := gateway.RunEnvelope(spec.ExecutionID, spec.TenantID, res)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -320,7 +291,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 			return err
 		}
 	} else {
-		printEnvelope(w, env)
+		printEnvelope(w, env, res.ToolCalls)
 	}
 	switch {
 	case u != nil:
@@ -331,15 +302,20 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	return nil
 }
 
-// printEnvelope renders an envelope for a terminal.
-func printEnvelope(w io.Writer, env runEnvelope) {
+// printEnvelope renders an envelope for a terminal; calls are the run's
+// tool calls in full (the envelope has no reasons).
+func printEnvelope(w io.Writer, env *gateway.Envelope, calls []sandbox.ToolCall) {
 	fmt.Fprintf(w, "status:    %s\n", env.Status)
 	if env.Status == sandbox.StatusOK {
+		result := env.Result
+		if len(result) == 0 {
+			result = json.RawMessage("null")
+		}
 		var pretty bytes.Buffer
-		if json.Indent(&pretty, env.Result, "           ", "  ") == nil {
+		if json.Indent(&pretty, result, "           ", "  ") == nil {
 			fmt.Fprintf(w, "result:    %s\n", pretty.String())
 		} else {
-			fmt.Fprintf(w, "result:    %s\n", env.Result)
+			fmt.Fprintf(w, "result:    %s\n", result)
 		}
 	}
 	if e := env.Error; e != nil {
@@ -369,9 +345,9 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 			fmt.Fprintf(w, "  %s:%d %s\n", a.Host, a.Port, verdict)
 		}
 	}
-	if len(env.ToolCalls) > 0 {
+	if len(calls) > 0 {
 		fmt.Fprintf(w, "tool calls:\n")
-		for _, c := range env.ToolCalls {
+		for _, c := range calls {
 			fmt.Fprintf(w, "  %s %s (%d ms)", c.Tool, c.Outcome, c.MS)
 			if c.Reason != "" {
 				fmt.Fprintf(w, ": %s", c.Reason)
@@ -379,7 +355,7 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 			fmt.Fprintln(w)
 		}
 	}
-	if env.Error != nil && env.Error.Type == errSandboxUnavailable {
+	if env.Error != nil && env.Error.Type == gateway.TypeSandboxUnavailable {
 		return // nothing ran: no usage to show
 	}
 	u := env.Usage

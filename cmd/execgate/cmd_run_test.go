@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -197,7 +198,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 // runJSON runs `execgate run FILE ARGS… --json`, fails the test unless it
 // exits 0 with an envelope, and returns the envelope, its result compacted
 // and the raw output.
-func runJSON(t *testing.T, file string, args ...string) (env runEnvelope, result, out string) {
+func runJSON(t *testing.T, file string, args ...string) (env gateway.Envelope, result, out string) {
 	t.Helper()
 	out, err := execute(t, append([]string{"run", file, "--json"}, args...)...)
 	if err != nil {
