@@ -17,10 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/gateway"
-	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -228,22 +228,27 @@ func newExecutionID() string {
 }
 
 // runLocal runs spec once, cold: nsjail first (so a host without it learns
-// that before any rootfs build), then the rootfs (built when missing or
-// stale, with progress on progress), then the run.
+// that before any rootfs build), then the sandbox as the gateway assembles
+// it (app.NewSandbox: the rootfs built when missing or stale, with progress
+// on progress), then the package environment, then the run.
 func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runFlags, progress io.Writer) (sandbox.Result, error) {
 	scfg := cfg.Sandbox
 	scfg.WarmPool = 0 // one run: nothing to keep warm
 	if _, err := sandbox.FindNsjail(scfg); err != nil {
 		return sandbox.Result{}, err
 	}
-	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: scfg.RootfsDir, PythonPath: scfg.PythonPath, Progress: progress}); err != nil {
-		return sandbox.Result{}, fmt.Errorf("preparing the rootfs: %w", err)
+	o := app.SandboxOptions{Sandbox: scfg, EnsureRootfs: true, Progress: progress}
+	if spec.Network == sandbox.NetworkProxy {
+		o.Egress = &cfg.Egress
 	}
-	envs, err := sandbox.NewEnvironments(scfg, nil)
+	sb, err := app.NewSandbox(ctx, o)
+	if sb != nil {
+		defer sb.Close()
+	}
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	env, failure, err := localEnvironment(ctx, cfg, envs, f.packageTenant(), f.requirements, f.lock, progress)
+	env, failure, err := localEnvironment(ctx, cfg, sb.Environments, f.packageTenant(), f.requirements, f.lock, progress)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -253,20 +258,7 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if env != nil {
 		spec.Lock = env.Lock
 	}
-	opts := []sandbox.Option{sandbox.WithEnvironments(envs)}
-	if spec.Network == sandbox.NetworkProxy {
-		p, err := egress.New(cfg.Egress, egress.Options{})
-		if err != nil {
-			return sandbox.Result{}, err
-		}
-		opts = append(opts, sandbox.WithEgress(p))
-	}
-	r, err := sandbox.NewRunner(scfg, opts...)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	defer r.Close()
-	return r.Run(ctx, spec)
+	return sb.Runner.Run(ctx, spec)
 }
 
 // reportRun prints the outcome of a run and turns it into the exit status.

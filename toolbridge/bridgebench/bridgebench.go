@@ -30,8 +30,14 @@ type Options struct {
 	Calls int
 	// Policy decides the governed calls (a policy.Engine). Required.
 	Policy toolbridge.CallDecider
-	// Sandbox is the runner's config for the jail row. Required.
-	Sandbox sandbox.Config
+	// Runner runs the jail row (the caller assembles it, a cold one does).
+	// Required.
+	Runner Runner
+}
+
+// Runner runs one jail: a *sandbox.Runner.
+type Runner interface {
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 }
 
 // Row is one way of calling.
@@ -77,6 +83,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("bridgebench: a policy is required")
 	}
+	if opts.Runner == nil {
+		return nil, errors.New("bridgebench: a runner is required")
+	}
 	srv, err := toolbridgetest.Listen("")
 	if err != nil {
 		return nil, err
@@ -117,13 +126,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("bridgebench: governed call: %w", err)
 	}
 
-	sc := opts.Sandbox
-	sc.WarmPool = 0
-	r, err := sandbox.NewRunner(sc)
-	if err != nil {
-		return nil, fmt.Errorf("bridgebench: %w", err)
-	}
-	defer r.Close()
+	r := opts.Runner
 	nArgs, _ := json.Marshal(map[string]int{"n": n})
 	res, err := r.Run(ctx, sandbox.Spec{Source: jailSource, Args: nArgs, Bridge: hub.NewRun(info), Limits: sandbox.Limits{TimeoutMS: 120000, CPUMS: 120000}})
 	if err != nil {
