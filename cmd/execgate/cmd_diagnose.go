@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
@@ -95,7 +96,7 @@ func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	nsjail, c := diagNsjail(cfg.Sandbox)
 	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods(), diagSeccompAudit(sandbox.SeccompAuditErr()))
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
-	checks = append(checks, diagJailView(cfg.Sandbox, nsjail))
+	checks = append(checks, diagJailView(ctx, cfg.Sandbox, nsjail))
 	checks = append(checks,
 		diagEgress(ctx, cfg),
 		diagRedis(ctx, cfg),
@@ -354,13 +355,16 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 // diagJailView creates a runner the way serve does and says where it
 // mounted the jail's view of its directories (nsjail reaches them there, so
 // the state dir may be private) and which host uids the jails run as.
-func diagJailView(cfg sandbox.Config, nsjail string) diagCheck {
+func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCheck {
 	c := diagCheck{Name: "jail view and uids", Required: true}
 	if nsjail != "" {
 		cfg.NsjailPath = nsjail
 	}
-	r, err := sandbox.NewRunner(cfg)
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: cfg})
 	if err != nil {
+		if sb != nil {
+			_ = sb.Close()
+		}
 		c.Status, c.Detail = diagFail, err.Error()
 		var ue *sandbox.UnavailableError
 		if errors.As(err, &ue) {
@@ -368,8 +372,8 @@ func diagJailView(cfg sandbox.Config, nsjail string) diagCheck {
 		}
 		return c
 	}
-	in := r.Info()
-	if err := r.Close(); err != nil {
+	in := sb.Runner.Info()
+	if err := sb.Close(); err != nil {
 		c.Status, c.Detail = diagFail, err.Error()
 		return c
 	}

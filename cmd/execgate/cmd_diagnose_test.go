@@ -160,7 +160,7 @@ func TestUIDRangeOverlapsNamesUsersAndSubordinateRanges(t *testing.T) {
 
 func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
 	cfg := testenv.SandboxConfig(t) // skips without root or nsjail
-	c := diagJailView(cfg, "")
+	c := diagJailView(context.Background(), cfg, "")
 	if c.Status == diagFail {
 		t.Fatalf("jail view check = %+v", c)
 	}
