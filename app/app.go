@@ -7,6 +7,10 @@
 //	err = a.Start()          // listens on cfg.Listen (":0" for a free port)
 //	... a.URL() ...
 //	err = a.Stop(ctx)        // drains in-flight runs within the grace period
+//
+// NewSandbox is the one assembly of the sandbox (egress proxy, rootfs,
+// package environments, runner): New uses it, and so does every command
+// that runs jails without a server (run, smoke, diagnose, bench).
 package app
 
 import (
@@ -157,32 +161,11 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}
 	a.onStop("audit", func(context.Context) error { return auditLog.Close() })
 
-	ready := []gateway.Check{
-		{Name: "policy", Run: func(context.Context) error {
-			if st := a.policy.Status(); st.LastError != "" {
-				return fmt.Errorf("last policy reload failed (revision %s still serving): %s", st.Revision, st.LastError)
-			}
-			return nil
-		}},
-		{Name: "quota", Run: a.limiter.Ping},
+	envs, sandboxChecks, err := a.newRunner(ctx, bg, opts, metrics)
+	if err != nil {
+		return nil, err
 	}
-	a.runner = opts.Runner
-	var envs gateway.Environments
-	if a.runner == nil {
-		var checks []gateway.Check
-		envs, checks, err = a.newSandbox(ctx, bg, opts, metrics)
-		if err != nil {
-			return nil, err
-		}
-		// rootfs first, egress (optional) last.
-		ready = append(append(checks[:1:1], ready...), checks[1:]...)
-	} else if e, err := newEnvironments(cfg.Sandbox, metrics); err == nil {
-		// An injected runner: packages are still resolved and installed
-		// for it, when there is a rootfs.
-		envs = e
-	} else {
-		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
-	}
+	ready := a.readyChecks(sandboxChecks)
 
 	// The quota backend also keeps the tool servers added over the admin
 	// API (both backends implement it), so every replica sees them.
@@ -218,6 +201,47 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// readyChecks are the /readyz checks: the sandbox's rootfs (when New made
+// the sandbox), the policy engine, the quota backend, then the sandbox's
+// optional egress check.
+func (a *App) readyChecks(sandbox []gateway.Check) []gateway.Check {
+	var ready []gateway.Check
+	if len(sandbox) > 0 {
+		ready = append(ready, sandbox[0])
+	}
+	ready = append(ready,
+		gateway.Check{Name: "policy", Run: func(context.Context) error {
+			if st := a.policy.Status(); st.LastError != "" {
+				return fmt.Errorf("last policy reload failed (revision %s still serving): %s", st.Revision, st.LastError)
+			}
+			return nil
+		}},
+		gateway.Check{Name: "quota", Run: a.limiter.Ping},
+	)
+	if len(sandbox) > 1 {
+		ready = append(ready, sandbox[1:]...)
+	}
+	return ready
+}
+
+// newRunner sets a.runner: opts.Runner when given (packages are still
+// resolved and installed for it, through environments of the config, when
+// there is a rootfs), else the real sandbox (newSandbox). It returns the
+// package environments (nil: runs asking for packages are refused) and the
+// sandbox's readiness checks.
+func (a *App) newRunner(ctx, bg context.Context, opts Options, metrics *telemetry.Metrics) (gateway.Environments, []gateway.Check, error) {
+	if opts.Runner == nil {
+		return a.newSandbox(ctx, bg, opts, metrics)
+	}
+	a.runner = opts.Runner
+	e, err := newEnvironments(a.cfg.Sandbox, metrics)
+	if err != nil {
+		a.log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
+		return nil, nil, nil
+	}
+	return e, nil, nil
 }
 
 // startPolicy loads the policies and starts what keeps them current: the

@@ -96,6 +96,12 @@ var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // normalize applies defaults to spec and checks it. A bad spec is the
 // caller's mistake and is reported as an InvalidInput result (nothing runs).
+// An empty language, entrypoint, mode or network is read as Spec's zero
+// value (python, run, run, none) for the runner's direct callers (diagnose,
+// bench, tests); a request reaches the runner with the policy's request
+// defaults (policy.Request.WithDefaults) already applied by the gateway.
+// Test mode is not given a network here: a test-mode spec asking for one is
+// refused.
 func normalize(spec Spec) (Spec, profile, error) {
 	spec.Limits = spec.Limits.WithDefaults()
 	if spec.Entrypoint == "" {
