@@ -7,6 +7,10 @@
 //	err = a.Start()          // listens on cfg.Listen (":0" for a free port)
 //	... a.URL() ...
 //	err = a.Stop(ctx)        // drains in-flight runs within the grace period
+//
+// NewSandbox is the one assembly of the sandbox (egress proxy, rootfs,
+// package environments, runner): New uses it, and so does every command
+// that runs jails without a server (run, smoke, diagnose, bench).
 package app
 
 import (
@@ -87,9 +91,6 @@ type App struct {
 	// runnerErr is why the real sandbox is unavailable (nil when it works):
 	// the server still starts, /readyz fails and every run is a 503.
 	runnerErr error
-	// egressErr is why the runner serves no network mode proxy (nil when
-	// it does); /readyz reports it.
-	egressErr error
 
 	bgCancel context.CancelFunc // ends JWKS refresh, policy watch, SIGHUP
 	closers  []closer           // cleanup stack, run in reverse by Stop
@@ -122,10 +123,6 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	progress := opts.Progress
-	if progress == nil {
-		progress = os.Stderr
-	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a := &App{cfg: cfg, log: log, bgCancel: cancel}
 	defer func() {
@@ -135,7 +132,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}()
 
 	if cfg.Embedded && cfg.Auth.HS256SecretFile != "" {
-		if _, err := config.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
+		if _, err := auth.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
 			return nil, fmt.Errorf("dev key: %w", err)
 		}
 	}
@@ -147,118 +144,45 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-
-	eng, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Dirs: cfg.Policy.Dirs, Bundle: cfg.Policy.Bundle, Logger: log, DecisionCache: cfg.Policy.CacheOption()})
-	if err != nil {
-		return nil, fmt.Errorf("loading policies: %w", err)
+	if err := a.startPolicy(ctx, bg, opts.HandleSIGHUP); err != nil {
+		return nil, err
 	}
-	a.policy = eng
-	// Watch reloads changed policy dirs and polls the bundle server; it is
-	// on by default whenever there is either, and policy.watch: false
-	// turns both off.
-	if watch := cfg.Policy.Watch; (watch == nil && (len(cfg.Policy.Dirs) > 0 || cfg.Policy.Bundle != nil)) || (watch != nil && *watch) {
-		go func() {
-			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
-				log.Error("policy watch stopped", "err", err)
-			}
-		}()
-	}
-	if opts.HandleSIGHUP {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		a.onStop("sighup", func(context.Context) error { signal.Stop(hup); return nil })
-		go eng.ReloadOnSignal(bg, hup)
-	}
-
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	metrics := telemetry.NewMetrics(reg, cfg.Telemetry.MaxTenantLabels)
-
-	var idem execution.IdempotencyStore
-	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
-	switch cfg.Quota.Backend {
-	case "redis":
-		client, err := quota.NewRedisClient(cfg.Quota)
-		if err != nil {
-			return nil, err
-		}
-		a.onStop("redis client", func(context.Context) error { return client.Close() })
-		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
-		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
-	default:
-		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
+	idem, err := a.newQuota(metrics)
+	if err != nil {
+		return nil, err
 	}
-	a.onStop("quota", func(context.Context) error { return a.limiter.Close() })
-
 	auditLog, err := audit.New(cfg.Audit)
 	if err != nil {
 		return nil, err
 	}
 	a.onStop("audit", func(context.Context) error { return auditLog.Close() })
 
-	ready := []gateway.Check{
-		{Name: "policy", Run: func(context.Context) error {
-			if st := eng.Status(); st.LastError != "" {
-				return fmt.Errorf("last policy reload failed (revision %s still serving): %s", st.Revision, st.LastError)
-			}
-			return nil
-		}},
-		{Name: "quota", Run: a.limiter.Ping},
+	envs, sandboxChecks, err := a.newRunner(ctx, bg, opts, metrics)
+	if err != nil {
+		return nil, err
 	}
-	a.runner = opts.Runner
-	if a.runner == nil {
-		proxy, err := egress.New(cfg.Egress, egress.Options{Resolver: opts.EgressResolver})
-		if err != nil {
-			return nil, fmt.Errorf("egress proxy: %w", err)
-		}
-		a.runner, a.runnerErr = a.newSandbox(ctx, progress, proxy)
-		ready = append([]gateway.Check{{Name: "rootfs", Run: func(context.Context) error {
-			_, err := rootfs.ReadManifest(cfg.Sandbox.RootfsDir)
-			return err
-		}}}, ready...)
-		// Optional: without the egress proxy only network mode proxy runs
-		// are refused; the rest of the service is fine.
-		ready = append(ready, gateway.Check{Name: "egress", Optional: true, Run: func(context.Context) error {
-			if a.egressErr != nil {
-				return a.egressErr
-			}
-			return egressReady(proxy, cfg.Sandbox.WorkDir)
-		}})
-		if r, ok := a.runner.(*sandbox.Runner); ok {
-			// Stopped before the runner is closed (the cleanup stack runs
-			// in reverse).
-			pctx, stop := context.WithCancel(bg)
-			done := make(chan struct{})
-			go func() { defer close(done); reportPool(pctx, r, metrics) }()
-			a.onStop("warm pool gauge", func(context.Context) error { stop(); <-done; return nil })
-		}
-	}
+	ready := a.readyChecks(sandboxChecks)
 
 	// The quota backend also keeps the tool servers added over the admin
 	// API (both backends implement it), so every replica sees them.
 	toolStore, _ := a.limiter.(quota.ToolServerStore)
-	tools, err := newToolHub(cfg, eng, toolStore, reg, log, opts.TracerProvider)
+	tools, err := newToolHub(cfg, a.policy, toolStore, reg, log, opts.TracerProvider)
 	if err != nil {
 		return nil, err
 	}
 	a.onStop("tool servers", func(context.Context) error { tools.Close(); return nil })
-	// Package environments (requirements): absent when there is no rootfs
-	// yet; runs asking for packages are then SandboxUnavailable.
-	var envs gateway.Environments
-	if e, err := sandbox.NewEnvironments(cfg.Sandbox, metrics); err == nil {
-		envs = e
-	} else {
-		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
-	}
 
 	// The runner warms prepared environments when it can (the real one).
 	warmer, _ := a.runner.(gateway.Warmer)
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
 		Auth:           verifier,
 		Tenants:        tenants,
-		Policy:         eng,
+		Policy:         a.policy,
 		Quota:          a.limiter,
 		Runner:         a.runner,
 		Audit:          auditLog,
@@ -280,42 +204,157 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	return a, nil
 }
 
-// newSandbox ensures the rootfs (building it on first use, with progress)
-// and creates the nsjail runner, serving network mode proxy through proxy.
-// When the host cannot jail it returns a runner that refuses every run
-// with the reason, and that reason.
-func (a *App) newSandbox(ctx context.Context, progress io.Writer, proxy *egress.Proxy) (gateway.Runner, error) {
-	cfg := a.cfg.Sandbox
-	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: cfg.RootfsDir, PythonPath: cfg.PythonPath, Progress: progress}); err != nil {
-		ue := &sandbox.UnavailableError{
-			Reason: "the rootfs at " + cfg.RootfsDir + " could not be built",
-			Hint:   "run `execgate rootfs build --out " + cfg.RootfsDir + "` to see why; it needs " + cfg.PythonPath,
-			Err:    err,
-		}
-		a.log.Error("sandbox unavailable", "err", ue)
-		return unavailableRunner{ue}, ue
+// readyChecks are the /readyz checks: the sandbox's rootfs (when New made
+// the sandbox), the policy engine, the quota backend, then the sandbox's
+// optional egress check.
+func (a *App) readyChecks(sandbox []gateway.Check) []gateway.Check {
+	var ready []gateway.Check
+	if len(sandbox) > 0 {
+		ready = append(ready, sandbox[0])
 	}
-	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
+	ready = append(ready,
+		gateway.Check{Name: "policy", Run: func(context.Context) error {
+			if st := a.policy.Status(); st.LastError != "" {
+				return fmt.Errorf("last policy reload failed (revision %s still serving): %s", st.Revision, st.LastError)
+			}
+			return nil
+		}},
+		gateway.Check{Name: "quota", Run: a.limiter.Ping},
+	)
+	if len(sandbox) > 1 {
+		ready = append(ready, sandbox[1:]...)
+	}
+	return ready
+}
+
+// newRunner sets a.runner: opts.Runner when given (packages are still
+// resolved and installed for it, through environments of the config, when
+// there is a rootfs), else the real sandbox (newSandbox). It returns the
+// package environments (nil: runs asking for packages are refused) and the
+// sandbox's readiness checks.
+func (a *App) newRunner(ctx, bg context.Context, opts Options, metrics *telemetry.Metrics) (gateway.Environments, []gateway.Check, error) {
+	if opts.Runner == nil {
+		return a.newSandbox(ctx, bg, opts, metrics)
+	}
+	a.runner = opts.Runner
+	e, err := newEnvironments(a.cfg.Sandbox, metrics)
 	if err != nil {
-		// A host that cannot serve network mode proxy (e.g. a work dir the
-		// jail user cannot reach) can still run everything else: proxy runs
-		// are refused as SandboxUnavailable and /readyz names the reason.
-		if plain, perr := sandbox.NewRunner(cfg); perr == nil {
-			a.egressErr = err
-			a.log.Warn("network mode proxy is unavailable; runs asking for it are refused", "err", err)
-			r, err = plain, nil
+		a.log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
+		return nil, nil, nil
+	}
+	return e, nil, nil
+}
+
+// startPolicy loads the policies and starts what keeps them current: the
+// watch of policy dirs and bundle (on by default whenever there is either;
+// policy.watch: false turns both off) and, with sighup, a reload on SIGHUP.
+// Both end with bg.
+func (a *App) startPolicy(ctx, bg context.Context, sighup bool) error {
+	cfg := a.cfg
+	eng, err := policy.New(ctx, policy.Options{Defaults: policies.FS, Dirs: cfg.Policy.Dirs, Bundle: cfg.Policy.Bundle, Logger: a.log, DecisionCache: cfg.Policy.CacheOption()})
+	if err != nil {
+		return fmt.Errorf("loading policies: %w", err)
+	}
+	a.policy = eng
+	if watch := cfg.Policy.Watch; (watch == nil && (len(cfg.Policy.Dirs) > 0 || cfg.Policy.Bundle != nil)) || (watch != nil && *watch) {
+		go func() {
+			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
+				a.log.Error("policy watch stopped", "err", err)
+			}
+		}()
+	}
+	if sighup {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		a.onStop("sighup", func(context.Context) error { signal.Stop(hup); return nil })
+		go eng.ReloadOnSignal(bg, hup)
+	}
+	return nil
+}
+
+// newQuota makes the quota limiter of quota.backend and, with Redis, the
+// idempotency store sharing its client (nil with the memory backend: the
+// gateway keeps one in memory).
+func (a *App) newQuota(metrics *telemetry.Metrics) (execution.IdempotencyStore, error) {
+	cfg := a.cfg
+	var idem execution.IdempotencyStore
+	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
+	switch cfg.Quota.Backend {
+	case "redis":
+		client, err := quota.NewRedisClient(cfg.Quota)
+		if err != nil {
+			return nil, err
 		}
+		a.onStop("redis client", func(context.Context) error { return client.Close() })
+		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
+		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
+	default:
+		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
+	}
+	a.onStop("quota", func(context.Context) error { return a.limiter.Close() })
+	return idem, nil
+}
+
+// newSandbox assembles the real sandbox (NewSandbox: the rootfs built on
+// first use, with progress; network mode proxy optional) and sets a.runner.
+// When the host cannot jail, a.runner refuses every run with the reason,
+// kept in a.runnerErr. It returns the package environments (nil when there
+// is no rootfs: runs asking for packages are then SandboxUnavailable) and
+// the readiness checks of the sandbox: rootfs, then egress (optional).
+func (a *App) newSandbox(ctx, bg context.Context, opts Options, metrics *telemetry.Metrics) (gateway.Environments, []gateway.Check, error) {
+	cfg := a.cfg
+	progress := opts.Progress
+	if progress == nil {
+		progress = os.Stderr
+	}
+	sb, err := NewSandbox(ctx, SandboxOptions{
+		Sandbox:        cfg.Sandbox,
+		Egress:         &cfg.Egress,
+		EgressResolver: opts.EgressResolver,
+		EgressOptional: true,
+		EnsureRootfs:   true,
+		Progress:       progress,
+		Metrics:        metrics,
+		Logger:         a.log,
+	})
+	if sb == nil {
+		return nil, nil, err
+	}
+	checks := []gateway.Check{
+		{Name: "rootfs", Run: func(context.Context) error {
+			_, err := rootfs.ReadManifest(cfg.Sandbox.RootfsDir)
+			return err
+		}},
+		// Optional: without the egress proxy only network mode proxy runs
+		// are refused; the rest of the service is fine.
+		{Name: "egress", Optional: true, Run: func(context.Context) error {
+			if sb.EgressErr != nil {
+				return sb.EgressErr
+			}
+			return egressReady(sb.Proxy, cfg.Sandbox.WorkDir)
+		}},
+	}
+	var envs gateway.Environments
+	if sb.Environments != nil {
+		envs = sb.Environments
+	} else {
+		a.log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
 	}
 	if err != nil {
-		var ue *sandbox.UnavailableError
-		if !errors.As(err, &ue) {
-			ue = &sandbox.UnavailableError{Reason: "the sandbox could not be set up", Err: err}
-		}
+		ue := asUnavailable(err)
 		a.log.Error("sandbox unavailable", "err", ue, "detail", ue.Detail())
-		return unavailableRunner{ue}, ue
+		a.runner, a.runnerErr = unavailableRunner{ue}, ue
+		return envs, checks, nil
 	}
-	a.onStop("sandbox", func(context.Context) error { return r.Close() })
-	return r, nil
+	a.runner = sb.Runner
+	a.onStop("sandbox", func(context.Context) error { return sb.Close() })
+	// Stopped before the runner is closed (the cleanup stack runs in
+	// reverse).
+	pctx, stop := context.WithCancel(bg)
+	done := make(chan struct{})
+	go func() { defer close(done); reportPool(pctx, sb.Runner, metrics) }()
+	a.onStop("warm pool gauge", func(context.Context) error { stop(); <-done; return nil })
+	return envs, checks, nil
 }
 
 // reportPool keeps the warm-pool gauge current until ctx ends. The pool's

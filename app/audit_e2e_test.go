@@ -27,7 +27,7 @@ import (
 	"github.com/execgate/execgate/audit/audittest"
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
-	"github.com/execgate/execgate/gateway"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -66,7 +66,7 @@ func newObsGateway(t *testing.T, listen string) *obsGateway {
 	sb := testenv.SandboxConfig(t) // skips without root or nsjail
 	dir := t.TempDir()
 	g := &obsGateway{dir: dir, configPath: filepath.Join(dir, obsConfigName), auditFile: filepath.Join(dir, obsAuditFileName)}
-	if _, err := config.EnsureDevKey(filepath.Join(dir, obsDevKeyName)); err != nil {
+	if _, err := auth.EnsureDevKey(filepath.Join(dir, obsDevKeyName)); err != nil {
 		t.Fatal(err)
 	}
 	yaml := e2eGatewayYAML(listen, dir, filepath.Join(dir, obsDevKeyName), sb) + fmt.Sprintf(`server:
@@ -182,7 +182,7 @@ func obsInstallTracerProvider(t *testing.T, procs ...sdktrace.SpanProcessor) {
 type obsResponse struct {
 	HTTPStatus  int
 	ExecutionID string // X-Execution-Id
-	Env         gateway.Envelope
+	Env         execution.Envelope
 	Header      http.Header
 }
 
@@ -586,7 +586,7 @@ func obsFreeAddr(t *testing.T) string {
 }
 
 // obsErrType is the envelope's error.type, "" when ok.
-func obsErrType(env gateway.Envelope) string {
+func obsErrType(env execution.Envelope) string {
 	if env.Error == nil {
 		return ""
 	}

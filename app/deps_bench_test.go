@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/internal/stats"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -83,10 +83,10 @@ func TestDepsFirstRunVsPreparedStart(t *testing.T) {
 		{"prepared, by the same requirements", same},
 		{"no requirements (cold jail, for reference)", none},
 	} {
-		t.Logf("n=%d %-45s p50 %8v  p90 %8v", n, row.name, quantile(row.ds, .5).Round(100*time.Microsecond), quantile(row.ds, .9).Round(100*time.Microsecond))
+		t.Logf("n=%d %-45s p50 %8v  p90 %8v", n, row.name, stats.Percentile(row.ds, .5).Round(100*time.Microsecond), stats.Percentile(row.ds, .9).Round(100*time.Microsecond))
 	}
-	if quantile(prepared, .5) >= quantile(first, .5) {
-		t.Fatalf("a prepared start (p50 %v) is not faster than a first run (p50 %v)", quantile(prepared, .5), quantile(first, .5))
+	if stats.Percentile(prepared, .5) >= stats.Percentile(first, .5) {
+		t.Fatalf("a prepared start (p50 %v) is not faster than a first run (p50 %v)", stats.Percentile(prepared, .5), stats.Percentile(first, .5))
 	}
 }
 
@@ -176,14 +176,6 @@ func TestDepsPreparedWarmVsCold(t *testing.T) {
 		{"prepared + warm 1, by environment_id", warm},
 		{"prepared, not warmed (cold jail)", cold},
 	} {
-		t.Logf("n=%d %-40s p50 %8v  p90 %8v", n, row.name, quantile(row.ds, .5).Round(100*time.Microsecond), quantile(row.ds, .9).Round(100*time.Microsecond))
+		t.Logf("n=%d %-40s p50 %8v  p90 %8v", n, row.name, stats.Percentile(row.ds, .5).Round(100*time.Microsecond), stats.Percentile(row.ds, .9).Round(100*time.Microsecond))
 	}
-}
-
-// quantile is the p-quantile of ds (0 <= p <= 1, the nearest rank of the
-// sorted samples), for the logged benchmark rows.
-func quantile(ds []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[int(p*float64(len(s)-1)+0.5)]
 }

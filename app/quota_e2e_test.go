@@ -63,7 +63,7 @@ func quotaE2ENewCluster(t *testing.T, bin string, n int, redisURL string, q quot
 	sb := testenv.SandboxConfig(t) // skips without root or nsjail
 	keyDir := t.TempDir()
 	keyPath := filepath.Join(keyDir, obsDevKeyName)
-	if _, err := config.EnsureDevKey(keyPath); err != nil {
+	if _, err := auth.EnsureDevKey(keyPath); err != nil {
 		t.Fatal(err)
 	}
 	c := &quotaE2ECluster{bin: bin}

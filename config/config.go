@@ -11,8 +11,6 @@ package config
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -218,30 +216,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// EnsureDevKey creates the HS256 dev key file (0600, 32 random bytes hex) if
-// it does not exist. It reports whether it created one.
-func EnsureDevKey(path string) (bool, error) {
-	if _, err := os.Stat(path); err == nil {
-		return false, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return false, fmt.Errorf("creating key dir: %w", err)
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return false, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return false, fmt.Errorf("creating dev key: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(hex.EncodeToString(buf) + "\n"); err != nil {
-		return false, err
-	}
-	return true, f.Close()
 }
 
 // Print writes the effective config as YAML with secrets redacted.

@@ -119,13 +119,13 @@ func TestPolicyRequestGrantsTheFixturesToolsOnlyInTestMode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := policyRequest(&tc.req)
+			got := tc.req.PolicyRequest()
 			if !reflect.DeepEqual(got.Tools, tc.want) {
 				t.Errorf("tools = %#v, want %#v", got.Tools, tc.want)
 			}
 		})
 	}
-	got := policyRequest(&Request{NetworkAccess: "proxy", Egress: &EgressRequest{Allow: []string{"*.example.com:443"}}})
+	got := (&Request{NetworkAccess: "proxy", Egress: &EgressRequest{Allow: []string{"*.example.com:443"}}}).PolicyRequest()
 	if got.NetworkAccess != "proxy" || !reflect.DeepEqual(got.EgressAllow, []string{"*.example.com:443"}) {
 		t.Errorf("egress: %+v", got)
 	}

@@ -87,11 +87,23 @@ func (f *Flow) remember(ctx context.Context, x *state, status int, env *Envelope
 	}
 }
 
-// runEnvelope is the answer of a run that happened.
+// runEnvelope is the answer of a run that happened: RunEnvelope with the
+// decision and the trace.
 func runEnvelope(ctx context.Context, x *state, tenant tenancy.Tenant, res sandbox.Result) *Envelope {
+	env := RunEnvelope(x.id, tenant.ID, res)
+	env.Decision = envelopeDecision(x.decision, x.limits)
+	env.TraceID = TraceID(ctx)
+	return env
+}
+
+// RunEnvelope is the envelope of a run that happened: res as the caller
+// sees it (egress attempts bounded, logs always an array, an error status
+// always with an error, no result unless ok). Decision and TraceID are left
+// for the caller: the flow sets them, `execgate run` has neither.
+func RunEnvelope(executionID, tenantID string, res sandbox.Result) *Envelope {
 	env := &Envelope{
-		ExecutionID: x.id,
-		TenantID:    tenant.ID,
+		ExecutionID: executionID,
+		TenantID:    tenantID,
 		Status:      res.Status,
 		Result:      res.Result,
 		Stdout:      res.Stdout,
@@ -100,8 +112,6 @@ func runEnvelope(ctx context.Context, x *state, tenant tenancy.Tenant, res sandb
 		Usage:       res.Usage,
 		Logs:        res.Logs,
 		ToolCalls:   envelopeToolCalls(res.ToolCalls),
-		Decision:    envelopeDecision(x.decision, x.limits),
-		TraceID:     TraceID(ctx),
 	}
 	env.Egress, env.EgressDropped = sandbox.BoundEgress(res.Egress)
 	env.EgressDropped += res.EgressDropped

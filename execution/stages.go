@@ -131,7 +131,7 @@ func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (pol
 
 // policyInput is the policy's input for the request.
 func policyInput(x *state, tenant tenancy.Tenant) policy.Input {
-	preq := policyRequest(x.req)
+	preq := x.req.PolicyRequest()
 	preq.Packages = PolicyPackages(x.env)
 	return policy.BuildInput(tenant, x.principal, preq)
 }
@@ -146,9 +146,12 @@ func (f *Flow) Decide(ctx context.Context, p tenancy.Principal, tenant tenancy.T
 	return policyInput(x, tenant), dec, err
 }
 
-// policyRequest is what the policy sees of req (BuildInput hashes and
-// measures the source and args; they never enter the input).
-func policyRequest(req *Request) policy.Request {
+// PolicyRequest is what the policy sees of req: its fields, and as tools
+// the ones it narrows to plus, in test mode, the fixture tools it answers
+// (policy.BuildInput hashes and measures the source and args; they never
+// enter the input). The execute and dry-run paths and `execgate policy
+// eval` all map a request through it.
+func (req *Request) PolicyRequest() policy.Request {
 	tools := append(make([]string, 0, len(req.Tools)), req.Tools...)
 	if req.Fixtures != nil && req.Mode == "test" {
 		for name := range req.Fixtures.Tools {

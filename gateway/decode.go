@@ -217,8 +217,7 @@ func oneOf(path, v string, allowed ...string) error {
 }
 
 // decodeExecute checks (checkJSON), decodes and validates an execute
-// request body. Defaults are filled: language python, entrypoint run,
-// network none, mode run.
+// request body. Defaults are filled (ExecuteRequest.withDefaults).
 func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 	if err := checkJSON(body, c.depth); err != nil {
 		return nil, err
@@ -226,11 +225,29 @@ func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
 	return decodeExecuteFields(body, c)
 }
 
-// decodeExecuteFields decodes an execute request body checkJSON accepted.
+// decodeExecuteFields decodes an execute request body checkJSON accepted:
+// each field on its own (executeFields), then the defaults, then the rules
+// that tie fields together (checkExecute).
 func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 	req := &ExecuteRequest{}
 	var sawSource bool
-	err := decodeObject("", body, fieldFuncs{
+	if err := decodeObject("", body, executeFields(req, c, &sawSource)); err != nil {
+		return nil, err
+	}
+	if !sawSource || req.Source == "" {
+		return nil, badRequest("source", "is required")
+	}
+	withRequestDefaults(req)
+	if err := checkExecute(req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// executeFields decodes and validates each top-level field of an execute
+// request into req; sawSource records that source was present.
+func executeFields(req *ExecuteRequest, c caps, sawSource *bool) fieldFuncs {
+	return fieldFuncs{
 		"execution_id": func(p string, raw json.RawMessage) error {
 			if err := decodeString(p, raw, &req.ExecutionID); err != nil {
 				return err
@@ -249,13 +266,8 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			}
 			return nil
 		},
-		"language": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.Language); err != nil {
-				return err
-			}
-			return oneOf(p, req.Language, sandbox.Languages...)
-		},
-		"source":     sourceField(&req.Source, c.source, &sawSource),
+		"language":   languageField(&req.Language),
+		"source":     sourceField(&req.Source, c.source, sawSource),
 		"entrypoint": entrypointField(&req.Entrypoint),
 		"args": func(p string, raw json.RawMessage) error {
 			raw = bytes.TrimSpace(raw)
@@ -274,22 +286,7 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			}
 			return oneOf(p, req.NetworkAccess, "none", "proxy", "host")
 		},
-		"egress": func(p string, raw json.RawMessage) error {
-			req.Egress = &EgressRequest{}
-			return decodeObject(p, raw, fieldFuncs{
-				"allow": func(p string, raw json.RawMessage) error {
-					if err := decodeStrings(p, raw, &req.Egress.Allow); err != nil {
-						return err
-					}
-					for i, h := range req.Egress.Allow {
-						if err := checkEgressHost(h); err != nil {
-							return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q %v", h, err)
-						}
-					}
-					return nil
-				},
-			})
-		},
+		"egress": egressField(&req.Egress),
 		"limits": func(p string, raw json.RawMessage) error {
 			return decodeLimits(p, raw, &req.Limits)
 		},
@@ -299,80 +296,108 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			}
 			return oneOf(p, req.Mode, "run", "test")
 		},
-		"tools": func(p string, raw json.RawMessage) error {
-			if err := decodeStrings(p, raw, &req.Tools); err != nil {
-				return err
-			}
-			if len(req.Tools) > maxListItems {
-				return badRequest(p, "has %d tools; at most %d", len(req.Tools), maxListItems)
-			}
-			for i, name := range req.Tools {
-				if !toolGlobRe().MatchString(name) {
-					return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a tool name or glob (\"server.tool\", \"server.*\")", name)
-				}
-			}
-			return nil
-		},
-		"fixtures": func(p string, raw json.RawMessage) error {
-			if len(bytes.TrimSpace(raw)) > maxFixtureBytes {
-				return tooLarge(p, int64(len(raw)), maxFixtureBytes)
-			}
-			req.Fixtures = &Fixtures{}
-			return decodeObject(p, raw, fieldFuncs{
-				"variables": func(p string, raw json.RawMessage) error {
-					if kindOf(raw) != "an object" {
-						return badRequest(p, "must be an object, got %s", kindOf(raw))
-					}
-					req.Fixtures.Variables = compact(raw)
-					return nil
-				},
-				"tools": func(p string, raw json.RawMessage) error {
-					var m map[string]json.RawMessage
-					if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
-						return badRequest(p, "must be an object mapping tool names to return values, got %s", kindOf(raw))
-					}
-					if len(m) > maxListItems {
-						return badRequest(p, "has %d tools; at most %d", len(m), maxListItems)
-					}
-					for name := range m {
-						if !toolNameRe().MatchString(name) {
-							return badRequest(p, "%q is not a valid tool name", name)
-						}
-					}
-					req.Fixtures.Tools = m
-					return nil
-				},
-			})
-		},
-	})
-	if err != nil {
-		return nil, err
+		"tools":    toolsField(&req.Tools),
+		"fixtures": fixturesField(&req.Fixtures),
 	}
-	if !sawSource || req.Source == "" {
-		return nil, badRequest("source", "is required")
-	}
-	if req.Language == "" {
-		req.Language = sandbox.LanguagePython
-	}
-	if req.Entrypoint == "" {
-		req.Entrypoint = "run"
-	}
-	if req.NetworkAccess == "" {
-		req.NetworkAccess = "none"
-	}
-	if req.Mode == "" {
-		req.Mode = "run"
-	}
+}
+
+// checkExecute applies the rules between the fields of a decoded request
+// (defaults filled): fixtures only in test mode, egress hosts only with
+// the proxy, at most one way of asking for packages.
+func checkExecute(req *ExecuteRequest) error {
 	if req.Fixtures != nil && req.Mode != "test" {
-		return nil, badRequest("fixtures", `only allowed with mode "test"`)
+		return badRequest("fixtures", `only allowed with mode "test"`)
 	}
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
-		return nil, badRequest("egress.allow", `only allowed with network_access "proxy"`)
+		return badRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
-	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID); err != nil {
-		return nil, err
+	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
+}
+
+// languageField decodes the language into dst: one the sandbox runs.
+func languageField(dst *string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeString(p, raw, dst); err != nil {
+			return err
+		}
+		return oneOf(p, *dst, sandbox.Languages...)
 	}
-	return req, nil
+}
+
+// egressField decodes {"allow": [host[:port] globs]} into *dst.
+func egressField(dst **EgressRequest) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		e := &EgressRequest{}
+		*dst = e
+		return decodeObject(p, raw, fieldFuncs{
+			"allow": func(p string, raw json.RawMessage) error {
+				if err := decodeStrings(p, raw, &e.Allow); err != nil {
+					return err
+				}
+				for i, h := range e.Allow {
+					if err := checkEgressHost(h); err != nil {
+						return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q %v", h, err)
+					}
+				}
+				return nil
+			},
+		})
+	}
+}
+
+// toolsField decodes the tool names or globs a run narrows to into dst.
+func toolsField(dst *[]string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeStrings(p, raw, dst); err != nil {
+			return err
+		}
+		if len(*dst) > maxListItems {
+			return badRequest(p, "has %d tools; at most %d", len(*dst), maxListItems)
+		}
+		for i, name := range *dst {
+			if !toolGlobRe().MatchString(name) {
+				return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a tool name or glob (\"server.tool\", \"server.*\")", name)
+			}
+		}
+		return nil
+	}
+}
+
+// fixturesField decodes test-mode fixtures (variables, canned tool
+// returns) into *dst, within maxFixtureBytes.
+func fixturesField(dst **Fixtures) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if len(bytes.TrimSpace(raw)) > maxFixtureBytes {
+			return tooLarge(p, int64(len(raw)), maxFixtureBytes)
+		}
+		fx := &Fixtures{}
+		*dst = fx
+		return decodeObject(p, raw, fieldFuncs{
+			"variables": func(p string, raw json.RawMessage) error {
+				if kindOf(raw) != "an object" {
+					return badRequest(p, "must be an object, got %s", kindOf(raw))
+				}
+				fx.Variables = compact(raw)
+				return nil
+			},
+			"tools": func(p string, raw json.RawMessage) error {
+				var m map[string]json.RawMessage
+				if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
+					return badRequest(p, "must be an object mapping tool names to return values, got %s", kindOf(raw))
+				}
+				if len(m) > maxListItems {
+					return badRequest(p, "has %d tools; at most %d", len(m), maxListItems)
+				}
+				for name := range m {
+					if !toolNameRe().MatchString(name) {
+						return badRequest(p, "%q is not a valid tool name", name)
+					}
+				}
+				fx.Tools = m
+				return nil
+			},
+		})
+	}
 }
 
 // checkSource applies the size cap and rejects what can never compile.
@@ -451,12 +476,7 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	err := decodeObject("", body, fieldFuncs{
 		"source":     sourceField(&req.Source, c.source, nil),
 		"entrypoint": entrypointField(&req.Entrypoint),
-		"language": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.Language); err != nil {
-				return err
-			}
-			return oneOf(p, req.Language, sandbox.Languages...)
-		},
+		"language":   languageField(&req.Language),
 	})
 	if err != nil {
 		return nil, err
@@ -464,12 +484,8 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	if req.Source == "" {
 		return nil, badRequest("source", "is required")
 	}
-	if req.Language == "" {
-		req.Language = sandbox.LanguagePython
-	}
-	if req.Entrypoint == "" {
-		req.Entrypoint = "run"
-	}
+	d := policy.Request{Language: req.Language, Entrypoint: req.Entrypoint}.WithDefaults()
+	req.Language, req.Entrypoint = d.Language, d.Entrypoint
 	return req, nil
 }
 

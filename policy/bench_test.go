@@ -3,9 +3,10 @@ package policy
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/execgate/execgate/internal/stats"
 )
 
 // benchInput is a realistic request: proxy with egress, a requirement,
@@ -74,7 +75,7 @@ func benchDecide(b *testing.B, opts Options, build func() Input) {
 		i++
 	}
 	b.StopTimer()
-	p50, p99 := percentiles(lat)
+	p50, p99 := stats.Percentile(lat, 0.50), stats.Percentile(lat, 0.99)
 	b.ReportMetric(float64(p50.Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns")
 }
@@ -101,13 +102,4 @@ func BenchmarkBuildInput(b *testing.B) {
 	for b.Loop() {
 		_ = BuildInput(t, p, r)
 	}
-}
-
-func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
-	if len(lat) == 0 {
-		return 0, 0
-	}
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
 }

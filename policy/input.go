@@ -1,12 +1,8 @@
 package policy
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/execgate/execgate/tenancy"
@@ -29,7 +25,9 @@ type Request struct {
 	Tools         []string
 }
 
-// Defaults BuildInput applies to an empty field.
+// Request defaults: what an execute request that leaves a field out asks
+// for. WithDefaults is the one place they are applied; the gateway's
+// decoder and BuildInput both go through it.
 const (
 	DefaultLanguage      = "python"
 	DefaultEntrypoint    = "run"
@@ -44,6 +42,7 @@ const (
 // nil lists and tenant data into empty ones so the policy always sees the
 // same shape. The source itself never enters the input.
 func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
+	r = r.WithDefaults()
 	sum := sha256.Sum256([]byte(r.Source))
 	data := t.Policy
 	if data == nil {
@@ -58,20 +57,33 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 		Tenant:  TenantInput{ID: t.ID, Plan: t.Plan, Data: data},
 		Subject: SubjectInput{Sub: p.Subject, Roles: nonNil(p.Roles)},
 		Request: RequestInput{
-			Language:      orDefault(r.Language, DefaultLanguage),
-			Entrypoint:    orDefault(r.Entrypoint, DefaultEntrypoint),
+			Language:      r.Language,
+			Entrypoint:    r.Entrypoint,
 			SourceSHA256:  hex.EncodeToString(sum[:]),
 			SourceBytes:   len(r.Source),
 			ArgsBytes:     len(r.Args),
 			Requirements:  nonNil(r.Requirements),
 			Packages:      nonNilPackages(r.Packages),
-			NetworkAccess: orDefault(r.NetworkAccess, DefaultNetworkAccess),
+			NetworkAccess: r.NetworkAccess,
 			EgressHosts:   egress,
 			Limits:        r.Limits,
-			Mode:          orDefault(r.Mode, DefaultMode),
+			Mode:          r.Mode,
 			Tools:         nonNil(r.Tools),
 		},
 	}
+}
+
+// WithDefaults returns r with its empty (or blank) language, entrypoint,
+// network access and mode set to the request defaults (DefaultLanguage,
+// DefaultEntrypoint, DefaultNetworkAccess, DefaultMode) and the others
+// trimmed. Test mode's network is not touched here: the policy decides
+// none for it, and the gateway holds the decision to that.
+func (r Request) WithDefaults() Request {
+	r.Language = orDefault(r.Language, DefaultLanguage)
+	r.Entrypoint = orDefault(r.Entrypoint, DefaultEntrypoint)
+	r.NetworkAccess = orDefault(r.NetworkAccess, DefaultNetworkAccess)
+	r.Mode = orDefault(r.Mode, DefaultMode)
+	return r
 }
 
 func orDefault(s, def string) string {
@@ -94,59 +106,4 @@ func nonNil(s []string) []string {
 	out := make([]string, len(s))
 	copy(out, s)
 	return out
-}
-
-// requestBody is the subset of the execute request body (DESIGN §4) that
-// ParseRequest reads; other fields (execution_id, tenant_id, fixtures, …)
-// belong to the gateway and are ignored here.
-type requestBody struct {
-	Language      string          `json:"language"`
-	Entrypoint    string          `json:"entrypoint"`
-	Source        string          `json:"source"`
-	Args          json.RawMessage `json:"args"`
-	Requirements  []string        `json:"requirements"`
-	NetworkAccess string          `json:"network_access"`
-	Egress        *struct {
-		Allow []string `json:"allow"`
-	} `json:"egress"`
-	Limits *Limits  `json:"limits"`
-	Mode   string   `json:"mode"`
-	Tools  []string `json:"tools"`
-}
-
-// ParseRequest reads an execute request body (JSON) into a Request, for
-// `execgate policy eval` and the admin dry-run. A field of the wrong type is
-// an error naming the field. Fields the policy does not see are ignored.
-func ParseRequest(body []byte) (Request, error) {
-	var b requestBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&b); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return Request{}, fmt.Errorf("parsing request: field %s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
-		}
-		return Request{}, fmt.Errorf("parsing request: %w", err)
-	}
-	if dec.More() {
-		return Request{}, errors.New("parsing request: trailing data after the JSON object")
-	}
-	r := Request{
-		Language:      b.Language,
-		Entrypoint:    b.Entrypoint,
-		Source:        b.Source,
-		Requirements:  b.Requirements,
-		NetworkAccess: b.NetworkAccess,
-		Mode:          b.Mode,
-		Tools:         b.Tools,
-	}
-	if len(b.Args) > 0 {
-		r.Args = []byte(b.Args)
-	}
-	if b.Egress != nil {
-		r.EgressAllow = b.Egress.Allow
-	}
-	if b.Limits != nil {
-		r.Limits = *b.Limits
-	}
-	return r, nil
 }

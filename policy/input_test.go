@@ -51,41 +51,6 @@ func TestBuildInput(t *testing.T) {
 	require.Equal(t, []string{}, empty.Subject.Roles)
 }
 
-func TestParseRequest(t *testing.T) {
-	probe := `{"execution_id":"probe","tenant_id":"demo","source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}`
-	r, err := ParseRequest([]byte(probe))
-	require.NoError(t, err)
-	require.Equal(t, Request{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Entrypoint: "run"}, r)
-
-	full := `{"source": "x", "args": {"a": [1, 2]}, "requirements": ["six==1"], "network_access": "proxy",
-		"egress": {"allow": ["*.example.com:443"]}, "limits": {"timeout_ms": 1000, "memory_mb": 64},
-		"mode": "test", "language": "python", "tools": ["search"], "fixtures": {"tools": {"search": 1}}}`
-	r, err = ParseRequest([]byte(full))
-	require.NoError(t, err)
-	require.Equal(t, Request{
-		Language: "python", Source: "x", Args: []byte(`{"a": [1, 2]}`), Requirements: []string{"six==1"},
-		NetworkAccess: "proxy", EgressAllow: []string{"*.example.com:443"}, Limits: Limits{TimeoutMS: 1000, MemoryMB: 64},
-		Mode: "test", Tools: []string{"search"},
-	}, r)
-
-	bad := []struct{ body, wantErr string }{
-		{`{"limits": {"memory_mb": "lots"}}`, "field limits.memory_mb"},
-		{`{"limits": {"memory_mb": 1.5}}`, "field limits.memory_mb"},
-		{`{"requirements": "six"}`, "field requirements"},
-		{`{"egress": {"allow": [1]}}`, "field egress.allow"},
-		{`{"source": 1}`, "field source"},
-		{`{"source": "x"`, "parsing request"},
-		{`{} {}`, "trailing data"},
-		{`[]`, "parsing request"},
-	}
-	for _, tc := range bad {
-		t.Run(tc.body, func(t *testing.T) {
-			_, err := ParseRequest([]byte(tc.body))
-			require.ErrorContains(t, err, tc.wantErr)
-		})
-	}
-}
-
 func FuzzBuildInput(f *testing.F) {
 	f.Add("def run(a, c): pass", []byte(`{"a":1}`), "", "", "", "", "API.example.com:443", "six==1", int64(0))
 	f.Add("", []byte(nil), "javascript", "main", "proxy", "test", " *.X.org ", "", int64(-5))

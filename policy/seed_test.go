@@ -309,11 +309,7 @@ func FuzzSeededDecisionMatchesFull(f *testing.F) {
 		data, err := json.Marshal(ten.Policy)
 		require.NoError(f, err)
 		for name, r := range seedRequests() {
-			body, err := json.Marshal(map[string]any{
-				"language": r.Language, "source": r.Source, "requirements": r.Requirements,
-				"network_access": r.NetworkAccess, "egress": map[string]any{"allow": r.EgressAllow},
-				"limits": r.Limits, "mode": r.Mode, "tools": r.Tools,
-			})
+			body, err := json.Marshal(r) // a Request as JSON; fuzzInput reads it back
 			require.NoError(f, err)
 			f.Add(ten.ID, string(data), string(body), fmt.Sprintf("executor,%s", name))
 		}
@@ -334,8 +330,8 @@ func fuzzInput(id, data, body, roles string) (tenancy.Tenant, tenancy.Principal,
 	if json.Unmarshal([]byte(data), &policy) != nil {
 		return tenancy.Tenant{}, tenancy.Principal{}, Request{}, false
 	}
-	r, err := ParseRequest([]byte(body))
-	if err != nil {
+	var r Request
+	if json.Unmarshal([]byte(body), &r) != nil {
 		return tenancy.Tenant{}, tenancy.Principal{}, Request{}, false
 	}
 	ten := tenancy.Tenant{ID: id, Plan: "standard", Policy: policy}

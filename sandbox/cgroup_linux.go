@@ -57,6 +57,7 @@ type cgroups struct {
 	parent  string // Config.CgroupParent
 	acct    acctKind
 	unified string // the hybrid cgroup2 mount (acctUnified only)
+	v2root  string // v1 only: a cgroup2 mount found but not used (ProbeCgroups reports it)
 }
 
 // acctKind is how a run's CPU time is read (see the layout above).
@@ -76,6 +77,12 @@ func (k acctKind) String() string {
 // detectCgroups picks the cgroup version for mode ("auto", "v1", "v2") under
 // root (normally /sys/fs/cgroup).
 func detectCgroups(mode, root, parent string) (*cgroups, error) {
+	return detectCgroupsWith(mode, root, parent, isFS)
+}
+
+// detectCgroupsWith is detectCgroups with the filesystem-type test
+// injected (tests lay out fake mounts in a temp dir).
+func detectCgroupsWith(mode, root, parent string, isFS func(path string, magic int64) bool) (*cgroups, error) {
 	v2root := ""
 	if isFS(root, cgroup2Magic) {
 		v2root = root
@@ -92,7 +99,7 @@ func detectCgroups(mode, root, parent string) (*cgroups, error) {
 	case (mode == "auto" || mode == "v2") && v2root != "" && hasControllers(v2root, "memory", "pids"):
 		return &cgroups{version: 2, root: v2root, parent: parent, acct: acctV2}, nil
 	case (mode == "auto" || mode == "v1") && v1ok:
-		c := &cgroups{version: 1, root: root, parent: parent}
+		c := &cgroups{version: 1, root: root, parent: parent, v2root: v2root}
 		if _, err := os.Stat(filepath.Join(root, "cpu", "cpuacct.usage")); err == nil {
 			c.acct = acctV1Cpuacct
 		} else if u := filepath.Join(root, "unified"); isFS(u, cgroup2Magic) {
@@ -108,6 +115,71 @@ func detectCgroups(mode, root, parent string) (*cgroups, error) {
 		Reason: fmt.Sprintf("no usable cgroups under %s (sandbox.cgroups=%s needs %s)", root, mode, want),
 		Hint:   cgroupHint,
 	}
+}
+
+// CgroupProbe is what ProbeCgroups found: the cgroups a runner would use.
+type CgroupProbe struct {
+	Version int    // 1 or 2
+	Root    string // v2: the cgroup2 mount; v1: the directory of the controller mounts
+	// Parents are the parent cgroup's directories (one per v1 hierarchy),
+	// each proven to take a child cgroup.
+	Parents []string
+	// Detail describes the layout in a line, for `execgate diagnose`.
+	Detail string
+}
+
+// ProbeCgroups detects the cgroups a runner with cfg would use (the rules
+// of NewRunner) and proves the parent cgroup usable by creating and
+// removing a probe cgroup below it; on v2 the probe must have the memory
+// and pids controllers (delegated to the parent). It enables nothing: a
+// parent NewRunner would still set up can fail here. A failure is an
+// *UnavailableError whose Reason and Hint say what to do.
+func ProbeCgroups(cfg Config) (CgroupProbe, error) {
+	cfg = cfg.withDefaults()
+	return probeCgroups(cfg.Cgroups, cgroupFSRoot, cfg.CgroupParent, isFS)
+}
+
+func probeCgroups(mode, root, parent string, isFS func(string, int64) bool) (CgroupProbe, error) {
+	cg, err := detectCgroupsWith(mode, root, parent, isFS)
+	if err != nil {
+		return CgroupProbe{}, err
+	}
+	p := CgroupProbe{Version: cg.version, Root: cg.root, Parents: cg.parentDirs()}
+	if cg.version == 1 && cg.acct == acctUnified {
+		p.Parents = p.Parents[:len(v1Controllers)] // the hybrid mount is optional
+	}
+	probe := fmt.Sprintf("diagnose-%d", os.Getpid())
+	hint := cgroupHint
+	if cg.version == 2 {
+		hint = "give execgate a delegated cgroup (systemd Delegate=yes, or a private cgroup namespace in a container)"
+	}
+	for _, dir := range p.Parents {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return p, &UnavailableError{Reason: fmt.Sprintf("v%d: creating the parent cgroup %s", cg.version, dir), Hint: hint, Err: err}
+		}
+		pd := filepath.Join(dir, probe)
+		if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return p, &UnavailableError{Reason: fmt.Sprintf("v%d: creating a cgroup below %s", cg.version, dir), Hint: hint, Err: err}
+		}
+		delegated := cg.version == 1 || hasControllers(pd, "memory", "pids")
+		os.Remove(pd)
+		if !delegated {
+			data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+			return p, &UnavailableError{
+				Reason: fmt.Sprintf("v2 at %s: memory and pids are not delegated to %s (its subtree_control: %q)", cg.root, dir, strings.TrimSpace(string(data))),
+				Hint:   "echo '+memory +pids +cpu' > " + filepath.Join(dir, "cgroup.subtree_control") + " (execgate does this at start-up when it may)",
+			}
+		}
+	}
+	if cg.version == 2 {
+		p.Detail = fmt.Sprintf("v2 at %s, memory/pids delegated to %s", cg.root, p.Parents[0])
+	} else {
+		p.Detail = fmt.Sprintf("v1 (memory, pids, cpu) under %s/{memory,pids,cpu}/%s", cg.root, cg.parent)
+		if cg.v2root != "" {
+			p.Detail += "; v2 at " + cg.v2root + " lacks the memory controller"
+		}
+	}
+	return p, nil
 }
 
 func isFS(path string, magic int64) bool {

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -177,4 +179,95 @@ func exitedPID(t *testing.T) int {
 		t.Skipf("/bin/true: %v", err)
 	}
 	return cmd.Process.Pid
+}
+
+// fakeCgroupFS lays out cgroup "mounts" in a temp dir; magic reports the
+// filesystem type the test says each one has.
+type fakeCgroupFS struct {
+	root   string
+	magics map[string]int64 // path relative to root → statfs magic
+}
+
+func (f fakeCgroupFS) isFS(p string, magic int64) bool {
+	rel, err := filepath.Rel(f.root, p)
+	return err == nil && f.magics[rel] == magic
+}
+
+func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		mode        string
+		magics      map[string]int64
+		controllers map[string]string // dir → cgroup.controllers content
+		ok          bool
+		detail      string
+	}{
+		{
+			name:   "v1 hierarchies",
+			mode:   "auto",
+			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic, "unified": cgroup2Magic},
+			ok:     true, detail: "v1 (memory, pids, cpu)",
+		},
+		{
+			name:        "v2 with delegated controllers",
+			mode:        "auto",
+			magics:      map[string]int64{".": cgroup2Magic},
+			controllers: map[string]string{".": "cpuset cpu io memory pids", "execgate/diagnose-*": "cpu memory pids"},
+			ok:          true, detail: "v2 at",
+		},
+		{
+			name:        "v2 without delegation to the parent",
+			mode:        "auto",
+			magics:      map[string]int64{".": cgroup2Magic},
+			controllers: map[string]string{".": "cpu memory pids"},
+			detail:      "not delegated",
+		},
+		{
+			name:   "v2 forced on a v1 host",
+			mode:   "v2",
+			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic},
+			detail: "sandbox.cgroups=v2",
+		},
+		{
+			name:   "no cgroups at all",
+			mode:   "auto",
+			magics: map[string]int64{},
+			detail: "no usable cgroups",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := fakeCgroupFS{root: t.TempDir(), magics: tc.magics}
+			for dir, content := range tc.controllers {
+				if strings.Contains(dir, "*") {
+					continue // written below, once the probe dir exists
+				}
+				if err := os.WriteFile(filepath.Join(fs.root, dir, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A real cgroupfs fills a new cgroup's cgroup.controllers from its
+			// parent's subtree_control; a temp dir cannot, so the delegated
+			// case pre-creates the probe cgroup with what the kernel would show.
+			if content, ok := tc.controllers["execgate/diagnose-*"]; ok {
+				probe := filepath.Join(fs.root, "execgate", "diagnose-"+strconv.Itoa(os.Getpid()))
+				if err := os.MkdirAll(probe, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(probe, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := probeCgroups(tc.mode, fs.root, "execgate", fs.isFS)
+			if tc.ok {
+				if err != nil || !strings.Contains(p.Detail, tc.detail) {
+					t.Fatalf("probe = %+v, %v; want ok with %q", p, err, tc.detail)
+				}
+				return
+			}
+			var u *UnavailableError
+			if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.detail) || u.Hint == "" {
+				t.Errorf("probe error = %v, want an UnavailableError with a hint, naming %q", err, tc.detail)
+			}
+		})
+	}
 }

@@ -116,10 +116,14 @@ func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
 	}
 }
 
-func TestTestModeForcesNetworkNone(t *testing.T) {
-	_, p, err := normalize(Spec{Mode: "test", Network: NetworkHost, Limits: limits.Default})
-	if err != nil || p.Network != NetworkNone {
+func TestTestModeRunsWithNetworkNoneOnly(t *testing.T) {
+	if _, p, err := normalize(Spec{Mode: "test", Limits: limits.Default}); err != nil || p.Network != NetworkNone {
 		t.Errorf("test mode: network %s, err %v", p.Network, err)
+	}
+	for _, n := range []Network{NetworkHost, NetworkProxy} {
+		if _, _, err := normalize(Spec{Mode: "test", Network: n, Limits: limits.Default}); err == nil || !strings.Contains(err.Error(), "test mode runs with network none") {
+			t.Errorf("test mode with network %s: err %v, want a refusal", n, err)
+		}
 	}
 }
 

@@ -86,6 +86,12 @@ var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // normalize applies defaults to spec and checks it; limits are checked,
 // never defaulted (limits.Validate). A bad spec is the caller's mistake and
 // is reported as an InvalidInput result (nothing runs).
+// An empty language, entrypoint, mode or network is read as Spec's zero
+// value (python, run, run, none) for the runner's direct callers (diagnose,
+// bench, tests); a request reaches the runner with the policy's request
+// defaults (policy.Request.WithDefaults) already applied by the gateway.
+// Test mode is not given a network here: a test-mode spec asking for one is
+// refused.
 func normalize(spec Spec) (Spec, profile, error) {
 	if spec.Entrypoint == "" {
 		spec.Entrypoint = "run"
@@ -120,8 +126,12 @@ func normalize(spec Spec) (Spec, profile, error) {
 		}
 		spec.Network = NetworkNone
 	case "test":
-		// Capability testing never touches the network (DESIGN §12.6).
-		spec.Network = NetworkNone
+		// Capability testing never touches the network (DESIGN §12.6): the
+		// policy decides none for it and the gateway holds the decision to
+		// that; a spec asking otherwise is a caller's mistake.
+		if spec.Network != NetworkNone {
+			errs = append(errs, fmt.Errorf("network: test mode runs with network none, not %q", spec.Network))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("mode: %q is not run or test", spec.Mode))
 	}

@@ -38,3 +38,16 @@ func (r *Runner) Close() error { return nil }
 
 // Info is empty off Linux.
 func (r *Runner) Info() Info { return Info{ProtocolVersion: jaillayout.ProtocolVersion} }
+
+// CgroupProbe is what ProbeCgroups found; off Linux nothing.
+type CgroupProbe struct {
+	Version int
+	Root    string
+	Parents []string
+	Detail  string
+}
+
+// ProbeCgroups always fails off Linux.
+func ProbeCgroups(Config) (CgroupProbe, error) {
+	return CgroupProbe{}, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
+}

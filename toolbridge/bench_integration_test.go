@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/bridgebench"
 )
 
@@ -26,7 +27,14 @@ func TestBridgeCallLatency(t *testing.T) {
 	if v := os.Getenv("EXECGATE_BRIDGE_BENCH_CALLS"); v != "" {
 		fmt.Sscan(v, &n)
 	}
-	res, err := bridgebench.Run(context.Background(), bridgebench.Options{Calls: n, Policy: newEngine(t), Sandbox: testenv.SandboxConfig(t)})
+	sc := testenv.SandboxConfig(t)
+	sc.WarmPool = 0
+	runner, err := sandbox.NewRunner(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { runner.Close() })
+	res, err := bridgebench.Run(context.Background(), bridgebench.Options{Calls: n, Policy: newEngine(t), Runner: runner})
 	if err != nil {
 		t.Fatal(err)
 	}

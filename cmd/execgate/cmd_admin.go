@@ -42,6 +42,13 @@ func newAdminCmd() *cobra.Command {
 		Use:   "admin",
 		Short: "Administer a running gateway over its admin API (roles admin, tenant-admin, auditor)",
 	}
+	admin.AddCommand(newAdminQuotaCmd(), newAdminToolsCmd())
+	return admin
+}
+
+// newAdminQuotaCmd is `execgate admin quota`: get, set, clear and usage,
+// sharing the --url, --token and --tenant flags.
+func newAdminQuotaCmd() *cobra.Command {
 	q := &cobra.Command{
 		Use:   "quota",
 		Short: "Show, override or clear a tenant's quota, or show its usage",
@@ -54,13 +61,19 @@ set and clear need admin:
   export EXECGATE_TOKEN=$(execgate token --tenant acme --role admin)
   execgate admin quota set --tenant acme --concurrency 8`,
 	}
-	var f adminFlags
+	f := &adminFlags{}
 	pf := q.PersistentFlags()
 	pf.StringVar(&f.url, "url", "", "gateway base URL (default: http:// and the listen address of --config/--listen/EXECGATE_LISTEN, or of the embedded default)")
 	pf.StringVar(&f.token, "token", "", "bearer token: admin, or tenant-admin/auditor for get and usage of its own tenant (default $EXECGATE_TOKEN)")
 	pf.StringVar(&f.tenant, "tenant", "", "tenant id (required)")
 
-	get := &cobra.Command{
+	q.AddCommand(newQuotaGetCmd(f), newQuotaSetCmd(f), newQuotaClearCmd(f), newQuotaUsageCmd(f))
+	return q
+}
+
+// newQuotaGetCmd prints the tenant's quota.
+func newQuotaGetCmd(f *adminFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "get",
 		Short: "Print the tenant's configured quota, admin override and effective quota",
 		Args:  cobra.NoArgs,
@@ -76,7 +89,11 @@ set and clear need admin:
 			return printIndented(cmd.OutOrStdout(), data)
 		},
 	}
+}
 
+// newQuotaSetCmd overrides the tenant's quota; flags not given keep their
+// effective value.
+func newQuotaSetCmd(f *adminFlags) *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set",
 		Short: "Override the tenant's quota (flags not given keep their effective value)",
@@ -118,8 +135,12 @@ given keep the tenant's current effective value; 0 means unlimited.`,
 	sf.IntVar(&f.limits.Burst, "burst", 0, "requests admitted at once (>= 1 with a rate)")
 	sf.IntVar(&f.limits.Concurrency, "concurrency", 0, "runs in flight at once (0: unlimited)")
 	sf.Int64Var(&f.limits.DailyCPUSeconds, "daily-cpu-seconds", 0, "CPU seconds per UTC day (0: unlimited)")
+	return set
+}
 
-	clearCmd := &cobra.Command{
+// newQuotaClearCmd removes the tenant's override.
+func newQuotaClearCmd(f *adminFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "clear",
 		Short: "Remove the tenant's override: the configured quota applies again",
 		Args:  cobra.NoArgs,
@@ -135,8 +156,11 @@ given keep the tenant's current effective value; 0 means unlimited.`,
 			return printIndented(cmd.OutOrStdout(), data)
 		},
 	}
+}
 
-	usage := &cobra.Command{
+// newQuotaUsageCmd prints the tenant's usage.
+func newQuotaUsageCmd(f *adminFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "usage",
 		Short: "Print the tenant's usage: rate remaining, runs in flight, CPU budget used and reserved",
 		Args:  cobra.NoArgs,
@@ -156,10 +180,6 @@ given keep the tenant's current effective value; 0 means unlimited.`,
 			return printIndented(cmd.OutOrStdout(), data)
 		},
 	}
-
-	q.AddCommand(get, set, clearCmd, usage)
-	admin.AddCommand(q, newAdminToolsCmd())
-	return admin
 }
 
 // adminClient talks to the gateway's admin API.

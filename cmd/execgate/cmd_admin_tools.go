@@ -63,49 +63,7 @@ a file or an environment variable of the gateway.
 		},
 	}
 
-	set := &cobra.Command{
-		Use:     "set",
-		Short:   "Add or replace a tool server (a config-file server of the same name is replaced until rm)",
-		Example: "  execgate admin tools set --tenant acme --server crm --url https://crm.internal/mcp --header 'Authorization=env:CRM_TOKEN' --allow 'a*'",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.server == "" || f.serverURL == "" {
-				return errors.New("set: --server and --mcp-url are required")
-			}
-			body := map[string]any{"url": f.serverURL}
-			if len(f.headers) > 0 {
-				hs, err := parseHeaderRefs(f.headers)
-				if err != nil {
-					return err
-				}
-				body["headers"] = hs
-			}
-			if len(f.allow) > 0 {
-				body["allow"] = f.allow
-			}
-			for name, v := range map[string]int64{"timeout_ms": f.timeoutMS, "max_result_bytes": f.maxResultBytes, "tools_ttl_ms": f.toolsTTLMS} {
-				if v != 0 {
-					body[name] = v
-				}
-			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			data, err := c.do(cmd.Context(), http.MethodPut, c.path("tools/servers/"+url.PathEscape(f.server)), body)
-			if err != nil {
-				return fmt.Errorf("setting tool server %s: %w", f.server, err)
-			}
-			return printTools(cmd, data)
-		},
-	}
-	sf := set.Flags()
-	sf.StringVar(&f.serverURL, "mcp-url", "", "the server's MCP streamable HTTP endpoint (required)")
-	sf.StringArrayVar(&f.headers, "header", nil, "Name=file:/path or Name=env:VARIABLE of the gateway (repeatable; never a literal value)")
-	sf.StringArrayVar(&f.allow, "allow", nil, "glob over the server's tool names that may be offered (repeatable; default *)")
-	sf.Int64Var(&f.timeoutMS, "timeout-ms", 0, "one call's bound, ms (default 10000)")
-	sf.Int64Var(&f.maxResultBytes, "max-result-bytes", 0, "one result's bound, bytes (default 1 MiB)")
-	sf.Int64Var(&f.toolsTTLMS, "tools-ttl-ms", 0, "how long the tool list is cached, ms (default 60000)")
+	set := newToolsSetCmd(&f)
 
 	rm := &cobra.Command{
 		Use:   "rm",
@@ -131,6 +89,64 @@ a file or an environment variable of the gateway.
 	}
 	tc.AddCommand(get, set, rm)
 	return tc
+}
+
+// newToolsSetCmd is `execgate admin tools set`: add or replace a server.
+func newToolsSetCmd(f *toolsFlags) *cobra.Command {
+	set := &cobra.Command{
+		Use:     "set",
+		Short:   "Add or replace a tool server (a config-file server of the same name is replaced until rm)",
+		Example: "  execgate admin tools set --tenant acme --server crm --url https://crm.internal/mcp --header 'Authorization=env:CRM_TOKEN' --allow 'a*'",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			body, err := f.serverBody()
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			data, err := c.do(cmd.Context(), http.MethodPut, c.path("tools/servers/"+url.PathEscape(f.server)), body)
+			if err != nil {
+				return fmt.Errorf("setting tool server %s: %w", f.server, err)
+			}
+			return printTools(cmd, data)
+		},
+	}
+	sf := set.Flags()
+	sf.StringVar(&f.serverURL, "mcp-url", "", "the server's MCP streamable HTTP endpoint (required)")
+	sf.StringArrayVar(&f.headers, "header", nil, "Name=file:/path or Name=env:VARIABLE of the gateway (repeatable; never a literal value)")
+	sf.StringArrayVar(&f.allow, "allow", nil, "glob over the server's tool names that may be offered (repeatable; default *)")
+	sf.Int64Var(&f.timeoutMS, "timeout-ms", 0, "one call's bound, ms (default 10000)")
+	sf.Int64Var(&f.maxResultBytes, "max-result-bytes", 0, "one result's bound, bytes (default 1 MiB)")
+	sf.Int64Var(&f.toolsTTLMS, "tools-ttl-ms", 0, "how long the tool list is cached, ms (default 60000)")
+	return set
+}
+
+// serverBody is the tool server object set sends (PUT
+// /v1/admin/tenants/{id}/tools/servers/{name}), from the flags given.
+func (f *toolsFlags) serverBody() (map[string]any, error) {
+	if f.server == "" || f.serverURL == "" {
+		return nil, errors.New("set: --server and --mcp-url are required")
+	}
+	body := map[string]any{"url": f.serverURL}
+	if len(f.headers) > 0 {
+		hs, err := parseHeaderRefs(f.headers)
+		if err != nil {
+			return nil, err
+		}
+		body["headers"] = hs
+	}
+	if len(f.allow) > 0 {
+		body["allow"] = f.allow
+	}
+	for name, v := range map[string]int64{"timeout_ms": f.timeoutMS, "max_result_bytes": f.maxResultBytes, "tools_ttl_ms": f.toolsTTLMS} {
+		if v != 0 {
+			body[name] = v
+		}
+	}
+	return body, nil
 }
 
 // parseHeaderRefs turns Name=file:/path and Name=env:VAR into the API's

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/execgate/execgate/bench"
+	"github.com/execgate/execgate/cmd/execgate/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/rootfs"
@@ -97,7 +98,7 @@ func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	nsjail, c := diagNsjail(cfg.Sandbox)
 	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods(), diagSeccompAudit(sandbox.SeccompAuditErr()))
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
-	checks = append(checks, diagJailView(cfg.Sandbox, nsjail))
+	checks = append(checks, diagJailView(ctx, cfg.Sandbox, nsjail))
 	checks = append(checks,
 		diagEgress(ctx, cfg),
 		diagRedis(ctx, cfg),
@@ -230,95 +231,25 @@ func diagNamespaces() diagCheck {
 	return c
 }
 
-// Filesystem magic numbers (statfs f_type).
-const (
-	cgroup1Magic = 0x27e0eb
-	cgroup2Magic = 0x63677270
-)
-
-func fsMagic(p string) int64 {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(p, &st); err != nil {
-		return 0
-	}
-	return int64(st.Type)
-}
-
-// diagCgroups detects the cgroup version the sandbox will use (same rules:
-// v2 with memory and pids controllers first, else the v1 memory, pids and
-// cpu hierarchies) and proves the parent cgroup is usable by creating and
-// removing a probe cgroup below it.
+// diagCgroups probes the cgroups the sandbox will use (sandbox.ProbeCgroups:
+// the runner's own detection, then a probe cgroup created and removed below
+// the parent).
 func diagCgroups(cfg sandbox.Config) diagCheck {
-	return detectAndProbeCgroups("/sys/fs/cgroup", cfg.Cgroups, cfg.CgroupParent, fsMagic)
+	return cgroupCheck(sandbox.ProbeCgroups(cfg))
 }
 
-func detectAndProbeCgroups(root, mode, parent string, magic func(string) int64) diagCheck {
+// cgroupCheck is the diagnose row of a cgroup probe.
+func cgroupCheck(p sandbox.CgroupProbe, err error) diagCheck {
 	c := diagCheck{Name: "cgroups", Required: true}
-	if mode == "" {
-		mode = sandbox.DefaultCgroups
-	}
-	if parent == "" {
-		parent = sandbox.DefaultCgroupParent
-	}
-	v2root := ""
-	if magic(root) == cgroup2Magic {
-		v2root = root
-	} else if u := filepath.Join(root, "unified"); magic(u) == cgroup2Magic && cgroupHasControllers(u, "memory", "pids") {
-		v2root = u
-	}
-	v1ok := true
-	for _, ctrl := range []string{"memory", "pids", "cpu"} {
-		if magic(filepath.Join(root, ctrl)) != cgroup1Magic {
-			v1ok = false
-		}
-	}
-	probe := fmt.Sprintf("diagnose-%d", os.Getpid())
-	switch {
-	case (mode == "auto" || mode == "v2") && v2root != "" && cgroupHasControllers(v2root, "memory", "pids"):
-		dir := filepath.Join(v2root, parent)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v2 at %s: creating parent %s: %v", v2root, dir, err), "give execgate a delegated cgroup (systemd Delegate=yes, or a private cgroup namespace in a container)"
-			return c
-		}
-		pd := filepath.Join(dir, probe)
-		if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v2 at %s: creating a cgroup below %s: %v", v2root, dir, err), "give execgate a delegated cgroup"
-			return c
-		}
-		defer os.Remove(pd)
-		if !cgroupHasControllers(pd, "memory", "pids") {
-			data, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-			c.Status = diagFail
-			c.Detail = fmt.Sprintf("v2 at %s: memory and pids are not delegated to %s (its subtree_control: %q)", v2root, dir, strings.TrimSpace(string(data)))
-			c.Hint = "echo '+memory +pids +cpu' > " + filepath.Join(dir, "cgroup.subtree_control") + " (execgate does this at start-up when it may)"
-			return c
-		}
-		c.Status, c.Detail = diagOK, fmt.Sprintf("v2 at %s, memory/pids delegated to %s", v2root, dir)
-		return c
-	case (mode == "auto" || mode == "v1") && v1ok:
-		for _, ctrl := range []string{"memory", "pids", "cpu"} {
-			dir := filepath.Join(root, ctrl, parent)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v1: creating parent %s: %v", dir, err), "run as root with /sys/fs/cgroup writable"
-				return c
-			}
-			pd := filepath.Join(dir, probe)
-			if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				c.Status, c.Detail, c.Hint = diagFail, fmt.Sprintf("v1: creating a cgroup below %s: %v", dir, err), "run as root with /sys/fs/cgroup writable"
-				return c
-			}
-			os.Remove(pd)
-		}
-		c.Status = diagOK
-		c.Detail = fmt.Sprintf("v1 (memory, pids, cpu) under %s/{memory,pids,cpu}/%s", root, parent)
-		if v2root != "" {
-			c.Detail += "; v2 at " + v2root + " lacks the memory controller"
+	if err != nil {
+		c.Status, c.Detail, c.Hint = diagFail, err.Error(), "give execgate usable cgroups"
+		var ue *sandbox.UnavailableError
+		if errors.As(err, &ue) && ue.Hint != "" {
+			c.Hint = ue.Hint
 		}
 		return c
 	}
-	c.Status = diagFail
-	c.Detail = fmt.Sprintf("sandbox.cgroups=%s: no cgroup v2 mount with memory+pids and no v1 memory/pids/cpu hierarchies under %s", mode, root)
-	c.Hint = "mount cgroup2 at /sys/fs/cgroup (or run the container with --cgroupns=private and a writable cgroup)"
+	c.Status, c.Detail = diagOK, p.Detail
 	return c
 }
 
@@ -380,20 +311,6 @@ func favorDynmodsCheck(mounts string) diagCheck {
 	return c
 }
 
-func cgroupHasControllers(dir string, want ...string) bool {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	if err != nil {
-		return false
-	}
-	have := " " + strings.Join(strings.Fields(string(data)), " ") + " "
-	for _, w := range want {
-		if !strings.Contains(have, " "+w+" ") {
-			return false
-		}
-	}
-	return true
-}
-
 // diagRootfs verifies the configured rootfs (host checks and one real
 // jailed run) and reports the CA count the jail sees on its own row.
 func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCheck {
@@ -440,13 +357,16 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 // diagJailView creates a runner the way serve does and says where it
 // mounted the jail's view of its directories (nsjail reaches them there, so
 // the state dir may be private) and which host uids the jails run as.
-func diagJailView(cfg sandbox.Config, nsjail string) diagCheck {
+func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCheck {
 	c := diagCheck{Name: "jail view and uids", Required: true}
 	if nsjail != "" {
 		cfg.NsjailPath = nsjail
 	}
-	r, err := sandbox.NewRunner(cfg)
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: cfg})
 	if err != nil {
+		if sb != nil {
+			_ = sb.Close()
+		}
 		c.Status, c.Detail = diagFail, err.Error()
 		var ue *sandbox.UnavailableError
 		if errors.As(err, &ue) {
@@ -454,8 +374,8 @@ func diagJailView(cfg sandbox.Config, nsjail string) diagCheck {
 		}
 		return c
 	}
-	in := r.Info()
-	if err := r.Close(); err != nil {
+	in := sb.Runner.Info()
+	if err := sb.Close(); err != nil {
 		c.Status, c.Detail = diagFail, err.Error()
 		return c
 	}

@@ -16,93 +16,14 @@ import (
 	"github.com/execgate/execgate/sandbox"
 )
 
-// fakeCgroupFS lays out cgroup "mounts" in a temp dir; magic reports the
-// filesystem type the test says each one has.
-type fakeCgroupFS struct {
-	root   string
-	magics map[string]int64 // path relative to root → statfs magic
-}
-
-func (f fakeCgroupFS) magic(p string) int64 {
-	rel, err := filepath.Rel(f.root, p)
-	if err != nil {
-		return 0
+func TestCgroupCheckReportsTheProbe(t *testing.T) {
+	ok := cgroupCheck(sandbox.CgroupProbe{Version: 2, Detail: "v2 at /sys/fs/cgroup, memory/pids delegated to /sys/fs/cgroup/execgate"}, nil)
+	if ok.Status != diagOK || !ok.Required || !strings.Contains(ok.Detail, "v2 at") {
+		t.Errorf("a working probe: %+v", ok)
 	}
-	return f.magics[rel]
-}
-
-func TestCgroupDetectionPicksTheVersionAndProbesTheParent(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		mode        string
-		magics      map[string]int64
-		controllers map[string]string // dir → cgroup.controllers content
-		want        diagStatus
-		detail      string
-	}{
-		{
-			name:   "v1 hierarchies",
-			mode:   "auto",
-			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic, "unified": cgroup2Magic},
-			want:   diagOK, detail: "v1 (memory, pids, cpu)",
-		},
-		{
-			name:        "v2 with delegated controllers",
-			mode:        "auto",
-			magics:      map[string]int64{".": cgroup2Magic},
-			controllers: map[string]string{".": "cpuset cpu io memory pids", "execgate/diagnose-*": "cpu memory pids"},
-			want:        diagOK, detail: "v2 at",
-		},
-		{
-			name:        "v2 without delegation to the parent",
-			mode:        "auto",
-			magics:      map[string]int64{".": cgroup2Magic},
-			controllers: map[string]string{".": "cpu memory pids"},
-			want:        diagFail, detail: "not delegated",
-		},
-		{
-			name:   "v2 forced on a v1 host",
-			mode:   "v2",
-			magics: map[string]int64{"memory": cgroup1Magic, "pids": cgroup1Magic, "cpu": cgroup1Magic},
-			want:   diagFail, detail: "sandbox.cgroups=v2",
-		},
-		{
-			name:   "no cgroups at all",
-			mode:   "auto",
-			magics: map[string]int64{},
-			want:   diagFail, detail: "no cgroup v2 mount",
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := fakeCgroupFS{root: t.TempDir(), magics: tc.magics}
-			for dir, content := range tc.controllers {
-				if strings.Contains(dir, "*") {
-					continue // written below, once the probe dir exists
-				}
-				if err := os.WriteFile(filepath.Join(fs.root, dir, "cgroup.controllers"), []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// A real cgroupfs fills a new cgroup's cgroup.controllers from its
-			// parent's subtree_control; a temp dir cannot, so the delegated
-			// case pre-creates the probe cgroup with what the kernel would show.
-			if content, ok := tc.controllers["execgate/diagnose-*"]; ok {
-				probe := filepath.Join(fs.root, "execgate", "diagnose-"+strconv.Itoa(os.Getpid()))
-				if err := os.MkdirAll(probe, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(probe, "cgroup.controllers"), []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			c := detectAndProbeCgroups(fs.root, tc.mode, "execgate", fs.magic)
-			if c.Status != tc.want || !strings.Contains(c.Detail, tc.detail) {
-				t.Errorf("check = %+v, want %s with %q", c, tc.want, tc.detail)
-			}
-			if c.Status == diagFail && c.Hint == "" {
-				t.Errorf("a failed check has no hint: %+v", c)
-			}
-		})
+	bad := cgroupCheck(sandbox.CgroupProbe{}, &sandbox.UnavailableError{Reason: "no usable cgroups", Hint: "mount cgroup2"})
+	if bad.Status != diagFail || !strings.Contains(bad.Detail, "no usable cgroups") || bad.Hint != "mount cgroup2" {
+		t.Errorf("a failed probe: %+v", bad)
 	}
 }
 
@@ -239,7 +160,7 @@ func TestUIDRangeOverlapsNamesUsersAndSubordinateRanges(t *testing.T) {
 
 func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
 	cfg := testenv.SandboxConfig(t) // skips without root or nsjail
-	c := diagJailView(cfg, "")
+	c := diagJailView(context.Background(), cfg, "")
 	if c.Status == diagFail {
 		t.Fatalf("jail view check = %+v", c)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/tenancy"
@@ -138,7 +139,8 @@ func newPolicyEvalCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "eval --tenant T --input FILE",
 		Short: "Show the policy decision for an execute request body, and the exact input used",
-		Long: `Builds the policy input from an execute request body (FILE, or - for stdin)
+		Long: `Builds the policy input from an execute request body (FILE, or - for stdin),
+decoded and validated exactly as POST /v1/execute decodes it,
 and the tenant's policy data from the config, evaluates the policies the
 gateway would (defaults, policy.dirs, the bundle, plus --dir), and prints
 {"decision": …, "input": …}. Nothing is run.
@@ -157,16 +159,14 @@ Exit status: 0 allow, 2 deny, 1 error (including an undefined decision).`,
 			if err != nil {
 				return err
 			}
-			req, err := policy.ParseRequest(body)
+			// The gateway's own decoder: the same body is refused, defaulted
+			// and mapped to the policy input exactly as POST /v1/execute does.
+			req, err := gateway.DecodeExecuteRequest(cfg.Server, body)
 			if err != nil {
 				return fmt.Errorf("%s: %w", inputFile, err)
 			}
-			var ids struct {
-				TenantID string `json:"tenant_id"`
-			}
-			_ = json.Unmarshal(body, &ids) // ParseRequest accepted it already
-			if ids.TenantID != "" && ids.TenantID != tenant.ID {
-				return fmt.Errorf("%s: tenant_id %q does not match --tenant %q (the gateway answers 403)", inputFile, ids.TenantID, tenant.ID)
+			if req.TenantID != "" && req.TenantID != tenant.ID {
+				return fmt.Errorf("%s: tenant_id %q does not match --tenant %q (the gateway answers 403)", inputFile, req.TenantID, tenant.ID)
 			}
 			engine, err := policy.New(cmd.Context(), policy.Options{
 				Defaults: policies.FS,
@@ -177,7 +177,7 @@ Exit status: 0 allow, 2 deny, 1 error (including an undefined decision).`,
 			if err != nil {
 				return err
 			}
-			in := policy.BuildInput(tenant, tenancy.Principal{TenantID: tenant.ID, Subject: subject, Roles: roles}, req)
+			in := policy.BuildInput(tenant, tenancy.Principal{TenantID: tenant.ID, Subject: subject, Roles: roles}, req.PolicyRequest())
 			d, derr := engine.Decide(cmd.Context(), in)
 			out := struct {
 				Decision *policy.Decision `json:"decision,omitempty"`

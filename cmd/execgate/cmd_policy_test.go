@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,6 +124,21 @@ func TestPolicyEvalCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("the input is the gateway's: defaults filled, fixture tools asked for in test mode", func(t *testing.T) {
+		body := `{"source": "x", "mode": "test", "tools": ["b.one"], "fixtures": {"tools": {"a.two": 1}}}`
+		out, err := runPolicy(t, body, "eval", "--tenant", "demo", "--input", "-")
+		if err != nil && exitCode(err) != 2 {
+			t.Fatalf("eval: %v\n%s", err, out)
+		}
+		req := parse(t, out).Input.Request
+		if got := fmt.Sprint(req["tools"]); got != "[a.two b.one]" {
+			t.Errorf("input.request.tools = %s, want the narrowed and the fixture tools [a.two b.one]", got)
+		}
+		if req["language"] != "python" || req["entrypoint"] != "run" || req["network_access"] != "none" || req["mode"] != "test" {
+			t.Errorf("defaults: %+v", req)
+		}
+	})
+
 	t.Run("--role and --dir change the decision", func(t *testing.T) {
 		out, err := runPolicy(t, "", "eval", "--tenant", "demo", "--input", file, "--role", "policy-author", "--dir", "../../deploy/examples/policies")
 		if exitCode(err) != 2 || !strings.Contains(out, "subject lacks role executor") {
@@ -135,8 +151,10 @@ func TestPolicyEvalCommand(t *testing.T) {
 		args                 []string
 	}{
 		{"an unknown tenant", "", `unknown tenant "nope" (configured: demo)`, []string{"--tenant", "nope", "--input", file}},
-		{"a bad field", `{"limits": {"memory_mb": "x"}}`, "field limits.memory_mb", []string{"--tenant", "demo", "--input", "-"}},
-		{"a tenant mismatch", `{"tenant_id": "acme"}`, `tenant_id "acme" does not match --tenant "demo"`, []string{"--tenant", "demo", "--input", "-"}},
+		{"a bad field", `{"source": "x", "limits": {"memory_mb": "x"}}`, "limits.memory_mb: must be an integer", []string{"--tenant", "demo", "--input", "-"}},
+		{"an unknown field, as the gateway refuses it", `{"source": "x", "tool": ["a"]}`, "tool: unknown field", []string{"--tenant", "demo", "--input", "-"}},
+		{"a body without source, as the gateway refuses it", `{"language": "python"}`, "source: is required", []string{"--tenant", "demo", "--input", "-"}},
+		{"a tenant mismatch", `{"source": "x", "tenant_id": "acme"}`, `tenant_id "acme" does not match --tenant "demo"`, []string{"--tenant", "demo", "--input", "-"}},
 		{"a missing file", "", "reading input", []string{"--tenant", "demo", "--input", "/nonexistent.json"}},
 		{"no --tenant", "", `required flag(s) "tenant" not set`, []string{"--input", file}},
 	}

@@ -17,10 +17,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/limits"
-	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -228,22 +230,27 @@ func newExecutionID() string {
 }
 
 // runLocal runs spec once, cold: nsjail first (so a host without it learns
-// that before any rootfs build), then the rootfs (built when missing or
-// stale, with progress on progress), then the run.
+// that before any rootfs build), then the sandbox as the gateway assembles
+// it (app.NewSandbox: the rootfs built when missing or stale, with progress
+// on progress), then the package environment, then the run.
 func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runFlags, progress io.Writer) (sandbox.Result, error) {
 	scfg := cfg.Sandbox
 	scfg.WarmPool = 0 // one run: nothing to keep warm
 	if _, err := sandbox.FindNsjail(scfg); err != nil {
 		return sandbox.Result{}, err
 	}
-	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: scfg.RootfsDir, PythonPath: scfg.PythonPath, Progress: progress}); err != nil {
-		return sandbox.Result{}, fmt.Errorf("preparing the rootfs: %w", err)
+	o := app.SandboxOptions{Sandbox: scfg, EnsureRootfs: true, Progress: progress}
+	if spec.Network == sandbox.NetworkProxy {
+		o.Egress = &cfg.Egress
 	}
-	envs, err := sandbox.NewEnvironments(scfg, nil)
+	sb, err := app.NewSandbox(ctx, o)
+	if sb != nil {
+		defer sb.Close()
+	}
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	env, failure, err := localEnvironment(ctx, cfg, envs, f.packageTenant(), f.requirements, f.lock, progress)
+	env, failure, err := localEnvironment(ctx, cfg, sb.Environments, f.packageTenant(), f.requirements, f.lock, progress)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -253,45 +260,8 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if env != nil {
 		spec.Lock = env.Lock
 	}
-	opts := []sandbox.Option{sandbox.WithEnvironments(envs)}
-	if spec.Network == sandbox.NetworkProxy {
-		p, err := egress.New(cfg.Egress, egress.Options{})
-		if err != nil {
-			return sandbox.Result{}, err
-		}
-		opts = append(opts, sandbox.WithEgress(p))
-	}
-	r, err := sandbox.NewRunner(scfg, opts...)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	defer r.Close()
-	return r.Run(ctx, spec)
+	return sb.Runner.Run(ctx, spec)
 }
-
-// runEnvelope is the printed envelope: the shape of the HTTP response
-// (DESIGN §4) minus what only the gateway knows (decision, trace).
-type runEnvelope struct {
-	ExecutionID string             `json:"execution_id"`
-	TenantID    string             `json:"tenant_id"`
-	Status      sandbox.Status     `json:"status"`
-	Result      json.RawMessage    `json:"result"`
-	Stdout      string             `json:"stdout"`
-	Stderr      string             `json:"stderr"`
-	Truncated   sandbox.Truncated  `json:"truncated"`
-	Error       *sandbox.ErrorInfo `json:"error,omitempty"`
-	Logs        []sandbox.LogLine  `json:"logs"`
-	Usage       sandbox.Usage      `json:"usage"`
-	// Egress lists the connection attempts of a proxy-mode run (at most
-	// sandbox.MaxEgressAttempts); EgressDropped counts the rest.
-	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
-	EgressDropped int                     `json:"egress_dropped,omitempty"`
-	// ToolCalls lists the tool calls of a code-mode run (--tenant).
-	ToolCalls []sandbox.ToolCall `json:"tool_calls,omitempty"`
-}
-
-// errSandboxUnavailable is the error type of a run refused by the host.
-const errSandboxUnavailable = "SandboxUnavailable"
 
 // reportRun prints the outcome of a run and turns it into the exit status.
 // Errors that are not about the sandbox (bad config, rootfs build) are
@@ -301,19 +271,13 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	if runErr != nil && !errors.As(runErr, &u) {
 		return runErr
 	}
-	env := runEnvelope{
-		ExecutionID: spec.ExecutionID, TenantID: spec.TenantID,
-		Status: res.Status, Result: res.Result, Stdout: res.Stdout, Stderr: res.Stderr,
-		Truncated: res.Truncated, Error: res.Error, Logs: append([]sandbox.LogLine{}, res.Logs...), Usage: res.Usage,
-		Egress: res.Egress, EgressDropped: res.EgressDropped, ToolCalls: res.ToolCalls,
-	}
 	if u != nil {
-		env.Status, env.Result = sandbox.StatusError, json.RawMessage("null")
-		env.Error = &sandbox.ErrorInfo{Type: errSandboxUnavailable, Message: u.Error(), Traceback: u.Detail()}
+		res = sandbox.Result{Status: sandbox.StatusError,
+			Error: &sandbox.ErrorInfo{Type: gateway.TypeSandboxUnavailable, Message: u.Error(), Traceback: u.Detail()}}
 	}
-	if len(env.Result) == 0 {
-		env.Result = json.RawMessage("null")
-	}
+	// The gateway's envelope (DESIGN §4); decision and trace_id stay null
+	// and empty: nothing decided, nothing traced.
+	env := execution.RunEnvelope(spec.ExecutionID, spec.TenantID, res)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -321,7 +285,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 			return err
 		}
 	} else {
-		printEnvelope(w, env)
+		printEnvelope(w, env, res.ToolCalls)
 	}
 	switch {
 	case u != nil:
@@ -332,15 +296,20 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	return nil
 }
 
-// printEnvelope renders an envelope for a terminal.
-func printEnvelope(w io.Writer, env runEnvelope) {
+// printEnvelope renders an envelope for a terminal; calls are the run's
+// tool calls in full (the envelope has no reasons).
+func printEnvelope(w io.Writer, env *execution.Envelope, calls []sandbox.ToolCall) {
 	fmt.Fprintf(w, "status:    %s\n", env.Status)
 	if env.Status == sandbox.StatusOK {
+		result := env.Result
+		if len(result) == 0 {
+			result = json.RawMessage("null")
+		}
 		var pretty bytes.Buffer
-		if json.Indent(&pretty, env.Result, "           ", "  ") == nil {
+		if json.Indent(&pretty, result, "           ", "  ") == nil {
 			fmt.Fprintf(w, "result:    %s\n", pretty.String())
 		} else {
-			fmt.Fprintf(w, "result:    %s\n", env.Result)
+			fmt.Fprintf(w, "result:    %s\n", result)
 		}
 	}
 	if e := env.Error; e != nil {
@@ -370,9 +339,9 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 			fmt.Fprintf(w, "  %s:%d %s\n", a.Host, a.Port, verdict)
 		}
 	}
-	if len(env.ToolCalls) > 0 {
+	if len(calls) > 0 {
 		fmt.Fprintf(w, "tool calls:\n")
-		for _, c := range env.ToolCalls {
+		for _, c := range calls {
 			fmt.Fprintf(w, "  %s %s (%d ms)", c.Tool, c.Outcome, c.MS)
 			if c.Reason != "" {
 				fmt.Fprintf(w, ": %s", c.Reason)
@@ -380,7 +349,7 @@ func printEnvelope(w io.Writer, env runEnvelope) {
 			fmt.Fprintln(w)
 		}
 	}
-	if env.Error != nil && env.Error.Type == errSandboxUnavailable {
+	if env.Error != nil && env.Error.Type == gateway.TypeSandboxUnavailable {
 		return // nothing ran: no usage to show
 	}
 	u := env.Usage

@@ -11,9 +11,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -82,6 +86,51 @@ func execute(t *testing.T, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
+}
+
+func TestReportRunPrintsTheGatewaysEnvelope(t *testing.T) {
+	keys := func(t *testing.T, data []byte) []string {
+		t.Helper()
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("%v: %s", err, data)
+		}
+		out := make([]string, 0, len(m))
+		for k := range m {
+			out = append(out, k)
+		}
+		sort.Strings(out)
+		return out
+	}
+	spec := sandbox.Spec{ExecutionID: "local-1", TenantID: "local"}
+	res := sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: "ToolError", Message: "boom"},
+		ToolCalls: []sandbox.ToolCall{{Tool: "math.add", Outcome: sandbox.ErrToolDenied, Reason: "not granted"}}}
+	var out bytes.Buffer
+	if err := reportRun(&out, spec, res, nil, true); exitCode(err) != exitRunError {
+		t.Fatalf("exit %d (%v)", exitCode(err), err)
+	}
+	want, _ := json.Marshal(execution.RunEnvelope(spec.ExecutionID, spec.TenantID, res))
+	if got, want := keys(t, out.Bytes()), keys(t, want); !slices.Equal(got, want) {
+		t.Errorf("--json keys %v, want the gateway envelope's %v", got, want)
+	}
+	var env execution.Envelope
+	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env.Decision != nil || env.Logs == nil || env.Error.Type != "ToolError" {
+		t.Errorf("envelope %+v (%v)", env, err)
+	}
+
+	out.Reset()
+	if err := reportRun(&out, spec, res, nil, false); exitCode(err) != exitRunError || !strings.Contains(out.String(), "math.add ToolDenied (0 ms): not granted") {
+		t.Errorf("the terminal view drops the tool call's reason (exit %d):\n%s", exitCode(err), out.String())
+	}
+
+	out.Reset()
+	unavailable := &sandbox.UnavailableError{Reason: "nsjail is missing", Hint: "run scripts/setup.sh"}
+	if err := reportRun(&out, spec, sandbox.Result{}, unavailable, true); exitCode(err) != exitSandboxMissing {
+		t.Fatalf("exit %d (%v)", exitCode(err), err)
+	}
+	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env.Error.Type != gateway.TypeSandboxUnavailable || !strings.Contains(env.Error.Traceback, "scripts/setup.sh") {
+		t.Errorf("unavailable envelope %+v (%v)", env, err)
+	}
 }
 
 func TestRunCommandEndToEnd(t *testing.T) {
@@ -197,7 +246,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 // runJSON runs `execgate run FILE ARGS… --json`, fails the test unless it
 // exits 0 with an envelope, and returns the envelope, its result compacted
 // and the raw output.
-func runJSON(t *testing.T, file string, args ...string) (env runEnvelope, result, out string) {
+func runJSON(t *testing.T, file string, args ...string) (env execution.Envelope, result, out string) {
 	t.Helper()
 	out, err := execute(t, append([]string{"run", file, "--json"}, args...)...)
 	if err != nil {

@@ -70,7 +70,7 @@ func mintToken(cfg *config.Config, tenant string, roles []string, ttl time.Durat
 	}
 	if cfg.Embedded {
 		// The same key `execgate serve` uses; created on first use.
-		if _, err := config.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
+		if _, err := auth.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
 			return "", fmt.Errorf("dev key: %w", err)
 		}
 	}

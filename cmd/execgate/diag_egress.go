@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
-	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -54,13 +54,13 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	ecfg := cfg.Egress
 	ecfg.AllowCIDRs = []string{"127.0.0.1/32"}
 	ecfg.UpstreamProxy = ""
-	proxy, err := egress.New(ecfg, egress.Options{Resolver: diagResolver{}})
-	if err != nil {
-		return fail(err.Error(), "check the egress section of the config")
-	}
 	scfg := cfg.Sandbox
 	scfg.WarmPool = 0
-	r, err := sandbox.NewRunner(scfg, sandbox.WithEgress(proxy))
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: scfg, Egress: &ecfg, EgressResolver: diagResolver{}})
+	if sb == nil {
+		return fail(err.Error(), "check the egress section of the config")
+	}
+	defer sb.Close()
 	if err != nil {
 		hint := "fix the sandbox checks above first"
 		var ue *sandbox.UnavailableError
@@ -69,7 +69,7 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 		}
 		return fail(err.Error(), hint)
 	}
-	defer r.Close()
+	r := sb.Runner
 	args, _ := json.Marshal(map[string]string{"url": fmt.Sprintf("http://%s:%d/", diagProbeHost, port)})
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/execgate/execgate/internal/stats"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge"
@@ -31,8 +31,14 @@ type Options struct {
 	Calls int
 	// Policy decides the governed calls (a policy.Engine). Required.
 	Policy toolbridge.CallDecider
-	// Sandbox is the runner's config for the jail row. Required.
-	Sandbox sandbox.Config
+	// Runner runs the jail row (the caller assembles it, a cold one does).
+	// Required.
+	Runner Runner
+}
+
+// Runner runs one jail: a *sandbox.Runner.
+type Runner interface {
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 }
 
 // Row is one way of calling.
@@ -78,6 +84,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("bridgebench: a policy is required")
 	}
+	if opts.Runner == nil {
+		return nil, errors.New("bridgebench: a runner is required")
+	}
 	srv, err := toolbridgetest.Listen("")
 	if err != nil {
 		return nil, err
@@ -118,13 +127,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("bridgebench: governed call: %w", err)
 	}
 
-	sc := opts.Sandbox
-	sc.WarmPool = 0
-	r, err := sandbox.NewRunner(sc)
-	if err != nil {
-		return nil, fmt.Errorf("bridgebench: %w", err)
-	}
-	defer r.Close()
+	r := opts.Runner
 	nArgs, _ := json.Marshal(map[string]int{"n": n})
 	res, err := r.Run(ctx, sandbox.Spec{Source: jailSource, Args: nArgs, Bridge: hub.NewRun(info), Limits: sandbox.Limits{TimeoutMS: limits.Max.TimeoutMS, CPUMS: limits.Max.CPUMS}.Or(limits.Default)})
 	if err != nil {
@@ -146,7 +149,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		name string
 		d    []time.Duration
 	}{{Direct, direct}, {Governed, governed}, {Jail, jail}} {
-		out.Rows = append(out.Rows, Row{Name: row.name, Calls: n, P50: Pct(row.d, 50), P99: Pct(row.d, 99)})
+		out.Rows = append(out.Rows, Row{Name: row.name, Calls: n, P50: stats.Percentile(row.d, 0.50), P99: stats.Percentile(row.d, 0.99)})
 	}
 	return out, nil
 }
@@ -185,16 +188,6 @@ func measure(n int, call func() error) ([]time.Duration, error) {
 		out[i] = time.Since(start)
 	}
 	return out, nil
-}
-
-// Pct is the p-th percentile of d (nearest rank, lower).
-func Pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/execgate/execgate/internal/stats"
 )
 
 // LoadOptions describe one closed-loop HTTP load: Concurrency workers each
@@ -126,19 +128,10 @@ func Load(ctx context.Context, o LoadOptions) (*LoadResult, error) {
 		Requests:    o.Requests,
 		Errors:      errs,
 		Elapsed:     elapsed,
-		P50:         percentile(lat, 0.50),
-		P95:         percentile(lat, 0.95),
-		P99:         percentile(lat, 0.99),
+		P50:         stats.Percentile(lat, 0.50),
+		P95:         stats.Percentile(lat, 0.95),
+		P99:         stats.Percentile(lat, 0.99),
 		Max:         lat[len(lat)-1],
 		RPS:         float64(o.Requests) / elapsed.Seconds(),
 	}, nil
-}
-
-// percentile of sorted durations (nearest rank).
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[max(0, min(len(sorted)-1, i))]
 }

@@ -151,6 +151,22 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// newRunner is a runner of the configured sandbox with warm jails per
+// profile, assembled as the gateway assembles it (app.NewSandbox; the
+// rootfs is ensured once by Run).
+func (r *Report) newRunner(ctx context.Context, warm int) (*sandbox.Runner, error) {
+	sc := r.Options.Config.Sandbox
+	sc.WarmPool = warm
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: sc})
+	if err != nil {
+		if sb != nil {
+			_ = sb.Close()
+		}
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return sb.Runner, nil
+}
+
 func (r *Report) progress(format string, args ...any) {
 	fmt.Fprintf(r.Options.Progress, "bench: "+format+"\n", args...)
 }
@@ -166,11 +182,9 @@ func (r *Report) startup(ctx context.Context) error {
 	}
 	r.Startup = append(r.Startup, s)
 
-	sc := cfg.Sandbox
-	sc.WarmPool = 0
-	runner, err := sandbox.NewRunner(sc)
+	runner, err := r.newRunner(ctx, 0)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return err
 	}
 	defer runner.Close()
 	probe := sandbox.Spec{Source: ProbeSource, Limits: limits.Default}
@@ -364,9 +378,7 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 // warmJailRSS fills a warm pool and averages the RSS of its idle jails
 // (every process below this one: nsjail and the waiting harness).
 func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
-	sc := r.Options.Config.Sandbox
-	sc.WarmPool = r.Options.WarmPool
-	runner, err := sandbox.NewRunner(sc)
+	runner, err := r.newRunner(ctx, r.Options.WarmPool)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -376,9 +388,9 @@ func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
 		return 0, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for runner.Info().WarmIdle < sc.WarmPool {
+	for runner.Info().WarmIdle < r.Options.WarmPool {
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("bench: warm pool filled only %d of %d jails in 30s", runner.Info().WarmIdle, sc.WarmPool)
+			return 0, 0, fmt.Errorf("bench: warm pool filled only %d of %d jails in 30s", runner.Info().WarmIdle, r.Options.WarmPool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/auth"
-	"github.com/execgate/execgate/bench"
+	"github.com/execgate/execgate/cmd/execgate/internal/bench"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/tenancy"
 )

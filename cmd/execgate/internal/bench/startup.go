@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/execgate/execgate/internal/stats"
 )
 
 // Sample is the distribution of repeated whole-process runs.
@@ -27,7 +29,7 @@ type Stats struct {
 func statsOf(d []time.Duration) Stats {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return Stats{Median: median(s), P95: percentile(s, 0.95), Min: s[0]}
+	return Stats{Median: median(s), P95: stats.Percentile(s, 0.95), Min: s[0]}
 }
 
 func median(sorted []time.Duration) time.Duration {

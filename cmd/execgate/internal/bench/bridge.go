@@ -21,7 +21,12 @@ func (r *Report) bridge(ctx context.Context) error {
 		return fmt.Errorf("bench: bridge: %w", err)
 	}
 	r.progress("bridge: %d tool calls each: direct, governed, from a jail", r.Options.BridgeCalls)
-	res, err := bridgebench.Run(ctx, bridgebench.Options{Calls: r.Options.BridgeCalls, Policy: eng, Sandbox: cfg.Sandbox})
+	runner, err := r.newRunner(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	res, err := bridgebench.Run(ctx, bridgebench.Options{Calls: r.Options.BridgeCalls, Policy: eng, Runner: runner})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -35,11 +35,9 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	}
 	r.Startup = append(r.Startup, s)
 
-	sc := r.Options.Config.Sandbox
-	sc.WarmPool = r.Options.WarmPool
-	warm, err := sandbox.NewRunner(sc)
+	warm, err := r.newRunner(ctx, r.Options.WarmPool)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return err
 	}
 	defer warm.Close()
 	for i, c := range []struct {
@@ -51,7 +49,7 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	} {
 		r.progress("startup: %s ×%d", c.name, n)
 		// Each profile run so far keeps its own warm jails.
-		if s, err = sampleWarmRunner(ctx, c.name, warm, c.spec, n, (i+1)*sc.WarmPool); err != nil {
+		if s, err = sampleWarmRunner(ctx, c.name, warm, c.spec, n, (i+1)*r.Options.WarmPool); err != nil {
 			return err
 		}
 		r.Startup = append(r.Startup, s)
