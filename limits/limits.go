@@ -1,6 +1,7 @@
 // Package limits is the one description of what bounds a run: the Limits
 // type the policy decides and the sandbox enforces, the platform's default
-// and maximum sets, and Validate. It imports nothing of execgate's, so the
+// and maximum sets, Validate, and what a request that names no language,
+// entrypoint, network access or mode is given. It imports nothing of execgate's, so the
 // policy (which carries OPA) and the sandbox (which must stay light) share
 // it without importing each other.
 //
@@ -14,6 +15,17 @@ package limits
 import (
 	"errors"
 	"fmt"
+)
+
+// The request defaults. The policy applies them to a request
+// (policy.Request.WithDefaults); the sandbox reads an empty Spec field as
+// the same value, so a caller of the runner that skips the policy (execgate
+// run, diagnose, the benchmarks) gets what a request would.
+const (
+	DefaultLanguage      = "python"
+	DefaultEntrypoint    = "run"
+	DefaultNetworkAccess = "none"
+	DefaultMode          = "run"
 )
 
 // Limits bound one run. Every field is positive in a run; in a request

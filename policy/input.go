@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -24,16 +25,6 @@ type Request struct {
 	Mode          string
 	Tools         []string
 }
-
-// Request defaults: what an execute request that leaves a field out asks
-// for. WithDefaults is the one place they are applied; the gateway's
-// decoder and BuildInput both go through it.
-const (
-	DefaultLanguage      = "python"
-	DefaultEntrypoint    = "run"
-	DefaultNetworkAccess = "none"
-	DefaultMode          = "run"
-)
 
 // BuildInput builds the versioned policy input for tenant t, principal p and
 // request r: it hashes and measures the source (source_sha256, source_bytes)
@@ -74,15 +65,16 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 }
 
 // WithDefaults returns r with its empty (or blank) language, entrypoint,
-// network access and mode set to the request defaults (DefaultLanguage,
-// DefaultEntrypoint, DefaultNetworkAccess, DefaultMode) and the others
-// trimmed. Test mode's network is not touched here: the policy decides
-// none for it, and the gateway holds the decision to that.
+// network access and mode set to the request defaults of package limits
+// and the others trimmed. It is the one place they are applied to a
+// request: the gateway's decoder and BuildInput both go through it. Test
+// mode's network is not touched here: the policy decides none for it, and
+// the gateway holds the decision to that.
 func (r Request) WithDefaults() Request {
-	r.Language = orDefault(r.Language, DefaultLanguage)
-	r.Entrypoint = orDefault(r.Entrypoint, DefaultEntrypoint)
-	r.NetworkAccess = orDefault(r.NetworkAccess, DefaultNetworkAccess)
-	r.Mode = orDefault(r.Mode, DefaultMode)
+	r.Language = orDefault(r.Language, limits.DefaultLanguage)
+	r.Entrypoint = orDefault(r.Entrypoint, limits.DefaultEntrypoint)
+	r.NetworkAccess = orDefault(r.NetworkAccess, limits.DefaultNetworkAccess)
+	r.Mode = orDefault(r.Mode, limits.DefaultMode)
 	return r
 }
 

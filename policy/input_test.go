@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -69,10 +70,10 @@ func FuzzBuildInput(f *testing.F) {
 			t.Fatalf("bytes %d/%d, want %d/%d", in.Request.SourceBytes, in.Request.ArgsBytes, len(source), len(args))
 		}
 		for _, c := range []struct{ got, raw, def string }{
-			{in.Request.Language, lang, DefaultLanguage},
-			{in.Request.Entrypoint, entry, DefaultEntrypoint},
-			{in.Request.NetworkAccess, network, DefaultNetworkAccess},
-			{in.Request.Mode, mode, DefaultMode},
+			{in.Request.Language, lang, limits.DefaultLanguage},
+			{in.Request.Entrypoint, entry, limits.DefaultEntrypoint},
+			{in.Request.NetworkAccess, network, limits.DefaultNetworkAccess},
+			{in.Request.Mode, mode, limits.DefaultMode},
 		} {
 			want := strings.TrimSpace(c.raw)
 			if want == "" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -86,24 +87,24 @@ var entrypointRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // normalize applies defaults to spec and checks it; limits are checked,
 // never defaulted (limits.Validate). A bad spec is the caller's mistake and
 // is reported as an InvalidInput result (nothing runs).
-// An empty language, entrypoint, mode or network is read as Spec's zero
-// value (python, run, run, none) for the runner's direct callers (diagnose,
-// bench, tests); a request reaches the runner with the policy's request
-// defaults (policy.Request.WithDefaults) already applied by the gateway.
+// An empty language, entrypoint, mode or network is read as the request
+// default of package limits, for the runner's direct callers (diagnose,
+// bench, tests); a request reaches the runner with those defaults already
+// applied by the policy (policy.Request.WithDefaults).
 // Test mode is not given a network here: a test-mode spec asking for one is
 // refused.
 func normalize(spec Spec) (Spec, profile, error) {
 	if spec.Entrypoint == "" {
-		spec.Entrypoint = "run"
+		spec.Entrypoint = limits.DefaultEntrypoint
 	}
 	if spec.Mode == "" {
-		spec.Mode = "run"
+		spec.Mode = limits.DefaultMode
 	}
 	if spec.Network == "" {
-		spec.Network = NetworkNone
+		spec.Network = Network(limits.DefaultNetworkAccess)
 	}
 	if spec.Language == "" {
-		spec.Language = LanguagePython
+		spec.Language = limits.DefaultLanguage
 	}
 	var errs []error
 	switch spec.Language {
