@@ -55,6 +55,9 @@ type Runner struct {
 	egress EgressProxy    // nil: network mode proxy is refused
 	deps   *depsInstaller // installs requirements
 	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
+	// importsUnchecked skips the import check of JavaScript and TypeScript
+	// sources (WithoutImportCheck): trusted probes of the import map only.
+	importsUnchecked bool
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -250,6 +253,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	if prof.Runtime.deno() && !r.importsUnchecked {
+		// Imports are refused before any jail starts (imports.go); the
+		// import map in the jail is the second wall.
+		if problems := checkImportsBounded(spec.Language, spec.Source); problems != nil {
+			return importRefusal(spec.Mode, problems), nil
+		}
 	}
 	if prof.Runtime.deno() {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {
