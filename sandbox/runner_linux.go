@@ -240,7 +240,8 @@ func (r *Runner) Close() error {
 // jail could not be created (an *UnavailableError: nothing ran); everything
 // that happened to the tool, including a bad spec (InvalidInput) and
 // requirements that could not be installed (DependencyError), is in the
-// Result.
+// Result. A JavaScript or TypeScript source that imports anything, or does
+// not parse, is InvalidSource before any jail starts (imports.go).
 //
 // Requirements are installed (or found in the cache) before the jail
 // starts. A run with packages takes a warm jail only when its environment
