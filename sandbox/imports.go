@@ -44,7 +44,8 @@ import (
 // esbuild stops before printing when a pass has errors, and printing is
 // what costs more than linear time on deep nesting (its renamer), so a
 // sentinel import(0) appended on a line of its own makes every pass end in
-// an error; the sentinel's own error is dropped. The parser recurses once
+// an error; the sentinel's own error is dropped. The sentinel also makes
+// the source a module (importSentinel). The parser recurses once
 // per nesting level (about 8 KiB of stack each), which is why the check
 // reads at most maxImportCheckBytes.
 
@@ -73,8 +74,12 @@ type sourceProblem struct {
 	Message string `json:"message"`
 }
 
-// importSentinel ends every source the check parses (see above).
-const importSentinel = "\n;import(0)\n"
+// importSentinel ends every source the check parses (see above). Its
+// export {} makes esbuild parse the source as a module whatever it holds,
+// as Deno loads it: parsed as a script, "-->" at the start of a line would
+// be an HTML-like comment to esbuild and an operator to V8, and an import
+// after it unseen.
+const importSentinel = "\n;import(0);\nexport {};\n"
 
 const (
 	msgIDDynamicImport = "unsupported-dynamic-import"
