@@ -65,4 +65,32 @@ func TestJavaScriptThroughTheGateway(t *testing.T) {
 			t.Fatalf("error %v", e)
 		}
 	})
+	// Imports are refused before any jail (sandbox/imports.go): execute
+	// reports InvalidSource at the import, validate a problem there.
+	const dataImport = "export async function run() {\n  return (await import(\"data:text/javascript,export default 1\")).default;\n}\n"
+	t.Run("execute refuses a data: import as InvalidSource with line and column", func(t *testing.T) {
+		r := s.execute(s.token("demo"), map[string]any{"tenant_id": "demo", "language": "javascript", "source": dataImport})
+		if r.status != http.StatusOK || r.header.Get("X-Execution-Status") != "error:InvalidSource" {
+			t.Fatalf("status %d %v: %s", r.status, r.header, r.body)
+		}
+		e, _ := r.json(t)["error"].(map[string]any)
+		if e["type"] != "InvalidSource" || e["line"] != float64(2) || e["column"] != float64(24) || !strings.Contains(e["message"].(string), `imports are not available to tools: "data:text/javascript,export default 1"`) {
+			t.Fatalf("error %v", e)
+		}
+	})
+	t.Run("validate reports a data: import with line and column", func(t *testing.T) {
+		r := s.do(http.MethodPost, "/v1/validate", s.token("demo"), map[string]any{"language": "javascript", "source": dataImport})
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		v := r.json(t)
+		errs, _ := v["errors"].([]any)
+		if v["valid"] != false || len(errs) != 1 {
+			t.Fatalf("verdict %s", r.body)
+		}
+		e, _ := errs[0].(map[string]any)
+		if e["line"] != float64(2) || e["col"] != float64(24) || !strings.Contains(e["message"].(string), "imports are not available to tools") {
+			t.Fatalf("error %v", e)
+		}
+	})
 }

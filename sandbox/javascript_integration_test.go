@@ -15,11 +15,11 @@ import (
 
 // newJSRunner is a runner over a rootfs with Deno. Under CI=true a host
 // without root, nsjail or Deno fails these tests instead of skipping them.
-func newJSRunner(t *testing.T, mod func(*sandbox.Config)) *sandbox.Runner {
+func newJSRunner(t *testing.T, mod func(*sandbox.Config), opts ...sandbox.Option) *sandbox.Runner {
 	t.Helper()
 	testenv.Nsjail(t)
 	testenv.Deno(t)
-	return newRunner(t, mod)
+	return newRunner(t, mod, opts...)
 }
 
 func runJS(t *testing.T, r *sandbox.Runner, lang, src string, mod func(*sandbox.Spec)) sandbox.Result {
@@ -106,9 +106,13 @@ type attemptResult struct {
 
 // The reference runner's containment assertions (CONTAINMENT.md item 28 and
 // the general items), each run as its own tool in a real jail: the attempt
-// must fail inside the tool with the named error and message.
+// must fail inside the tool with the named error and message. The runner
+// skips the import check (WithoutImportCheck), so the import attempts reach
+// the jail and prove that its second wall, the import map and Deno's
+// flags, holds on its own (TestJavaScriptImportsAreRefusedBeforeTheJail is
+// the first wall).
 func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
-	r := newJSRunner(t, nil)
+	r := newJSRunner(t, nil, sandbox.WithoutImportCheck())
 	for _, tc := range []struct {
 		name, body  string
 		wantDenied  string // the error's name seen by the tool
@@ -241,12 +245,12 @@ func TestJavaScriptOutcomes(t *testing.T) {
 		{"a static relative import is InvalidSource", sandbox.LanguageJavaScript,
 			"import {x} from './helpers.js';\nexport function run() { return x }\n", nil,
 			func(t *testing.T, res sandbox.Result) {
-				wantErr(t, res, sandbox.ErrInvalidSource, "imports are closed: relative, absolute and bare specifiers are blocked (./helpers.js)")
+				wantErr(t, res, sandbox.ErrInvalidSource, `imports are not available to tools: "./helpers.js" at line 1, column 17`)
 			}},
 		{"a static import of node:fs is InvalidSource", sandbox.LanguageJavaScript,
 			"import fs from 'node:fs';\nexport function run() { return fs.readFileSync('/etc/passwd', 'utf8') }\n", nil,
 			func(t *testing.T, res sandbox.Result) {
-				wantErr(t, res, sandbox.ErrInvalidSource, "imports are closed: node: specifiers are blocked")
+				wantErr(t, res, sandbox.ErrInvalidSource, `imports are not available to tools: "node:fs" at line 1, column 16`)
 			}},
 		{"Deno.exit before the result is the tool's error", sandbox.LanguageJavaScript,
 			"export function run() { Deno.exit(0) }\n", nil,
@@ -325,7 +329,8 @@ func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
 	}{
 		{"valid TypeScript", sandbox.LanguageTypeScript, "export function run(args: {n: number}): number {\n  return args.n + 1;\n}\n", true, 0, 0, ""},
 		{"a type error", sandbox.LanguageTypeScript, "export function run(args: unknown): number {\n  const s: string = 42;\n  return 1;\n}\n", false, 2, 9, "not assignable to type 'string'"},
-		{"a syntax error in JavaScript", sandbox.LanguageJavaScript, "export function run() {\n  return 1 +* 2;\n}\n", false, 2, 13, "Expression expected"},
+		{"a syntax error in JavaScript", sandbox.LanguageJavaScript, "export function run() {\n  return 1 +* 2;\n}\n", false, 2, 13, `syntax error: Unexpected "*"`},
+		{"a data: import", sandbox.LanguageTypeScript, "export async function run(): Promise<number> {\n  return (await import(\"data:text/javascript,export default 1\")).default;\n}\n", false, 2, 24, `imports are not available to tools: "data:text/javascript,export default 1" at line 2, column 24`},
 		{"a missing entrypoint", sandbox.LanguageJavaScript, "export function main() { return 1 }\n", false, 0, 0, "entrypoint 'run' is not exported"},
 		{"the validator runs nothing of the tool", sandbox.LanguageTypeScript, "await new Promise(() => { for (;;) {} });\nexport function run() { return 1 }\n", true, 0, 0, ""},
 	} {
@@ -348,6 +353,83 @@ func TestJavaScriptValidateReportsSyntaxAndTypeErrors(t *testing.T) {
 				if e.Line != tc.line || e.Col != tc.col || !strings.Contains(e.Message, tc.msgPart) {
 					t.Fatalf("first error %+v, want %d:%d %q", e, tc.line, tc.col, tc.msgPart)
 				}
+			}
+		})
+	}
+}
+
+// The first wall: every import is refused before any jail starts
+// (InvalidSource at the import, nothing run), because Deno lets any module
+// import data: URLs whatever its permissions. What only looks like an
+// import runs.
+func TestJavaScriptImportsAreRefusedBeforeTheJail(t *testing.T) {
+	r := newJSRunner(t, nil)
+	for _, tc := range []struct {
+		name, lang, src string
+		line, col       int    // of the refusal; 0: the tool runs
+		want            string // a part of the refusal, or the result
+	}{
+		{"a static data: import", sandbox.LanguageJavaScript,
+			"const one = 1;\n\nimport x from \"data:text/javascript,export default 1\";\nexport function run() { return x + one }\n",
+			3, 15, `imports are not available to tools: "data:text/javascript,export default 1" at line 3, column 15`},
+		{"a dynamic data: import of a literal", sandbox.LanguageJavaScript,
+			"export async function run() {\n  return (await import(\"data:text/javascript,export default 1\")).default;\n}\n",
+			2, 24, `"data:text/javascript,export default 1"`},
+		{"an import() of a specifier built at run time", sandbox.LanguageJavaScript,
+			"export async function run(args) {\n  const p = [\"data:text/javascript\", \"export default 1\"].join(\",\");\n  return (await import(p)).default;\n}\n",
+			3, 17, "an import() whose specifier or options are computed at run time at line 3"},
+		{"an import() of a template literal", sandbox.LanguageJavaScript,
+			"export async function run() { return (await import(`data:text/javascript,export default 1`)).default }\n",
+			1, 52, `"data:text/javascript,export default 1"`},
+		{"export * from a data: URL", sandbox.LanguageJavaScript,
+			"export * from \"data:text/javascript,export const a = 1\";\nexport function run() { return 1 }\n",
+			1, 15, `"data:text/javascript,export const a = 1"`},
+		{"a TypeScript import whose binding is unused", sandbox.LanguageTypeScript,
+			"import {x} from \"data:text/javascript,globalThis.ran = 1; export const x = 1\";\nexport function run(): number { return 1 }\n",
+			1, 17, `"data:text/javascript,globalThis.ran = 1; export const x = 1"`},
+		{"a blob: import", sandbox.LanguageJavaScript,
+			"export async function run() { return await import(\"blob:null/4b1c1b5e-0000-4000-8000-000000000000\") }\n",
+			1, 51, `"blob:null/4b1c1b5e-0000-4000-8000-000000000000"`},
+		{"the word import in a string and a comment runs", sandbox.LanguageJavaScript,
+			"// import x from \"data:text/javascript,1\"\nexport function run() { return \"import('data:x')\" }\n",
+			0, 0, `"import('data:x')"`},
+		{"import.meta runs", sandbox.LanguageJavaScript,
+			"export function run() { return typeof import.meta.url }\n",
+			0, 0, `"string"`},
+		{"import type in TypeScript runs", sandbox.LanguageTypeScript,
+			"import type {X} from \"data:text/javascript,export const x = 1\";\nexport function run(args: X): number { return 7 }\n",
+			0, 0, `7`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runJS(t, r, tc.lang, tc.src, nil)
+			if tc.line == 0 {
+				wantOK(t, res, tc.want)
+				return
+			}
+			wantErr(t, res, sandbox.ErrInvalidSource, tc.want)
+			if res.Error.Line != tc.line || res.Error.Column != tc.col {
+				t.Fatalf("refused at %d:%d, want %d:%d: %+v", res.Error.Line, res.Error.Column, tc.line, tc.col, res.Error)
+			}
+			if res.Usage != (sandbox.Usage{}) || len(res.NsjailLog) > 0 || res.Stdout != "" {
+				t.Fatalf("a jail ran: usage %+v, log %q", res.Usage, res.NsjailLog)
+			}
+		})
+	}
+}
+
+// The second wall alone (WithoutImportCheck): a static import reaches the
+// jail and the harness reports Deno's refusal of it as InvalidSource.
+func TestJavaScriptImportMapRefusesStaticImportsInTheJail(t *testing.T) {
+	r := newJSRunner(t, nil, sandbox.WithoutImportCheck())
+	for _, tc := range []struct{ name, src, want string }{
+		{"a relative import", "import {x} from './helpers.js';\nexport function run() { return x }\n", "imports are closed: relative, absolute and bare specifiers are blocked (./helpers.js)"},
+		{"node:fs", "import fs from 'node:fs';\nexport function run() { return fs.readFileSync('/etc/passwd', 'utf8') }\n", "imports are closed: node: specifiers are blocked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runJS(t, r, sandbox.LanguageJavaScript, tc.src, nil)
+			wantErr(t, res, sandbox.ErrInvalidSource, tc.want)
+			if res.Usage.WallMS == 0 {
+				t.Fatalf("no jail ran: %+v", res.Usage)
 			}
 		})
 	}

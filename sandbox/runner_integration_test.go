@@ -94,14 +94,14 @@ func (l *logBuf) Write(p []byte) (int, error) {
 
 func (l *logBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return string(l.b) }
 
-func newRunner(t *testing.T, mod func(*sandbox.Config)) *sandbox.Runner {
+func newRunner(t *testing.T, mod func(*sandbox.Config), opts ...sandbox.Option) *sandbox.Runner {
 	t.Helper()
 	needJail(t)
 	cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := sandbox.NewRunner(cfg)
+	r, err := sandbox.NewRunner(cfg, opts...)
 	if err != nil {
 		t.Fatalf("NewRunner: %v", err)
 	}

@@ -57,6 +57,9 @@ type Runner struct {
 	egress EgressProxy    // nil: network mode proxy is refused
 	deps   *depsInstaller // installs requirements
 	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
+	// importsUnchecked skips the import check of JavaScript and TypeScript
+	// sources (WithoutImportCheck): trusted probes of the import map only.
+	importsUnchecked bool
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -239,7 +242,8 @@ func (r *Runner) Close() error {
 // jail could not be created (an *UnavailableError: nothing ran); everything
 // that happened to the tool, including a bad spec (InvalidInput) and
 // requirements that could not be installed (DependencyError), is in the
-// Result.
+// Result. A JavaScript or TypeScript source that imports anything, or does
+// not parse, is InvalidSource before any jail starts (imports.go).
 //
 // Requirements are installed (or found in the cache) before the jail
 // starts. A run with packages takes a warm jail only when its environment
@@ -252,6 +256,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	if prof.Runtime.deno() && !r.importsUnchecked {
+		// Imports are refused before any jail starts (imports.go); the
+		// import map in the jail is the second wall.
+		if problems := checkImportsBounded(spec.Language, spec.Source); problems != nil {
+			return importRefusal(spec.Mode, problems), nil
+		}
 	}
 	if prof.Runtime.deno() {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {

@@ -15,7 +15,8 @@ var errUnsupported = errors.New("sandbox: jails need Linux (nsjail), not " + run
 
 // Runner runs tools in nsjail; on this OS it cannot.
 type Runner struct {
-	egress EgressProxy // set by WithEgress; unused here
+	egress           EgressProxy // set by WithEgress; unused here
+	importsUnchecked bool        // set by WithoutImportCheck; unused here
 }
 
 // NewRunner always fails off Linux.

@@ -75,4 +75,15 @@ func TestRunCommandRunsJavaScriptAndTypeScript(t *testing.T) {
 			t.Errorf("output:\n%s", out)
 		}
 	})
+	t.Run("a .js tool with a data: import is refused at the import, exit 1", func(t *testing.T) {
+		imp := write("imp.js", "import x from \"data:text/javascript,export default 1\";\nexport function run() { return x }\n")
+		out, err := execute(t, "run", imp, "--state-dir", state)
+		var ec exitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != exitRunError {
+			t.Fatalf("want exit %d, got %v\n%s", exitRunError, err, out)
+		}
+		if !strings.Contains(out, "InvalidSource") || !strings.Contains(out, `imports are not available to tools: "data:text/javascript,export default 1" at line 1, column 15`) {
+			t.Errorf("output:\n%s", out)
+		}
+	})
 }
