@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -259,4 +261,21 @@ export async function run(args: Args, context: any) {
 }
 `
 	return src
+}
+
+// A run waits for its import-check lane only as long as its context
+// allows, and a large source's lane does not hold up small sources.
+func TestImportCheckLanes(t *testing.T) {
+	importCheckLarge <- struct{}{} // a large check in flight
+	defer func() { <-importCheckLarge }()
+	small := "export function run() { return 1 }\n"
+	if problems, err := checkImportsBounded(context.Background(), LanguageJavaScript, small); err != nil || problems != nil {
+		t.Fatalf("a small source behind a large check: %v %v", problems, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	large := small + strings.Repeat(" ", smallImportCheckBytes)
+	if _, err := checkImportsBounded(ctx, LanguageJavaScript, large); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a large source waiting on a busy lane past its context: err %v", err)
+	}
 }

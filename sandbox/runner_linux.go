@@ -260,7 +260,12 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	if prof.Runtime.deno() && !r.importsUnchecked {
 		// Imports are refused before any jail starts (imports.go); the
 		// import map in the jail is the second wall.
-		if problems := checkImportsBounded(spec.Language, spec.Source); problems != nil {
+		problems, err := checkImportsBounded(ctx, spec.Language, spec.Source)
+		if err != nil {
+			// As a run cancelled in its jail ends: Timeout.
+			return errorResult(ErrTimeout, "the run was cancelled while it waited for the import check: "+err.Error(), ""), nil
+		}
+		if problems != nil {
 			return importRefusal(spec.Mode, problems), nil
 		}
 	}
