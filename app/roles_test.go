@@ -31,7 +31,7 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		globex := config.DemoTenant()
 		globex.ID = "globex"
 		globex.Plan = "enterprise-" + secret
-		globex.Quota = quota.Limits{RatePerMinute: 4242, Burst: 42, Concurrency: 4, DailyCPUSeconds: 424242}
+		globex.Quota = quota.Limits{RatePerMinute: 9191917, Burst: 42, Concurrency: 4, DailyCPUSeconds: 8383838}
 		globex.Policy = map[string]any{"network": []any{"none"}, "egress_allow": []any{secret + ".example.com:443"}}
 		c.Tenants = append(c.Tenants, globex)
 	}})
@@ -114,7 +114,7 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 						if r.errType(t) != "Forbidden" {
 							t.Fatalf("error.type = %q, want Forbidden: %s", r.errType(t), r.body)
 						}
-						for _, leak := range []string{secret, "4242", "enterprise"} {
+						for _, leak := range []string{secret, "9191917", "8383838", "enterprise"} {
 							if strings.Contains(string(r.body), leak) {
 								t.Fatalf("the refusal reveals globex's data (%q): %s", leak, r.body)
 							}

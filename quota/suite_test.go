@@ -167,10 +167,12 @@ func runSuite(t *testing.T, b suiteBackend) {
 	})
 
 	t.Run("heartbeats keep a long run's lease beyond its TTL", func(t *testing.T) {
-		l := b.newLimiter(t, Config{LeaseTTLMS: 150})
+		// A TTL long enough that a loaded CI machine's scheduling delays
+		// cannot starve the heartbeat (150 ms flaked at load 10 on 2 cores).
+		l := b.newLimiter(t, Config{LeaseTTLMS: 500})
 		lim := Limits{Concurrency: 1}
 		a := mustAdmit(t, l, "acme", "long", lim, 0)
-		deadline := time.Now().Add(750 * time.Millisecond) // 5 TTLs
+		deadline := time.Now().Add(2500 * time.Millisecond) // 5 TTLs
 		for time.Now().Before(deadline) {
 			_, err := l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "other", Limits: lim})
 			mustExceed(t, err, KindConcurrency)
