@@ -55,6 +55,9 @@ type Runner struct {
 	egress EgressProxy    // nil: network mode proxy is refused
 	deps   *depsInstaller // installs requirements
 	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
+
+	// zygotes are the warm zygotes of isolation level process.
+	zygotes *zygotes
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -188,6 +191,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err := seccompAudit().err; err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
 	}
+	r.zygotes = newZygotes(r, cfg.Zygotes)
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
 		_, p, _ := normalize(Spec{}) // the default profile starts warm
@@ -223,6 +227,7 @@ func (r *Runner) Info() Info {
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() {
 		var errs []error
+		r.zygotes.close()
 		if r.pool != nil {
 			errs = append(errs, r.pool.close())
 		}
@@ -250,6 +255,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	switch spec.Isolation {
+	case "", IsolationJail:
+	case IsolationProcess:
+		return r.runProcess(ctx, spec, prof)
+	default:
+		return errorResult(ErrInvalidInput, fmt.Sprintf("invalid run spec: isolation %q is not jail or process", spec.Isolation), ""), nil
 	}
 	if prof.Runtime.deno() {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {
@@ -485,6 +497,9 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 		return path, nil
 	}
 	text, err := renderConfig(r.renderInputLocked(p, warm))
+	if err == nil && p.Zygote {
+		text, err = zygoteConfig(text)
+	}
 	if err != nil {
 		return "", fmt.Errorf("rendering the nsjail config: %w", err)
 	}
