@@ -27,6 +27,7 @@ type Request struct {
 	Limits        Limits   // zero fields: not requested
 	Mode          string
 	Tools         []string
+	Isolation     string // "jail" (default) or "process"
 }
 
 // Defaults BuildInput applies to an empty field.
@@ -35,6 +36,7 @@ const (
 	DefaultEntrypoint    = "run"
 	DefaultNetworkAccess = "none"
 	DefaultMode          = "run"
+	DefaultIsolation     = "jail"
 )
 
 // BuildInput builds the versioned policy input for tenant t, principal p and
@@ -70,6 +72,7 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			Limits:        r.Limits,
 			Mode:          orDefault(r.Mode, DefaultMode),
 			Tools:         nonNil(r.Tools),
+			Isolation:     orDefault(r.Isolation, DefaultIsolation),
 		},
 	}
 }
@@ -112,6 +115,8 @@ type requestBody struct {
 	Limits *Limits  `json:"limits"`
 	Mode   string   `json:"mode"`
 	Tools  []string `json:"tools"`
+
+	Isolation string `json:"isolation"`
 }
 
 // ParseRequest reads an execute request body (JSON) into a Request, for
@@ -138,6 +143,7 @@ func ParseRequest(body []byte) (Request, error) {
 		NetworkAccess: b.NetworkAccess,
 		Mode:          b.Mode,
 		Tools:         b.Tools,
+		Isolation:     b.Isolation,
 	}
 	if len(b.Args) > 0 {
 		r.Args = []byte(b.Args)
