@@ -274,6 +274,12 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 			}
 			return oneOf(p, req.NetworkAccess, "none", "proxy", "host")
 		},
+		"isolation": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Isolation); err != nil {
+				return err
+			}
+			return oneOf(p, req.Isolation, sandbox.IsolationJail, sandbox.IsolationProcess)
+		},
 		"egress": func(p string, raw json.RawMessage) error {
 			req.Egress = &EgressRequest{}
 			return decodeObject(p, raw, fieldFuncs{

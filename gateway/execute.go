@@ -238,7 +238,7 @@ func (s *Server) execute(ctx context.Context, call executeCall, x *execution, cl
 			x.replayed = true
 			if env.Decision != nil {
 				x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-					Limits: policy.Limits(env.Decision.Limits), Egress: env.Decision.Egress}
+					Limits: policy.Limits(env.Decision.Limits), Egress: env.Decision.Egress, Isolation: env.Decision.Isolation}
 				x.limits = env.Decision.Limits
 			}
 			return stored.Status, &env, nil
@@ -412,6 +412,7 @@ func policyRequest(req *ExecuteRequest) policy.Request {
 		Limits:        req.Limits,
 		Mode:          req.Mode,
 		Tools:         tools,
+		Isolation:     req.Isolation,
 	}
 	if req.Egress != nil {
 		preq.EgressAllow = req.Egress.Allow
@@ -468,6 +469,7 @@ func (s *Server) runAdmitted(ctx context.Context, x *execution, tenant tenancy.T
 		Network:     sandbox.Network(dec.NetworkAccess),
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
+		Isolation:   dec.Isolation,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone
@@ -543,7 +545,11 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if eg.Allow == nil {
 		eg.Allow = []string{}
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg}
+	iso := d.Isolation
+	if iso == "" {
+		iso = sandbox.IsolationJail
+	}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso}
 }
 
 // auditRecord is the one audit record of this request.

@@ -32,6 +32,9 @@ type ExecuteRequest struct {
 	// "<server>.<tool>"); absent or empty: every tool the tenant has.
 	Tools    []string  `json:"tools,omitempty"`
 	Fixtures *Fixtures `json:"fixtures,omitempty"`
+	// Isolation asks for an isolation level, "jail" (default) or
+	// "process"; policy decides (DESIGN §14).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -104,6 +107,8 @@ type EnvelopeDecision struct {
 	NetworkAccess string         `json:"network_access"`
 	Limits        sandbox.Limits `json:"limits"`
 	Egress        policy.Egress  `json:"egress"`
+	// Isolation is the decided isolation level: "jail" or "process".
+	Isolation string `json:"isolation"`
 }
 
 // ErrorResponse is the body of an error on every route but /v1/execute

@@ -490,7 +490,7 @@ func (r *Runner) grace() time.Duration {
 // it on first use. Files are named by content, so runners (and processes)
 // sharing a WorkDir share them safely and a file is written at most once.
 func (r *Runner) profileFile(p profile, warm bool) (string, error) {
-	key := fmt.Sprintf("%v|%t", p, warm)
+	key := fmt.Sprintf("%v|%t|%t", p, warm, p.Zygote) // String() leaves Zygote out
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if path, ok := r.profiles[key]; ok {

@@ -86,6 +86,14 @@ func TestProcessRunsAreFreshProcessesForkedFromTheZygote(t *testing.T) {
 	if n := sandbox.Zygotes(r); n != 1 {
 		t.Fatalf("%d zygotes for one tenant and profile, want 1", n)
 	}
+	// The same profile at level jail is still a jail of its own.
+	jail, err := r.Run(context.Background(), sandbox.Spec{TenantID: "t1", Source: probeSource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resultMap(t, jail); m["pid"] != float64(1) {
+		t.Fatalf("a level-jail run after level-process runs has pid %v, not its jail's PID 1", m["pid"])
+	}
 }
 
 // gateBridge blocks a run's call to tool "wait" until release is closed,
