@@ -104,6 +104,8 @@ type job struct {
 	limits  sandbox.Limits
 	network sandbox.Network
 	tenant  string // default "containment"
+	// isolation is the run's level (process_test.go); "" is jail.
+	isolation string
 }
 
 func source(t *testing.T, tool string) string {
@@ -146,6 +148,7 @@ func startTool(t *testing.T, r *sandbox.Runner, j job) func() (sandbox.Result, e
 		Args:        args,
 		Network:     j.network,
 		Limits:      j.limits,
+		Isolation:   j.isolation,
 	}
 	type outcome struct {
 		res sandbox.Result

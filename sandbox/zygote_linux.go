@@ -530,6 +530,10 @@ type procRun struct {
 	procs   []string // the cgroup.procs files the run's processes are in
 	pid     int      // in the jail
 	hostPID int
+	// forked is when the zygote was asked to fork: the kernel may stamp an
+	// audit record of the process with the time of an earlier syscall
+	// than the one that killed it, never earlier than its fork.
+	forked time.Time
 	stdin   *os.File
 	bridge  net.Conn
 	readEnd []*os.File
@@ -602,7 +606,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	o.MemoryLimitHit = stats.MemoryLimitHit
 	o.OOMKilled = stats.OOMKilled
 	if o.childSignal() == syscall.SIGSYS && p.hostPID > 0 {
-		o.DeniedSyscall = seccompAudit().syscallFor(p.hostPID, handoff, seccompRecordWait)
+		o.DeniedSyscall = seccompAudit().syscallFor(p.hostPID, p.forked, seccompRecordWait)
 	}
 	v := classify(o)
 	if v.Unavailable != nil {
@@ -681,6 +685,7 @@ func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
 		return nil, err
 	}
 	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd()), int(syncChild.Fd())}
+	forked := time.Now()
 	pid, err := z.fork(fds, l.TmpMB<<20, ceilDiv(l.CPUMS, 1000)+1)
 	if err != nil {
 		return nil, err
@@ -711,7 +716,7 @@ func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
 		return nil, fmt.Errorf("releasing the run: %w", err)
 	}
 	p := &procRun{
-		z: z, cg: cg, procs: procs, pid: pid, hostPID: hostPID,
+		z: z, cg: cg, procs: procs, pid: pid, hostPID: hostPID, forked: forked,
 		stdin: in.w, bridge: bridgeConn,
 		readEnd:  []*os.File{out.r, errp.r, res.r},
 		stdout:   textCapture{max: int(l.OutputBytes)},

@@ -44,6 +44,7 @@ if HARNESS_DIR not in sys.path:
 
 import array  # noqa: E402
 import ctypes  # noqa: E402
+import gc  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -134,7 +135,9 @@ _PROG, _PROG_BUF = _seccomp_program()
 
 def _drop_caps():
     for cap in range(CAP_LAST + 1):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
+                break
             _check(-1, "dropping capability %d from the bounding set" % cap)
     header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = b"\0" * 24  # two empty __user_cap_data_struct
@@ -266,6 +269,10 @@ def main():
     poll = select.poll()
     poll.register(ctl.fileno(), select.POLLIN)
     poll.register(wake_r, select.POLLIN)
+    # Objects the zygote made so far are never collected: the children's
+    # collector leaves them (and their pages, shared copy-on-write) alone.
+    gc.collect()
+    gc.freeze()
     _send(ctl, "R\n")
     anc_size = socket.CMSG_SPACE(RUN_FDS * 4)
     while True:
