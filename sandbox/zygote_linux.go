@@ -533,7 +533,7 @@ type procRun struct {
 	// forked is when the zygote was asked to fork: the kernel may stamp an
 	// audit record of the process with the time of an earlier syscall
 	// than the one that killed it, never earlier than its fork.
-	forked time.Time
+	forked  time.Time
 	stdin   *os.File
 	bridge  net.Conn
 	readEnd []*os.File
