@@ -84,3 +84,9 @@ test_isolation_data_of_the_wrong_type_denies if {
 	not d.allow
 	"tenant policy data isolation must be array, not string" in d.reasons
 }
+
+test_process_is_not_offered_with_a_resolved_package_set if {
+	d := main.decision with input as with_request({"isolation": "process", "packages": [{"name": "six", "version": "1.16.0", "index": "", "via": ["six"]}]})
+	not d.allow
+	"isolation process is not offered with packages: runs with packages run at level jail" in d.reasons
+}

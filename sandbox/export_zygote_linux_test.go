@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"syscall"
+	"time"
 )
 
 // Zygotes is the number of live zygotes of level process.
@@ -22,4 +23,28 @@ func KillZygotes(r *Runner) error {
 		}
 	}
 	return nil
+}
+
+// ZygoteCgroups waits until no zygote is preparing a spare process, then
+// returns how many run cgroups the zygotes hold: each zygote's own and its
+// spare's.
+func ZygoteCgroups(r *Runner) int {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		busy := false
+		r.zygotes.mu.Lock()
+		for _, z := range r.zygotes.m {
+			busy = busy || z.filling.Load()
+		}
+		r.zygotes.mu.Unlock()
+		if !busy {
+			break
+		}
+	}
+	r.zygotes.mu.Lock()
+	defer r.zygotes.mu.Unlock()
+	n := 0
+	for _, z := range r.zygotes.m {
+		n += 1 + len(z.spares)
+	}
+	return n
 }

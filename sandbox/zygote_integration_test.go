@@ -200,10 +200,11 @@ def run(args, context):
 	assertRunCgroupsGone(t, r)
 }
 
-// assertRunCgroupsGone checks that only the zygote's cgroup is left under
-// the runner's parent (the zygote's is the one with a process in it).
+// assertRunCgroupsGone checks that only the zygotes' cgroups are left
+// under the runner's parent: each zygote's own and its spare process's.
 func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
 	t.Helper()
+	held := sandbox.ZygoteCgroups(r)
 	for _, d := range sandbox.CgroupDirs(r) {
 		entries, err := os.ReadDir(d)
 		if err != nil {
@@ -215,8 +216,8 @@ func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
 				n++
 			}
 		}
-		if n != sandbox.Zygotes(r) {
-			t.Errorf("%s holds %d run cgroups with %d zygotes: a run's cgroup (and its processes) survived", d, n, sandbox.Zygotes(r))
+		if n != held {
+			t.Errorf("%s holds %d run cgroups, the zygotes %d: a run's cgroup (and its processes) survived", d, n, held)
 		}
 	}
 }

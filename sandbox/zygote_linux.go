@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -152,6 +153,11 @@ type zygote struct {
 	emu   sync.Mutex       // guards exits
 	exits map[int]chan int // pid in the jail → its wait status (buffered 1)
 
+	// spares holds the process forked ahead for the next run (refill);
+	// filling says one is being prepared.
+	spares  chan *spare
+	filling atomic.Bool
+
 	// Guarded by zygotes.mu:
 	inflight int
 	runs     int
@@ -247,6 +253,7 @@ func (z *zygote) fork(fds []int, tmpBytes, cpuSeconds int64) (int, error) {
 // stop ends the zygote (its runs in flight die with it: it is PID 1 of
 // their pid namespace) and removes its cgroup.
 func (z *zygote) stop(r *Runner) {
+	z.dropSpares()
 	z.ctl.Close()
 	if err := z.j.discard(r.grace()); err != nil {
 		r.log.Warn("removing a zygote's cgroup", "error", err)
@@ -448,6 +455,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		key: key, j: j, ctl: ctl,
 		ready: make(chan struct{}), dead: make(chan struct{}),
 		replies: make(chan string, 1), exits: map[int]chan int{}, used: time.Now(),
+		spares: make(chan *spare, 1),
 	}
 	go z.read()
 	t := time.NewTimer(zygoteStartTimeout)
@@ -513,6 +521,7 @@ func (zs *zygotes) close() {
 	close(zs.stopTic)
 	var all []*zygote
 	for k, z := range zs.m {
+		z.retired = true // a spare being prepared is dropped, not kept
 		all = append(all, z)
 		delete(zs.m, k)
 	}
@@ -573,6 +582,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if err != nil {
 		p.kill()
 		p.finish(r, p.z.exitChan(p.pid))
+		_ = p.cg.remove(3 * time.Second)
 		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
 	go func() {
@@ -637,9 +647,36 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	return res, nil
 }
 
-// forkRun creates the run's cgroup and descriptors, has z fork the run's
-// process, and moves it into the cgroup before it runs anything.
-func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
+// spare is a process forked for a run ahead of it: in its cgroup, set up
+// up to the hand-off, waiting on its sync socket for the run's
+// descriptors.
+type spare struct {
+	pid, hostPID int
+	sync         *os.File
+	cg           *runCgroup
+	procs        []string
+	exit         chan int
+	forked       time.Time
+}
+
+// discard kills a spare that will not run and removes its cgroup.
+func (sp *spare) discard(z *zygote) {
+	_ = syscall.Kill(sp.hostPID, syscall.SIGKILL)
+	sp.sync.Close()
+	t := time.NewTimer(time.Second)
+	select {
+	case <-sp.exit:
+	case <-z.dead:
+	case <-t.C:
+	}
+	t.Stop()
+	z.forget(sp.pid)
+	_ = sp.cg.remove(time.Second)
+}
+
+// prepareSpare creates a run's cgroup, has z fork a process for it and
+// moves that into the cgroup before it does anything else.
+func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -658,6 +695,126 @@ func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	syncHost, syncChild := os.NewFile(uintptr(sp[0]), "sync"), os.NewFile(uintptr(sp[1]), "sync-child")
+	cleanup = append(cleanup, func() { syncHost.Close() })
+	defer syncChild.Close()
+	if err := syscall.SetsockoptInt(sp[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
+		return nil, err
+	}
+	forked := time.Now()
+	pid, err := z.fork([]int{int(syncChild.Fd())}, l.TmpMB<<20, ceilDiv(l.CPUMS, 1000)+1)
+	if err != nil {
+		return nil, err
+	}
+	exit := z.exitChan(pid)
+	cleanup = append(cleanup, func() { z.forget(pid) })
+	syncChild.Close()
+	hostPID, err := readCredPID(syncHost, exit, z.dead)
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { _ = syscall.Kill(hostPID, syscall.SIGKILL) })
+	for _, f := range procs {
+		if err := writeFile(f, strconv.Itoa(hostPID)); err != nil {
+			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
+		}
+	}
+	return &spare{pid: pid, hostPID: hostPID, sync: syncHost, cg: cg, procs: procs, exit: exit, forked: forked}, nil
+}
+
+// takeSpare returns z's spare process, or prepares one, and has the next
+// one prepared in the background.
+func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
+	defer z.refill(r, prof)
+	for {
+		select {
+		case sp := <-z.spares:
+			select {
+			case <-sp.exit: // killed while it waited (by a run of the same tenant)
+				z.forget(sp.pid)
+				sp.sync.Close()
+				_ = sp.cg.remove(time.Second)
+				continue
+			default:
+				return sp, nil
+			}
+		default:
+			return r.prepareSpare(z, prof)
+		}
+	}
+}
+
+// refill prepares z's next spare unless one is being prepared or z is
+// retired or dead.
+func (z *zygote) refill(r *Runner, prof profile) {
+	if !z.filling.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer z.filling.Store(false)
+		select {
+		case <-z.dead:
+			return
+		default:
+		}
+		if z.isRetired(r) {
+			return
+		}
+		sp, err := r.prepareSpare(z, prof)
+		if err != nil {
+			return
+		}
+		select {
+		case z.spares <- sp:
+		default:
+			sp.discard(z)
+			return
+		}
+		if z.isRetired(r) {
+			z.dropSpares()
+		}
+	}()
+}
+
+func (z *zygote) isRetired(r *Runner) bool {
+	r.zygotes.mu.Lock()
+	defer r.zygotes.mu.Unlock()
+	return z.retired
+}
+
+// dropSpares discards the spares z holds.
+func (z *zygote) dropSpares() {
+	for {
+		select {
+		case sp := <-z.spares:
+			sp.discard(z)
+		default:
+			return
+		}
+	}
+}
+
+// forkRun hands the run to a spare process of z: its descriptors go over
+// the spare's sync socket with the word to go on.
+func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
+	sp, err := r.takeSpare(z, prof)
+	if err != nil {
+		return nil, err
+	}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	cleanup = append(cleanup, func() { sp.discard(z) })
+	l := prof.Limits
 	type pipe struct{ r, w *os.File }
 	var pipes [4]pipe
 	for i := range pipes {
@@ -674,49 +831,17 @@ func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
-	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
+	if err := syscall.Sendmsg(int(sp.sync.Fd()), []byte("g"), unix.UnixRights(fds...), nil, 0); err != nil {
+		return nil, fmt.Errorf("handing the run to its process: %w", err)
 	}
-	syncHost, syncChild := os.NewFile(uintptr(sp[0]), "sync"), os.NewFile(uintptr(sp[1]), "sync-child")
-	defer syncHost.Close()
-	defer syncChild.Close()
-	if err := syscall.SetsockoptInt(sp[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
-		return nil, err
-	}
-	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd()), int(syncChild.Fd())}
-	forked := time.Now()
-	pid, err := z.fork(fds, l.TmpMB<<20, ceilDiv(l.CPUMS, 1000)+1)
-	if err != nil {
-		return nil, err
-	}
-	exit := z.exitChan(pid)
-	cleanup = append(cleanup, func() { z.forget(pid) })
-	// The child's ends now live in the child (and in the zygote until it
-	// closed its copies).
+	sp.sync.Close()
+	// The child's ends now live in the child.
 	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, bridgeChild} {
 		f.Close()
 	}
-	syncChild.Close()
-	hostPID, err := readCredPID(syncHost, exit, z.dead)
-	if err != nil {
-		if hostPID > 0 {
-			_ = syscall.Kill(hostPID, syscall.SIGKILL)
-		}
-		return nil, err
-	}
-	for _, f := range procs {
-		if err := writeFile(f, strconv.Itoa(hostPID)); err != nil {
-			_ = syscall.Kill(hostPID, syscall.SIGKILL)
-			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
-		}
-	}
-	if _, err := syncHost.Write([]byte("g")); err != nil {
-		_ = syscall.Kill(hostPID, syscall.SIGKILL)
-		return nil, fmt.Errorf("releasing the run: %w", err)
-	}
 	p := &procRun{
-		z: z, cg: cg, procs: procs, pid: pid, hostPID: hostPID, forked: forked,
+		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
 		stdin: in.w, bridge: bridgeConn,
 		readEnd:  []*os.File{out.r, errp.r, res.r},
 		stdout:   textCapture{max: int(l.OutputBytes)},

@@ -25,14 +25,17 @@ harness would, after this setup (all before any tool code):
     child's filter is then at least as strict as level jail's.
 
 Control protocol (fd 5, a unix stream socket; one line per message):
-  host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [stdin, stdout, stderr,
-                  result, bridge, sync]: fork a run
+  host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
+                  fork a process for a run (ahead of the run: the host keeps
+                  one ready)
   zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
                   jail's pid namespace) or "e <errno>\\n" when fork failed;
                   "x <pid> <wait status>\\n" when a run's process exited
-  sync (per run)  child -> host one byte "r" (the host reads the child's
-                  host pid from the kernel's SCM_CREDENTIALS), host -> child
-                  "g" once the child is in its cgroup
+  sync (per run)  child -> host one byte "r" once set up to step 1 (the host
+                  reads the child's host pid from the kernel's
+                  SCM_CREDENTIALS and moves it into the run's cgroup);
+                  host -> child "g" with SCM_RIGHTS [stdin, stdout, stderr,
+                  result, bridge] when the run is handed to it
 """
 
 import os
@@ -65,7 +68,8 @@ import traceback  # noqa: E402,F401
 CONTROL_FD = 5
 # Exit status of a child whose setup failed (zygote_linux.go knows it).
 EXIT_SETUP = 73
-RUN_FDS = 6
+FORK_FDS = 1  # sync
+RUN_FDS = 5  # stdin, stdout, stderr, result, bridge
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -164,7 +168,7 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # The zygote runs without RLIMIT_CPU; a run has level jail's.
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-        stdin, stdout, stderr, result, bridge, sync = fds
+        (sync,) = fds
         _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
         # The zygote can open this process's id maps only while it is
         # dumpable (else its /proc files belong to a root the jail does not
@@ -177,8 +181,16 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
         os.close(to_zygote)
         os.close(from_zygote)
         os.write(sync, b"r")
-        if os.read(sync, 1) != b"g":
+        sock = socket.socket(fileno=sync)
+        msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(RUN_FDS * 4))
+        sock.detach()
+        os.close(sync)
+        run_fds = _fds_of(anc)
+        if msg != b"g" or len(run_fds) != RUN_FDS:
             os._exit(EXIT_SETUP)
+        # Received in this order into the lowest free numbers (3 and up), so
+        # no descriptor is overwritten below before it is copied.
+        stdin, stdout, stderr, result, bridge = run_fds
         opts = b"size=%d,mode=1777" % tmp_bytes
         for target in (b"/tmp", b"/dev/shm"):
             _check(_libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "mounting " + target.decode())
@@ -212,16 +224,21 @@ def _send(ctl, text):
     ctl.sendall(text.encode())
 
 
-def _fork_run(ctl, wake, msg, anc):
+def _fds_of(anc):
     fds = []
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             a = array.array("i")
             a.frombytes(data[: len(data) - (len(data) % a.itemsize)])
             fds.extend(a)
+    return fds
+
+
+def _fork_run(ctl, wake, msg, anc):
+    fds = _fds_of(anc)
     try:
         parts = msg.split()
-        if len(parts) != 3 or parts[0] != b"F" or len(fds) != RUN_FDS:
+        if len(parts) != 3 or parts[0] != b"F" or len(fds) != FORK_FDS:
             raise ValueError("bad request %r with %d fds" % (msg[:40], len(fds)))
         tmp_bytes, cpu_seconds = int(parts[1]), int(parts[2])
         up_r, up_w = os.pipe()
@@ -274,7 +291,7 @@ def main():
     gc.collect()
     gc.freeze()
     _send(ctl, "R\n")
-    anc_size = socket.CMSG_SPACE(RUN_FDS * 4)
+    anc_size = socket.CMSG_SPACE(FORK_FDS * 4)
     while True:
         for fd, _ in poll.poll():
             if fd == wake_r:
