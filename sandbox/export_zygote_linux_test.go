@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
+	"sort"
 	"syscall"
 	"time"
 )
@@ -47,4 +49,16 @@ func ZygoteCgroups(r *Runner) int {
 		n += 1 + len(z.spares)
 	}
 	return n
+}
+
+// ZygoteIDs lists the live zygotes as "<tenant>/<nsjail pid>".
+func ZygoteIDs(r *Runner) []string {
+	r.zygotes.mu.Lock()
+	defer r.zygotes.mu.Unlock()
+	var out []string
+	for k, z := range r.zygotes.m {
+		out = append(out, fmt.Sprintf("%s/%d", k.tenant, z.j.cmd.Process.Pid))
+	}
+	sort.Strings(out)
+	return out
 }

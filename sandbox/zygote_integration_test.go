@@ -204,21 +204,43 @@ def run(args, context):
 // under the runner's parent: each zygote's own and its spare process's.
 func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
 	t.Helper()
-	held := sandbox.ZygoteCgroups(r)
-	for _, d := range sandbox.CgroupDirs(r) {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			t.Fatalf("reading %s: %v", d, err)
-		}
-		n := 0
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "run-") {
-				n++
+	count := func() (map[string]int, int) {
+		held := sandbox.ZygoteCgroups(r)
+		got := map[string]int{}
+		for _, d := range sandbox.CgroupDirs(r) {
+			entries, err := os.ReadDir(d)
+			if err != nil {
+				t.Fatalf("reading %s: %v", d, err)
+			}
+			for _, e := range entries {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "run-") {
+					got[d]++
+				}
 			}
 		}
-		if n != held {
-			t.Errorf("%s holds %d run cgroups, the zygotes %d: a run's cgroup (and its processes) survived", d, n, held)
+		return got, held
+	}
+	// A retired zygote and its spare are removed in the background: wait
+	// for the count to settle.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, held := count()
+		ok := true
+		for _, d := range sandbox.CgroupDirs(r) {
+			ok = ok && got[d] == held
 		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, d := range sandbox.CgroupDirs(r) {
+				if got[d] != held {
+					t.Errorf("%s holds %d run cgroups, the zygotes %d: a run's cgroup (and its processes) survived", d, got[d], held)
+				}
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
 	}
 }
 
@@ -245,6 +267,12 @@ func TestProcessLimitsAreTheKernels(t *testing.T) {
 			}
 		})
 	}
+	t.Run("stdout flood", func(t *testing.T) {
+		res := runProc(t, r, sandbox.Spec{Source: "import sys\ndef run(a, c):\n    for _ in range(1000):\n        sys.stdout.write('y' * 1000)\n    return 1\n", Limits: sandbox.Limits{OutputBytes: 4096}})
+		if res.Status != sandbox.StatusOK || !res.Truncated.Stdout || len(res.Stdout) > 4096 {
+			t.Fatalf("stdout flood: status %s, truncated %v, %d bytes kept", res.Status, res.Truncated.Stdout, len(res.Stdout))
+		}
+	})
 	assertRunCgroupsGone(t, r)
 }
 
@@ -360,4 +388,60 @@ func listenLoopback(t *testing.T) int {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestZygotesAreRetiredAfterMaxRunsAndIdleTime(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: 2, IdleMS: 300} })
+	ids := func() string { return fmt.Sprint(sandbox.ZygoteIDs(r)) }
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	first := ids()
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	// The second run was the zygote's last: the third starts another.
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if third := ids(); third == first || len(sandbox.ZygoteIDs(r)) != 1 {
+		t.Fatalf("zygotes %s after max_runs, before %s: want one new zygote", third, first)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sandbox.Zygotes(r) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("zygotes %s still live after idle_ms", ids())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{Max: 1} })
+	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
+	// b's miss replaces a's idle zygote.
+	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "b", Source: probeSource}))
+	if got := sandbox.ZygoteIDs(r); len(got) != 1 || !strings.HasPrefix(got[0], "b/") {
+		t.Fatalf("zygotes %v, want b's alone", got)
+	}
+	// While b's zygote runs something, a cannot take its place: a's run
+	// gets a fresh jail (stronger isolation, never weaker).
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan sandbox.Result)
+	go func() {
+		res, _ := r.Run(context.Background(), sandbox.Spec{TenantID: "b", Isolation: sandbox.IsolationProcess, Bridge: gate,
+			Source: "def run(a, context):\n    return context.tools.run('wait')\n"})
+		done <- res
+	}()
+	select {
+	case <-gate.entered:
+	case res := <-done:
+		t.Fatalf("b's run ended before its tool call: %+v", res.Error)
+	}
+	m := resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
+	close(gate.release)
+	if res := <-done; res.Status != sandbox.StatusOK {
+		t.Fatalf("b's run: %+v", res.Error)
+	}
+	if m["pid"] != float64(1) {
+		t.Fatalf("a's run with the budget full: pid %v, want a jail's PID 1", m["pid"])
+	}
+	if got := sandbox.ZygoteIDs(r); len(got) != 1 || !strings.HasPrefix(got[0], "b/") {
+		t.Fatalf("zygotes %v, want b's alone", got)
+	}
 }
