@@ -445,3 +445,25 @@ func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
 		t.Fatalf("zygotes %v, want b's alone", got)
 	}
 }
+
+// The zygote preloads asyncio but hides it until the tool imports it (so a
+// coroutine that never suspends is stepped without an event loop, as in a
+// fresh jail); a tool that imports it gets the real, whole package.
+func TestProcessAsyncToolsSeeAsyncioAsInAJail(t *testing.T) {
+	r := newRunner(t, nil)
+	cases := map[string]string{
+		"awaits": "import asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return 'slept'\n",
+		"loop without await": "import asyncio\nasync def run(a, c):\n    asyncio.get_running_loop()\n    return 'loop'\n",
+		"submodule first": "import asyncio.events\nimport asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return asyncio.events.__name__ + ' ' + asyncio.__spec__.origin.rsplit('/', 2)[-2]\n",
+		"no asyncio": "import sys\nasync def run(a, c):\n    return 'asyncio' in sys.modules\n",
+	}
+	want := map[string]string{"awaits": `"slept"`, "loop without await": `"loop"`, "submodule first": `"asyncio.events asyncio"`, "no asyncio": `false`}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := runProc(t, r, sandbox.Spec{Source: src})
+			if res.Status != sandbox.StatusOK || string(res.Result) != want[name] {
+				t.Fatalf("%s: %s %s %+v\n%s", name, res.Status, res.Result, res.Error, res.Stderr)
+			}
+		})
+	}
+}

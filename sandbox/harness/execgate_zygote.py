@@ -214,10 +214,56 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
             pass
         os._exit(EXIT_SETUP)
     harness.HARNESS_PID = os.getpid()
+    preloaded = _Preloaded({"asyncio"})
+    preloaded.hide()
+    preloaded.keep_specs()
     try:
         harness.main()
     finally:
         os._exit(0)
+
+
+class _Preloaded:
+    """Hides modules the zygote imported for the tool's sake (asyncio) until
+    the tool imports them, then gives back the very modules, at the price
+    of a dict update. The harness steps a coroutine that never suspends
+    without asyncio.run only while asyncio is not in sys.modules, i.e. while
+    the tool has not loaded it: with asyncio preloaded and visible, every
+    async tool would pay for an event loop."""
+
+    def __init__(self, roots):
+        self.roots = roots
+        self.saved = {}
+
+    def hide(self):
+        self.saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in self.roots}
+        for k in self.saved:
+            del sys.modules[k]
+        sys.meta_path.insert(0, self)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.saved:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(name, self, is_package=hasattr(self.saved[name], "__path__"))
+
+    def create_module(self, spec):
+        return self.saved[spec.name]
+
+    def exec_module(self, module):
+        # The import system set __spec__ to ours: give back the real one,
+        # and every hidden module at once (submodules included).
+        module.__spec__ = self.saved_specs.get(module.__name__, module.__spec__)
+        for k, m in self.saved.items():
+            sys.modules.setdefault(k, m)
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+    def keep_specs(self):
+        self.saved_specs = {k: getattr(m, "__spec__", None) for k, m in self.saved.items()}
 
 
 def _send(ctl, text):
