@@ -452,10 +452,10 @@ func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
 func TestProcessAsyncToolsSeeAsyncioAsInAJail(t *testing.T) {
 	r := newRunner(t, nil)
 	cases := map[string]string{
-		"awaits": "import asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return 'slept'\n",
+		"awaits":             "import asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return 'slept'\n",
 		"loop without await": "import asyncio\nasync def run(a, c):\n    asyncio.get_running_loop()\n    return 'loop'\n",
-		"submodule first": "import asyncio.events\nimport asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return asyncio.events.__name__ + ' ' + asyncio.__spec__.origin.rsplit('/', 2)[-2]\n",
-		"no asyncio": "import sys\nasync def run(a, c):\n    return 'asyncio' in sys.modules\n",
+		"submodule first":    "import asyncio.events\nimport asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return asyncio.events.__name__ + ' ' + asyncio.__spec__.origin.rsplit('/', 2)[-2]\n",
+		"no asyncio":         "import sys\nasync def run(a, c):\n    return 'asyncio' in sys.modules\n",
 	}
 	want := map[string]string{"awaits": `"slept"`, "loop without await": `"loop"`, "submodule first": `"asyncio.events asyncio"`, "no asyncio": `false`}
 	for name, src := range cases {
