@@ -148,7 +148,8 @@ type zygote struct {
 	dead    chan struct{} // closed when its control socket ended
 	replies chan string   // fork replies ("f <pid>", "e <errno>")
 
-	mu sync.Mutex // serialises fork requests
+	mu       sync.Mutex // serialises fork requests
+	stopOnce sync.Once  // the jail is discarded (its uid released) once
 
 	emu   sync.Mutex       // guards exits
 	exits map[int]chan int // pid in the jail → its wait status (buffered 1)
@@ -253,11 +254,13 @@ func (z *zygote) fork(fds []int, tmpBytes, cpuSeconds int64) (int, error) {
 // stop ends the zygote (its runs in flight die with it: it is PID 1 of
 // their pid namespace) and removes its cgroup.
 func (z *zygote) stop(r *Runner) {
-	z.dropSpares()
-	z.ctl.Close()
-	if err := z.j.discard(r.grace()); err != nil {
-		r.log.Warn("removing a zygote's cgroup", "error", err)
-	}
+	z.stopOnce.Do(func() {
+		z.dropSpares()
+		z.ctl.Close()
+		if err := z.j.discard(r.grace()); err != nil {
+			r.log.Warn("removing a zygote's cgroup", "error", err)
+		}
+	})
 }
 
 // zygotes keeps the warm zygotes within the budget of ZygoteConfig,
