@@ -110,6 +110,7 @@ func DemoTenant() tenancy.Tenant {
 			"packages":     map[string]any{"allow": []any{}, "deny": []any{}},
 			"max_limits":   map[string]any{"timeout_ms": 30000, "memory_mb": 512},
 			"tools":        []any{},
+			"isolation":    []any{"jail"},
 		},
 	}
 }

@@ -105,6 +105,8 @@ type job struct {
 	limits  sandbox.Limits
 	network sandbox.Network
 	tenant  string // default "containment"
+	// isolation is the run's level (process_test.go); "" is jail.
+	isolation string
 }
 
 func source(t *testing.T, tool string) string {
@@ -148,7 +150,8 @@ func startTool(t *testing.T, r *sandbox.Runner, j job) func() (sandbox.Result, e
 		Network:     j.network,
 		// A job names the limits it is about; the rest are the platform's
 		// defaults, as the policy would decide them.
-		Limits: j.limits.Or(limits.Default),
+		Limits:    j.limits.Or(limits.Default),
+		Isolation: j.isolation,
 	}
 	type outcome struct {
 		res sandbox.Result

@@ -39,6 +39,9 @@ type Request struct {
 	// "<server>.<tool>"); absent or empty: every tool the tenant has.
 	Tools    []string  `json:"tools,omitempty"`
 	Fixtures *Fixtures `json:"fixtures,omitempty"`
+	// Isolation asks for an isolation level, "jail" (default) or
+	// "process"; policy decides (DESIGN §14).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -112,6 +115,8 @@ type EnvelopeDecision struct {
 	NetworkAccess string         `json:"network_access"`
 	Limits        sandbox.Limits `json:"limits"`
 	Egress        policy.Egress  `json:"egress"`
+	// Isolation is the decided isolation level: "jail" or "process".
+	Isolation string `json:"isolation"`
 }
 
 // ExecutionStatus is the X-Execution-Status value of e: ok or
@@ -146,7 +151,11 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if eg.Allow == nil {
 		eg.Allow = []string{}
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg}
+	iso := d.Isolation
+	if iso == "" {
+		iso = sandbox.IsolationJail
+	}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso}
 }
 
 // TraceID is the trace id of ctx's span ("" without one).

@@ -78,7 +78,7 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 	x.replayed = true
 	if env.Decision != nil {
 		x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-			Limits: env.Decision.Limits, Egress: env.Decision.Egress}
+			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation}
 		x.limits = env.Decision.Limits
 	}
 	return stored.Status, &env, nil
@@ -169,6 +169,7 @@ func (req *Request) PolicyRequest() policy.Request {
 		Limits:        req.Limits,
 		Mode:          req.Mode,
 		Tools:         tools,
+		Isolation:     req.Isolation,
 	}
 	if req.Egress != nil {
 		preq.EgressAllow = req.Egress.Allow
@@ -260,6 +261,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Network:     sandbox.Network(dec.NetworkAccess),
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
+		Isolation:   dec.Isolation,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone

@@ -286,6 +286,12 @@ func executeFields(req *ExecuteRequest, c caps, sawSource *bool) fieldFuncs {
 			}
 			return oneOf(p, req.NetworkAccess, "none", "proxy", "host")
 		},
+		"isolation": func(p string, raw json.RawMessage) error {
+			if err := decodeString(p, raw, &req.Isolation); err != nil {
+				return err
+			}
+			return oneOf(p, req.Isolation, sandbox.IsolationJail, sandbox.IsolationProcess)
+		},
 		"egress": egressField(&req.Egress),
 		"limits": func(p string, raw json.RawMessage) error {
 			return decodeLimits(p, raw, &req.Limits)

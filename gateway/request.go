@@ -22,6 +22,6 @@ func DecodeExecuteRequest(cfg Config, body []byte) (*ExecuteRequest, error) {
 // network none, mode run). The decoders call it once; nothing below
 // re-defaults.
 func withRequestDefaults(r *ExecuteRequest) {
-	d := policy.Request{Language: r.Language, Entrypoint: r.Entrypoint, NetworkAccess: r.NetworkAccess, Mode: r.Mode}.WithDefaults()
-	r.Language, r.Entrypoint, r.NetworkAccess, r.Mode = d.Language, d.Entrypoint, d.NetworkAccess, d.Mode
+	d := policy.Request{Language: r.Language, Entrypoint: r.Entrypoint, NetworkAccess: r.NetworkAccess, Mode: r.Mode, Isolation: r.Isolation}.WithDefaults()
+	r.Language, r.Entrypoint, r.NetworkAccess, r.Mode, r.Isolation = d.Language, d.Entrypoint, d.NetworkAccess, d.Mode, d.Isolation
 }

@@ -1,7 +1,7 @@
 // Package limits is the one description of what bounds a run: the Limits
 // type the policy decides and the sandbox enforces, the platform's default
 // and maximum sets, Validate, and what a request that names no language,
-// entrypoint, network access or mode is given. It imports nothing of execgate's, so the
+// entrypoint, network access, mode or isolation is given. It imports nothing of execgate's, so the
 // policy (which carries OPA) and the sandbox (which must stay light) share
 // it without importing each other.
 //
@@ -26,6 +26,7 @@ const (
 	DefaultEntrypoint    = "run"
 	DefaultNetworkAccess = "none"
 	DefaultMode          = "run"
+	DefaultIsolation     = "jail"
 )
 
 // Limits bound one run. Every field is positive in a run; in a request

@@ -16,6 +16,7 @@ package execgate.main
 
 import data.execgate.access
 import data.execgate.egress
+import data.execgate.isolation
 import data.execgate.limits
 import data.execgate.network
 import data.execgate.packages
@@ -32,6 +33,7 @@ baseline := union({
 	egress.violations,
 	packages.violations,
 	tools.violations,
+	isolation.violations,
 })
 
 # decision is the answer: an allowed run gets what its concerns decided; a
@@ -49,6 +51,7 @@ decision := {
 	"requirements_allowed": packages.allowed,
 	"tools": tools.granted,
 	"audit": {"record_source": access.record_source},
+	"isolation": isolation.level,
 } if {
 	count(deny) == 0
 } else := {
@@ -60,6 +63,7 @@ decision := {
 	"requirements_allowed": packages.allowed,
 	"tools": [],
 	"audit": {"record_source": access.record_source},
+	"isolation": "jail",
 } if {
 	count(deny) > 0
 }

@@ -40,6 +40,9 @@ network_modes := {"none", "proxy", "host"}
 # languages the sandbox can run (JavaScript and TypeScript under Deno).
 languages := {"python", "javascript", "typescript"}
 
+# isolation_levels a request may ask for (isolation.rego).
+isolation_levels := {"jail", "process"}
+
 # modes a request may ask for: run, or test (fixtures, no network, no tools).
 modes := {"run", "test"}
 
@@ -67,4 +70,5 @@ tenant_data_types := {
 	"disabled": "boolean",
 	"audit": "object",
 	"languages": "array",
+	"isolation": "array",
 }

@@ -68,6 +68,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			)),
 			item("mode", stringTerm(r.Mode)),
 			item("tools", stringsTerm(r.Tools)),
+			item("isolation", stringTerm(r.Isolation)),
 		)),
 	)
 }
@@ -80,7 +81,7 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
 		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
-		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools"} {
+		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools", "isolation"} {
 		m[k] = stringTerm(k)
 	}
 	return m
@@ -180,6 +181,9 @@ func decodeDecision(v any) (Decision, error) {
 	if d.Tools, err = stringList(m["tools"]); err != nil {
 		fail("tools %v", err)
 	}
+	if d.Isolation, err = decodeIsolation(m["isolation"]); err != nil {
+		fail("isolation %v", err)
+	}
 	am, _ := m["audit"].(map[string]any)
 	if rs, ok := am["record_source"]; ok {
 		if d.Audit.RecordSource, ok = rs.(bool); !ok {
@@ -200,6 +204,25 @@ func decodeDecision(v any) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return d, nil
+}
+
+// isolationLevels are the values a decision's isolation may take.
+var isolationLevels = []string{"jail", "process"}
+
+// decodeIsolation reads a decision's isolation: absent means "jail" (a
+// policy set written before the field), anything else must be a level.
+func decodeIsolation(v any) (string, error) {
+	if v == nil {
+		return "jail", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "jail", fmt.Errorf("is %s, not a string", kind(v))
+	}
+	if !slices.Contains(isolationLevels, s) {
+		return "jail", fmt.Errorf("is %q, not jail or process", s)
+	}
+	return s, nil
 }
 
 func positiveInt(v any) (int64, error) {
@@ -287,11 +310,11 @@ func decodeDecisionValue(v ast.Value) (Decision, error) {
 
 var (
 	decisionKeys = struct {
-		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource *ast.Term
+		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation *ast.Term
 	}{
 		ast.StringTerm("allow"), ast.StringTerm("reasons"), ast.StringTerm("network_access"), ast.StringTerm("limits"),
 		ast.StringTerm("egress"), ast.StringTerm("allow"), ast.StringTerm("requirements_allowed"), ast.StringTerm("tools"),
-		ast.StringTerm("audit"), ast.StringTerm("record_source"),
+		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"),
 	}
 	limitKeys = []*ast.Term{
 		ast.StringTerm("timeout_ms"), ast.StringTerm("cpu_ms"), ast.StringTerm("memory_mb"),
@@ -368,6 +391,14 @@ func fastDecision(v ast.Value) (d Decision, ok bool) {
 			}
 			d.Audit.RecordSource = bool(b)
 		}
+	}
+	d.Isolation = "jail"
+	if iso := get(obj, k.isolation); iso != nil {
+		s, ok := iso.(ast.String)
+		if !ok || !slices.Contains(isolationLevels, string(s)) {
+			return d, false
+		}
+		d.Isolation = string(s)
 	}
 	if !d.Allow && len(d.Reasons) == 0 {
 		d.Reasons = []string{"denied by policy (no reason given)"}

@@ -24,6 +24,7 @@ type Request struct {
 	Limits        Limits   // zero fields: not requested
 	Mode          string
 	Tools         []string
+	Isolation     string // "jail" (default) or "process"
 }
 
 // BuildInput builds the versioned policy input for tenant t, principal p and
@@ -60,12 +61,13 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			Limits:        r.Limits,
 			Mode:          r.Mode,
 			Tools:         nonNil(r.Tools),
+			Isolation:     r.Isolation,
 		},
 	}
 }
 
 // WithDefaults returns r with its empty (or blank) language, entrypoint,
-// network access and mode set to the request defaults of package limits
+// network access, mode and isolation set to the request defaults of package limits
 // and the others trimmed. It is the one place they are applied to a
 // request: the gateway's decoder and BuildInput both go through it. Test
 // mode's network is not touched here: the policy decides none for it, and
@@ -75,6 +77,7 @@ func (r Request) WithDefaults() Request {
 	r.Entrypoint = orDefault(r.Entrypoint, limits.DefaultEntrypoint)
 	r.NetworkAccess = orDefault(r.NetworkAccess, limits.DefaultNetworkAccess)
 	r.Mode = orDefault(r.Mode, limits.DefaultMode)
+	r.Isolation = orDefault(r.Isolation, limits.DefaultIsolation)
 	return r
 }
 

@@ -40,6 +40,7 @@ func TestBuildInput(t *testing.T) {
 		Limits:        Limits{MemoryMB: 128},
 		Mode:          "run",
 		Tools:         []string{},
+		Isolation:     "jail",
 	}, in.Request)
 
 	raw, err := json.Marshal(in)

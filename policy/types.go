@@ -59,6 +59,8 @@ type RequestInput struct {
 	Limits        Limits    `json:"limits"`
 	Mode          string    `json:"mode"`
 	Tools         []string  `json:"tools"`
+	// Isolation is the level asked for: "jail" (the default) or "process".
+	Isolation string `json:"isolation"`
 }
 
 // Package is one distribution of a resolved set, as the policy sees it.
@@ -85,6 +87,9 @@ type Decision struct {
 	RequirementsAllowed bool             `json:"requirements_allowed"`
 	Tools               []string         `json:"tools"`
 	Audit               AuditObligations `json:"audit"`
+	// Isolation is the decided isolation level, "jail" or "process"
+	// (policies/isolation.rego); a decision without one means "jail".
+	Isolation string `json:"isolation"`
 	// PolicyRevision is the Status().Revision of the policies that decided,
 	// for the audit record. Set by Decide, not by the policy.
 	PolicyRevision string `json:"policy_revision,omitempty"`

@@ -85,6 +85,9 @@ type Config struct {
 	// list is reused before uv resolves it again (new releases appear
 	// after at most this long). Default 600; -1: always resolve.
 	ResolveCacheSeconds int64 `yaml:"resolve_cache_seconds" json:"resolve_cache_seconds"`
+	// Zygotes is the budget of warm zygotes for isolation level process
+	// (zygote.go).
+	Zygotes ZygoteConfig `yaml:"zygotes" json:"zygotes"`
 }
 
 // PackageIndex says where uv finds packages. Credentials stay with the
@@ -189,6 +192,9 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.RootfsDir == "" {
 		errs = append(errs, errors.New("sandbox.rootfs_dir: must not be empty"))
+	}
+	if err := c.Zygotes.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.Cgroups {
 	case "auto", "v1", "v2":

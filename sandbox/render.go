@@ -81,6 +81,9 @@ type profile struct {
 	// pinned requirement set); "" for none. Such a jail has a config of its
 	// own (render binds), but warm jails are kept per Deps like per limits.
 	Deps string
+	// Zygote marks the profile of a level-process zygote: its config is
+	// this profile's, changed by zygoteConfig (zygote_linux.go).
+	Zygote bool
 }
 
 func (p profile) String() string {

@@ -60,6 +60,9 @@ type Runner struct {
 	// importsUnchecked skips the import check of JavaScript and TypeScript
 	// sources (WithoutImportCheck): trusted probes of the import map only.
 	importsUnchecked bool
+
+	// zygotes are the warm zygotes of isolation level process.
+	zygotes *zygotes
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -193,6 +196,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err := seccompAudit().err; err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
 	}
+	r.zygotes = newZygotes(r, cfg.Zygotes)
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
 		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
@@ -228,6 +232,7 @@ func (r *Runner) Info() Info {
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() {
 		var errs []error
+		r.zygotes.close()
 		if r.pool != nil {
 			errs = append(errs, r.pool.close())
 		}
@@ -268,6 +273,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		if problems != nil {
 			return importRefusal(spec.Mode, problems), nil
 		}
+	}
+	switch spec.Isolation {
+	case "", IsolationJail:
+	case IsolationProcess:
+		return r.runProcess(ctx, spec, prof)
+	default:
+		return errorResult(ErrInvalidInput, fmt.Sprintf("invalid run spec: isolation %q is not jail or process", spec.Isolation), ""), nil
 	}
 	if prof.Runtime.deno() {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {
@@ -496,13 +508,16 @@ func (r *Runner) grace() time.Duration {
 // it on first use. Files are named by content, so runners (and processes)
 // sharing a WorkDir share them safely and a file is written at most once.
 func (r *Runner) profileFile(p profile, warm bool) (string, error) {
-	key := fmt.Sprintf("%v|%t", p, warm)
+	key := fmt.Sprintf("%v|%t|%t", p, warm, p.Zygote) // String() leaves Zygote out
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if path, ok := r.profiles[key]; ok {
 		return path, nil
 	}
 	text, err := renderConfig(r.renderInputLocked(p, warm))
+	if err == nil && p.Zygote {
+		text, err = zygoteConfig(text)
+	}
 	if err != nil {
 		return "", fmt.Errorf("rendering the nsjail config: %w", err)
 	}

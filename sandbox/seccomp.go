@@ -191,7 +191,11 @@ var kafelArgs = map[string]string{
 }
 
 // seccompPolicy returns the Kafel policy text.
-func seccompPolicy() string {
+func seccompPolicy() string { return kafelPolicy(syscallClasses, kafelArgs) }
+
+// kafelPolicy renders classes as a Kafel policy; args names the arguments
+// of the syscalls with conditions.
+func kafelPolicy(classes []deniedSyscall, args map[string]string) string {
 	var b strings.Builder
 	b.WriteString("POLICY execgate {")
 	for i, block := range []struct {
@@ -202,7 +206,7 @@ func seccompPolicy() string {
 			b.WriteString(",")
 		}
 		var rules []string
-		for _, s := range syscallClasses {
+		for _, s := range classes {
 			if s.class != block.class {
 				continue
 			}
@@ -210,7 +214,7 @@ func seccompPolicy() string {
 				rules = append(rules, s.name)
 				continue
 			}
-			rules = append(rules, fmt.Sprintf("%s(%s) { %s }", s.name, kafelArgs[s.name], s.when))
+			rules = append(rules, fmt.Sprintf("%s(%s) { %s }", s.name, args[s.name], s.when))
 		}
 		fmt.Fprintf(&b, " %s { %s }", block.action, strings.Join(rules, ", "))
 	}

@@ -72,6 +72,9 @@ type Spec struct {
 	// Requirements.
 	Lock        string
 	EgressAllow []string // host[:port] globs, enforced by the egress proxy in proxy mode
+	// Isolation is the run's isolation level, IsolationJail ("" too) or
+	// IsolationProcess (zygote.go), as policy decided.
+	Isolation string
 	// Bridge answers the run's tool requests (context.tools.search,
 	// describe, run) for its lifetime; nil grants no tools. Test-mode runs
 	// ignore it and answer from ToolFixtures (FixtureBridge).

@@ -11,6 +11,7 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var o bench.Options
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure start-up, gateway latency/throughput, overhead and memory (DESIGN §11)",
@@ -35,6 +36,9 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return rep.JSON(cmd.OutOrStdout())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Command: `%s`\n\n", rep.Options.Command())
 			rep.Markdown(cmd.OutOrStdout())
 			return nil
@@ -46,6 +50,7 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 2, 8, 32}, "gateway concurrency levels")
 	f.IntVar(&o.WarmPool, "warm-pool", 4, "warm jails per profile for the warm rows")
 	f.IntVar(&o.BridgeCalls, "bridge-calls", 500, "measured tool calls per bridge row")
+	f.BoolVar(&asJSON, "json", false, "print every row as JSON (name, isolation, concurrency, p50, p99, req/s, CPU per run, errors) instead of Markdown")
 	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge (default all)")
 	return cmd
 }

@@ -26,7 +26,7 @@ import (
 
 // FS holds the harness files, at the top level (no directories).
 //
-//go:embed harness.py execgate_harness.py execgate_runtime.py execgate_deno.py execgate_harness.js import_map.json
+//go:embed harness.py execgate_harness.py execgate_runtime.py execgate_zygote.py execgate_deno.py execgate_harness.js import_map.json
 var FS embed.FS
 
 // Dir is where the rootfs installs FS, as seen from inside the jail.
@@ -45,6 +45,10 @@ const (
 // DenoEntry is the launcher of mode validate inside Dir (run by the jail's
 // python3; it runs `deno check` on the source).
 const DenoEntry = "execgate_deno.py"
+
+// ZygoteEntry is the zygote of isolation level process inside Dir
+// (sandbox/zygote_linux.go).
+const ZygoteEntry = "execgate_zygote.py"
 
 var hashOnce = sync.OnceValue(func() string {
 	sum, err := hashFS(FS)

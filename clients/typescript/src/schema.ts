@@ -385,6 +385,12 @@ export interface components {
              * @enum {string}
              */
             network_access?: "none" | "proxy" | "host";
+            /**
+             * @description The isolation level asked for: jail (a fresh nsjail per run) or process (a fresh process forked from the tenant's warm jail). Policy decides; a level the tenant is not granted is denied (403 PolicyDenied), never run at another one.
+             * @default jail
+             * @enum {string}
+             */
+            isolation?: "jail" | "process";
             /** @description Only with network_access proxy. */
             egress?: {
                 allow?: string[];
@@ -620,6 +626,8 @@ export interface components {
             network_access: string;
             limits: components["schemas"]["Limits"];
             egress: components["schemas"]["Egress"];
+            /** @enum {string} */
+            isolation: "jail" | "process";
         };
         Egress: {
             allow: string[];
@@ -749,6 +757,8 @@ export interface components {
         Decision: {
             id: string;
             allow: boolean;
+            /** @enum {string} */
+            isolation: "jail" | "process";
             reasons: string[];
             network_access: string;
             limits: components["schemas"]["Limits"];
@@ -786,6 +796,7 @@ export interface components {
                 limits: components["schemas"]["Limits"];
                 mode: string;
                 tools: string[];
+                isolation: string;
             };
         };
     };

@@ -68,7 +68,12 @@ type Report struct {
 
 // GatewayRow is one load level against the real gateway.
 type GatewayRow struct {
-	Mode string // "cold" (no warm pool) or "warm"
+	Mode string // "cold" (no warm pool), "warm", or "process" (isolation process)
+	// Isolation is the runs' isolation level, "jail" or "process".
+	Isolation string
+	// CPUPerRun is the CPU time of the gateway process and of every jail
+	// and zygote below its cgroup parent, divided by the measured requests.
+	CPUPerRun time.Duration
 	*LoadResult
 }
 
@@ -315,11 +320,18 @@ func probeBody() string {
 	return string(b)
 }
 
+// processProbeBody is probeBody at isolation level process.
+func processProbeBody() string {
+	b, _ := json.Marshal(map[string]any{"source": ProbeSource, "entrypoint": "run", "isolation": sandbox.IsolationProcess})
+	return string(b)
+}
+
 func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 	modes := []struct {
-		name string
-		warm int
-	}{{"cold", 0}, {"warm", r.Options.WarmPool}}
+		name      string
+		warm      int
+		isolation string
+	}{{"cold", 0, sandbox.IsolationJail}, {"warm", r.Options.WarmPool, sandbox.IsolationJail}, {"process", 0, sandbox.IsolationProcess}}
 	if !loadRows {
 		modes = modes[:1]
 	}
@@ -346,7 +358,13 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 			stop := make(chan struct{})
 			peak := make(chan int64, 1)
 			go sampleRSS(stop, peak)
-			res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody(), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c)})
+			body := probeBody()
+			if m.isolation == sandbox.IsolationProcess {
+				body = processProbeBody()
+			}
+			var cpu time.Duration
+			res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: body, Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c),
+				measured: func() func() { return cpuMeter(r.Options.Config.Sandbox.CgroupParent, &cpu) }})
 			close(stop)
 			p := <-peak
 			if m.name == "cold" && p > mem.GatewayPeakKB {
@@ -357,7 +375,11 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 				return err
 			}
 			if loadRows {
-				r.Gateway = append(r.Gateway, GatewayRow{Mode: m.name, LoadResult: res})
+				row := GatewayRow{Mode: m.name, Isolation: m.isolation, LoadResult: res}
+				if res.Requests > 0 {
+					row.CPUPerRun = cpu / time.Duration(res.Requests)
+				}
+				r.Gateway = append(r.Gateway, row)
 			}
 		}
 		if err := tg.stop(ctx); err != nil {

@@ -28,6 +28,9 @@ type LoadOptions struct {
 	Concurrency int    // default 1
 	Requests    int    // measured requests, default 200
 	Warmup      int    // unmeasured requests sent first, default 10
+	// measured, when set, is called when the measured requests start; the
+	// function it returns when they are all answered.
+	measured func() func()
 }
 
 // LoadResult summarises the measured requests.
@@ -118,7 +121,14 @@ func Load(ctx context.Context, o LoadOptions) (*LoadResult, error) {
 			return nil, errors.New("every warm-up request failed; is the gateway configured and ready?")
 		}
 	}
+	var done func()
+	if o.measured != nil {
+		done = o.measured()
+	}
 	lat, errs, elapsed := run(o.Requests)
+	if done != nil {
+		done()
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

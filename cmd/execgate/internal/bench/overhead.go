@@ -26,6 +26,7 @@ func Tenant() tenancy.Tenant {
 	t := config.DemoTenant()
 	t.ID = TenantID
 	t.Quota = quota.Limits{RatePerMinute: 10_000_000, Burst: 1_000_000, Concurrency: 1_000_000, DailyCPUSeconds: 1_000_000_000}
+	t.Policy["isolation"] = []any{"jail", "process"} // the process rows
 	return t
 }
 

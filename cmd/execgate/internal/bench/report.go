@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -36,12 +37,12 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 	if len(r.Gateway) > 0 {
 		fmt.Fprintf(w, "### Gateway, HTTP end to end (probe tool, %d requests per row, closed loop)\n\n", r.Options.Requests)
-		fmt.Fprintln(w, "| mode | concurrency | p50 | p95 | p99 | max | req/s | errors |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| mode | isolation | concurrency | p50 | p95 | p99 | max | req/s | CPU/run | errors |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, g := range r.Gateway {
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %.1f | %d |\n", g.Mode, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, g.Errors)
+			fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n", g.Mode, g.Isolation, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, ms(g.CPUPerRun), g.Errors)
 		}
-		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d.\n\n", r.Options.WarmPool)
+		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d; process: isolation process (a fresh process forked from the tenant's zygote). CPU/run: the gateway process (load client included) and every jail and zygote, per request.\n\n", r.Options.WarmPool)
 	}
 	if len(r.Overhead) > 0 {
 		fmt.Fprintln(w, "### Gateway overhead: auth + validation + policy + quota + audit, no-op executor")
@@ -108,4 +109,37 @@ func (o Options) Command() string {
 		b.WriteString(" --sections " + strings.Join(o.Sections, ","))
 	}
 	return b.String()
+}
+
+// JSONRow is one measured row of a report, for comparing runs (and other
+// systems) side by side: `execgate bench --json`.
+type JSONRow struct {
+	Name        string  `json:"name"`
+	Isolation   string  `json:"isolation,omitempty"`
+	Concurrency int     `json:"concurrency"`
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms,omitempty"`
+	RPS         float64 `json:"rps,omitempty"`
+	CPUPerRunMS float64 `json:"cpu_per_run_ms,omitempty"`
+	Errors      int     `json:"errors"`
+}
+
+// JSON writes every row of the report as one JSON document.
+func (r *Report) JSON(w io.Writer) error {
+	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rows := []JSONRow{}
+	for _, s := range r.Startup {
+		rows = append(rows, JSONRow{Name: "startup: " + s.Name, Concurrency: 1, P50MS: msf(s.Wall.Median), CPUPerRunMS: msf(s.CPU.Median)})
+	}
+	for _, g := range r.Gateway {
+		rows = append(rows, JSONRow{Name: "gateway " + g.Mode, Isolation: g.Isolation, Concurrency: g.Concurrency,
+			P50MS: msf(g.P50), P99MS: msf(g.P99), RPS: g.RPS, CPUPerRunMS: msf(g.CPUPerRun), Errors: g.Errors})
+	}
+	for _, o := range r.Overhead {
+		rows = append(rows, JSONRow{Name: "gateway overhead (no-op executor)", Concurrency: o.Concurrency,
+			P50MS: msf(o.P50), P99MS: msf(o.P99), RPS: o.RPS, Errors: o.Errors})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"started": r.Started, "host": r.Host, "command": r.Options.Command(), "rows": rows})
 }

@@ -1,0 +1,63 @@
+package app_test
+
+import (
+	"net/http"
+	"reflect"
+	"testing"
+
+	"github.com/execgate/execgate/config"
+)
+
+// TestIsolationProcessIsGrantedByPolicy: a tenant whose policy data lists
+// isolation process gets it (decision.isolation, and the run is a process
+// forked from its zygote: the zygote is PID 1 of the jail, the run its
+// child), a tenant without it is denied with a reason and nothing runs, and
+// a request without isolation stays at level jail.
+func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
+	s := start(t, setup{mutate: func(c *config.Config) {
+		fast := config.DemoTenant()
+		fast.ID = "fast"
+		fast.Policy["isolation"] = []any{"jail", "process"}
+		c.Tenants = append(c.Tenants, fast)
+	}})
+	src := "import os\ndef run(args, context):\n    return {\"pid\": os.getpid(), \"ppid\": os.getppid()}\n"
+
+	r := s.execute(s.token("fast"), map[string]any{"source": src, "isolation": "process"})
+	if r.status != http.StatusOK {
+		t.Fatalf("granted tenant: %d %s", r.status, r.body)
+	}
+	body := r.json(t)
+	dec, _ := body["decision"].(map[string]any)
+	if dec["isolation"] != "process" {
+		t.Fatalf("decision.isolation = %v, want process", dec["isolation"])
+	}
+	res, _ := body["result"].(map[string]any)
+	if res["ppid"] != float64(1) || res["pid"] == float64(1) {
+		t.Fatalf("result %v: not a process forked from a zygote", res)
+	}
+
+	before := s.runs.Load()
+	r = s.execute(s.token("demo"), map[string]any{"source": src, "isolation": "process"})
+	if r.status != http.StatusForbidden || r.errType(t) != "PolicyDenied" {
+		t.Fatalf("tenant without process: %d %s, want 403 PolicyDenied", r.status, r.body)
+	}
+	e, _ := r.json(t)["error"].(map[string]any)
+	want := []any{`isolation "process" is not allowed for tenant "demo" (its levels: jail)`}
+	if !reflect.DeepEqual(e["reasons"], want) {
+		t.Fatalf("reasons = %v, want %v", e["reasons"], want)
+	}
+	if n := s.runs.Load(); n != before {
+		t.Fatalf("%d runs for a denied request", n-before)
+	}
+
+	r = s.execute(s.token("fast"), map[string]any{"source": src})
+	if r.status != http.StatusOK {
+		t.Fatalf("default level: %d %s", r.status, r.body)
+	}
+	body = r.json(t)
+	dec, _ = body["decision"].(map[string]any)
+	res, _ = body["result"].(map[string]any)
+	if dec["isolation"] != "jail" || res["pid"] != float64(1) {
+		t.Fatalf("a request without isolation: decision.isolation %v, pid %v; want jail and the jail's PID 1 (%s)", dec["isolation"], res["pid"], r.body)
+	}
+}

@@ -1,0 +1,373 @@
+"""execgate zygote: a warm interpreter that forks one fresh process per run.
+
+Isolation level "process" (sandbox/zygote_linux.go). Started by nsjail with
+the same profile as a level-"jail" jail (same rootfs, namespaces, network,
+rlimits and seccomp deny list; zygote_linux.go lists the differences) as
+
+    /usr/bin/python3 -I -S -B -u /opt/execgate/harness/execgate_zygote.py
+
+It imports the harness and the runtime once, then waits on its control
+socket. It never runs tool code itself: every run is a child forked from it,
+and the child only ever runs the harness's main(), exactly as a fresh jail's
+harness would, after this setup (all before any tool code):
+
+ 1. unshare(CLONE_NEWUSER | CLONE_NEWNS): a mount namespace of its own. The
+    zygote, in the parent user namespace, maps the child's uid and gid to
+    its own (the jail's tool ids), the only mapping an unprivileged owner may write.
+ 2. The host moves the child into the run's own cgroup (memory, pids, CPU)
+    before anything else happens in it, so every process the run ever
+    starts is born there and is killed with it.
+ 3. A fresh, empty tmpfs on /tmp and on /dev/shm, sized by the run's
+    tmp_mb, private to this run; /proc remounted read-only.
+ 4. Every capability dropped (bounding set included) and a seccomp filter
+    added on top of the inherited one that kills mount and unshare, the two
+    calls the zygote's own filter lets through for step 1 and 3: the
+    child's filter is then at least as strict as level jail's.
+
+Control protocol (fd 5, a unix stream socket; one line per message):
+  host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
+                  fork a process for a run (ahead of the run: the host keeps
+                  one ready)
+  zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
+                  jail's pid namespace) or "e <errno>\\n" when fork failed;
+                  "x <pid> <wait status>\\n" when a run's process exited
+  sync (per run)  child -> host one byte "r" once set up to step 1 (the host
+                  reads the child's host pid from the kernel's
+                  SCM_CREDENTIALS and moves it into the run's cgroup);
+                  host -> child "g" with SCM_RIGHTS [stdin, stdout, stderr,
+                  result, bridge] when the run is handed to it
+"""
+
+import os
+import sys
+
+HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+if HARNESS_DIR not in sys.path:
+    sys.path.insert(0, HARNESS_DIR)
+
+import array  # noqa: E402
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import struct  # noqa: E402
+
+import execgate_harness as harness  # noqa: E402
+import execgate_runtime  # noqa: E402,F401 - imported once, here
+
+# What the harness imports when it runs, imported once here.
+import _signal  # noqa: E402,F401
+import asyncio  # noqa: E402,F401
+import json  # noqa: E402,F401
+import linecache  # noqa: E402,F401
+import resource  # noqa: E402,F401
+import traceback  # noqa: E402,F401
+
+# The control socket (nsjail passes it as the harness's bridge fd).
+CONTROL_FD = 5
+# Exit status of a child whose setup failed (zygote_linux.go knows it).
+EXIT_SETUP = 73
+FORK_FDS = 1  # sync
+RUN_FDS = 5  # stdin, stdout, stderr, result, bridge
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+PR_CAPBSET_DROP = 24
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+CAP_LAST = 63
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret, what):
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+
+
+def _seccomp_program():
+    """Kill mount and unshare, refuse PR_SET_DUMPABLE other than 0 (EPERM),
+    as level jail's policy does; allow the rest: the inherited filter still
+    applies, and the kernel takes the strictest answer of all filters."""
+    AUDIT_ARCH_X86_64 = 0xC000003E
+    KILL_PROCESS = 0x80000000
+    ERRNO_EPERM = 0x00050000 | 1
+    ALLOW = 0x7FFF0000
+    LD_W_ABS = 0x20
+    JEQ_K = 0x15
+    RET_K = 0x06
+    prog = [
+        (LD_W_ABS, 0, 0, 4),  # 0: arch
+        (JEQ_K, 1, 0, AUDIT_ARCH_X86_64),  # 1
+        (RET_K, 0, 0, KILL_PROCESS),  # 2
+        (LD_W_ABS, 0, 0, 0),  # 3: nr
+        (JEQ_K, 12, 0, 165),  # 4: mount -> 17
+        (JEQ_K, 11, 0, 272),  # 5: unshare -> 17
+        (JEQ_K, 1, 0, 157),  # 6: prctl -> 8
+        (RET_K, 0, 0, ALLOW),  # 7
+        (LD_W_ABS, 0, 0, 16),  # 8: option (an int: its low half)
+        (JEQ_K, 1, 0, PR_SET_DUMPABLE),  # 9: -> 11
+        (RET_K, 0, 0, ALLOW),  # 10
+        (LD_W_ABS, 0, 0, 24),  # 11: value, low half
+        (JEQ_K, 0, 3, 0),  # 12: -> 13, else 16
+        (LD_W_ABS, 0, 0, 28),  # 13: value, high half
+        (JEQ_K, 0, 1, 0),  # 14: -> 15, else 16
+        (RET_K, 0, 0, ALLOW),  # 15
+        (RET_K, 0, 0, ERRNO_EPERM),  # 16
+        (RET_K, 0, 0, KILL_PROCESS),  # 17
+    ]
+    code = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(code, len(code))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    return SockFprog(len(prog), ctypes.addressof(buf)), buf
+
+
+_PROG, _PROG_BUF = _seccomp_program()
+
+
+def _drop_caps():
+    for cap in range(CAP_LAST + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
+                break
+            _check(-1, "dropping capability %d from the bounding set" % cap)
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = b"\0" * 24  # two empty __user_cap_data_struct
+    hbuf = ctypes.create_string_buffer(header, len(header))
+    dbuf = ctypes.create_string_buffer(data, len(data))
+    _check(_libc.syscall(126, hbuf, dbuf), "capset")  # SYS_capset
+
+
+def _write(path, text):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
+    """The run's process. Never returns."""
+    try:
+        ctl.close()
+        for fd in wake:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # The zygote runs without RLIMIT_CPU; a run has level jail's.
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+        (sync,) = fds
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+        # The zygote can open this process's id maps only while it is
+        # dumpable (else its /proc files belong to a root the jail does not
+        # map). Nothing of a run is in it yet: no request, no tool.
+        _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE 1")
+        os.write(to_zygote, b"u")
+        if os.read(from_zygote, 1) != b"m":
+            os._exit(EXIT_SETUP)
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE 0")
+        os.close(to_zygote)
+        os.close(from_zygote)
+        os.write(sync, b"r")
+        sock = socket.socket(fileno=sync)
+        msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(RUN_FDS * 4))
+        sock.detach()
+        os.close(sync)
+        run_fds = _fds_of(anc)
+        if msg != b"g" or len(run_fds) != RUN_FDS:
+            os._exit(EXIT_SETUP)
+        # Received in this order into the lowest free numbers (3 and up), so
+        # no descriptor is overwritten below before it is copied.
+        stdin, stdout, stderr, result, bridge = run_fds
+        opts = b"size=%d,mode=1777" % tmp_bytes
+        for target in (b"/tmp", b"/dev/shm"):
+            _check(_libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "mounting " + target.decode())
+        _check(
+            _libc.mount(None, b"/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+            "remounting /proc read-only",
+        )
+        os.chdir("/tmp")
+        for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2), (result, harness.RESULT_FD), (bridge, harness.BRIDGE_FD)):
+            os.dup2(src, dst)
+        # Nothing else of the zygote's reaches the tool (fd 4 is nsjail's
+        # log fd number: never open in a harness).
+        os.closerange(4, 5)
+        os.closerange(6, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        _drop_caps()
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
+    except BaseException as e:  # noqa: BLE001 - any failure ends the run before tool code
+        try:
+            os.write(2, ("execgate zygote: run setup failed: %s\n" % e).encode())
+        except OSError:
+            pass
+        os._exit(EXIT_SETUP)
+    harness.HARNESS_PID = os.getpid()
+    preloaded = _Preloaded({"asyncio"})
+    preloaded.hide()
+    preloaded.keep_specs()
+    try:
+        harness.main()
+    finally:
+        os._exit(0)
+
+
+class _Preloaded:
+    """Hides modules the zygote imported for the tool's sake (asyncio) until
+    the tool imports them, then gives back the very modules, at the price
+    of a dict update. The harness steps a coroutine that never suspends
+    without asyncio.run only while asyncio is not in sys.modules, i.e. while
+    the tool has not loaded it: with asyncio preloaded and visible, every
+    async tool would pay for an event loop."""
+
+    def __init__(self, roots):
+        self.roots = roots
+        self.saved = {}
+
+    def hide(self):
+        self.saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in self.roots}
+        for k in self.saved:
+            del sys.modules[k]
+        sys.meta_path.insert(0, self)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.saved:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(name, self, is_package=hasattr(self.saved[name], "__path__"))
+
+    def create_module(self, spec):
+        return self.saved[spec.name]
+
+    def exec_module(self, module):
+        # The import system set __spec__ to ours: give back the real one,
+        # and every hidden module at once (submodules included).
+        module.__spec__ = self.saved_specs.get(module.__name__, module.__spec__)
+        for k, m in self.saved.items():
+            sys.modules.setdefault(k, m)
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+    def keep_specs(self):
+        self.saved_specs = {k: getattr(m, "__spec__", None) for k, m in self.saved.items()}
+
+
+def _send(ctl, text):
+    ctl.sendall(text.encode())
+
+
+def _fds_of(anc):
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(data[: len(data) - (len(data) % a.itemsize)])
+            fds.extend(a)
+    return fds
+
+
+def _fork_run(ctl, wake, msg, anc):
+    fds = _fds_of(anc)
+    try:
+        parts = msg.split()
+        if len(parts) != 3 or parts[0] != b"F" or len(fds) != FORK_FDS:
+            raise ValueError("bad request %r with %d fds" % (msg[:40], len(fds)))
+        tmp_bytes, cpu_seconds = int(parts[1]), int(parts[2])
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in (up_r, up_w, down_r, down_w):
+                os.close(fd)
+            _send(ctl, "e %d\n" % e.errno)
+            return None
+        if pid == 0:
+            os.close(up_r)
+            os.close(down_w)
+            _child(ctl, wake, fds, tmp_bytes, cpu_seconds, up_w, down_r)
+        os.close(up_w)
+        os.close(down_r)
+        try:
+            if os.read(up_r, 1) == b"u":
+                # The zygote's own ids (the jail's tool uid and gid).
+                uid, gid = os.getuid(), os.getgid()
+                _write("/proc/%d/uid_map" % pid, "%d %d 1" % (uid, uid))
+                _write("/proc/%d/setgroups" % pid, "deny")
+                _write("/proc/%d/gid_map" % pid, "%d %d 1" % (gid, gid))
+                os.write(down_w, b"m")
+        except OSError as e:
+            # The child sees no "m" and exits EXIT_SETUP.
+            sys.stderr.write("execgate zygote: mapping the ids of run %d: %s\n" % (pid, e))
+        os.close(up_r)
+        os.close(down_w)
+        _send(ctl, "f %d\n" % pid)
+        return pid
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def main():
+    ctl = socket.socket(fileno=CONTROL_FD)
+    os.set_inheritable(CONTROL_FD, False)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    runs = set()
+    poll = select.poll()
+    poll.register(ctl.fileno(), select.POLLIN)
+    poll.register(wake_r, select.POLLIN)
+    # Objects the zygote made so far are never collected: the children's
+    # collector leaves them (and their pages, shared copy-on-write) alone.
+    gc.collect()
+    gc.freeze()
+    _send(ctl, "R\n")
+    anc_size = socket.CMSG_SPACE(FORK_FDS * 4)
+    while True:
+        for fd, _ in poll.poll():
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    # Orphans of runs are reparented to the zygote (PID 1):
+                    # reaped, not reported.
+                    if pid in runs:
+                        runs.discard(pid)
+                        _send(ctl, "x %d %d\n" % (pid, status))
+                continue
+            msg, anc, _, _ = ctl.recvmsg(256, anc_size)
+            if not msg:
+                os._exit(0)
+            pid = _fork_run(ctl, (wake_r, wake_w), msg, anc)
+            if pid:
+                runs.add(pid)
+
+
+if __name__ == "__main__":
+    main()

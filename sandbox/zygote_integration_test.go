@@ -1,0 +1,474 @@
+package sandbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox"
+)
+
+// Level process (zygote_linux.go): the containment list of CONTAINMENT 38,
+// each through the real nsjail, rootfs, seccomp and cgroups.
+
+// runProc runs spec at level process for tenant "t1".
+func runProc(t *testing.T, r *sandbox.Runner, spec sandbox.Spec) sandbox.Result {
+	t.Helper()
+	spec.Isolation = sandbox.IsolationProcess
+	// A test names the limits it is about; the rest are the platform's
+	// defaults, as the policy would decide them.
+	spec.Limits = spec.Limits.Or(limits.Default)
+	if spec.TenantID == "" {
+		spec.TenantID = "t1"
+	}
+	res, err := r.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+func resultMap(t *testing.T, res sandbox.Result) map[string]any {
+	t.Helper()
+	if res.Status != sandbox.StatusOK {
+		t.Fatalf("run failed: %+v\nstdout: %s\nstderr: %s", res.Error, res.Stdout, res.Stderr)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(res.Result, &m); err != nil {
+		t.Fatalf("result %s: %v", res.Result, err)
+	}
+	return m
+}
+
+const probeSource = `
+import os, sys
+def run(args, context):
+    seen = getattr(sys, "_execgate_seen", None)
+    sys._execgate_seen = context.execution_id
+    return {"pid": os.getpid(), "ppid": os.getppid(), "seen": seen,
+            "tmp": sorted(os.listdir("/tmp")), "uid": os.getuid()}
+`
+
+func TestProcessRunsAreFreshProcessesForkedFromTheZygote(t *testing.T) {
+	r := newRunner(t, nil)
+	var pids []float64
+	for i := range 3 {
+		res := runProc(t, r, sandbox.Spec{ExecutionID: fmt.Sprintf("run-%d", i), Source: probeSource})
+		m := resultMap(t, res)
+		// A jail's harness is PID 1 of its namespace; a run forked from a
+		// zygote is the zygote's (PID 1's) child.
+		if m["ppid"] != float64(1) || m["pid"] == float64(1) {
+			t.Fatalf("run %d: pid %v ppid %v: not a process forked from a zygote", i, m["pid"], m["ppid"])
+		}
+		if m["seen"] != nil {
+			t.Fatalf("run %d sees a previous run's module global: %v", i, m["seen"])
+		}
+		if tmp := m["tmp"].([]any); len(tmp) != 0 {
+			t.Fatalf("run %d: /tmp is not empty: %v", i, tmp)
+		}
+		if m["uid"] != float64(jaillayout.ToolUID) {
+			t.Fatalf("run %d: uid %v", i, m["uid"])
+		}
+		for _, p := range pids {
+			if p == m["pid"] {
+				t.Fatalf("run %d reuses pid %v", i, p)
+			}
+		}
+		pids = append(pids, m["pid"].(float64))
+		if !res.Usage.Warm {
+			t.Errorf("run %d: Usage.Warm is false", i)
+		}
+	}
+	if n := sandbox.Zygotes(r); n != 1 {
+		t.Fatalf("%d zygotes for one tenant and profile, want 1", n)
+	}
+	// The same profile at level jail is still a jail of its own.
+	jail, err := r.Run(context.Background(), sandbox.Spec{TenantID: "t1", Source: probeSource, Limits: limits.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resultMap(t, jail); m["pid"] != float64(1) {
+		t.Fatalf("a level-jail run after level-process runs has pid %v, not its jail's PID 1", m["pid"])
+	}
+}
+
+// gateBridge blocks a run's call to tool "wait" until release is closed,
+// and reports on entered that the run got there.
+type gateBridge struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *gateBridge) Search(context.Context, string, int) ([]sandbox.ToolInfo, error) {
+	return nil, nil
+}
+
+func (b *gateBridge) Describe(_ context.Context, name string) (sandbox.ToolInfo, error) {
+	return sandbox.ToolInfo{Name: name}, nil
+}
+
+func (b *gateBridge) Call(ctx context.Context, name string, _ json.RawMessage) (json.RawMessage, error) {
+	b.once.Do(func() { close(b.entered) })
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return json.RawMessage(`true`), nil
+}
+
+func TestProcessTmpIsPrivateFromConcurrentRunsOfTheSameTenant(t *testing.T) {
+	r := newRunner(t, nil)
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	srcA := `
+import os
+def run(args, context):
+    with open("/tmp/a-secret", "w") as f:
+        f.write("A")
+    os.mkdir("/dev/shm/a-dir")
+    context.tools.run("wait")
+    return {"tmp": sorted(os.listdir("/tmp")), "shm": sorted(os.listdir("/dev/shm"))}
+`
+	srcB := `
+import os
+def run(args, context):
+    before = sorted(os.listdir("/tmp"))
+    shm = sorted(os.listdir("/dev/shm"))
+    try:
+        open("/tmp/a-secret").read()
+        read = True
+    except OSError:
+        read = False
+    with open("/tmp/b-file", "w") as f:
+        f.write("B")
+    return {"before": before, "shm": shm, "read": read}
+`
+	var resA sandbox.Result
+	doneA := make(chan struct{})
+	go func() {
+		defer close(doneA)
+		spec := sandbox.Spec{Source: srcA, Bridge: gate, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default}
+		resA, _ = r.Run(context.Background(), spec)
+	}()
+	select {
+	case <-gate.entered:
+	case <-doneA:
+		t.Fatalf("run A ended before its tool call: %+v %s", resA.Error, resA.Stderr)
+	}
+	b := resultMap(t, runProc(t, r, sandbox.Spec{Source: srcB}))
+	close(gate.release)
+	<-doneA
+	a := resultMap(t, resA)
+	if got := fmt.Sprint(b["before"], b["shm"], b["read"]); got != "[] [] false" {
+		t.Errorf("run B saw /tmp %v, /dev/shm %v, read A's file: %v", b["before"], b["shm"], b["read"])
+	}
+	if got := fmt.Sprint(a["tmp"], a["shm"]); got != "[a-secret] [a-dir]" {
+		t.Errorf("run A sees /tmp %v and /dev/shm %v, want only its own files", a["tmp"], a["shm"])
+	}
+}
+
+func TestProcessKillsDaemonsWhenTheEnvelopeIsProduced(t *testing.T) {
+	r := newRunner(t, nil)
+	src := `
+import os, time
+def run(args, context):
+    pids = []
+    for how in ("setsid", "double"):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if how == "double" and os.fork() != 0:
+                os._exit(0)
+            os.write(w, str(os.getpid()).encode() + b"\n")
+            while True:
+                time.sleep(1)
+        os.close(w)
+        pids.append(int(os.read(r, 64)))
+    return {"daemons": pids}
+`
+	res := runProc(t, r, sandbox.Spec{Source: src})
+	m := resultMap(t, res)
+	if len(m["daemons"].([]any)) != 2 {
+		t.Fatalf("daemons: %v", m["daemons"])
+	}
+	// Every run cgroup is gone (Run removes it only when it is empty).
+	assertRunCgroupsGone(t, r)
+}
+
+// assertRunCgroupsGone checks that only the zygotes' cgroups are left
+// under the runner's parent: each zygote's own and its spare process's.
+func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
+	t.Helper()
+	count := func() (map[string]int, int) {
+		held := sandbox.ZygoteCgroups(r)
+		got := map[string]int{}
+		for _, d := range sandbox.CgroupDirs(r) {
+			entries, err := os.ReadDir(d)
+			if err != nil {
+				t.Fatalf("reading %s: %v", d, err)
+			}
+			for _, e := range entries {
+				if e.IsDir() && strings.HasPrefix(e.Name(), "run-") {
+					got[d]++
+				}
+			}
+		}
+		return got, held
+	}
+	// A retired zygote and its spare are removed in the background: wait
+	// for the count to settle.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, held := count()
+		ok := true
+		for _, d := range sandbox.CgroupDirs(r) {
+			ok = ok && got[d] == held
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, d := range sandbox.CgroupDirs(r) {
+				if got[d] != held {
+					t.Errorf("%s holds %d run cgroups, the zygotes %d: a run's cgroup (and its processes) survived", d, got[d], held)
+				}
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+}
+
+func TestProcessLimitsAreTheKernels(t *testing.T) {
+	r := newRunner(t, nil)
+	cases := []struct {
+		name   string
+		src    string
+		limits sandbox.Limits
+		want   string
+	}{
+		{"memory bomb", "def run(a, c):\n    x = []\n    while True:\n        x.append(bytearray(16 << 20))\n", sandbox.Limits{MemoryMB: 64}, sandbox.ErrMemoryLimit},
+		{"cpu spin", "def run(a, c):\n    while True:\n        pass\n", sandbox.Limits{CPUMS: 300, TimeoutMS: 5000}, sandbox.ErrCPULimit},
+		{"wall timeout", "import time\ndef run(a, c):\n    time.sleep(30)\n", sandbox.Limits{TimeoutMS: 300}, sandbox.ErrTimeout},
+		{"output cap", "def run(a, c):\n    return 'x' * 5000\n", sandbox.Limits{OutputBytes: 1000}, sandbox.ErrOutputLimit},
+		{"escape syscall", "import ctypes\ndef run(a, c):\n    ctypes.CDLL(None).unshare(0x10000000)\n", sandbox.Limits{}, sandbox.ErrSyscallDenied},
+		{"mount", "import ctypes\ndef run(a, c):\n    ctypes.CDLL(None).mount(b'tmpfs', b'/tmp', b'tmpfs', 14, None)\n", sandbox.Limits{}, sandbox.ErrSyscallDenied},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runProc(t, r, sandbox.Spec{Source: tc.src, Limits: tc.limits})
+			if res.ErrorType() != tc.want {
+				t.Fatalf("outcome %q (%+v), want %s\nstderr: %s", res.ErrorType(), res.Error, tc.want, res.Stderr)
+			}
+		})
+	}
+	t.Run("stdout flood", func(t *testing.T) {
+		res := runProc(t, r, sandbox.Spec{Source: "import sys\ndef run(a, c):\n    for _ in range(1000):\n        sys.stdout.write('y' * 1000)\n    return 1\n", Limits: sandbox.Limits{OutputBytes: 4096}})
+		if res.Status != sandbox.StatusOK || !res.Truncated.Stdout || len(res.Stdout) > 4096 {
+			t.Fatalf("stdout flood: status %s, truncated %v, %d bytes kept", res.Status, res.Truncated.Stdout, len(res.Stdout))
+		}
+	})
+	assertRunCgroupsGone(t, r)
+}
+
+func TestProcessForkBombIsHeldByThePidsLimit(t *testing.T) {
+	r := newRunner(t, nil)
+	src := `
+import os
+def run(args, context):
+    n, err = 0, None
+    try:
+        while n < 1000:
+            if os.fork() == 0:
+                import time
+                time.sleep(60)
+                os._exit(0)
+            n += 1
+    except OSError as e:
+        err = e.errno
+    return {"forked": n, "errno": err}
+`
+	m := resultMap(t, runProc(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{Pids: 16}}))
+	if m["errno"] != float64(syscall.EAGAIN) || m["forked"].(float64) >= 16 {
+		t.Fatalf("fork bomb: %v", m)
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+func TestProcessNetworkNoneIsNone(t *testing.T) {
+	r := newRunner(t, nil)
+	src := `
+import socket
+def run(args, context):
+    ifs = [n for _, n in socket.if_nameindex()]
+    s = socket.socket()
+    s.settimeout(1)
+    try:
+        s.connect(("127.0.0.1", int(args)))
+        reached = True
+    except OSError:
+        reached = False
+    return {"ifs": ifs, "reached": reached}
+`
+	ln := listenLoopback(t)
+	m := resultMap(t, runProc(t, r, sandbox.Spec{Source: src, Args: json.RawMessage(fmt.Sprint(ln))}))
+	if fmt.Sprint(m["ifs"]) != "[lo]" || m["reached"] != false {
+		t.Fatalf("network none: %v", m)
+	}
+}
+
+func TestProcessRunThatSignalsItsZygoteHurtsOnlyItself(t *testing.T) {
+	r := newRunner(t, nil)
+	src := `
+import os, signal
+def run(args, context):
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGCHLD):
+        for pid in (1, os.getppid()):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    return "done"
+`
+	first := runProc(t, r, sandbox.Spec{Source: probeSource})
+	resultMap(t, first)
+	res := runProc(t, r, sandbox.Spec{Source: src})
+	if res.Status != sandbox.StatusOK && res.ErrorType() != sandbox.ErrSandboxCrashed {
+		t.Fatalf("signalling the zygote: %+v", res.Error)
+	}
+	next := resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if next["seen"] != nil {
+		t.Fatalf("next run sees %v", next["seen"])
+	}
+}
+
+func TestProcessZygoteDeathEndsItsRunsAsSandboxCrashed(t *testing.T) {
+	r := newRunner(t, nil)
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	src := "def run(a, context):\n    context.tools.run('wait')\n    return 'finished'\n"
+	var res sandbox.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, _ = r.Run(context.Background(), sandbox.Spec{Source: src, Bridge: gate, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default})
+	}()
+	<-gate.entered
+	if err := sandbox.KillZygotes(r); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(gate.release)
+		t.Fatal("the run outlived its zygote")
+	}
+	close(gate.release)
+	if res.ErrorType() != sandbox.ErrSandboxCrashed {
+		t.Fatalf("run in flight when its zygote died: %q %+v", res.ErrorType(), res.Error)
+	}
+	next := resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if next["ppid"] != float64(1) {
+		t.Fatalf("next run: %v", next)
+	}
+}
+
+// listenLoopback opens a listener on the host's loopback for the test's
+// lifetime and returns its port.
+func listenLoopback(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestZygotesAreRetiredAfterMaxRunsAndIdleTime(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: 2, IdleMS: 300} })
+	ids := func() string { return fmt.Sprint(sandbox.ZygoteIDs(r)) }
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	first := ids()
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	// The second run was the zygote's last: the third starts another.
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if third := ids(); third == first || len(sandbox.ZygoteIDs(r)) != 1 {
+		t.Fatalf("zygotes %s after max_runs, before %s: want one new zygote", third, first)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sandbox.Zygotes(r) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("zygotes %s still live after idle_ms", ids())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{Max: 1} })
+	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
+	// b's miss replaces a's idle zygote.
+	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "b", Source: probeSource}))
+	if got := sandbox.ZygoteIDs(r); len(got) != 1 || !strings.HasPrefix(got[0], "b/") {
+		t.Fatalf("zygotes %v, want b's alone", got)
+	}
+	// While b's zygote runs something, a cannot take its place: a's run
+	// gets a fresh jail (stronger isolation, never weaker).
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan sandbox.Result)
+	go func() {
+		res, _ := r.Run(context.Background(), sandbox.Spec{TenantID: "b", Isolation: sandbox.IsolationProcess, Bridge: gate,
+			Source: "def run(a, context):\n    return context.tools.run('wait')\n", Limits: limits.Default})
+		done <- res
+	}()
+	select {
+	case <-gate.entered:
+	case res := <-done:
+		t.Fatalf("b's run ended before its tool call: %+v", res.Error)
+	}
+	m := resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
+	close(gate.release)
+	if res := <-done; res.Status != sandbox.StatusOK {
+		t.Fatalf("b's run: %+v", res.Error)
+	}
+	if m["pid"] != float64(1) {
+		t.Fatalf("a's run with the budget full: pid %v, want a jail's PID 1", m["pid"])
+	}
+	if got := sandbox.ZygoteIDs(r); len(got) != 1 || !strings.HasPrefix(got[0], "b/") {
+		t.Fatalf("zygotes %v, want b's alone", got)
+	}
+}
+
+// The zygote preloads asyncio but hides it until the tool imports it (so a
+// coroutine that never suspends is stepped without an event loop, as in a
+// fresh jail); a tool that imports it gets the real, whole package.
+func TestProcessAsyncToolsSeeAsyncioAsInAJail(t *testing.T) {
+	r := newRunner(t, nil)
+	cases := map[string]string{
+		"awaits":             "import asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return 'slept'\n",
+		"loop without await": "import asyncio\nasync def run(a, c):\n    asyncio.get_running_loop()\n    return 'loop'\n",
+		"submodule first":    "import asyncio.events\nimport asyncio\nasync def run(a, c):\n    await asyncio.sleep(0)\n    return asyncio.events.__name__ + ' ' + asyncio.__spec__.origin.rsplit('/', 2)[-2]\n",
+		"no asyncio":         "import sys\nasync def run(a, c):\n    return 'asyncio' in sys.modules\n",
+	}
+	want := map[string]string{"awaits": `"slept"`, "loop without await": `"loop"`, "submodule first": `"asyncio.events asyncio"`, "no asyncio": `false`}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := runProc(t, r, sandbox.Spec{Source: src})
+			if res.Status != sandbox.StatusOK || string(res.Result) != want[name] {
+				t.Fatalf("%s: %s %s %+v\n%s", name, res.Status, res.Result, res.Error, res.Stderr)
+			}
+		})
+	}
+}
