@@ -208,6 +208,19 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		{Name: "quota", Run: a.limiter.Ping},
 	}
 	a.runner = opts.Runner
+	switch role := cfg.Server.WithDefaults().Role; {
+	case role == gateway.RoleExecutor:
+		return nil, errors.New("app: server.role executor is built with NewExecutor")
+	case role == gateway.RoleGateway && a.runner == nil:
+		// Runs go to the executors (dispatch.go); this process never
+		// runs code, needs no nsjail and no privileges.
+		d, check, err := a.newDispatcher(ctx)
+		if err != nil {
+			return nil, err
+		}
+		a.runner = d
+		ready = append(ready, check)
+	}
 	if a.runner == nil {
 		proxy, err := egress.New(cfg.Egress, egress.Options{Resolver: opts.EgressResolver})
 		if err != nil {
