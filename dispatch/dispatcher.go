@@ -147,7 +147,7 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 		if ctx.Err() != nil {
 			return sandbox.Result{}, d.abandon(runID, ctx.Err())
 		}
-		kv, err := d.rdb.BLPop(ctx, poll, listen...).Result()
+		kv, err := d.rdb.BLPop(ctx, max(poll, time.Second), listen...).Result() // go-redis rounds up to 1 s
 		switch {
 		case err == nil && kv[0] == d.k.bridge(runID):
 			select {

@@ -267,6 +267,7 @@ func (e *Executor) handle(m redis.XMessage) {
 		e.log.Info("dispatch: run already taken; not run", "run_id", job.RunID, "stream_id", m.ID)
 		return
 	}
+	e.log.Info("dispatch: run started", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID)
 	spec := job.Spec.spec()
 	if job.Bridge {
 		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
