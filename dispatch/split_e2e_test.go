@@ -38,7 +38,7 @@ const (
 )
 
 type splitEnv struct {
-	t        *testing.T
+	t        testing.TB
 	bin, dir string
 	redis    *testenv.RedisServer
 	rdb      *redis.Client
@@ -58,7 +58,7 @@ type proc struct {
 	url  string
 }
 
-func newSplitEnv(t *testing.T) *splitEnv {
+func newSplitEnv(t testing.TB) *splitEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
 	e := &splitEnv{t: t, dir: t.TempDir(), redis: testenv.Redis(t), nsjail: testenv.Nsjail(t), rootfs: testenv.Rootfs(t), execs: map[string]*proc{}}
@@ -84,14 +84,14 @@ func newSplitEnv(t *testing.T) *splitEnv {
 	return e
 }
 
-func writeFile(t *testing.T, path, s string) {
+func writeFile(t testing.TB, path, s string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -104,13 +104,19 @@ func freeAddr(t *testing.T) string {
 // startGateway starts the gateway role with an nsjail path that points
 // nowhere: it must serve all the same.
 func (e *splitEnv) startGateway() {
+	e.startServer("gateway", "{nsjail_path: /nonexistent/nsjail}")
+}
+
+// startServer starts a gateway of role (gateway, or all) with the sandbox
+// section given.
+func (e *splitEnv) startServer(role, sandboxCfg string) {
 	t := e.t
 	addr := freeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
-server: {role: gateway, max_concurrent_runs: 16, max_queue: 64, ready_cache_seconds: 1}
+server: {role: `+role+`, max_concurrent_runs: 16, max_queue: 64, ready_cache_seconds: 1}
 auth: {hs256_secret_file: %s}
-sandbox: {nsjail_path: /nonexistent/nsjail}
+sandbox: `+sandboxCfg+`
 quota:
   backend: redis
   redis_url: %s
@@ -121,20 +127,23 @@ tenants:
     quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000}
     policy: {network: [none], egress_allow: [], tools: []}
 `, addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant)
-	path := filepath.Join(e.dir, "gateway.yaml")
+	path := filepath.Join(e.dir, role+".yaml")
 	writeFile(t, path, cfg)
 	e.gwURL = "http://" + addr
-	e.gw = e.start("gateway", path, e.gwURL)
+	e.gw = e.start(role, path, e.gwURL)
 }
 
 // startExecutor starts an executor with 2 slots.
-func (e *splitEnv) startExecutor(id string) *proc {
+func (e *splitEnv) startExecutor(id string) *proc { return e.startExecutorWith(id, 2, 0) }
+
+// startExecutorWith starts an executor with slots and warm jails.
+func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	t := e.t
 	addr := freeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
-server: {role: executor, max_concurrent_runs: 2}
-sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s}
+server: {role: executor, max_concurrent_runs: `+strconv.Itoa(slots)+`}
+sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+`}
 dispatch: {redis_url: %s, spec_key_file: %s, executor_id: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
 `, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t), e.redis.URL(), filepath.Join(e.dir, "spec.key"), id)
 	path := filepath.Join(e.dir, id+".yaml")
@@ -171,7 +180,7 @@ func (e *splitEnv) start(name, cfg, url string) *proc {
 	return &proc{cmd: cmd, logs: logs, url: url}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
