@@ -235,3 +235,40 @@ func TestBridgeCallsOfADispatchedRunAreServedByTheGateway(t *testing.T) {
 		t.Fatalf("tool calls %+v, want the gateway's record", res.ToolCalls)
 	}
 }
+
+func TestAStartedRunIsKilledWhenItsCallerGoesAway(t *testing.T) {
+	rdb := newRedis(t)
+	started := make(chan struct{})
+	killed := make(chan struct{})
+	run := &countingRunner{fn: func(ctx context.Context, spec sandbox.Spec) sandbox.Result {
+		close(started)
+		select {
+		case <-ctx.Done():
+			close(killed)
+		case <-time.After(30 * time.Second):
+		}
+		return sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: sandbox.ErrTimeout}}
+	}}
+	startExecutor(t, rdb, testCfg(), run)
+	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
+		f, _ := d.Executors(context.Background())
+		return len(f) == 1
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := d.Run(ctx, testJob("").Spec.spec()); errc <- err }()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want the caller's cancellation", err)
+	}
+	select {
+	case <-killed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run kept running after its caller went away")
+	}
+}

@@ -241,11 +241,14 @@ func (d *Dispatcher) reply(job Job, spec sandbox.Spec, v string) (sandbox.Result
 }
 
 // abandon makes sure a run whose caller went away is never started; if
-// it already was, its result is dropped when it comes.
+// it already was, its executor kills it (within a beat).
 func (d *Dispatcher) abandon(runID string, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = d.rdb.SetNX(ctx, d.k.started(runID), startedAbandoned, time.Hour).Err()
+	pipe := d.rdb.TxPipeline()
+	pipe.SetNX(ctx, d.k.started(runID), startedAbandoned, time.Hour)
+	pipe.Set(ctx, d.k.cancel(runID), "1", replyTTL)
+	_, _ = pipe.Exec(ctx)
 	return cause
 }
 

@@ -23,6 +23,8 @@
 //	P:dispatch:{R}:started         string: who started the run (an executor id, or
 //	                               "gateway:expired" / "gateway:abandoned": never run), SET NX
 //	P:dispatch:{R}:reply           list: the signed Reply, one element, with a TTL
+//	P:dispatch:{R}:cancel          string: the gateway gave up on the run; its executor
+//	                               kills it (looked at once a beat)
 //	P:dispatch:{R}:bridge          list: the run's tool requests (executor → gateway)
 //	P:dispatch:{R}:bridge:N        list: the answer to request N (gateway → executor)
 //

@@ -273,7 +273,12 @@ func (e *Executor) handle(m redis.XMessage) {
 		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
 	}
 	start := e.now()
-	res, err := e.run.Run(ctx, spec)
+	rctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); e.watchCancel(rctx, stopWatch, job.RunID) }()
+	res, err := e.run.Run(rctx, spec)
+	stopWatch()
+	<-watched
 	r := Reply{V: WireVersion, RunID: job.RunID, Executor: e.id}
 	if err != nil {
 		var ue *sandbox.UnavailableError
@@ -353,6 +358,25 @@ func (e *Executor) done(ctx context.Context, id string) {
 	pipe.XDel(ctx, e.k.runs(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn("dispatch: acknowledging an entry", "stream_id", id, "err", err)
+	}
+}
+
+// watchCancel kills the run (cancels ctx) once its gateway gave up on it;
+// it looks once a beat until ctx ends.
+func (e *Executor) watchCancel(ctx context.Context, kill context.CancelFunc, runID string) {
+	t := time.NewTicker(e.cfg.heartbeat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := e.rdb.Exists(ctx, e.k.cancel(runID)).Result(); err == nil && n > 0 {
+			e.log.Info("dispatch: run cancelled by its gateway", "run_id", runID)
+			kill()
+			return
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ func (k keys) started(runID string) string {
 	return k.run(runID) + "started"
 }
 func (k keys) reply(runID string) string  { return k.run(runID) + "reply" }
+func (k keys) cancel(runID string) string { return k.run(runID) + "cancel" }
 func (k keys) bridge(runID string) string { return k.run(runID) + "bridge" }
 func (k keys) bridgeAnswer(runID string, n uint64) string {
 	return k.run(runID) + "bridge:" + strconv.FormatUint(n, 10)
