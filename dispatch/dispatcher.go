@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,6 +188,8 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 				continue
 			case err != nil:
 				continue
+			case strings.HasPrefix(who, "gateway:"): // our own marker: it never ran
+				return sandbox.Result{}, noExecutor("no executor started the run within dispatch.queue_timeout_ms; it was not run", nil)
 			}
 			executor, startedAt = who, d.now()
 		}
