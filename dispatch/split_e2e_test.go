@@ -24,6 +24,7 @@ import (
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 )
 
 // The split as it is deployed: one `execgate serve --role gateway` with no
@@ -50,6 +51,7 @@ type splitEnv struct {
 	rootfs   string
 	nsjail   string
 	execs    map[string]*proc
+	mcp      *toolbridgetest.Server
 }
 
 type proc struct {
@@ -68,6 +70,10 @@ func newSplitEnv(t testing.TB) *splitEnv {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/execgate: %v\n%s", err, out)
 	}
+	// A tool server only the gateway holds the credential for.
+	mcpToken := "split-" + strings.Repeat("m", 24)
+	e.mcp = toolbridgetest.Start(t, mcpToken)
+	writeFile(t, filepath.Join(e.dir, "mcp-token"), "Bearer "+mcpToken+"\n")
 	e.key = []byte(strings.Repeat("k", 40))
 	writeFile(t, filepath.Join(e.dir, "spec.key"), string(e.key))
 	writeFile(t, filepath.Join(e.dir, "jwt.key"), strings.Repeat("j", 40))
@@ -125,8 +131,15 @@ dispatch: {spec_key_file: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
 tenants:
   - id: %s
     quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000}
-    policy: {network: [none], egress_allow: [], tools: []}
-`, addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant)
+    policy: {network: [none], egress_allow: [], tools: ["math.*"]}
+    tools:
+      servers:
+        - name: math
+          url: %s
+          headers: { Authorization: { file: %s } }
+          allow: [add]
+`, addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant,
+		e.mcp.URL, filepath.Join(e.dir, "mcp-token"))
 	path := filepath.Join(e.dir, role+".yaml")
 	writeFile(t, path, cfg)
 	e.gwURL = "http://" + addr
@@ -196,6 +209,10 @@ type envelope struct {
 	Status      string          `json:"status"`
 	Result      json.RawMessage `json:"result"`
 	Stdout      string          `json:"stdout"`
+	ToolCalls   []struct {
+		Tool    string `json:"tool"`
+		Outcome string `json:"outcome"`
+	} `json:"tool_calls"`
 	Error       *struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
@@ -423,6 +440,29 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		t.Logf("starts per executor %v (%d probes)", perExec, probes)
 		if perExec["ex-a"] == 0 || perExec["ex-b"] == 0 {
 			t.Fatalf("one executor ran nothing: %v", perExec)
+		}
+	})
+
+	t.Run("a tool call from a run on an executor is served by the gateway that owns the run", func(t *testing.T) {
+		const src = "def run(args, context):\n    return context.tools.run('math.add', {'a': 2, 'b': args['b']})\n"
+		before := e.mcp.Calls("add")
+		status, env, err := e.execute(map[string]any{"source": src, "args": map[string]any{"b": 40}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != http.StatusOK || env.Status != "ok" || string(env.Result) != `{"sum":42}` {
+			t.Fatalf("code-mode run = %d %s %s %+v", status, env.Status, env.Result, env.Error)
+		}
+		if got := e.mcp.Calls("add") - before; got != 1 {
+			t.Fatalf("the tool server saw %d calls, want 1", got)
+		}
+		if len(env.ToolCalls) != 1 || env.ToolCalls[0].Tool != "math.add" || env.ToolCalls[0].Outcome != "ok" {
+			t.Fatalf("envelope tool_calls %+v", env.ToolCalls)
+		}
+		for id, p := range e.execs {
+			if strings.Contains(p.logs.String(), "split-mmmm") {
+				t.Fatalf("executor %s saw the tool credential", id)
+			}
 		}
 	})
 
