@@ -213,7 +213,7 @@ type envelope struct {
 		Tool    string `json:"tool"`
 		Outcome string `json:"outcome"`
 	} `json:"tool_calls"`
-	Error       *struct {
+	Error *struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
