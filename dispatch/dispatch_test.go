@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,5 +273,71 @@ func TestAStartedRunIsKilledWhenItsCallerGoesAway(t *testing.T) {
 	case <-killed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the run kept running after its caller went away")
+	}
+}
+
+// BenchmarkDispatchRoundTrip measures what the split adds to a run: the
+// gateway's XADD, the executor's read, verify, SET NX, XACK/XDEL and
+// signed reply, and the gateway's BLPOP, against a real redis-server on
+// loopback, with a runner that answers at once.
+//
+//	go test -run '^$' -bench BenchmarkDispatchRoundTrip -benchtime 2000x ./dispatch/
+func BenchmarkDispatchRoundTrip(b *testing.B) {
+	srv := testenv.Redis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	b.Cleanup(func() { rdb.Close() })
+	cfg := testCfg()
+	quiet := Options{Logger: slog.New(slog.DiscardHandler)}
+	ex, err := NewExecutor(rdb, cfg, testKey, &countingRunner{}, ExecutorOptions{Options: quiet, Slots: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ex.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ex.Stop(context.Background()) })
+	d, err := NewDispatcher(rdb, cfg, testKey, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := testJob("").Spec.spec()
+	spec.Source = strings.Repeat("x", 200)
+	for _, c := range []int{1, 8} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			b.SetParallelism(c)
+			lat := make(chan time.Duration, b.N)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			next := make(chan struct{})
+			for w := 0; w < c; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						t0 := time.Now()
+						if _, err := d.Run(context.Background(), spec); err != nil {
+							b.Error(err)
+						}
+						lat <- time.Since(t0)
+					}
+				}()
+			}
+			t0 := time.Now()
+			for i := 0; i < b.N; i++ {
+				next <- struct{}{}
+			}
+			close(next)
+			wg.Wait()
+			elapsed := time.Since(t0)
+			close(lat)
+			all := make([]time.Duration, 0, b.N)
+			for l := range lat {
+				all = append(all, l)
+			}
+			slices.Sort(all)
+			b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "runs/s")
+		})
 	}
 }
