@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
@@ -339,5 +343,43 @@ func BenchmarkDispatchRoundTrip(b *testing.B) {
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "runs/s")
 		})
+	}
+}
+
+func TestTheExecutorsSpanJoinsTheGatewaysTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+
+	rdb := newRedis(t)
+	startExecutor(t, rdb, testCfg(), &countingRunner{})
+	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
+		f, _ := d.Executors(context.Background())
+		return len(f) == 1
+	})
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "execgate.run")
+	if _, err := d.Run(ctx, testJob("").Spec.spec()); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	waitFor(t, 5*time.Second, "the executor's span", func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "execgate.executor.run" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range rec.Ended() {
+		if s.Name() == "execgate.executor.run" && (s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID()) {
+			t.Fatalf("executor span parent %v trace %v, want %v in %v", s.Parent().SpanID(), s.SpanContext().TraceID(), parent.SpanContext().SpanID(), parent.SpanContext().TraceID())
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/execgate/execgate/sandbox"
 )
@@ -109,7 +111,9 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		V: WireVersion, RunID: newRunID(), Gateway: d.id,
 		IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Duration(d.cfg.QueueTimeoutMS) * time.Millisecond).UnixMilli(),
 		Spec: wireSpec(spec), Bridge: spec.Bridge != nil && spec.Mode != "test",
+		Trace: map[string]string{},
 	}
+	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(job.Trace))
 	payload, err := json.Marshal(job)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("encoding the job: %w", err)

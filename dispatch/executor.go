@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox"
@@ -33,6 +37,9 @@ type ExecutorOptions struct {
 	// Version is the build's version, announced.
 	Version string
 }
+
+// TracerName names the executor's tracer.
+const TracerName = "github.com/execgate/execgate/dispatch"
 
 // replyTTL keeps an unread reply (the gateway is gone) this long.
 const replyTTL = 5 * time.Minute
@@ -273,7 +280,9 @@ func (e *Executor) handle(m redis.XMessage) {
 		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
 	}
 	start := e.now()
-	rctx, stopWatch := context.WithCancel(ctx)
+	tctx, span := e.span(ctx, job)
+	defer span.End()
+	rctx, stopWatch := context.WithCancel(tctx)
 	watched := make(chan struct{})
 	go func() { defer close(watched); e.watchCancel(rctx, stopWatch, job.RunID) }()
 	res, err := e.run.Run(rctx, spec)
@@ -290,6 +299,7 @@ func (e *Executor) handle(m redis.XMessage) {
 		r.Result, r.DeniedSyscall = &res, res.DeniedSyscall
 		r.Result.ToolCalls = nil // the gateway's record is the one that counts
 	}
+	span.SetAttributes(attribute.String("execgate.status", string(res.Status)), attribute.String("execgate.error_type", res.ErrorType()))
 	e.ran.Add(1)
 	e.log.Info("dispatch: ran", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID,
 		"status", res.Status, "error_type", res.ErrorType(), "ms", e.now().Sub(start).Milliseconds(), "unavailable", err != nil)
@@ -359,6 +369,22 @@ func (e *Executor) done(ctx context.Context, id string) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn("dispatch: acknowledging an entry", "stream_id", id, "err", err)
 	}
+}
+
+// span starts the run's span as a child of the gateway's (the job's
+// trace context, bounded).
+func (e *Executor) span(ctx context.Context, job Job) (context.Context, trace.Span) {
+	carrier := propagation.MapCarrier{}
+	for _, h := range []string{"traceparent", "tracestate"} {
+		if v := job.Trace[h]; v != "" && len(v) <= maxTraceBytes {
+			carrier[h] = v
+		}
+	}
+	ctx = otel.GetTextMapPropagator().Extract(ctx, carrier)
+	return otel.Tracer(TracerName).Start(ctx, "execgate.executor.run", trace.WithAttributes(
+		attribute.String("execgate.execution_id", clip(job.Spec.ExecutionID, maxIDBytes)),
+		attribute.String("execgate.tenant_id", clip(job.Spec.TenantID, maxIDBytes)),
+		attribute.String("execgate.executor", e.id)))
 }
 
 // watchCancel kills the run (cancels ctx) once its gateway gave up on it;

@@ -50,7 +50,13 @@ type Job struct {
 	// Bridge: the run's tool calls are served by the gateway over the
 	// run's bridge list.
 	Bridge bool `json:"bridge,omitempty"`
+	// Trace carries the gateway's trace context (W3C traceparent,
+	// tracestate) so the executor's span joins the request's trace.
+	Trace map[string]string `json:"trace,omitempty"`
 }
+
+// maxTraceBytes bounds each trace header taken from a job.
+const maxTraceBytes = 512
 
 // WireSpec is sandbox.Spec without its Bridge (a live object).
 type WireSpec struct {
