@@ -620,6 +620,31 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		}
 		t.Logf("%d runs ExecutorLost; %d queued runs moved to ex-b", lost, short)
 	})
+
+	t.Run("the last executor stopping withdraws its heartbeat: not ready, runs refused, nothing queued", func(t *testing.T) {
+		last := e.execs["ex-b"]
+		if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := last.cmd.Wait(); err != nil {
+			t.Fatalf("ex-b did not stop cleanly: %v", err)
+		}
+		// No waiting for the heartbeat to expire: the executor withdrew it.
+		code, r := e.readyz()
+		if ok, _, _ := r.check("executors"); code != http.StatusServiceUnavailable || ok {
+			t.Fatalf("/readyz after the last executor stopped = %d %+v", code, r)
+		}
+		status, env, err := e.execute(map[string]any{"source": okSource, "args": map[string]any{"i": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != http.StatusServiceUnavailable || env.errType() != "SandboxUnavailable" || !strings.Contains(env.Error.Message, "no executor") {
+			t.Fatalf("execute with no executor = %d %+v", status, env.Error)
+		}
+		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result(); n != 0 {
+			t.Fatalf("%d runs queued with no executor alive", n)
+		}
+	})
 }
 
 func mustStarted(e *splitEnv) map[string][]string {
