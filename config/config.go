@@ -205,7 +205,7 @@ func (c *Config) Validate() error {
 	if role != gateway.RoleExecutor { // an executor holds no JWT keys
 		errs = append(errs, c.Auth.Validate())
 	}
-	if role != gateway.RoleAll {
+	if role == gateway.RoleGateway || role == gateway.RoleExecutor {
 		errs = append(errs, c.Dispatch.Validate())
 	}
 	errs = append(errs,
