@@ -23,7 +23,7 @@ import (
 
 // Bridge bounds on the wire.
 const (
-	// maxBridgeWire bounds a request or answer value (the sandbox caps
+	// maxBridgeRequestWire and maxBridgeAnswerWire bound the values (the sandbox caps
 	// requests at 1 MiB + 4 KiB and answers at 8 MiB).
 	maxBridgeRequestWire = 2 << 20
 	maxBridgeAnswerWire  = 9 << 20

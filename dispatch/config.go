@@ -14,7 +14,7 @@ import (
 type Config struct {
 	// RedisURL is the Redis the runs travel through
 	// (redis://[user:password@]host:port[/db]). Empty: quota.redis_url.
-	// A single node or a failover group (not a cluster).
+	// A single node (Sentinel and cluster URLs are not supported yet).
 	RedisURL string `yaml:"redis_url" json:"redis_url"`
 	// SpecKeyFile holds the HMAC-SHA256 key (at least 32 bytes, one line;
 	// hex or raw) shared by gateways and executors: gateways sign the
