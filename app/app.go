@@ -227,12 +227,27 @@ func (a *App) readyChecks(sandbox []gateway.Check) []gateway.Check {
 	return ready
 }
 
-// newRunner sets a.runner: opts.Runner when given (packages are still
+// newRunner sets a.runner: in the gateway role the dispatcher to the
+// executors, else opts.Runner when given (packages are still
 // resolved and installed for it, through environments of the config, when
 // there is a rootfs), else the real sandbox (newSandbox). It returns the
 // package environments (nil: runs asking for packages are refused) and the
 // sandbox's readiness checks.
 func (a *App) newRunner(ctx, bg context.Context, opts Options, metrics *telemetry.Metrics) (gateway.Environments, []gateway.Check, error) {
+	switch role := a.cfg.Server.WithDefaults().Role; {
+	case role == gateway.RoleExecutor:
+		return nil, nil, errors.New("app: server.role executor is built with NewExecutor")
+	case role == gateway.RoleGateway && opts.Runner == nil:
+		// Runs go to the executors (dispatch.go); this process never runs
+		// code, needs no nsjail and no privileges, and has no package
+		// environments (runs asking for packages are refused).
+		d, check, err := a.newDispatcher(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.runner = d
+		return nil, []gateway.Check{check}, nil
+	}
 	if opts.Runner == nil {
 		return a.newSandbox(ctx, bg, opts, metrics)
 	}

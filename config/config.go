@@ -22,6 +22,7 @@ import (
 
 	"github.com/execgate/execgate/audit"
 	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/dispatch"
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policy"
@@ -56,6 +57,9 @@ type Config struct {
 	Audit     audit.Config     `yaml:"audit" json:"audit"`
 	Telemetry telemetry.Config `yaml:"telemetry" json:"telemetry"`
 	Tenants   []tenancy.Tenant `yaml:"tenants" json:"tenants"`
+	// Dispatch joins gateways and executors (server.role gateway or
+	// executor); unused with role all.
+	Dispatch dispatch.Config `yaml:"dispatch" json:"dispatch"`
 	// ToolsAPI bounds the secret references of tool servers added over
 	// the admin API (toolconfig.APIScope).
 	ToolsAPI toolconfig.APIScope `yaml:"tools_api" json:"tools_api"`
@@ -167,6 +171,12 @@ func (c *Config) fill() {
 	if c.Sandbox.DepsDir == "" {
 		c.Sandbox.DepsDir = filepath.Join(c.StateDir, "deps")
 	}
+	if c.Dispatch.RedisURL == "" {
+		c.Dispatch.RedisURL = c.Quota.RedisURL
+	}
+	if c.Dispatch.KeyPrefix == "" {
+		c.Dispatch.KeyPrefix = c.Quota.WithDefaults().KeyPrefix
+	}
 	if c.Audit.File == "" {
 		c.Audit.File = filepath.Join(c.StateDir, "audit.jsonl")
 	}
@@ -190,9 +200,15 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		errs = append(errs, errors.New("listen: must not be empty"))
 	}
+	role := c.Server.WithDefaults().Role
+	if role != gateway.RoleExecutor { // an executor holds no JWT keys
+		errs = append(errs, c.Auth.Validate())
+	}
+	if role == gateway.RoleGateway || role == gateway.RoleExecutor {
+		errs = append(errs, c.Dispatch.Validate())
+	}
 	errs = append(errs,
 		c.Server.WithDefaults().Validate(),
-		c.Auth.Validate(),
 		c.Sandbox.Validate(),
 		c.Quota.WithDefaults().Validate(),
 		c.Policy.Validate(),
@@ -223,6 +239,7 @@ func (c *Config) Validate() error {
 func (c *Config) Print(w io.Writer) error {
 	red := *c
 	red.Quota.RedisURL = redactURL(red.Quota.RedisURL)
+	red.Dispatch.RedisURL = redactURL(red.Dispatch.RedisURL)
 	red.Egress.UpstreamProxy = redactURL(red.Egress.UpstreamProxy)
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)

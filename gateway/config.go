@@ -15,6 +15,11 @@ import (
 
 // Config is the server section of the config file. Zero means default.
 type Config struct {
+	// Role is what this process does (issue #15): "all" (default) decides
+	// and runs in-process; "gateway" decides and hands runs to executors
+	// over dispatch.* (no nsjail, no privileges); "executor" only runs
+	// what gateways decided (no JWT keys, policies or tenants).
+	Role string `yaml:"role" json:"role"`
 	// MaxBodyBytes caps the request body. Default 1 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
 	// MaxSourceBytes caps the tool source. Default 256 KiB.
@@ -95,6 +100,13 @@ type Config struct {
 	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns" json:"max_unauthenticated_conns"`
 }
 
+// Roles of a process (server.role).
+const (
+	RoleAll      = "all"
+	RoleGateway  = "gateway"
+	RoleExecutor = "executor"
+)
+
 // Default values for Config (zero fields).
 const (
 	DefaultMaxBodyBytes             = 1 << 20
@@ -123,6 +135,9 @@ const DefaultMaxOutputMemoryMBCeiling = 1024
 // room at all (0 waiting); zero means the default. TenantMaxRuns and
 // TenantMaxQueue default to 3/4 of the slots (at least 1) and half the queue.
 func (c Config) WithDefaults() Config {
+	if c.Role == "" {
+		c.Role = RoleAll
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -197,6 +212,11 @@ func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 // Validate rejects values that cannot work (after WithDefaults).
 func (c Config) Validate() error {
 	var errs []error
+	switch c.Role {
+	case "", RoleAll, RoleGateway, RoleExecutor:
+	default:
+		errs = append(errs, fmt.Errorf("server.role: %q is not one of all, gateway, executor", c.Role))
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("server.max_body_bytes: %d is below 1024", c.MaxBodyBytes))
 	}

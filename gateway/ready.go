@@ -137,9 +137,16 @@ func (s *Server) handleReadyz(c *gin.Context) {
 	resp.Checks = append(resp.Checks, checkResult("sandbox", age, err))
 	for _, chk := range s.d.Ready {
 		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-		err := chk.Run(cctx)
+		var detail string
+		var err error
+		if chk.Info != nil {
+			detail, err = chk.Info(cctx)
+		} else {
+			err = chk.Run(cctx)
+		}
 		cancel()
 		r := checkResult(chk.Name, 0, err)
+		r.Detail = detail
 		r.Optional = chk.Optional
 		resp.Checks = append(resp.Checks, r)
 	}

@@ -63,8 +63,11 @@ type Metrics interface {
 // gateway unready: it marks a degraded capability (e.g. network mode
 // proxy) that the other runs do not need.
 type Check struct {
-	Name     string
-	Run      func(ctx context.Context) error
+	Name string
+	Run  func(ctx context.Context) error
+	// Info, when set instead of Run, also says what it found (shown as
+	// the check's detail).
+	Info     func(ctx context.Context) (string, error)
 	Optional bool
 }
 

@@ -104,6 +104,8 @@ type CheckResult struct {
 	Name  string `json:"name"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Detail says what a passing check found (e.g. the live executors).
+	Detail string `json:"detail,omitempty"`
 	// AgeMS is how old a cached result is (the sandbox check is cached).
 	AgeMS int64 `json:"age_ms"`
 	// Optional: a failure here does not make the gateway unready.

@@ -111,6 +111,7 @@ const (
 	ErrDependencyError    = "DependencyError"    // requirements could not be installed
 	ErrSandboxCrashed     = "SandboxCrashed"     // jail died without an envelope
 	ErrProtocolMismatch   = "ProtocolMismatch"   // harness and gateway disagree on the protocol version
+	ErrExecutorLost       = "ExecutorLost"       // the executor running it died or stopped answering (server.role gateway); never run again
 )
 
 // ErrorInfo describes why a run ended in error.

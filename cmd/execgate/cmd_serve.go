@@ -11,28 +11,44 @@ import (
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
 
 func newServeCmd() *cobra.Command {
-	return &cobra.Command{
+	var role string
+	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway (default: the embedded default config)",
 		Long: `Run the HTTP gateway. Without --config it starts the embedded default:
 tenant "demo" (network none only), in-memory quotas, the default policies, a
 rootfs and a dev signing key under the state dir, and prints a ready curl line.
 SIGINT/SIGTERM drain in-flight runs for server.shutdown_grace_seconds; SIGHUP
-reloads the policies.`,
+reloads the policies.
+
+--role (server.role) splits the service (issue #15): "gateway" decides and
+hands runs to executors over Redis (dispatch.*; no nsjail, no privileges),
+"executor" runs what gateways decided (needs the sandbox, dispatch.redis_url
+and dispatch.spec_key_file only) and serves /healthz and /metrics; "all"
+(default) does both in one process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if role != "" {
+				os.Setenv("EXECGATE_SERVER_ROLE", role)
+			}
 			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}
+			if cfg.Server.WithDefaults().Role == gateway.RoleExecutor {
+				return serveExecutor(cmd.Context(), cfg)
+			}
 			return serve(cmd.Context(), cfg)
 		},
 	}
+	cmd.Flags().StringVar(&role, "role", "", "all | gateway | executor (default: server.role, all)")
+	return cmd
 }
 
 func serve(ctx context.Context, cfg *config.Config) error {

@@ -430,7 +430,7 @@ export interface components {
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
          * @enum {string}
          */
-        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch";
+        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost";
         ErrorBody: {
             type: components["schemas"]["ErrorType"];
             message: string;
@@ -656,10 +656,12 @@ export interface components {
         ReadyResponse: {
             ready: boolean;
             checks: {
-                /** @description sandbox, rootfs, policy, quota, egress */
+                /** @description sandbox, rootfs, policy, quota, egress; executors (server.role gateway) */
                 name: string;
                 ok: boolean;
                 error?: string;
+                /** @description What a passing check found (executors: the live executors, their load and languages). */
+                detail?: string;
                 /** @description How old a cached result is. */
                 age_ms: number;
                 /** @description A failing optional check is listed but does not make the gateway unready: a degraded capability (egress: network mode proxy) the other runs do not need. */

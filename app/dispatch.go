@@ -1,0 +1,207 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/dispatch"
+	"github.com/execgate/execgate/gateway"
+	"github.com/execgate/execgate/jaillayout"
+)
+
+// The split roles (issue #15): a gateway's runner is a dispatch.Dispatcher
+// (nothing runs in its process); an executor is a dispatch.Executor over
+// the real sandbox, with no auth, policy or tenants, serving only /healthz
+// and /metrics.
+
+// newDispatchRedis is the client dispatch uses. Its pool covers one
+// blocking wait per run in flight (slots) plus the short commands.
+func newDispatchRedis(cfg *config.Config, slots int) (*redis.Client, error) {
+	o, err := redis.ParseURL(cfg.Dispatch.RedisURL)
+	if err != nil {
+		return nil, errors.New("dispatch.redis_url: not a valid URL (want redis://[user:password@]host:port[/db])")
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = 2*slots + 16
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 2 * time.Second
+	}
+	return redis.NewClient(o), nil
+}
+
+// newDispatcher wires the gateway role's runner and its readiness check
+// (which executors are alive; none: not ready).
+func (a *App) newDispatcher(ctx context.Context) (*dispatch.Dispatcher, gateway.Check, error) {
+	cfg := a.cfg
+	key, err := dispatch.LoadKey(cfg.Dispatch.SpecKeyFile)
+	if err != nil {
+		return nil, gateway.Check{}, err
+	}
+	rdb, err := newDispatchRedis(cfg, cfg.Server.WithDefaults().MaxConcurrentRuns)
+	if err != nil {
+		return nil, gateway.Check{}, err
+	}
+	a.onStop("dispatch redis", func(context.Context) error { return rdb.Close() })
+	d, err := dispatch.NewDispatcher(rdb, cfg.Dispatch, key, dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: a.log})
+	if err != nil {
+		return nil, gateway.Check{}, err
+	}
+	return d, gateway.Check{Name: "executors", Info: d.Ready}, nil
+}
+
+// Executor is a wired executor (server.role executor). Create it with
+// NewExecutor, then Start; Stop drains its runs.
+type Executor struct {
+	app      *App // the cleanup stack and the sandbox constructor
+	exec     *dispatch.Executor
+	httpSrv  *http.Server
+	ln       net.Listener
+	serveErr chan error
+}
+
+// NewExecutor builds an executor: the sandbox (rootfs ensured first), the
+// egress proxy and the dispatch client. A host that cannot jail is an
+// error: an executor without a sandbox has nothing to offer.
+func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
+	cfg := opts.Config
+	if cfg == nil {
+		return nil, errors.New("app: Options.Config is nil")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Writer(os.Stderr)
+	}
+	_, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a := &App{cfg: cfg, log: log, bgCancel: cancel}
+	defer func() {
+		if err != nil {
+			_ = a.closeAll(context.Background())
+		}
+	}()
+	key, err := dispatch.LoadKey(cfg.Dispatch.SpecKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	runner := opts.Runner
+	if runner == nil {
+		sb, err := NewSandbox(ctx, SandboxOptions{
+			Sandbox:        cfg.Sandbox,
+			Egress:         &cfg.Egress,
+			EgressResolver: opts.EgressResolver,
+			EnsureRootfs:   true,
+			Progress:       progress,
+			Logger:         log,
+		})
+		if sb != nil {
+			a.onStop("sandbox", func(context.Context) error { return sb.Close() })
+		}
+		if err != nil {
+			return nil, err
+		}
+		runner = sb.Runner
+	}
+	slots := cfg.Server.WithDefaults().MaxConcurrentRuns
+	rdb, err := newDispatchRedis(cfg, slots)
+	if err != nil {
+		return nil, err
+	}
+	a.onStop("dispatch redis", func(context.Context) error { return rdb.Close() })
+	langs := []string{"python"}
+	if _, err := os.Stat(filepath.Join(cfg.Sandbox.RootfsDir, jaillayout.DenoPath)); err == nil {
+		langs = append(langs, "javascript", "typescript")
+	}
+	ex, err := dispatch.NewExecutor(rdb, cfg.Dispatch, key, runner, dispatch.ExecutorOptions{
+		Options: dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: log},
+		Slots:   slots, Languages: langs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{app: a, exec: ex}, nil
+}
+
+// ID is the executor's id in heartbeats and logs.
+func (e *Executor) ID() string { return e.exec.ID() }
+
+// Start announces the executor, starts taking runs and serves /healthz
+// and /metrics on cfg.Listen.
+func (e *Executor) Start(ctx context.Context) error {
+	if err := e.exec.Start(ctx); err != nil {
+		return err
+	}
+	e.app.onStop("executor", func(ctx context.Context) error {
+		grace := time.Duration(e.app.cfg.Server.WithDefaults().ShutdownGraceSeconds) * time.Second
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		defer cancel()
+		return e.exec.Stop(gctx)
+	})
+	reg := prometheus.NewRegistry()
+	for name, f := range map[string]func() float64{
+		"execgate_executor_runs_total":    func() float64 { r, _, _ := e.exec.Stats(); return float64(r) },
+		"execgate_executor_refused_total": func() float64 { _, r, _ := e.exec.Stats(); return float64(r) },
+		"execgate_executor_skipped_total": func() float64 { _, _, s := e.exec.Stats(); return float64(s) },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "dispatch: " + name}, f))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"ok":true,"role":"executor","executor":%q}`+"\n", e.exec.ID())
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", e.app.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", e.app.cfg.Listen, err)
+	}
+	e.ln = ln
+	e.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	e.serveErr = make(chan error, 1)
+	go func() {
+		err := e.httpSrv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		e.serveErr <- err
+	}()
+	return nil
+}
+
+// URL is the executor's /healthz and /metrics address (after Start).
+func (e *Executor) URL() string {
+	if e.ln == nil {
+		return ""
+	}
+	return "http://" + e.ln.Addr().String()
+}
+
+// Done receives the HTTP server's exit error.
+func (e *Executor) Done() <-chan error { return e.serveErr }
+
+// Stop stops taking runs, drains the runs in flight for
+// server.shutdown_grace_seconds, and releases everything.
+func (e *Executor) Stop(ctx context.Context) error {
+	var errs []error
+	if e.httpSrv != nil {
+		errs = append(errs, e.httpSrv.Close())
+	}
+	errs = append(errs, e.app.closeAll(ctx))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,411 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox"
+)
+
+// Runner runs one spec in the executor's sandbox (*sandbox.Runner).
+type Runner interface {
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+}
+
+// ExecutorOptions configure an Executor.
+type ExecutorOptions struct {
+	Options
+	// Slots is how many runs it runs at once (>= 1).
+	Slots int
+	// Languages it announces (default python).
+	Languages []string
+	// Version is the build's version, announced.
+	Version string
+}
+
+// TracerName names the executor's tracer.
+const TracerName = "github.com/execgate/execgate/dispatch"
+
+// replyTTL keeps an unread reply (the gateway is gone) this long.
+const replyTTL = 5 * time.Minute
+
+// Executor reads decided runs from the stream and runs them in its
+// sandbox, at most once each (see the package doc). Create it with
+// NewExecutor, then Start; Stop stops reading, lets the runs in flight
+// finish and withdraws its heartbeat.
+type Executor struct {
+	rdb   redis.UniversalClient
+	k     keys
+	sig   signer
+	cfg   Config
+	id    string
+	run   Runner
+	opts  ExecutorOptions
+	log   *slog.Logger
+	now   func() time.Time
+	slots chan struct{}
+	busy  atomic.Int64
+
+	// Counters for /metrics and tests.
+	ran, refused, skipped atomic.Int64
+
+	startedMS int64
+	stop      context.CancelFunc // ends the read and heartbeat loops
+	loops     sync.WaitGroup     // the read and heartbeat loops
+	runs      sync.WaitGroup     // runs in flight
+	runCtx    context.Context    // the runs' context; cancelled when Stop's grace ends
+	killRuns  context.CancelFunc
+}
+
+// NewExecutor returns an executor running jobs with run.
+func NewExecutor(rdb redis.UniversalClient, cfg Config, key []byte, run Runner, opts ExecutorOptions) (*Executor, error) {
+	cfg = cfg.WithDefaults()
+	if len(key) < minKeyBytes {
+		return nil, fmt.Errorf("dispatch: the spec key has %d bytes, want at least %d", len(key), minKeyBytes)
+	}
+	if opts.Slots < 1 {
+		return nil, errors.New("dispatch: an executor needs at least one slot")
+	}
+	if len(opts.Languages) == 0 {
+		opts.Languages = []string{"python"}
+	}
+	opts.Options = opts.Options.withDefaults()
+	id := cfg.ExecutorID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d-%s", strings.NewReplacer(" ", "_", "{", "_", "}", "_").Replace(clip(host, 64)), os.Getpid(), newRunID()[:6])
+	}
+	if err := validID(id); err != nil {
+		return nil, fmt.Errorf("dispatch.executor_id: %w", err)
+	}
+	return &Executor{rdb: rdb, k: newKeys(opts.KeyPrefix), sig: signer{key}, cfg: cfg, id: id, run: run, opts: opts,
+		log: opts.Logger.With("executor", id), now: opts.Now, slots: make(chan struct{}, opts.Slots)}, nil
+}
+
+// ID is the executor's id.
+func (e *Executor) ID() string { return e.id }
+
+// Stats are the executor's counters: runs run, entries refused (forged,
+// altered, expired, malformed), entries skipped (started elsewhere).
+func (e *Executor) Stats() (ran, refused, skipped int64) {
+	return e.ran.Load(), e.refused.Load(), e.skipped.Load()
+}
+
+// Start creates the consumer group if needed, announces the executor and
+// starts reading.
+func (e *Executor) Start(ctx context.Context) error {
+	if err := e.ensureGroup(ctx); err != nil {
+		return err
+	}
+	e.startedMS = e.now().UnixMilli()
+	if err := e.beat(ctx); err != nil {
+		return fmt.Errorf("announcing the executor: %w", err)
+	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.stop = stop
+	e.runCtx, e.killRuns = context.WithCancel(context.WithoutCancel(ctx))
+	e.loops.Add(2)
+	go func() { defer e.loops.Done(); e.heartbeat(bg) }()
+	go func() { defer e.loops.Done(); e.read(bg) }()
+	e.log.Info("dispatch: executor started", "slots", e.opts.Slots, "languages", e.opts.Languages)
+	return nil
+}
+
+// Stop stops taking runs, waits for the runs in flight until ctx ends
+// (then kills them), and withdraws the heartbeat.
+func (e *Executor) Stop(ctx context.Context) error {
+	if e.stop == nil {
+		return nil
+	}
+	e.stop()
+	e.loops.Wait()
+	done := make(chan struct{})
+	go func() { e.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.killRuns()
+		<-done
+		err = fmt.Errorf("draining runs: %w", ctx.Err())
+	}
+	e.killRuns()
+	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := e.rdb.TxPipeline()
+	pipe.ZRem(wctx, e.k.executors(), e.id)
+	pipe.Del(wctx, e.k.executor(e.id))
+	_, _ = pipe.Exec(wctx)
+	return err
+}
+
+func (e *Executor) ensureGroup(ctx context.Context) error {
+	err := e.rdb.XGroupCreateMkStream(ctx, e.k.runs(), group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") { // Redis' error code, across a process boundary
+		return fmt.Errorf("creating the executors' consumer group: %w", err)
+	}
+	return nil
+}
+
+// beat renews the executor's heartbeat.
+func (e *Executor) beat(ctx context.Context) error {
+	now := e.now()
+	a := Announcement{
+		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.opts.Languages, Profiles: []string{"jail"},
+		HarnessProtocol: jaillayout.ProtocolVersion, Wire: WireVersion, Version: e.opts.Version,
+		StartedMS: e.startedMS, BeatMS: now.UnixMilli(),
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	dead := e.cfg.deadAfter()
+	pipe := e.rdb.TxPipeline()
+	pipe.Set(ctx, e.k.executor(e.id), b, dead)
+	pipe.ZAdd(ctx, e.k.executors(), redis.Z{Score: float64(now.Add(dead).UnixMilli()), Member: e.id})
+	pipe.ZRemRangeByScore(ctx, e.k.executors(), "-inf", fmt.Sprint(now.UnixMilli()-1))
+	_, err = pipe.Exec(ctx)
+	return err
+}
+
+func (e *Executor) heartbeat(ctx context.Context) {
+	t := time.NewTicker(e.cfg.heartbeat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := e.beat(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("dispatch: heartbeat failed", "err", err)
+		}
+	}
+}
+
+// read takes one entry per free slot: first entries another executor read
+// but never started (XAUTOCLAIM, at most once a beat), then new ones.
+func (e *Executor) read(ctx context.Context) {
+	var lastClaim time.Time
+	for {
+		select {
+		case e.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		var msgs []redis.XMessage
+		var err error
+		if e.now().Sub(lastClaim) >= e.cfg.heartbeat() {
+			lastClaim = e.now()
+			msgs, _, err = e.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+				Stream: e.k.runs(), Group: group, Consumer: e.id, MinIdle: e.cfg.deadAfter(), Start: "0-0", Count: 1,
+			}).Result()
+			if err != nil && ctx.Err() == nil && !errors.Is(err, redis.Nil) {
+				e.log.Warn("dispatch: claiming abandoned entries", "err", err)
+			}
+		}
+		if len(msgs) == 0 {
+			var streams []redis.XStream
+			streams, err = e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: group, Consumer: e.id, Streams: []string{e.k.runs(), ">"}, Count: 1, Block: e.cfg.heartbeat(),
+			}).Result()
+			for _, s := range streams {
+				msgs = append(msgs, s.Messages...)
+			}
+		}
+		if len(msgs) == 0 {
+			<-e.slots
+			if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+				if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream was deleted: make it again
+					_ = e.ensureGroup(ctx)
+					continue
+				}
+				e.log.Warn("dispatch: reading the run stream", "err", err)
+				select { // Redis is down: try again a beat later
+				case <-time.After(e.cfg.heartbeat()):
+				case <-ctx.Done():
+				}
+			}
+			continue
+		}
+		// Count 1: one entry per slot.
+		e.runs.Add(1)
+		e.busy.Add(1)
+		go func(m redis.XMessage) {
+			defer func() { e.busy.Add(-1); <-e.slots; e.runs.Done() }()
+			e.handle(m)
+		}(msgs[0])
+	}
+}
+
+// handle verifies one entry, takes it (SET NX) and runs it.
+func (e *Executor) handle(m redis.XMessage) {
+	ctx := e.runCtx
+	job, why := e.verify(m)
+	if why != "" {
+		e.refuse(ctx, m.ID, job.RunID, why)
+		return
+	}
+	ok, err := e.rdb.SetNX(ctx, e.k.started(job.RunID), e.id, e.markerTTL(job)).Result()
+	if err != nil {
+		// Not taken: left pending, another executor (or this one) claims
+		// it after 3 beats.
+		e.log.Warn("dispatch: marking a run started", "run_id", job.RunID, "err", err)
+		return
+	}
+	e.done(ctx, m.ID)
+	if !ok {
+		e.skipped.Add(1)
+		e.log.Info("dispatch: run already taken; not run", "run_id", job.RunID, "stream_id", m.ID)
+		return
+	}
+	e.log.Info("dispatch: run started", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID)
+	spec := job.Spec.spec()
+	if job.Bridge {
+		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
+	}
+	start := e.now()
+	tctx, span := e.span(ctx, job)
+	defer span.End()
+	rctx, stopWatch := context.WithCancel(tctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); e.watchCancel(rctx, stopWatch, job.RunID) }()
+	res, err := e.run.Run(rctx, spec)
+	stopWatch()
+	<-watched
+	r := Reply{V: WireVersion, RunID: job.RunID, Executor: e.id}
+	if err != nil {
+		var ue *sandbox.UnavailableError
+		if !errors.As(err, &ue) {
+			ue = &sandbox.UnavailableError{Reason: "the executor's sandbox failed", Err: err}
+		}
+		r.Unavailable = &Unavailable{Reason: ue.Error(), Hint: ue.Hint, Log: ue.Log}
+	} else {
+		r.Result, r.DeniedSyscall = &res, res.DeniedSyscall
+		r.Result.ToolCalls = nil // the gateway's record is the one that counts
+	}
+	span.SetAttributes(attribute.String("execgate.status", string(res.Status)), attribute.String("execgate.error_type", res.ErrorType()))
+	e.ran.Add(1)
+	e.log.Info("dispatch: ran", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID,
+		"status", res.Status, "error_type", res.ErrorType(), "ms", e.now().Sub(start).Milliseconds(), "unavailable", err != nil)
+	b, err := json.Marshal(r)
+	if err != nil {
+		e.log.Error("dispatch: encoding a reply", "run_id", job.RunID, "err", err)
+		return
+	}
+	key := e.k.reply(job.RunID)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	pipe := e.rdb.TxPipeline()
+	pipe.RPush(wctx, key, e.sig.seal(domainReply, b))
+	pipe.Expire(wctx, key, replyTTL)
+	if _, err := pipe.Exec(wctx); err != nil {
+		e.log.Error("dispatch: sending a reply", "run_id", job.RunID, "err", err)
+	}
+}
+
+// verify checks an entry; why is the refusal ("" when it may run).
+func (e *Executor) verify(m redis.XMessage) (Job, string) {
+	var job Job
+	sealed, _ := m.Values["job"].(string)
+	switch {
+	case sealed == "":
+		return job, "no job field"
+	case len(sealed) > maxJobBytes+2*64+1:
+		return job, "job too large"
+	}
+	payload, err := e.sig.open(domainJob, sealed)
+	if err != nil {
+		return job, "signature does not verify: " + err.Error()
+	}
+	if err := json.Unmarshal(payload, &job); err != nil {
+		return job, "malformed job"
+	}
+	if job.V != WireVersion {
+		return job, fmt.Sprintf("wire version %d, want %d", job.V, WireVersion)
+	}
+	if err := validID(job.RunID); err != nil {
+		job.RunID = ""
+		return job, "run id: " + err.Error()
+	}
+	if e.now().UnixMilli() > job.ExpiresMS {
+		return job, "expired"
+	}
+	return job, ""
+}
+
+// refuse drops an entry that must not run, and records why.
+func (e *Executor) refuse(ctx context.Context, streamID, runID, why string) {
+	e.refused.Add(1)
+	why = clip(why, maxReasonBytes)
+	e.log.Warn("dispatch: refused a job", "stream_id", streamID, "run_id", runID, "reason", why)
+	e.done(ctx, streamID)
+	_ = e.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: e.k.refused(), MaxLen: maxRefusedLength, Approx: true,
+		Values: []string{"stream_id", streamID, "run_id", runID, "executor", e.id, "reason", why, "at_ms", fmt.Sprint(e.now().UnixMilli())},
+	}).Err()
+}
+
+// done acknowledges and deletes an entry (the stream holds only the queue).
+func (e *Executor) done(ctx context.Context, id string) {
+	pipe := e.rdb.TxPipeline()
+	pipe.XAck(ctx, e.k.runs(), group, id)
+	pipe.XDel(ctx, e.k.runs(), id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.log.Warn("dispatch: acknowledging an entry", "stream_id", id, "err", err)
+	}
+}
+
+// span starts the run's span as a child of the gateway's (the job's
+// trace context, bounded).
+func (e *Executor) span(ctx context.Context, job Job) (context.Context, trace.Span) {
+	carrier := propagation.MapCarrier{}
+	for _, h := range []string{"traceparent", "tracestate"} {
+		if v := job.Trace[h]; v != "" && len(v) <= maxTraceBytes {
+			carrier[h] = v
+		}
+	}
+	ctx = otel.GetTextMapPropagator().Extract(ctx, carrier)
+	return otel.Tracer(TracerName).Start(ctx, "execgate.executor.run", trace.WithAttributes(
+		attribute.String("execgate.execution_id", clip(job.Spec.ExecutionID, maxIDBytes)),
+		attribute.String("execgate.tenant_id", clip(job.Spec.TenantID, maxIDBytes)),
+		attribute.String("execgate.executor", e.id)))
+}
+
+// watchCancel kills the run (cancels ctx) once its gateway gave up on it;
+// it looks once a beat until ctx ends.
+func (e *Executor) watchCancel(ctx context.Context, kill context.CancelFunc, runID string) {
+	t := time.NewTicker(e.cfg.heartbeat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := e.rdb.Exists(ctx, e.k.cancel(runID)).Result(); err == nil && n > 0 {
+			e.log.Info("dispatch: run cancelled by its gateway", "run_id", runID)
+			kill()
+			return
+		}
+	}
+}
+
+func (e *Executor) markerTTL(job Job) time.Duration {
+	return time.Duration(e.cfg.QueueTimeoutMS)*time.Millisecond + time.Duration(job.Spec.Limits.TimeoutMS)*time.Millisecond + runBudgetSlack
+}

@@ -1,0 +1,34 @@
+package dispatch
+
+import "strconv"
+
+// keys names the dispatch keys under one prefix (the layout is in doc.go).
+type keys struct{ p string }
+
+func newKeys(prefix string) keys { return keys{p: prefix + ":dispatch:"} }
+
+const group = "executors"
+
+func (k keys) runs() string              { return k.p + "runs" }
+func (k keys) refused() string           { return k.p + "refused" }
+func (k keys) executors() string         { return k.p + "executors" }
+func (k keys) executor(id string) string { return k.p + "executor:" + id }
+func (k keys) run(runID string) string   { return k.p + "{" + runID + "}:" }
+func (k keys) started(runID string) string {
+	return k.run(runID) + "started"
+}
+func (k keys) reply(runID string) string  { return k.run(runID) + "reply" }
+func (k keys) cancel(runID string) string { return k.run(runID) + "cancel" }
+func (k keys) bridge(runID string) string { return k.run(runID) + "bridge" }
+func (k keys) bridgeAnswer(runID string, n uint64) string {
+	return k.run(runID) + "bridge:" + strconv.FormatUint(n, 10)
+}
+
+// Markers a gateway leaves in {R}:started so no executor ever runs the job.
+const (
+	startedExpired   = "gateway:expired"   // no executor started it in time
+	startedAbandoned = "gateway:abandoned" // the caller went away first
+)
+
+// maxRefusedLength bounds the refused stream.
+const maxRefusedLength = 1000

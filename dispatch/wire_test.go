@@ -1,0 +1,45 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/execgate/execgate/sandbox"
+)
+
+// Every field of sandbox.Spec but the live Bridge crosses the wire: a
+// field added to the spec and forgotten here would silently be dropped
+// between gateway and executor (the decided isolation level once was).
+func TestWireSpecCarriesEverySpecField(t *testing.T) {
+	var in sandbox.Spec
+	v := reflect.ValueOf(&in).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		name := v.Type().Field(i).Name
+		switch {
+		case name == "Bridge":
+		case f.Kind() == reflect.String:
+			f.SetString("x-" + name)
+		case f.Type() == reflect.TypeOf(json.RawMessage(nil)):
+			f.Set(reflect.ValueOf(json.RawMessage(`{"f":"` + name + `"}`)))
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+			f.Set(reflect.ValueOf([]string{"x-" + name}))
+		case f.Kind() == reflect.Struct && name == "Limits":
+			f.Set(reflect.ValueOf(sandbox.Limits{TimeoutMS: 1, CPUMS: 2, MemoryMB: 3, Pids: 4, OutputBytes: 5, TmpMB: 6}))
+		default:
+			t.Fatalf("sandbox.Spec.%s (%s): teach this test to fill it, and the wire to carry it", name, f.Type())
+		}
+	}
+	raw, err := json.Marshal(wireSpec(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w WireSpec
+	if err := json.Unmarshal(raw, &w); err != nil {
+		t.Fatal(err)
+	}
+	if out := w.spec(); !reflect.DeepEqual(out, in) {
+		t.Errorf("through the wire:\n got %+v\nwant %+v", out, in)
+	}
+}
