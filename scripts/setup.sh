@@ -8,7 +8,8 @@
 #   - .tools/bin/deno: a link to the Deno binary (copied into the rootfs by
 #     `execgate rootfs build`; never run outside a jail by execgate)
 #   - bin/execgate
-#   - with --test: the stock opa CLI, schemathesis, the Python client's test
+#   - with --test: the stock opa CLI, helm and kubernetes-validate (the
+#     deploy check), schemathesis, the Python client's test
 #     venv (clients/python/.venv) and the TypeScript client's node_modules
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
@@ -77,6 +78,17 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
   if ! "$TOOLS/bin/opa" version 2>/dev/null | grep -q "^Version: ${OPA_VERSION#v}$"; then
     log "building the stock opa CLI $OPA_VERSION (for 'opa test policies/'; takes a few minutes)"
     GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
+  fi
+  # The deploy check (scripts/check-deploy.sh): helm renders the chart,
+  # kubernetes-validate checks every object against the Kubernetes schemas.
+  HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+  if ! "$TOOLS/bin/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; then
+    log "building helm $HELM_VERSION (for the deploy check)"
+    GOBIN="$TOOLS/bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  fi
+  if [ ! -x "$TOOLS/venv/bin/kubernetes-validate" ]; then
+    log "installing kubernetes-validate 1.37.0"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==1.37.0"
   fi
   if [ ! -x "$TOOLS/venv/bin/schemathesis" ] && [ ! -x "$TOOLS/venv/bin/st" ]; then
     log "installing schemathesis $SCHEMATHESIS_VERSION"

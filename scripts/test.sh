@@ -13,6 +13,9 @@ export PATH="$ROOT/.tools/bin:$PATH"
 echo "== opa test policies/ deploy/examples/policies/ (stock OPA CLI)"
 opa test policies/ deploy/examples/policies/
 
+echo "== deploy: the Helm chart renders and validates (scripts/check-deploy.sh)"
+./scripts/check-deploy.sh
+
 echo "== go test ./..."
 # go test -json feeds scripts/gotest-report.py, which prints what plain
 # go test would, the count of tests run and skipped, and fails under CI=true
