@@ -27,7 +27,7 @@ func TestHashCoversNamesAndContents(t *testing.T) {
 	if h, err := hashFS(FS); err != nil || h != Hash() || len(h) != 64 {
 		t.Errorf("Hash() = %q", Hash())
 	}
-	if got := strings.Join(Files(), ","); got != "execgate_deno.py,execgate_harness.js,execgate_harness.py,execgate_runtime.py,harness.py,import_map.json" {
+	if got := strings.Join(Files(), ","); got != "execgate_deno.py,execgate_harness.js,execgate_harness.py,execgate_runtime.py,execgate_zygote.py,harness.py,import_map.json" {
 		t.Errorf("Files() = %s", got)
 	}
 }
