@@ -31,6 +31,7 @@ import (
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
@@ -177,6 +178,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	metrics := telemetry.NewMetrics(reg, cfg.Telemetry.MaxTenantLabels)
 
 	var idem execution.IdempotencyStore
+	var asyncStore async.Store // nil: in the gateway's memory
 	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
 	switch cfg.Quota.Backend {
 	case "redis":
@@ -187,6 +189,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		a.onStop("redis client", func(context.Context) error { return client.Close() })
 		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
 		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
+		asyncStore = async.NewRedisStore(client, cfg.Quota.WithDefaults().KeyPrefix, cfg.Server.WithDefaults().AsyncLimits())
 	default:
 		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
 	}
@@ -273,6 +276,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		TracerProvider: opts.TracerProvider,
 		Tools:          tools,
 		ToolServers:    toolStore,
+		Async:          asyncStore,
 	})
 	if err != nil {
 		return nil, err

@@ -246,6 +246,9 @@ type Call struct {
 	// refusals (an *Error names the field).
 	Body   func() ([]byte, error)
 	Decode func(body []byte) (*Request, error)
+	// Started, if set, is called once the run is admitted (quota, run
+	// slot) and about to run: an async run is "running" from then on.
+	Started func()
 }
 
 // Outcome is what the flow answers: the status the contract gives it, the
@@ -316,6 +319,9 @@ func (f *Flow) answer(ctx context.Context, call Call, x *state) (int, *Envelope,
 		return status, env, 0
 	}
 	e := Refusal(err)
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), sandbox.ErrCancelledByCaller) {
+		e = errCancelledBeforeRun(err)
+	}
 	if !e.Expected() {
 		f.log.ErrorContext(ctx, "execute failed", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, x.principal.TenantID,
 			"error_type", e.Type, "decision_id", x.failedDecisionID, "err", err)
@@ -358,6 +364,9 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 		return 0, nil, err
 	}
 	defer tk.release() // also if the run panics (the edge recovers)
+	if call.Started != nil {
+		call.Started()
+	}
 	res, err := f.run(ctx, x, tenant, dec, adm)
 	tk.release() // the slot is free before the settlement's round trip
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/execution/async"
 )
 
 // Config is the server section of the config file. Zero means default.
@@ -56,6 +57,17 @@ type Config struct {
 	// responses, in bytes; the tenant's oldest go first (a repeat then gets
 	// 409 ResultExpired, never a second run). Default 16 MiB.
 	IdempotencyTenantResponseBytes int64 `yaml:"idempotency_tenant_response_bytes" json:"idempotency_tenant_response_bytes"`
+	// AsyncResultTTLSeconds is how long the result of an async execution
+	// (POST /v1/executions) is kept for GET. Default 3600.
+	AsyncResultTTLSeconds int `yaml:"async_result_ttl_seconds" json:"async_result_ttl_seconds"`
+	// AsyncMaxActive is how many async executions one tenant may have
+	// queued or running; beyond it POST /v1/executions is 429
+	// QuotaExceeded. Default 64.
+	AsyncMaxActive int `yaml:"async_max_active" json:"async_max_active"`
+	// AsyncTenantResultBytes is each tenant's budget of kept async
+	// results, in bytes; the oldest are dropped first (GET is then 409
+	// ResultExpired). Default 64 MiB.
+	AsyncTenantResultBytes int64 `yaml:"async_tenant_result_bytes" json:"async_tenant_result_bytes"`
 	// ShutdownGraceSeconds drains in-flight runs on shutdown. Default 30.
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
@@ -162,6 +174,15 @@ func (c Config) WithDefaults() Config {
 	if c.IdempotencyTenantResponseBytes == 0 {
 		c.IdempotencyTenantResponseBytes = execution.DefaultIdempotencyResponseBytes
 	}
+	if c.AsyncResultTTLSeconds == 0 {
+		c.AsyncResultTTLSeconds = int(async.DefaultResultTTL / time.Second)
+	}
+	if c.AsyncMaxActive == 0 {
+		c.AsyncMaxActive = async.DefaultMaxActive
+	}
+	if c.AsyncTenantResultBytes == 0 {
+		c.AsyncTenantResultBytes = async.DefaultTenantResultBytes
+	}
 	if c.ShutdownGraceSeconds == 0 {
 		c.ShutdownGraceSeconds = DefaultShutdownGraceSeconds
 	}
@@ -192,6 +213,13 @@ func (c Config) WithDefaults() Config {
 // IdempotencyLimits are the per-tenant bounds of the idempotency store.
 func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 	return execution.IdempotencyLimits{MaxClaims: c.IdempotencyMaxClaims, TenantResponseBytes: c.IdempotencyTenantResponseBytes}
+}
+
+// AsyncLimits are the per-tenant bounds of the async execution store
+// (after WithDefaults).
+func (c Config) AsyncLimits() async.Limits {
+	return async.Limits{MaxActive: c.AsyncMaxActive, TenantResultBytes: c.AsyncTenantResultBytes,
+		ResultTTL: time.Duration(c.AsyncResultTTLSeconds) * time.Second}
 }
 
 // Validate rejects values that cannot work (after WithDefaults).
@@ -226,6 +254,15 @@ func (c Config) Validate() error {
 	}
 	if c.IdempotencyTenantResponseBytes < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_tenant_response_bytes: %d must be >= 0", c.IdempotencyTenantResponseBytes))
+	}
+	if c.AsyncResultTTLSeconds < 1 {
+		errs = append(errs, fmt.Errorf("server.async_result_ttl_seconds: %d must be >= 1", c.AsyncResultTTLSeconds))
+	}
+	if c.AsyncMaxActive < 1 {
+		errs = append(errs, fmt.Errorf("server.async_max_active: %d must be >= 1", c.AsyncMaxActive))
+	}
+	if c.AsyncTenantResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("server.async_tenant_result_bytes: %d must be >= 1", c.AsyncTenantResultBytes))
 	}
 	if c.ShutdownGraceSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.shutdown_grace_seconds: %d must be >= 0", c.ShutdownGraceSeconds))

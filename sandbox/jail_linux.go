@@ -359,7 +359,7 @@ wait:
 			j.stop(grace)
 			break wait
 		case <-ctx.Done():
-			o.Cancelled, o.CancelErr = true, ctx.Err()
+			o.Cancelled, o.CancelErr = true, context.Cause(ctx)
 			j.stop(grace)
 			break wait
 		case <-cpuTick:

@@ -26,6 +26,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -108,7 +109,14 @@ const (
 	ErrDependencyError    = "DependencyError"    // requirements could not be installed
 	ErrSandboxCrashed     = "SandboxCrashed"     // jail died without an envelope
 	ErrProtocolMismatch   = "ProtocolMismatch"   // harness and gateway disagree on the protocol version
+	ErrCancelled          = "Cancelled"          // the caller cancelled the run or went away; it was stopped
 )
+
+// ErrCancelledByCaller is the cause (context.WithCancelCause) a caller
+// gives when it cancels a run on purpose (DELETE /v1/executions/{id}); the
+// run ends Cancelled saying so. A context that ends with any cause other
+// than a deadline is Cancelled too (the caller went away).
+var ErrCancelledByCaller = errors.New("cancelled by its caller")
 
 // ErrorInfo describes why a run ended in error.
 type ErrorInfo struct {

@@ -102,6 +102,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/executions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit a tool to run in the background (async).
+         * @description The same body, authentication, decoding and flow as POST /v1/execute (decide, admit,
+         *     run, settle, record), but answered at once with 202 and a `Location`; the run goes on
+         *     without the request. `execution_id` names the execution (one is generated when absent)
+         *     and is also the idempotency key of its run. A tenant has at most
+         *     `server.async_max_active` executions queued or running (429 beyond); results are kept
+         *     for `server.async_result_ttl_seconds`. A refused submission answers with an envelope,
+         *     like POST /v1/execute, and is audited.
+         */
+        post: operations["submitExecution"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/executions/{id}": {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * An async execution's state and, once done, its envelope.
+         * @description Only the owning tenant (or an admin, naming it with `tenant`) sees an execution;
+         *     for anyone else it does not exist (404).
+         */
+        get: operations["getExecution"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel an async execution.
+         * @description A queued execution ends without running (envelope 409 `Cancelled`), a running one is
+         *     stopped (envelope 200, status error, `Cancelled`); 202 says the cancel was requested.
+         *     An execution already done is left as it is (200).
+         */
+        delete: operations["cancelExecution"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/mcp": {
         parameters: {
             query?: never;
@@ -357,6 +415,23 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        ExecutionStatus: {
+            execution_id: string;
+            tenant_id: string;
+            /** @enum {string} */
+            status: "queued" | "running" | "done";
+            cancel_requested?: boolean;
+            /** Format: date-time */
+            submitted_at?: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            finished_at?: string;
+            /** @description Once done, the status POST /v1/execute would have answered. */
+            http_status?: number;
+            /** @description Once done, the envelope POST /v1/execute would have answered. */
+            envelope?: components["schemas"]["Envelope"];
+        };
         ExecuteRequest: {
             /** @description Client id and idempotency key; generated when absent. */
             execution_id?: string;
@@ -424,7 +499,7 @@ export interface components {
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
          * @enum {string}
          */
-        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch";
+        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "Cancelled";
         ErrorBody: {
             type: components["schemas"]["ErrorType"];
             message: string;
@@ -917,6 +992,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description ResultExpired: the execution finished but its result was dropped (the tenant's result budget); it is never run again. */
+        ResultExpired: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description PayloadTooLarge: the request line and header are over server.max_header_bytes (written at the edge, before any route). */
         HeaderTooLarge: {
             headers: {
@@ -965,6 +1049,9 @@ export interface components {
         };
     };
     parameters: {
+        ExecutionID: string;
+        /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+        ExecutionTenant: string;
         TenantID: string;
     };
     requestBodies: never;
@@ -1122,6 +1209,111 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    submitExecution: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExecuteRequest"];
+            };
+        };
+        responses: {
+            /** @description Accepted; GET the Location for its state and result. */
+            202: {
+                headers: {
+                    /** @description /v1/executions/{id} */
+                    Location: string;
+                    "X-Execution-Id": components["headers"]["X-Execution-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            400: components["responses"]["EnvelopeBadRequest"];
+            401: components["responses"]["EnvelopeUnauthenticated"];
+            403: components["responses"]["EnvelopeForbidden"];
+            413: components["responses"]["EnvelopePayloadTooLarge"];
+            429: components["responses"]["EnvelopeTooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["EnvelopeServerError"];
+            503: components["responses"]["EnvelopeUnavailable"];
+        };
+    };
+    getExecution: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The execution. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ResultExpired"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cancelExecution: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Already done; nothing to cancel. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            /** @description The cancel was requested. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
     };

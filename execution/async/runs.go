@@ -1,0 +1,161 @@
+package async
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+)
+
+// Flow runs one execute call (*execution.Flow). Runs depends on nothing
+// else of it: the run step may happen in this process or on an executor.
+type Flow interface {
+	Run(ctx context.Context, call execution.Call) *execution.Outcome
+}
+
+// Config configures Runs.
+type Config struct {
+	// CancelPoll is how often a running execution's owner looks in the
+	// store for a cancel requested through another replica. Zero: never
+	// (one process: a cancel reaches the run directly).
+	CancelPoll time.Duration
+	// Done, if set, is called (in the run's goroutine) with the record of
+	// every execution that finished, after it is stored.
+	Done func(ctx context.Context, rec Record)
+}
+
+// Runs submits executions to the flow in the background and records them
+// in a Store. It is safe for concurrent use; Drain waits for the runs it
+// started.
+type Runs struct {
+	flow  Flow
+	store Store
+	cfg   Config
+	log   *slog.Logger
+
+	mu    sync.Mutex // guards local
+	local map[Key]context.CancelCauseFunc
+	wg    sync.WaitGroup
+}
+
+// NewRuns returns Runs on flow recording in store. log nil: slog.Default().
+func NewRuns(flow Flow, store Store, cfg Config, log *slog.Logger) *Runs {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Runs{flow: flow, store: store, cfg: cfg, log: log, local: map[Key]context.CancelCauseFunc{}}
+}
+
+// Store is the store Runs records in.
+func (r *Runs) Store() Store { return r.store }
+
+// Submit records k queued and runs call in the background with a context
+// that keeps ctx's values (principal, trace) but not its cancellation. The
+// error is the store's (ErrExists, *TooManyError, unavailable): then
+// nothing was submitted.
+func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call) error {
+	if err := r.store.Create(ctx, k); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r.mu.Lock()
+	r.local[k] = cancel
+	r.mu.Unlock()
+	call.ID = k.ExecutionID
+	call.Started = func() {
+		cancelled, err := r.store.Start(rctx, k)
+		if err != nil {
+			r.log.WarnContext(rctx, "async store: marking running", telemetry.KeyExecutionID, k.ExecutionID, "err", err)
+		}
+		if cancelled {
+			cancel(sandbox.ErrCancelledByCaller)
+		}
+	}
+	r.wg.Add(1)
+	go r.run(rctx, cancel, k, call)
+	return nil
+}
+
+func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call) {
+	defer r.wg.Done()
+	defer cancel(nil)
+	stopPoll := r.pollCancel(ctx, cancel, k)
+	out := r.flow.Run(ctx, call)
+	stopPoll()
+	defer out.Release()
+	r.mu.Lock()
+	delete(r.local, k)
+	r.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	if err := r.store.Finish(bg, k, out.Status, out.Body.Bytes()); err != nil {
+		r.log.ErrorContext(bg, "async store: the result of a run could not be stored", telemetry.KeyExecutionID, k.ExecutionID,
+			telemetry.KeyTenantID, k.TenantID, "err", err)
+	}
+	if r.cfg.Done != nil {
+		rec, ok, err := r.store.Get(bg, k)
+		if !ok || err != nil { // the store lost it: tell what is known
+			rec = Record{Key: k, State: StateDone, HTTPStatus: out.Status, Envelope: out.Body.Bytes(), FinishedAt: time.Now()}
+		}
+		r.cfg.Done(bg, rec)
+	}
+}
+
+// pollCancel looks for a cancel requested through another replica until
+// the returned stop is called.
+func (r *Runs) pollCancel(ctx context.Context, cancel context.CancelCauseFunc, k Key) (stop func()) {
+	if r.cfg.CancelPoll <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(r.cfg.CancelPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if yes, err := r.store.CancelRequested(ctx, k); err == nil && yes {
+					cancel(sandbox.ErrCancelledByCaller)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// Cancel requests k's cancellation: a queued execution ends Cancelled
+// without running, a running one is stopped (its envelope says Cancelled).
+// It returns the record as it was before; false when there is none.
+func (r *Runs) Cancel(ctx context.Context, k Key) (Record, bool, error) {
+	rec, ok, err := r.store.RequestCancel(ctx, k)
+	if err != nil || !ok || rec.State == StateDone {
+		return rec, ok, err
+	}
+	r.mu.Lock()
+	cancel := r.local[k]
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(sandbox.ErrCancelledByCaller)
+	}
+	return rec, true, nil
+}
+
+// Drain waits until the runs this Runs started have finished, or ctx ends.
+func (r *Runs) Drain(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
