@@ -80,6 +80,8 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		// No execution is named {t}: reaching the lookup is a 404.
 		{"GET", "/v1/executions/{t}?tenant={t}", "",
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
+		{"GET", "/v1/executions/{t}/events?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"DELETE", "/v1/executions/{t}?tenant={t}", "",
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/admin/audit?tenant={t}", "",

@@ -249,6 +249,9 @@ type Call struct {
 	// Started, if set, is called once the run is admitted (quota, run
 	// slot) and about to run: an async run is "running" from then on.
 	Started func()
+	// Output, if set, sees the run's stdout and stderr as they happen
+	// (sandbox.OutputFunc: it must not block).
+	Output sandbox.OutputFunc
 }
 
 // Outcome is what the flow answers: the status the contract gives it, the
@@ -288,6 +291,8 @@ type state struct {
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
+	// output watches the run's stdout and stderr (Call.Output); nil: no one.
+	output sandbox.OutputFunc
 	// releaseOutput gives back the run's output memory reservation
 	// (output.go) once the response is written; nil without one.
 	releaseOutput func()
@@ -300,7 +305,7 @@ type state struct {
 // write fails the answer is 500 AuditError.
 func (f *Flow) Run(ctx context.Context, call Call) *Outcome {
 	start := time.Now()
-	x := &state{id: call.ID, principal: call.Principal, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
+	x := &state{id: call.ID, principal: call.Principal, quota: audit.Quota{Outcome: audit.QuotaSkipped}, output: call.Output}
 	out := &Outcome{release: func() {
 		if x.releaseOutput != nil {
 			x.releaseOutput()

@@ -257,6 +257,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Network:     sandbox.Network(dec.NetworkAccess),
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
+		Output:      x.output,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone

@@ -275,6 +275,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPost, "/v1/executions"}:                              s.handleSubmitExecution,
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
 		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
+		{http.MethodGet, "/v1/executions/:id/events"}:                    s.handleExecutionEvents,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}

@@ -37,9 +37,10 @@ type Runs struct {
 	cfg   Config
 	log   *slog.Logger
 
-	mu    sync.Mutex // guards local
-	local map[Key]context.CancelCauseFunc
-	wg    sync.WaitGroup
+	mu      sync.Mutex // guards local and streams
+	local   map[Key]context.CancelCauseFunc
+	streams map[Key]*Stream // the live output of the runs of this process
+	wg      sync.WaitGroup
 }
 
 // NewRuns returns Runs on flow recording in store. log nil: slog.Default().
@@ -47,7 +48,7 @@ func NewRuns(flow Flow, store Store, cfg Config, log *slog.Logger) *Runs {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runs{flow: flow, store: store, cfg: cfg, log: log, local: map[Key]context.CancelCauseFunc{}}
+	return &Runs{flow: flow, store: store, cfg: cfg, log: log, local: map[Key]context.CancelCauseFunc{}, streams: map[Key]*Stream{}}
 }
 
 // Store is the store Runs records in.
@@ -62,10 +63,13 @@ func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call) error {
 		return err
 	}
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	st := NewStream(DefaultStreamBytes)
 	r.mu.Lock()
 	r.local[k] = cancel
+	r.streams[k] = st
 	r.mu.Unlock()
 	call.ID = k.ExecutionID
+	call.Output = st.Output
 	call.Started = func() {
 		cancelled, err := r.store.Start(rctx, k)
 		if err != nil {
@@ -76,25 +80,37 @@ func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call) error {
 		}
 	}
 	r.wg.Add(1)
-	go r.run(rctx, cancel, k, call)
+	go r.run(rctx, cancel, k, call, st)
 	return nil
 }
 
-func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call) {
+// Watch returns the live output of k when this process runs it (false:
+// it is not running here, or has ended; read the store).
+func (r *Runs) Watch(k Key) (*Stream, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.streams[k]
+	return st, ok
+}
+
+func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call, st *Stream) {
 	defer r.wg.Done()
 	defer cancel(nil)
 	stopPoll := r.pollCancel(ctx, cancel, k)
 	out := r.flow.Run(ctx, call)
 	stopPoll()
 	defer out.Release()
-	r.mu.Lock()
-	delete(r.local, k)
-	r.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
 	if err := r.store.Finish(bg, k, out.Status, out.Body.Bytes()); err != nil {
 		r.log.ErrorContext(bg, "async store: the result of a run could not be stored", telemetry.KeyExecutionID, k.ExecutionID,
 			telemetry.KeyTenantID, k.TenantID, "err", err)
 	}
+	// Stored first: a reader that finds no stream finds the result.
+	st.End(out.Body.Bytes())
+	r.mu.Lock()
+	delete(r.local, k)
+	delete(r.streams, k)
+	r.mu.Unlock()
 	if r.cfg.Done != nil {
 		rec, ok, err := r.store.Get(bg, k)
 		if !ok || err != nil { // the store lost it: tell what is known

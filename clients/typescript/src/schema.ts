@@ -19,6 +19,10 @@ export interface paths {
          *     return value must be JSON-serialisable. `execution_id` is an idempotency key: a
          *     repeat from the same tenant within the idempotency window returns the first
          *     response without running again; concurrent duplicates never both run.
+         *
+         *     With `Accept: text/event-stream` the answer is a stream of Server-Sent Events
+         *     instead (always 200): `stdout`/`stderr` chunks as the run writes them, `log` lines,
+         *     then the `envelope` (see GET /v1/executions/{id}/events).
          */
         post: operations["execute"];
         delete?: never;
@@ -155,6 +159,37 @@ export interface paths {
          *     An execution already done is left as it is (200).
          */
         delete: operations["cancelExecution"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/executions/{id}/events": {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * An async execution's live output as Server-Sent Events.
+         * @description Events: `stdout` and `stderr` (`{"text": chunk}`) as the run writes them, `dropped`
+         *     (`{"events": N}`: this reader fell behind and missed N events; the run is never
+         *     slowed), `log` (`{"level", "message"}`, the run's log lines, at its end) and
+         *     `envelope` (the final envelope, as GET returns it), after which the stream ends.
+         *     Events carry an `id`; `Last-Event-ID` resumes after it while the run is live on this
+         *     gateway. Output is live on the gateway that runs the execution; on another replica,
+         *     and once done, the stream carries the log lines and the envelope only.
+         */
+        get: operations["executionEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1099,6 +1134,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Envelope"];
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["EnvelopeBadRequest"];
@@ -1308,6 +1344,36 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    executionEvents: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
                 };
             };
             401: components["responses"]["Unauthenticated"];
