@@ -67,4 +67,5 @@ tenant_data_types := {
 	"disabled": "boolean",
 	"audit": "object",
 	"languages": "array",
+	"callbacks": "array",
 }
