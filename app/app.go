@@ -42,6 +42,7 @@ import (
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
+	"github.com/execgate/execgate/webhook"
 )
 
 // Options configure an App. Only Config is required.
@@ -256,6 +257,15 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
 	}
 
+	// Callbacks of async executions go out under the egress address rules.
+	hookDial, err := egress.New(cfg.Egress, egress.Options{Resolver: opts.EgressResolver})
+	if err != nil {
+		return nil, fmt.Errorf("egress rules for webhooks: %w", err)
+	}
+	hookOpts := cfg.Server.WithDefaults().WebhookOptions()
+	hookOpts.Dial, hookOpts.Logger = hookDial.DialContext, log
+	hooks := webhook.NewSender(hookOpts, auditLog)
+
 	// The runner warms prepared environments when it can (the real one).
 	warmer, _ := a.runner.(gateway.Warmer)
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
@@ -277,6 +287,8 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Tools:          tools,
 		ToolServers:    toolStore,
 		Async:          asyncStore,
+		Callbacks:      eng,
+		Webhooks:       hooks,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
+	"github.com/execgate/execgate/webhook"
 )
 
 // Config is the server section of the config file. Zero means default.
@@ -68,6 +69,15 @@ type Config struct {
 	// results, in bytes; the oldest are dropped first (GET is then 409
 	// ResultExpired). Default 64 MiB.
 	AsyncTenantResultBytes int64 `yaml:"async_tenant_result_bytes" json:"async_tenant_result_bytes"`
+	// WebhookMaxAttempts bounds the delivery attempts of one callback
+	// (POST /v1/executions callback_url). Default 5.
+	WebhookMaxAttempts int `yaml:"webhook_max_attempts" json:"webhook_max_attempts"`
+	// WebhookBackoffMS is the wait before a callback's second attempt, in
+	// ms, doubled before each next one (up to 20% jitter, at most 5 min).
+	// Default 1000.
+	WebhookBackoffMS int64 `yaml:"webhook_backoff_ms" json:"webhook_backoff_ms"`
+	// WebhookTimeoutMS bounds one delivery attempt, in ms. Default 10000.
+	WebhookTimeoutMS int64 `yaml:"webhook_timeout_ms" json:"webhook_timeout_ms"`
 	// ShutdownGraceSeconds drains in-flight runs on shutdown. Default 30.
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
@@ -183,6 +193,15 @@ func (c Config) WithDefaults() Config {
 	if c.AsyncTenantResultBytes == 0 {
 		c.AsyncTenantResultBytes = async.DefaultTenantResultBytes
 	}
+	if c.WebhookMaxAttempts == 0 {
+		c.WebhookMaxAttempts = 5
+	}
+	if c.WebhookBackoffMS == 0 {
+		c.WebhookBackoffMS = 1000
+	}
+	if c.WebhookTimeoutMS == 0 {
+		c.WebhookTimeoutMS = 10000
+	}
 	if c.ShutdownGraceSeconds == 0 {
 		c.ShutdownGraceSeconds = DefaultShutdownGraceSeconds
 	}
@@ -220,6 +239,12 @@ func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 func (c Config) AsyncLimits() async.Limits {
 	return async.Limits{MaxActive: c.AsyncMaxActive, TenantResultBytes: c.AsyncTenantResultBytes,
 		ResultTTL: time.Duration(c.AsyncResultTTLSeconds) * time.Second}
+}
+
+// WebhookOptions are the delivery bounds of callbacks (after WithDefaults).
+func (c Config) WebhookOptions() webhook.Options {
+	return webhook.Options{MaxAttempts: c.WebhookMaxAttempts, Backoff: time.Duration(c.WebhookBackoffMS) * time.Millisecond,
+		Timeout: time.Duration(c.WebhookTimeoutMS) * time.Millisecond}
 }
 
 // Validate rejects values that cannot work (after WithDefaults).
@@ -263,6 +288,15 @@ func (c Config) Validate() error {
 	}
 	if c.AsyncTenantResultBytes < 1 {
 		errs = append(errs, fmt.Errorf("server.async_tenant_result_bytes: %d must be >= 1", c.AsyncTenantResultBytes))
+	}
+	if c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 20 {
+		errs = append(errs, fmt.Errorf("server.webhook_max_attempts: %d is outside 1..20", c.WebhookMaxAttempts))
+	}
+	if c.WebhookBackoffMS < 1 {
+		errs = append(errs, fmt.Errorf("server.webhook_backoff_ms: %d must be >= 1", c.WebhookBackoffMS))
+	}
+	if c.WebhookTimeoutMS < 1 {
+		errs = append(errs, fmt.Errorf("server.webhook_timeout_ms: %d must be >= 1", c.WebhookTimeoutMS))
 	}
 	if c.ShutdownGraceSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.shutdown_grace_seconds: %d must be >= 0", c.ShutdownGraceSeconds))

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -59,11 +60,13 @@ func (s *Server) handleSubmitExecution(c *gin.Context) {
 	id := c.GetString(keyExecutionID)
 	body, err := readBody(c.Request, c.Writer, s.caps.body)
 	var (
-		req    *ExecuteRequest
-		tenant tenancy.Tenant
+		req      *ExecuteRequest
+		tenant   tenancy.Tenant
+		callback string
+		done     func(context.Context, async.Record)
 	)
 	if err == nil {
-		body, err = s.splitAsyncFields(body)
+		body, callback, err = s.splitAsyncFields(body)
 	}
 	if err == nil {
 		req, err = s.decodeExecute(body)
@@ -71,14 +74,17 @@ func (s *Server) handleSubmitExecution(c *gin.Context) {
 	if err == nil {
 		tenant, err = s.d.Tenants.Authorize(p, req.TenantID, a.Grants)
 	}
+	if err == nil && req.ExecutionID != "" {
+		id = req.ExecutionID
+	}
+	if err == nil && callback != "" {
+		done, err = s.callback(ctx, p, tenant, callback)
+	}
 	if err == nil {
-		if req.ExecutionID != "" {
-			id = req.ExecutionID
-		}
 		err = s.runs.Submit(ctx, async.Key{TenantID: tenant.ID, ExecutionID: id}, execution.Call{
 			Principal: p, Grants: a.Grants, ID: id,
 			Body: func() ([]byte, error) { return body, nil }, Decode: s.decodeExecute,
-		})
+		}, done)
 	}
 	if err != nil {
 		s.refuseSubmission(c, p, a, id, err)
@@ -116,21 +122,31 @@ func (s *Server) refuseSubmission(c *gin.Context, p tenancy.Principal, a Access,
 	writeEnvelope(c, out.Status, out.Body)
 }
 
-// splitAsyncFields takes the fields only POST /v1/executions has out of
-// body, leaving an execute body for the strict decoder. callback_url is
-// refused until webhooks exist.
-func (s *Server) splitAsyncFields(body []byte) ([]byte, error) {
+// splitAsyncFields takes the fields only POST /v1/executions has
+// (callback_url) out of body, leaving an execute body for the strict
+// decoder.
+func (s *Server) splitAsyncFields(body []byte) ([]byte, string, error) {
 	if err := checkJSON(body, s.caps.depth); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil {
-		return body, nil // not an object: the decoder says so
+		return body, "", nil // not an object: the decoder says so
 	}
-	if _, ok := fields["callback_url"]; !ok {
-		return body, nil
+	raw, ok := fields["callback_url"]
+	if !ok {
+		return body, "", nil
 	}
-	return nil, badRequest("callback_url", "webhooks are not enabled on this gateway")
+	var callback string
+	if err := decodeString("callback_url", raw, &callback); err != nil {
+		return nil, "", err
+	}
+	delete(fields, "callback_url")
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return nil, "", err
+	}
+	return rest, callback, nil
 }
 
 // executionKey is the execution the request names, for the caller's tenant

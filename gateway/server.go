@@ -111,6 +111,10 @@ type Deps struct {
 	// Async keeps the async executions (POST /v1/executions), shared by
 	// the replicas (the quota backend). Nil: in this process.
 	Async async.Store
+	// Callbacks decides and Webhooks sends the callback_url of async
+	// executions. Either nil: callback_url is refused (400).
+	Callbacks CallbackDecider
+	Webhooks  WebhookSender
 }
 
 // Server is the HTTP API. Create it with New; Handler serves it. It is safe
@@ -203,7 +207,13 @@ func (s *Server) Drain(ctx context.Context) error {
 	if err := s.runs.Drain(ctx); err != nil {
 		return err
 	}
-	return s.flow.Drain(ctx)
+	if err := s.flow.Drain(ctx); err != nil {
+		return err
+	}
+	if s.d.Webhooks != nil {
+		return s.d.Webhooks.Drain(ctx)
+	}
+	return nil
 }
 
 // FlushSettlements makes one last attempt at the quota settlements still

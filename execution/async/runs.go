@@ -23,9 +23,6 @@ type Config struct {
 	// store for a cancel requested through another replica. Zero: never
 	// (one process: a cancel reaches the run directly).
 	CancelPoll time.Duration
-	// Done, if set, is called (in the run's goroutine) with the record of
-	// every execution that finished, after it is stored.
-	Done func(ctx context.Context, rec Record)
 }
 
 // Runs submits executions to the flow in the background and records them
@@ -55,10 +52,11 @@ func NewRuns(flow Flow, store Store, cfg Config, log *slog.Logger) *Runs {
 func (r *Runs) Store() Store { return r.store }
 
 // Submit records k queued and runs call in the background with a context
-// that keeps ctx's values (principal, trace) but not its cancellation. The
-// error is the store's (ErrExists, *TooManyError, unavailable): then
-// nothing was submitted.
-func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call) error {
+// that keeps ctx's values (principal, trace) but not its cancellation;
+// done, if set, is called in the run's goroutine with the record of the
+// finished execution once it is stored. The error is the store's
+// (ErrExists, *TooManyError, unavailable): then nothing was submitted.
+func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call, done func(context.Context, Record)) error {
 	if err := r.store.Create(ctx, k); err != nil {
 		return err
 	}
@@ -80,7 +78,7 @@ func (r *Runs) Submit(ctx context.Context, k Key, call execution.Call) error {
 		}
 	}
 	r.wg.Add(1)
-	go r.run(rctx, cancel, k, call, st)
+	go r.run(rctx, cancel, k, call, st, done)
 	return nil
 }
 
@@ -93,7 +91,7 @@ func (r *Runs) Watch(k Key) (*Stream, bool) {
 	return st, ok
 }
 
-func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call, st *Stream) {
+func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call, st *Stream, done func(context.Context, Record)) {
 	defer r.wg.Done()
 	defer cancel(nil)
 	stopPoll := r.pollCancel(ctx, cancel, k)
@@ -111,12 +109,12 @@ func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, c
 	delete(r.local, k)
 	delete(r.streams, k)
 	r.mu.Unlock()
-	if r.cfg.Done != nil {
+	if done != nil {
 		rec, ok, err := r.store.Get(bg, k)
-		if !ok || err != nil { // the store lost it: tell what is known
+		if !ok || err != nil || rec.Expired { // tell what is known
 			rec = Record{Key: k, State: StateDone, HTTPStatus: out.Status, Envelope: out.Body.Bytes(), FinishedAt: time.Now()}
 		}
-		r.cfg.Done(bg, rec)
+		done(bg, rec)
 	}
 }
 

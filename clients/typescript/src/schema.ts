@@ -513,6 +513,61 @@ export interface components {
                 tools?: Record<string, never>;
             };
         } & (unknown & unknown);
+        /** @description The body of POST /v1/executions - an execute request and, optionally, where to send its result. */
+        ExecutionRequest: {
+            /**
+             * @description An http(s) URL to POST the result to once the execution is done (Standard Webhooks:
+             *     webhook-id, webhook-timestamp, webhook-signature; payload {type: execution.completed,
+             *     timestamp, data: the execution as GET /v1/executions/{id} shows it}). Only hosts the
+             *     tenant's policy grants (policy data callbacks); sent under the egress address rules;
+             *     needs tenants[].webhooks.secrets. Retried with backoff (server.webhook_*).
+             */
+            callback_url?: string;
+            /** @description Client id and idempotency key; generated when absent. */
+            execution_id?: string;
+            /** @description Must equal the token's tenant. */
+            tenant_id?: string;
+            /**
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @default python
+             * @enum {string}
+             */
+            language?: "python" | "javascript" | "typescript";
+            /** @description The tool's source (no NUL bytes). Over server.max_source_bytes is a 413. */
+            source: string;
+            /** @default run */
+            entrypoint?: string;
+            /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
+            args?: unknown;
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            requirements?: string[];
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            requirements_lock?: string;
+            /** @description An environment from POST /v1/prepare. */
+            environment_id?: string;
+            /**
+             * @default none
+             * @enum {string}
+             */
+            network_access?: "none" | "proxy" | "host";
+            /** @description Only with network_access proxy. */
+            egress?: {
+                allow?: string[];
+            };
+            limits?: components["schemas"]["RequestedLimits"];
+            /**
+             * @default run
+             * @enum {string}
+             */
+            mode?: "run" | "test";
+            /** @description Narrows the run's granted tools (code mode): names or globs over "<server>.<tool>" that the tenant's policy must cover. Absent or empty: every tool the tenant has. */
+            tools?: string[];
+            /** @description Test mode only (mode test). */
+            fixtures?: {
+                variables?: Record<string, never>;
+                tools?: Record<string, never>;
+            };
+        } & (unknown & unknown);
         /** @description Requested limits; 0 or absent means not requested. The policy caps them, never raises them. */
         RequestedLimits: {
             timeout_ms?: number;
@@ -1257,7 +1312,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["ExecuteRequest"];
+                "application/json": components["schemas"]["ExecutionRequest"];
             };
         };
         responses: {
