@@ -2,7 +2,9 @@ package async
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http" // status codes only
 	"sync"
 	"time"
 
@@ -94,6 +96,7 @@ func (r *Runs) Watch(k Key) (*Stream, bool) {
 func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, call execution.Call, st *Stream, done func(context.Context, Record)) {
 	defer r.wg.Done()
 	defer cancel(nil)
+	defer r.recoverRun(ctx, k, st)
 	stopPoll := r.pollCancel(ctx, cancel, k)
 	out := r.flow.Run(ctx, call)
 	stopPoll()
@@ -116,6 +119,30 @@ func (r *Runs) run(ctx context.Context, cancel context.CancelCauseFunc, k Key, c
 		}
 		done(bg, rec)
 	}
+}
+
+// recoverRun turns a panic of the flow (a bug) into an Internal result
+// instead of ending the process, as the HTTP edge does for a sync run.
+func (r *Runs) recoverRun(ctx context.Context, k Key, st *Stream) {
+	rec := recover()
+	if rec == nil {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	r.log.ErrorContext(bg, "panic in an async run", telemetry.KeyExecutionID, k.ExecutionID, telemetry.KeyTenantID, k.TenantID, "panic", fmt.Sprint(rec))
+	e := &execution.Error{Status: http.StatusInternalServerError, Type: execution.TypeInternal, Message: "internal error"}
+	body, err := execution.EncodeJSON(execution.RefusalEnvelope(bg, k.ExecutionID, k.TenantID, e))
+	if err != nil {
+		body = []byte(`{"status":"error"}`)
+	}
+	if err := r.store.Finish(bg, k, e.Status, body); err != nil {
+		r.log.ErrorContext(bg, "async store: the result of a run could not be stored", telemetry.KeyExecutionID, k.ExecutionID, "err", err)
+	}
+	st.End(body)
+	r.mu.Lock()
+	delete(r.local, k)
+	delete(r.streams, k)
+	r.mu.Unlock()
 }
 
 // pollCancel looks for a cancel requested through another replica until
