@@ -450,6 +450,16 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description One event of a live output stream. data is JSON: `{"text"}` for stdout and stderr,
+         *     `{"events"}` for dropped, `{"level", "message"}` for log, the envelope for envelope.
+         */
+        ServerSentEvent: {
+            /** @enum {string} */
+            event: "stdout" | "stderr" | "dropped" | "log" | "envelope";
+            data: string;
+            id?: string;
+        };
         ExecutionStatus: {
             execution_id: string;
             tenant_id: string;
@@ -1189,7 +1199,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Envelope"];
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             400: components["responses"]["EnvelopeBadRequest"];
@@ -1428,7 +1438,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             401: components["responses"]["Unauthenticated"];
