@@ -240,3 +240,28 @@ func TestASyncCallerThatGoesAwayLeavesACancelledRecord(t *testing.T) {
 	}
 	t.Fatal("no audit record of the abandoned run")
 }
+
+// Issue #15 §4: with the Redis backend, a cancel sent to another gateway
+// replica stops the run on the gateway that runs it.
+func TestACancelThroughAnotherGatewayStopsTheRun(t *testing.T) {
+	url := testenv.Redis(t).URL()
+	mutate := func(c *config.Config) { c.Quota.Backend, c.Quota.RedisURL = "redis", url }
+	s1 := start(t, setup{mutate: mutate})
+	s2 := start(t, setup{noop: true, mutate: mutate})
+	if r := s1.do(http.MethodPost, "/v1/executions", s1.token("demo"), asyncBody("far", sleepy, 30000)); r.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.status, r.body)
+	}
+	demo2 := s2.token("demo")
+	s2.waitExecution(demo2, "far", "running")
+	if del := s2.do(http.MethodDelete, "/v1/executions/far", demo2, nil); del.status != http.StatusAccepted {
+		t.Fatalf("DELETE through the other gateway: %d %s", del.status, del.body)
+	}
+	done := s2.waitExecution(demo2, "far", "done")
+	e := done["envelope"].(map[string]any)["error"].(map[string]any)
+	if e["type"] != "Cancelled" {
+		t.Fatalf("cancelled through another gateway = %v", done)
+	}
+	if n := s2.runs.Load(); n != 0 {
+		t.Fatalf("the other gateway ran %d runs", n)
+	}
+}
