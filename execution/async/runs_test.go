@@ -11,7 +11,9 @@ import (
 
 type panickingFlow struct{}
 
-func (panickingFlow) Run(context.Context, execution.Call) *execution.Outcome { panic("a bug in the flow") }
+func (panickingFlow) Run(context.Context, execution.Call) *execution.Outcome {
+	panic("a bug in the flow")
+}
 
 // A bug in the flow ends the async execution Internal (and its stream),
 // not the process.
