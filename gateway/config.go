@@ -65,6 +65,9 @@ type Config struct {
 	// queued or running; beyond it POST /v1/executions is 429
 	// QuotaExceeded. Default 64.
 	AsyncMaxActive int `yaml:"async_max_active" json:"async_max_active"`
+	// AsyncMaxResults is how many finished async executions one tenant
+	// keeps; beyond it its oldest are forgotten (GET is 404). Default 10000.
+	AsyncMaxResults int `yaml:"async_max_results" json:"async_max_results"`
 	// AsyncTenantResultBytes is each tenant's budget of kept async
 	// results, in bytes; the oldest are dropped first (GET is then 409
 	// ResultExpired). Default 64 MiB.
@@ -190,6 +193,9 @@ func (c Config) WithDefaults() Config {
 	if c.AsyncMaxActive == 0 {
 		c.AsyncMaxActive = async.DefaultMaxActive
 	}
+	if c.AsyncMaxResults == 0 {
+		c.AsyncMaxResults = async.DefaultMaxResults
+	}
 	if c.AsyncTenantResultBytes == 0 {
 		c.AsyncTenantResultBytes = async.DefaultTenantResultBytes
 	}
@@ -237,7 +243,7 @@ func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 // AsyncLimits are the per-tenant bounds of the async execution store
 // (after WithDefaults).
 func (c Config) AsyncLimits() async.Limits {
-	return async.Limits{MaxActive: c.AsyncMaxActive, TenantResultBytes: c.AsyncTenantResultBytes,
+	return async.Limits{MaxActive: c.AsyncMaxActive, MaxResults: c.AsyncMaxResults, TenantResultBytes: c.AsyncTenantResultBytes,
 		ResultTTL: time.Duration(c.AsyncResultTTLSeconds) * time.Second}
 }
 
@@ -285,6 +291,9 @@ func (c Config) Validate() error {
 	}
 	if c.AsyncMaxActive < 1 {
 		errs = append(errs, fmt.Errorf("server.async_max_active: %d must be >= 1", c.AsyncMaxActive))
+	}
+	if c.AsyncMaxResults < 1 {
+		errs = append(errs, fmt.Errorf("server.async_max_results: %d must be >= 1", c.AsyncMaxResults))
 	}
 	if c.AsyncTenantResultBytes < 1 {
 		errs = append(errs, fmt.Errorf("server.async_tenant_result_bytes: %d must be >= 1", c.AsyncTenantResultBytes))

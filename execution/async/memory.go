@@ -8,8 +8,8 @@ import (
 )
 
 // MemoryStore keeps executions in this process (one gateway). A tenant
-// holds at most Limits.MaxActive active records and Limits.TenantResultBytes
-// of envelopes; done records are forgotten after ResultTTL, active ones
+// holds at most Limits.MaxActive active records, Limits.MaxResults finished
+// ones and Limits.TenantResultBytes of envelopes; done records are forgotten after ResultTTL, active ones
 // after ActiveTTL.
 type MemoryStore struct {
 	limits Limits
@@ -120,6 +120,12 @@ func (m *MemoryStore) Finish(_ context.Context, k Key, status int, env []byte) e
 		r.Expired = true
 	}
 	r.elem = t.done.PushBack(r)
+	for t.done.Len() > m.limits.MaxResults {
+		old := t.done.Front().Value.(*memRec)
+		t.done.Remove(old.elem)
+		t.bytes -= int64(len(old.Envelope))
+		delete(m.recs, old.Key)
+	}
 	for e := t.done.Front(); e != nil && t.bytes > m.limits.TenantResultBytes; e = e.Next() {
 		old := e.Value.(*memRec)
 		t.bytes -= int64(len(old.Envelope))

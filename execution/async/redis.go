@@ -29,6 +29,8 @@ import (
 //	                      ones with a kept envelope, oldest dropped first
 //	P:xsize             hash: execution_id → envelope bytes
 //	P:xbytes            the tenant's kept envelope bytes
+//	P:xall              sorted set: execution_id → finish time (ms) of every
+//	                      finished one; beyond MaxResults the oldest are deleted
 //
 // Time is Redis TIME. Redis errors wrap quota.ErrUnavailable (503
 // QuotaUnavailable at the edge).
@@ -81,8 +83,9 @@ if redis.call('HGET', KEYS[1], 'cancel') == '1' then return 1 end
 return 0
 `)
 
-// KEYS: rec, active, done, size, bytes. ARGV: id, http status, envelope,
-// result TTL ms, budget bytes, the record key prefix (P:x:). The records
+// KEYS: rec, active, done, size, bytes, all. ARGV: id, http status,
+// envelope, result TTL ms, budget bytes, the record key prefix (P:x:), max
+// results. The records
 // whose envelopes are dropped are P:x:<id> of the same tenant: same slot.
 var finishScript = redis.NewScript(luaNow + `
 if redis.call('HGET', KEYS[1], 'state') == 'done' then return 0 end
@@ -123,7 +126,20 @@ while total > budget do
     redis.call('HSET', rk, 'expired', '1')
   end
 end
-for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - ttl)
+redis.call('ZADD', KEYS[6], now, ARGV[1])
+while redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[7]) do
+  local id = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+  redis.call('ZREM', KEYS[6], id)
+  local sz = redis.call('HGET', KEYS[4], id)
+  if sz then
+    redis.call('DECRBY', KEYS[5], tonumber(sz))
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('ZREM', KEYS[3], id)
+  end
+  redis.call('DEL', ARGV[6] .. id)
+end
+for i = 3, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return 1
 `)
 
@@ -164,8 +180,8 @@ func (r *RedisStore) Start(ctx context.Context, k Key) (bool, error) {
 // Finish implements Store.
 func (r *RedisStore) Finish(ctx context.Context, k Key, status int, env []byte) error {
 	p := r.tenantPrefix(k)
-	err := finishScript.Run(ctx, r.rdb, []string{r.recKey(k), p + "xactive", p + "xdone", p + "xsize", p + "xbytes"},
-		k.ExecutionID, status, env, r.limits.ResultTTL.Milliseconds(), r.limits.TenantResultBytes, p+"x:").Err()
+	err := finishScript.Run(ctx, r.rdb, []string{r.recKey(k), p + "xactive", p + "xdone", p + "xsize", p + "xbytes", p + "xall"},
+		k.ExecutionID, status, env, r.limits.ResultTTL.Milliseconds(), r.limits.TenantResultBytes, p+"x:", r.limits.MaxResults).Err()
 	if err != nil {
 		return unavailable("finish", err)
 	}

@@ -62,6 +62,9 @@ type Limits struct {
 	// TenantResultBytes is the bytes of kept envelopes per tenant; the
 	// tenant's oldest are dropped first. Default 64 MiB.
 	TenantResultBytes int64
+	// MaxResults is how many finished executions a tenant keeps; beyond
+	// it its oldest are forgotten (GET is then 404). Default 10000.
+	MaxResults int
 	// ResultTTL is how long a finished execution is kept. Default 1 h.
 	ResultTTL time.Duration
 	// ActiveTTL bounds how long an execution may stay queued or running in
@@ -74,6 +77,7 @@ type Limits struct {
 const (
 	DefaultMaxActive         = 64
 	DefaultTenantResultBytes = 64 << 20
+	DefaultMaxResults        = 10000
 	DefaultResultTTL         = time.Hour
 	DefaultActiveTTL         = 30 * time.Minute
 )
@@ -85,6 +89,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.TenantResultBytes == 0 {
 		l.TenantResultBytes = DefaultTenantResultBytes
+	}
+	if l.MaxResults == 0 {
+		l.MaxResults = DefaultMaxResults
 	}
 	if l.ResultTTL == 0 {
 		l.ResultTTL = DefaultResultTTL

@@ -145,3 +145,31 @@ func TestAMemoryStoreForgetsResultsAfterTheirTTL(t *testing.T) {
 		t.Fatalf("the id is free after the TTL: %v", err)
 	}
 }
+
+func TestAStoreKeepsAtMostMaxResultsFinishedExecutionsPerTenant(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{MaxResults: 2}) {
+		t.Run(name, func(t *testing.T) {
+			for _, id := range []string{"1", "2", "3"} {
+				k := async.Key{TenantID: "a", ExecutionID: id}
+				if err := st.Create(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Finish(ctx, k, 200, []byte("env-"+id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, ok, _ := st.Get(ctx, async.Key{TenantID: "a", ExecutionID: "1"}); ok {
+				t.Fatal("the oldest finished execution is kept beyond MaxResults")
+			}
+			for _, id := range []string{"2", "3"} {
+				if r, ok, _ := st.Get(ctx, async.Key{TenantID: "a", ExecutionID: id}); !ok || string(r.Envelope) != "env-"+id {
+					t.Fatalf("%s: %+v %v", id, r, ok)
+				}
+			}
+			if err := st.Create(ctx, async.Key{TenantID: "a", ExecutionID: "1"}); err != nil {
+				t.Fatalf("a forgotten id is free again: %v", err)
+			}
+		})
+	}
+}
