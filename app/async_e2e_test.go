@@ -142,8 +142,10 @@ func TestCancelStopsARunningExecutionAndAQueuedOneNeverRuns(t *testing.T) {
 		if r := s.do(http.MethodPost, "/v1/executions", demo, asyncBody(id, sleepy, 30000)); r.status != http.StatusAccepted {
 			t.Fatalf("submit %s: %d %s", id, r.status, r.body)
 		}
+		if id == "long" { // it holds the only run slot before the next one comes
+			s.waitExecution(demo, "long", "running")
+		}
 	}
-	s.waitExecution(demo, "long", "running")
 	third := s.do(http.MethodPost, "/v1/executions", demo, asyncBody("third", sleepy, 30000))
 	if third.status != http.StatusTooManyRequests || third.errType(t) != "QuotaExceeded" || third.header.Get("Retry-After") == "" {
 		t.Fatalf("a third active execution: %d %s", third.status, third.body)
