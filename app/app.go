@@ -35,6 +35,7 @@ import (
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
@@ -45,6 +46,7 @@ import (
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
+	"github.com/execgate/execgate/webhook"
 )
 
 // Options configure an App. Only Config is required.
@@ -152,7 +154,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		reg = prometheus.NewRegistry()
 	}
 	metrics := telemetry.NewMetrics(reg, cfg.Telemetry.MaxTenantLabels)
-	idem, err := a.newQuota(metrics)
+	idem, asyncStore, err := a.newQuota(metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +179,15 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 	}
 	a.onStop("tool servers", func(context.Context) error { tools.Close(); return nil })
 
+	// Callbacks of async executions go out under the egress address rules.
+	hookDial, err := egress.New(cfg.Egress, egress.Options{Resolver: opts.EgressResolver})
+	if err != nil {
+		return nil, fmt.Errorf("egress rules for webhooks: %w", err)
+	}
+	hookOpts := cfg.Server.WithDefaults().WebhookOptions()
+	hookOpts.Dial, hookOpts.Logger = hookDial.DialContext, log
+	hooks := webhook.NewSender(hookOpts, auditLog)
+
 	// The runner warms prepared environments when it can (the real one).
 	warmer, _ := a.runner.(gateway.Warmer)
 	a.server, err = gateway.New(cfg.Server, gateway.Deps{
@@ -197,6 +208,9 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		TracerProvider: opts.TracerProvider,
 		Tools:          tools,
 		ToolServers:    toolStore,
+		Async:          asyncStore,
+		Callbacks:      a.policy,
+		Webhooks:       hooks,
 	})
 	if err != nil {
 		return nil, err
@@ -288,26 +302,28 @@ func (a *App) startPolicy(ctx, bg context.Context, sighup bool) error {
 }
 
 // newQuota makes the quota limiter of quota.backend and, with Redis, the
-// idempotency store sharing its client (nil with the memory backend: the
-// gateway keeps one in memory).
-func (a *App) newQuota(metrics *telemetry.Metrics) (execution.IdempotencyStore, error) {
+// idempotency and async-result stores sharing its client (nil with the
+// memory backend: the gateway keeps them in memory).
+func (a *App) newQuota(metrics *telemetry.Metrics) (execution.IdempotencyStore, async.Store, error) {
 	cfg := a.cfg
 	var idem execution.IdempotencyStore
+	var asyncStore async.Store // nil: in the gateway's memory
 	window := time.Duration(cfg.Server.WithDefaults().IdempotencyWindowSeconds) * time.Second
 	switch cfg.Quota.Backend {
 	case "redis":
 		client, err := quota.NewRedisClient(cfg.Quota)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		a.onStop("redis client", func(context.Context) error { return client.Close() })
 		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
 		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
+		asyncStore = async.NewRedisStore(client, cfg.Quota.WithDefaults().KeyPrefix, cfg.Server.WithDefaults().AsyncLimits())
 	default:
 		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
 	}
 	a.onStop("quota", func(context.Context) error { return a.limiter.Close() })
-	return idem, nil
+	return idem, asyncStore, nil
 }
 
 // newSandbox assembles the real sandbox (NewSandbox: the rootfs built on

@@ -75,6 +75,15 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleAdmin: {ok, ok}}},
 		{"POST", "/v1/admin/policy/evaluate", `{"tenant_id":"{t}","request":{"source":"x"}}`,
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RolePolicyAuthor: {ok, no}}},
+		{"POST", "/v1/executions", `{"tenant_id":"{t}","source":"def run(args, context):\n    return 1\n"}`,
+			map[string]want{tenancy.RoleExecutor: {http.StatusAccepted, no}}},
+		// No execution is named {t}: reaching the lookup is a 404.
+		{"GET", "/v1/executions/{t}?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
+		{"GET", "/v1/executions/{t}/events?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
+		{"DELETE", "/v1/executions/{t}?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/admin/audit?tenant={t}", "",
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
 	}

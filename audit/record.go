@@ -37,11 +37,35 @@ type Record struct {
 	// counts those past the recorded ones.
 	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
-	TraceID          string             `json:"trace_id"`
-	SpanID           string             `json:"span_id"`
+	// Webhook is set on the record of one delivery attempt of an async
+	// execution's callback (one record per attempt, besides the
+	// execution's own record); Outcome is then the execution's, as
+	// delivered.
+	Webhook *Webhook `json:"webhook,omitempty"`
+	TraceID string   `json:"trace_id"`
+	SpanID  string   `json:"span_id"`
 	// Truncated is set when the record, bounded as above, still encoded to
 	// more than MaxRecordBytes and was cut further (see Record.shrink).
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Webhook is one delivery attempt of a callback (Standard Webhooks).
+type Webhook struct {
+	// ID is the webhook-id header: the same for every attempt of one
+	// delivery.
+	ID string `json:"id"`
+	// URL is the callback URL without its query and fragment (they may
+	// carry the receiver's tokens), clipped like egress hosts.
+	URL     string `json:"url"`
+	Attempt int    `json:"attempt"` // 1, 2, …
+	// Status is the receiver's HTTP status (0: no answer).
+	Status    int  `json:"status,omitempty"`
+	Delivered bool `json:"delivered"`
+	// Final: no attempt follows (delivered, out of attempts, or refused
+	// for good).
+	Final bool `json:"final"`
+	// Error says why the attempt failed (clipped); empty when delivered.
+	Error string `json:"error,omitempty"`
 }
 
 // Decision is the policy decision as recorded.

@@ -231,6 +231,9 @@ func (c *Config) Validate() error {
 		if err := t.Tools.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("tenants[%d].tools.%w", i, err))
 		}
+		if err := t.Webhooks.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("tenants[%d].%w", i, err))
+		}
 	}
 	return errors.Join(errs...)
 }

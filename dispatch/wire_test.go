@@ -8,7 +8,8 @@ import (
 	"github.com/execgate/execgate/sandbox"
 )
 
-// Every field of sandbox.Spec but the live Bridge crosses the wire: a
+// Every field of sandbox.Spec but the live hooks (Bridge, Output) crosses
+// the wire: a
 // field added to the spec and forgotten here would silently be dropped
 // between gateway and executor (the decided isolation level once was).
 func TestWireSpecCarriesEverySpecField(t *testing.T) {
@@ -18,7 +19,7 @@ func TestWireSpecCarriesEverySpecField(t *testing.T) {
 		f := v.Field(i)
 		name := v.Type().Field(i).Name
 		switch {
-		case name == "Bridge":
+		case name == "Bridge", name == "Output":
 		case f.Kind() == reflect.String:
 			f.SetString("x-" + name)
 		case f.Type() == reflect.TypeOf(json.RawMessage(nil)):

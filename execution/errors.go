@@ -99,6 +99,15 @@ var (
 	errAudit = errors.New("audit write failed")
 )
 
+// errCancelledBeforeRun is the refusal of a run its caller cancelled on
+// purpose (sandbox.ErrCancelledByCaller) before it ran: 409 Cancelled,
+// nothing was run, and its execution_id is free again. A run cancelled
+// while running is a run outcome instead (200, sandbox.ErrCancelled).
+func errCancelledBeforeRun(err error) *Error {
+	return &Error{Status: http.StatusConflict, Type: sandbox.ErrCancelled,
+		Message: "the execution was cancelled before it ran; nothing was run", Err: err}
+}
+
 // PolicyDeniedError carries the policy's reasons for a deny.
 type PolicyDeniedError struct{ Reasons []string }
 

@@ -246,6 +246,12 @@ type Call struct {
 	// refusals (an *Error names the field).
 	Body   func() ([]byte, error)
 	Decode func(body []byte) (*Request, error)
+	// Started, if set, is called once the run is admitted (quota, run
+	// slot) and about to run: an async run is "running" from then on.
+	Started func()
+	// Output, if set, sees the run's stdout and stderr as they happen
+	// (sandbox.OutputFunc: it must not block).
+	Output sandbox.OutputFunc
 }
 
 // Outcome is what the flow answers: the status the contract gives it, the
@@ -285,6 +291,8 @@ type state struct {
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string
+	// output watches the run's stdout and stderr (Call.Output); nil: no one.
+	output sandbox.OutputFunc
 	// releaseOutput gives back the run's output memory reservation
 	// (output.go) once the response is written; nil without one.
 	releaseOutput func()
@@ -297,7 +305,7 @@ type state struct {
 // write fails the answer is 500 AuditError.
 func (f *Flow) Run(ctx context.Context, call Call) *Outcome {
 	start := time.Now()
-	x := &state{id: call.ID, principal: call.Principal, quota: audit.Quota{Outcome: audit.QuotaSkipped}}
+	x := &state{id: call.ID, principal: call.Principal, quota: audit.Quota{Outcome: audit.QuotaSkipped}, output: call.Output}
 	out := &Outcome{release: func() {
 		if x.releaseOutput != nil {
 			x.releaseOutput()
@@ -316,6 +324,9 @@ func (f *Flow) answer(ctx context.Context, call Call, x *state) (int, *Envelope,
 		return status, env, 0
 	}
 	e := Refusal(err)
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), sandbox.ErrCancelledByCaller) {
+		e = errCancelledBeforeRun(err)
+	}
 	if !e.Expected() {
 		f.log.ErrorContext(ctx, "execute failed", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, x.principal.TenantID,
 			"error_type", e.Type, "decision_id", x.failedDecisionID, "err", err)
@@ -358,6 +369,9 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 		return 0, nil, err
 	}
 	defer tk.release() // also if the run panics (the edge recovers)
+	if call.Started != nil {
+		call.Started()
+	}
 	res, err := f.run(ctx, x, tenant, dec, adm)
 	tk.release() // the slot is free before the settlement's round trip
 	if err != nil {

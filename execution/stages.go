@@ -262,6 +262,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
 		Isolation:   dec.Isolation,
+		Output:      x.output,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/execution/async"
+	"github.com/execgate/execgate/webhook"
 )
 
 // Config is the server section of the config file. Zero means default.
@@ -61,6 +63,29 @@ type Config struct {
 	// responses, in bytes; the tenant's oldest go first (a repeat then gets
 	// 409 ResultExpired, never a second run). Default 16 MiB.
 	IdempotencyTenantResponseBytes int64 `yaml:"idempotency_tenant_response_bytes" json:"idempotency_tenant_response_bytes"`
+	// AsyncResultTTLSeconds is how long the result of an async execution
+	// (POST /v1/executions) is kept for GET. Default 3600.
+	AsyncResultTTLSeconds int `yaml:"async_result_ttl_seconds" json:"async_result_ttl_seconds"`
+	// AsyncMaxActive is how many async executions one tenant may have
+	// queued or running; beyond it POST /v1/executions is 429
+	// QuotaExceeded. Default 64.
+	AsyncMaxActive int `yaml:"async_max_active" json:"async_max_active"`
+	// AsyncMaxResults is how many finished async executions one tenant
+	// keeps; beyond it its oldest are forgotten (GET is 404). Default 10000.
+	AsyncMaxResults int `yaml:"async_max_results" json:"async_max_results"`
+	// AsyncTenantResultBytes is each tenant's budget of kept async
+	// results, in bytes; the oldest are dropped first (GET is then 409
+	// ResultExpired). Default 64 MiB.
+	AsyncTenantResultBytes int64 `yaml:"async_tenant_result_bytes" json:"async_tenant_result_bytes"`
+	// WebhookMaxAttempts bounds the delivery attempts of one callback
+	// (POST /v1/executions callback_url). Default 5.
+	WebhookMaxAttempts int `yaml:"webhook_max_attempts" json:"webhook_max_attempts"`
+	// WebhookBackoffMS is the wait before a callback's second attempt, in
+	// ms, doubled before each next one (up to 20% jitter, at most 5 min).
+	// Default 1000.
+	WebhookBackoffMS int64 `yaml:"webhook_backoff_ms" json:"webhook_backoff_ms"`
+	// WebhookTimeoutMS bounds one delivery attempt, in ms. Default 10000.
+	WebhookTimeoutMS int64 `yaml:"webhook_timeout_ms" json:"webhook_timeout_ms"`
 	// ShutdownGraceSeconds drains in-flight runs on shutdown. Default 30.
 	ShutdownGraceSeconds int `yaml:"shutdown_grace_seconds" json:"shutdown_grace_seconds"`
 	// ReadyCacheSeconds caches the readiness probe's real jailed run. Default 10.
@@ -177,6 +202,27 @@ func (c Config) WithDefaults() Config {
 	if c.IdempotencyTenantResponseBytes == 0 {
 		c.IdempotencyTenantResponseBytes = execution.DefaultIdempotencyResponseBytes
 	}
+	if c.AsyncResultTTLSeconds == 0 {
+		c.AsyncResultTTLSeconds = int(async.DefaultResultTTL / time.Second)
+	}
+	if c.AsyncMaxActive == 0 {
+		c.AsyncMaxActive = async.DefaultMaxActive
+	}
+	if c.AsyncMaxResults == 0 {
+		c.AsyncMaxResults = async.DefaultMaxResults
+	}
+	if c.AsyncTenantResultBytes == 0 {
+		c.AsyncTenantResultBytes = async.DefaultTenantResultBytes
+	}
+	if c.WebhookMaxAttempts == 0 {
+		c.WebhookMaxAttempts = 5
+	}
+	if c.WebhookBackoffMS == 0 {
+		c.WebhookBackoffMS = 1000
+	}
+	if c.WebhookTimeoutMS == 0 {
+		c.WebhookTimeoutMS = 10000
+	}
 	if c.ShutdownGraceSeconds == 0 {
 		c.ShutdownGraceSeconds = DefaultShutdownGraceSeconds
 	}
@@ -207,6 +253,19 @@ func (c Config) WithDefaults() Config {
 // IdempotencyLimits are the per-tenant bounds of the idempotency store.
 func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 	return execution.IdempotencyLimits{MaxClaims: c.IdempotencyMaxClaims, TenantResponseBytes: c.IdempotencyTenantResponseBytes}
+}
+
+// AsyncLimits are the per-tenant bounds of the async execution store
+// (after WithDefaults).
+func (c Config) AsyncLimits() async.Limits {
+	return async.Limits{MaxActive: c.AsyncMaxActive, MaxResults: c.AsyncMaxResults, TenantResultBytes: c.AsyncTenantResultBytes,
+		ResultTTL: time.Duration(c.AsyncResultTTLSeconds) * time.Second}
+}
+
+// WebhookOptions are the delivery bounds of callbacks (after WithDefaults).
+func (c Config) WebhookOptions() webhook.Options {
+	return webhook.Options{MaxAttempts: c.WebhookMaxAttempts, Backoff: time.Duration(c.WebhookBackoffMS) * time.Millisecond,
+		Timeout: time.Duration(c.WebhookTimeoutMS) * time.Millisecond}
 }
 
 // Validate rejects values that cannot work (after WithDefaults).
@@ -246,6 +305,27 @@ func (c Config) Validate() error {
 	}
 	if c.IdempotencyTenantResponseBytes < 0 {
 		errs = append(errs, fmt.Errorf("server.idempotency_tenant_response_bytes: %d must be >= 0", c.IdempotencyTenantResponseBytes))
+	}
+	if c.AsyncResultTTLSeconds < 1 {
+		errs = append(errs, fmt.Errorf("server.async_result_ttl_seconds: %d must be >= 1", c.AsyncResultTTLSeconds))
+	}
+	if c.AsyncMaxActive < 1 {
+		errs = append(errs, fmt.Errorf("server.async_max_active: %d must be >= 1", c.AsyncMaxActive))
+	}
+	if c.AsyncMaxResults < 1 {
+		errs = append(errs, fmt.Errorf("server.async_max_results: %d must be >= 1", c.AsyncMaxResults))
+	}
+	if c.AsyncTenantResultBytes < 1 {
+		errs = append(errs, fmt.Errorf("server.async_tenant_result_bytes: %d must be >= 1", c.AsyncTenantResultBytes))
+	}
+	if c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 20 {
+		errs = append(errs, fmt.Errorf("server.webhook_max_attempts: %d is outside 1..20", c.WebhookMaxAttempts))
+	}
+	if c.WebhookBackoffMS < 1 {
+		errs = append(errs, fmt.Errorf("server.webhook_backoff_ms: %d must be >= 1", c.WebhookBackoffMS))
+	}
+	if c.WebhookTimeoutMS < 1 {
+		errs = append(errs, fmt.Errorf("server.webhook_timeout_ms: %d must be >= 1", c.WebhookTimeoutMS))
 	}
 	if c.ShutdownGraceSeconds < 0 {
 		errs = append(errs, fmt.Errorf("server.shutdown_grace_seconds: %d must be >= 0", c.ShutdownGraceSeconds))

@@ -10,6 +10,10 @@ import (
 // handleExecute is POST /v1/execute: the execute flow (package execution)
 // on the request's body, then the response with its execution headers.
 func (s *Server) handleExecute(c *gin.Context) {
+	if eventStreamWanted(c) { // live output (events.go)
+		s.executeEvents(c)
+		return
+	}
 	p, _ := tenancy.PrincipalFrom(c.Request.Context())
 	a, _ := c.Value(keyAccess).(Access) // no row: no grants, refused
 	out := s.flow.Run(c.Request.Context(), execution.Call{

@@ -15,6 +15,7 @@ import (
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
@@ -110,6 +111,13 @@ type Deps struct {
 	// ToolServers stores the tool servers added over the admin API (the
 	// quota backend). Nil: PUT/DELETE .../tools/servers/{name} answer 404.
 	ToolServers ToolServerStore
+	// Async keeps the async executions (POST /v1/executions), shared by
+	// the replicas (the quota backend). Nil: in this process.
+	Async async.Store
+	// Callbacks decides and Webhooks sends the callback_url of async
+	// executions. Either nil: callback_url is refused (400).
+	Callbacks CallbackDecider
+	Webhooks  WebhookSender
 }
 
 // Server is the HTTP API. Create it with New; Handler serves it. It is safe
@@ -120,6 +128,7 @@ type Server struct {
 	caps   caps
 	engine *gin.Engine
 	flow   *execution.Flow // the execute flow behind /v1/execute and /mcp
+	runs   *async.Runs     // the async executions, on flow
 	ready  *readiness
 	tracer trace.Tracer
 	log    *slog.Logger
@@ -174,6 +183,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if s.flow, err = execution.New(cfg.flowConfig(), fd); err != nil {
 		return nil, err
 	}
+	s.newRuns()
 	s.engine = s.routes()
 	return s, nil
 }
@@ -196,7 +206,18 @@ func (s *Server) Routes() []Route {
 
 // Drain waits until no run is queued or running, or ctx ends. Shutdown
 // calls it after the listener stopped accepting.
-func (s *Server) Drain(ctx context.Context) error { return s.flow.Drain(ctx) }
+func (s *Server) Drain(ctx context.Context) error {
+	if err := s.runs.Drain(ctx); err != nil {
+		return err
+	}
+	if err := s.flow.Drain(ctx); err != nil {
+		return err
+	}
+	if s.d.Webhooks != nil {
+		return s.d.Webhooks.Drain(ctx)
+	}
+	return nil
+}
 
 // FlushSettlements makes one last attempt at the quota settlements still
 // being retried (the backend was down when their runs ended) and waits for
@@ -264,6 +285,10 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name"}: s.handleDeleteToolServer,
 		{http.MethodGet, "/v1/admin/audit"}:                              s.handleAudit,
 		{http.MethodPost, "/mcp"}:                                        s.mcpRoute(),
+		{http.MethodPost, "/v1/executions"}:                              s.handleSubmitExecution,
+		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
+		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
+		{http.MethodGet, "/v1/executions/:id/events"}:                    s.handleExecutionEvents,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
@@ -273,7 +298,7 @@ func (s *Server) routes() *gin.Engine {
 		}
 		delete(handlers, r)
 		chain := []gin.HandlerFunc{s.authenticate, s.guard(a), h}
-		if r.Path == "/v1/execute" {
+		if r.Path == "/v1/execute" || r == (Route{http.MethodPost, "/v1/executions"}) {
 			chain = append([]gin.HandlerFunc{s.envelopeMode}, chain...)
 		}
 		e.Handle(a.Method, a.Path, chain...)

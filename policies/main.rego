@@ -15,6 +15,7 @@
 package execgate.main
 
 import data.execgate.access
+import data.execgate.callbacks
 import data.execgate.egress
 import data.execgate.isolation
 import data.execgate.limits
@@ -76,3 +77,13 @@ decision := {
 tool_call := {"allow": count(deny_tool_call) == 0, "reasons": sort(deny_tool_call)}
 
 deny_tool_call contains reason if some reason in tools.call_violations
+
+# callback is the answer for the callback_url of an async execution
+# (input.callback, see callbacks.rego), asked at submit: allowed unless some
+# module adds a reason to deny_callback. Extension modules add rules the
+# same way as for deny:
+#
+#     deny_callback contains "why" if { ... }
+callback := {"allow": count(deny_callback) == 0, "reasons": sort(deny_callback)}
+
+deny_callback contains reason if some reason in callbacks.violations

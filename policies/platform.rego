@@ -71,4 +71,5 @@ tenant_data_types := {
 	"audit": "object",
 	"languages": "array",
 	"isolation": "array",
+	"callbacks": "array",
 }

@@ -25,6 +25,10 @@ const DecisionQuery = "data.execgate.main.decision"
 // ToolCallQuery is the entry point every tool call of a run evaluates.
 const ToolCallQuery = "data.execgate.main.tool_call"
 
+// CallbackQuery is the entry point the callback_url of an async execution
+// evaluates.
+const CallbackQuery = "data.execgate.main.callback"
+
 // mainPackage is the one default package extension modules may add to.
 const mainPackage = "data.execgate.main"
 
@@ -173,8 +177,9 @@ func newGuard(defaults []source) guard {
 //
 //  1. Its package may not be a default package, inside one or above one
 //     (other than execgate.main itself), nor inside execgate.main.
-//  2. In package execgate.main it may only add `deny contains …` (runs)
-//     and `deny_tool_call contains …` (tool calls) rules.
+//  2. In package execgate.main it may only add `deny contains …` (runs),
+//     `deny_tool_call contains …` (tool calls) and `deny_callback contains …`
+//     (callback URLs) rules.
 //     Any other rule there could replace a name main.rego relies on
 //     (decision, an import, even a builtin such as count), so helpers go in
 //     the module's own package.
@@ -187,8 +192,8 @@ func (g guard) check(s source) error {
 	if path.Equal(main) {
 		for _, r := range s.module.Rules {
 			ref := r.Head.Ref()
-			if len(ref) != 1 || (ref[0].String() != "deny" && ref[0].String() != "deny_tool_call") {
-				return refuse("line %d: package execgate.main takes only `deny contains reason if { … }` and `deny_tool_call contains reason if { … }` rules; put helper rule %s in your own package", r.Location.Row, ref)
+			if len(ref) != 1 || (ref[0].String() != "deny" && ref[0].String() != "deny_tool_call" && ref[0].String() != "deny_callback") {
+				return refuse("line %d: package execgate.main takes only `deny contains reason if { … }`, `deny_tool_call contains reason if { … }` and `deny_callback contains reason if { … }` rules; put helper rule %s in your own package", r.Location.Row, ref)
 			}
 			if r.Default || len(r.Head.Args) > 0 || r.Head.RuleKind() != ast.MultiValue {
 				return refuse("line %d: %s must be a partial set rule (`%s contains reason if { … }`)", r.Location.Row, ref, ref)
@@ -239,6 +244,7 @@ func checkBuiltins(s source) error {
 type compiled struct {
 	query    rego.PreparedEvalQuery
 	callQ    rego.PreparedEvalQuery // ToolCallQuery
+	cbQ      rego.PreparedEvalQuery // CallbackQuery
 	revision string
 	modules  []string
 	seedQ    *seedQuery    // nil when no rule depends on the tenant alone
@@ -322,6 +328,15 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 	if err != nil {
 		return nil, fmt.Errorf("preparing the tool call policy: %w", err)
 	}
+	cbQ, err := rego.New(
+		rego.Query(CallbackQuery),
+		rego.Compiler(c),
+		rego.Store(store),
+		rego.StrictBuiltinErrors(true),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the callback policy: %w", err)
+	}
 	seedQ, err := newSeedQuery(ctx, c, store, tenantOnlyRefs(c))
 	if err != nil {
 		return nil, err
@@ -331,7 +346,7 @@ func compile(ctx context.Context, defaults, extras []source, data map[string]any
 		rev = revisionTag + "+" + rev
 	}
 	plan := analyzeMemo(c)
-	return &compiled{query: pq, callQ: callQ, revision: rev, modules: names, seedQ: seedQ, memoPlan: plan, memo: newDecisionMemo(plan, memoSize)}, nil
+	return &compiled{query: pq, callQ: callQ, cbQ: cbQ, revision: rev, modules: names, seedQ: seedQ, memoPlan: plan, memo: newDecisionMemo(plan, memoSize)}, nil
 }
 
 func newCompiler() *ast.Compiler {

@@ -81,19 +81,24 @@ func (e *Engine) DecideToolCall(ctx context.Context, in ToolCallInput) (ToolCall
 }
 
 func decodeToolCall(v any, d *ToolCallDecision) error {
+	return decodeVerdict(v, ToolCallQuery, d)
+}
+
+// decodeVerdict decodes an {allow, reasons} answer of query into d.
+func decodeVerdict(v any, query string, d *ToolCallDecision) error {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return fmt.Errorf("%w: %s is %T", ErrMalformed, ToolCallQuery, v)
+		return fmt.Errorf("%w: %s is %T", ErrMalformed, query, v)
 	}
 	allow, ok := m["allow"].(bool)
 	if !ok {
-		return fmt.Errorf("%w: %s.allow is not a boolean", ErrMalformed, ToolCallQuery)
+		return fmt.Errorf("%w: %s.allow is not a boolean", ErrMalformed, query)
 	}
 	reasons, _ := m["reasons"].([]any)
 	for _, r := range reasons {
 		s, ok := r.(string)
 		if !ok {
-			return fmt.Errorf("%w: %s.reasons holds a %T", ErrMalformed, ToolCallQuery, r)
+			return fmt.Errorf("%w: %s.reasons holds a %T", ErrMalformed, query, r)
 		}
 		d.Reasons = append(d.Reasons, s)
 	}
@@ -101,7 +106,7 @@ func decodeToolCall(v any, d *ToolCallDecision) error {
 		d.Reasons = []string{"denied by policy"}
 	}
 	if allow && len(d.Reasons) > 0 {
-		return fmt.Errorf("%w: %s allows with reasons", ErrMalformed, ToolCallQuery)
+		return fmt.Errorf("%w: %s allows with reasons", ErrMalformed, query)
 	}
 	d.Allow = allow
 	if d.Reasons == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"github.com/execgate/execgate/internal/jsonsize"
 )
@@ -81,6 +82,9 @@ func appendCapped(buf, p []byte, limit int) []byte {
 // printing control bytes (six bytes each once encoded) keeps a sixth as
 // many. The bytes kept are never more than max either.
 type textCapture struct {
+	// observe, if set, is told each run of bytes as measure keeps them
+	// (Spec.Output). Set at hand-off, while the reader runs.
+	observe   *outputHook
 	max       int // cap on the encoded size, quotes excluded
 	buf       []byte
 	scanned   int // buf[:scanned] is measured; the rest is an incomplete character
@@ -129,6 +133,13 @@ func (c *textCapture) write(p []byte) {
 // measure counts the characters not counted yet, cutting buf at the first
 // that does not fit. At EOF an incomplete character is invalid UTF-8.
 func (c *textCapture) measure(atEOF bool) {
+	c.measureKept(atEOF)
+	if c.observe != nil {
+		c.observe.tell(c.buf[:c.scanned])
+	}
+}
+
+func (c *textCapture) measureKept(atEOF bool) {
 	for c.scanned < len(c.buf) {
 		cost, size, complete := jsonsize.Next(c.buf[c.scanned:], atEOF)
 		if !complete {
@@ -142,6 +153,29 @@ func (c *textCapture) measure(atEOF bool) {
 		c.encoded += cost
 		c.scanned += size
 	}
+}
+
+// outputHook passes what a textCapture keeps to a Spec.Output. The
+// function is set at hand-off, while the capture's reader already runs.
+type outputHook struct {
+	stream string
+	fn     atomic.Pointer[OutputFunc]
+	told   int // kept[:told] was passed on (or had no one to go to); the reader's alone
+}
+
+// tell passes on what kept has beyond what was told already. Bytes kept
+// before a function was set are not passed on (nothing of the tool's runs
+// before the hand-off).
+func (h *outputHook) tell(kept []byte) {
+	fn := h.fn.Load()
+	if fn != nil && len(kept) > h.told {
+		for p := kept[h.told:]; len(p) > 0; {
+			n := min(len(p), captureChunk)
+			(*fn)(h.stream, p[:n])
+			p = p[n:]
+		}
+	}
+	h.told = len(kept)
 }
 
 // String is what the capture kept (call after readFrom returned).

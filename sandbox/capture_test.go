@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unicode/utf8"
 
 	"github.com/execgate/execgate/internal/jsonsize"
 )
@@ -95,5 +96,36 @@ func TestTextCaptureOfAFloodHoldsNoMoreThanTheCap(t *testing.T) {
 	}
 	if cap(c.buf) > max {
 		t.Errorf("buffer capacity %d over the cap %d", cap(c.buf), max)
+	}
+}
+
+// Issue #15 §4: live output sees exactly the bytes the capture keeps, in
+// whole characters, whatever the writes' boundaries, and nothing kept
+// before a watcher was set.
+func TestTextCaptureTellsItsWatcherExactlyWhatItKeeps(t *testing.T) {
+	input := "before|héllo wörld \x01 ✓ " + strings.Repeat("é", 40)
+	c := textCapture{max: 60, observe: &outputHook{stream: StreamStderr}}
+	c.write([]byte(input[:7])) // "before|": kept, told to no one
+	var seen strings.Builder
+	fn := OutputFunc(func(stream string, p []byte) {
+		if stream != StreamStderr {
+			t.Errorf("stream = %q", stream)
+		}
+		seen.Write(p)
+		if !utf8.Valid(p) {
+			t.Errorf("a chunk splits a character: %q", p)
+		}
+	})
+	c.observe.fn.Store(&fn)
+	rest := []byte(input[7:])
+	for i := 0; i < len(rest); i += 3 { // 3-byte writes split the 2-byte é
+		c.write(rest[i:min(i+3, len(rest))])
+	}
+	c.measure(true)
+	if !c.truncated {
+		t.Fatal("the input was meant to overflow the cap")
+	}
+	if want := strings.TrimPrefix(c.String(), "before|"); seen.String() != want {
+		t.Fatalf("watcher saw %q, the capture kept %q (after the hand-off)", seen.String(), want)
 	}
 }

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -183,8 +185,12 @@ func classify(o outcome) verdict {
 	}
 	sig := o.childSignal()
 	switch {
+	case o.Cancelled && errors.Is(o.CancelErr, context.DeadlineExceeded):
+		return fail(ErrTimeout, fmt.Sprintf("the run was stopped because its caller's deadline passed (%v)", o.CancelErr), "")
+	case o.Cancelled && errors.Is(o.CancelErr, ErrCancelledByCaller):
+		return fail(ErrCancelled, "the run was cancelled by its caller and stopped", "")
 	case o.Cancelled:
-		return fail(ErrTimeout, fmt.Sprintf("the run was stopped because its caller went away (%v)", o.CancelErr), "")
+		return fail(ErrCancelled, fmt.Sprintf("the run was stopped because its caller went away (%v)", o.CancelErr), "")
 	case o.TimedOut || logHas(o.Log, "run time >= time limit"):
 		return fail(ErrTimeout, fmt.Sprintf("the tool ran longer than its time limit of %d ms", o.Limits.TimeoutMS), "")
 	case o.CPUKilled:

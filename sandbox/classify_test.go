@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -133,8 +134,12 @@ func TestClassify(t *testing.T) {
 			o: outcome{ExitCode: 128 + int(syscall.SIGBUS)}, status: StatusError, errType: ErrMemoryLimit, msg: "/dev/shm"},
 		{name: "a harness without its egress relay is SandboxCrashed saying so", log: "exit-3.log",
 			o: outcome{ExitCode: 72}, status: StatusError, errType: ErrSandboxCrashed, msg: "egress relay"},
-		{name: "a caller's cancellation stops the run as a Timeout", log: "oom-sigkill.log",
-			o: outcome{ExitCode: 143, Cancelled: true, CancelErr: os.ErrDeadlineExceeded}, status: StatusError, errType: ErrTimeout, msg: "caller"},
+		{name: "a caller's deadline stops the run as a Timeout", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 143, Cancelled: true, CancelErr: context.DeadlineExceeded}, status: StatusError, errType: ErrTimeout, msg: "caller"},
+		{name: "a caller that went away stops the run as Cancelled", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 143, Cancelled: true, CancelErr: context.Canceled}, status: StatusError, errType: ErrCancelled, msg: "went away"},
+		{name: "a cancel request stops the run as Cancelled saying so", log: "oom-sigkill.log",
+			o: outcome{ExitCode: 143, Cancelled: true, CancelErr: ErrCancelledByCaller}, status: StatusError, errType: ErrCancelled, msg: "cancelled by its caller"},
 		{name: "a seccomp policy that does not compile is unavailable", log: "seccomp-compile.log",
 			o: outcome{ExitCode: 255}, unavailable: "seccomp policy"},
 		{name: "a missing cgroup parent is unavailable with the cgroup hint", log: "cgroup-parent-missing.log",

@@ -269,8 +269,8 @@ func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, f
 // OutputBytes) and starts their readers and the reaper.
 func (j *jail) capture(fds *jailFDs) {
 	l := j.prof.Limits
-	j.stdout = textCapture{max: int(l.OutputBytes)}
-	j.stderr = textCapture{max: int(l.OutputBytes)}
+	j.stdout = textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}}
+	j.stderr = textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}}
 	j.envelope = capture{max: int(l.OutputBytes) + envelopeOverhead}
 	if j.prof.Runtime == runtimeDeno {
 		j.framed = &framedChannel{envelope: capture{max: int(l.OutputBytes) + envelopeOverhead}, bridge: newStdioChannel(fds.stdin.w)}
@@ -291,6 +291,22 @@ func (j *jail) capture(fds *jailFDs) {
 		j.waitErr = j.cmd.Wait()
 		close(j.exited)
 	}()
+}
+
+// watch passes the run's stdout and stderr to fn from now on (nil: to no
+// one). The runner calls it before the hand-off.
+func (j *jail) watch(fn OutputFunc) { watchCaptures(fn, &j.stdout, &j.stderr) }
+
+// watchCaptures passes what the captures keep to fn from now on (nil: to
+// no one).
+func watchCaptures(fn OutputFunc, cs ...*textCapture) {
+	for _, c := range cs {
+		if fn == nil {
+			c.observe.fn.Store(nil)
+		} else {
+			c.observe.fn.Store(&fn)
+		}
+	}
 }
 
 // bridgeChannel is the jail's tool bridge: the fd-5 socket, or in a Deno
@@ -359,7 +375,7 @@ wait:
 			j.stop(grace)
 			break wait
 		case <-ctx.Done():
-			o.Cancelled, o.CancelErr = true, ctx.Err()
+			o.Cancelled, o.CancelErr = true, context.Cause(ctx)
 			j.stop(grace)
 			break wait
 		case <-cpuTick:

@@ -701,7 +701,7 @@ func TestCancelledContextStopsTheRun(t *testing.T) {
 	if at == 0 {
 		t.Fatalf("the tool never reached its body: %s", dump(res))
 	}
-	if took := time.Since(time.Unix(0, at)); res.ErrorType() != sandbox.ErrTimeout || took > 5*time.Second {
+	if took := time.Since(time.Unix(0, at)); res.ErrorType() != sandbox.ErrCancelled || took > 5*time.Second { // a caller that went away: Cancelled (was Timeout)
 		t.Errorf("%v after the cancellation: %s", took, dump(res))
 	}
 }

@@ -357,7 +357,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	bridge := r.runBridge(spec)
 	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
 	bsrv := serveBridge(bctx, j.bridgeChannel(), bridge, r.log.With("execution_id", spec.ExecutionID))
+	j.watch(spec.Output)
 	fin := j.run(ctx, req, time.Duration(spec.Limits.TimeoutMS)*time.Millisecond, r.grace(), handoff)
+	j.watch(nil)
 	bsrv.stop()
 	bcancel()
 	if err := j.cg.remove(3 * time.Second); err != nil {

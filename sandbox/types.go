@@ -26,6 +26,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -79,7 +80,25 @@ type Spec struct {
 	// describe, run) for its lifetime; nil grants no tools. Test-mode runs
 	// ignore it and answer from ToolFixtures (FixtureBridge).
 	Bridge Bridge
+	// Output, if set, sees the tool's stdout and stderr as they are
+	// captured (live output, issue #15). Nil: nobody watches.
+	Output OutputFunc
 }
+
+// OutputFunc receives a chunk of a run's stdout or stderr (stream is
+// StreamStdout or StreamStderr) as soon as the capture kept it: only bytes
+// the capture keeps, so the output cap counts the same bytes whether
+// anyone watches or not, in order per stream, each chunk whole UTF-8
+// characters (invalid bytes as they came) of at most 32 KiB. It is called
+// from the stream's reader: it must not block (a slow consumer drops or
+// coalesces, never stalls the run) and must not keep p after it returns.
+type OutputFunc func(stream string, p []byte)
+
+// The streams an OutputFunc sees.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
 
 // Status is the envelope status.
 type Status string
@@ -112,7 +131,14 @@ const (
 	ErrSandboxCrashed     = "SandboxCrashed"     // jail died without an envelope
 	ErrProtocolMismatch   = "ProtocolMismatch"   // harness and gateway disagree on the protocol version
 	ErrExecutorLost       = "ExecutorLost"       // the executor running it died or stopped answering (server.role gateway); never run again
+	ErrCancelled          = "Cancelled"          // the caller cancelled the run or went away; it was stopped
 )
+
+// ErrCancelledByCaller is the cause (context.WithCancelCause) a caller
+// gives when it cancels a run on purpose (DELETE /v1/executions/{id}); the
+// run ends Cancelled saying so. A context that ends with any cause other
+// than a deadline is Cancelled too (the caller went away).
+var ErrCancelledByCaller = errors.New("cancelled by its caller")
 
 // ErrorInfo describes why a run ended in error.
 type ErrorInfo struct {

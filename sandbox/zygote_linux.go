@@ -580,6 +580,9 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 		}
 		return Result{}, &UnavailableError{Reason: "starting a run in its zygote (zygote stderr: " + clip(z.j.stderr.String(), 2000) + ")", Err: err}
 	}
+	// The run's output goes to spec.Output as it comes (live output), as a
+	// jail's does.
+	watchCaptures(spec.Output, &p.stdout, &p.stderr)
 	handoff := time.Now()
 	req, err := encodeRequest(spec, handoff.UnixMilli())
 	if err != nil {
@@ -847,8 +850,8 @@ func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
 		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
 		stdin: in.w, bridge: bridgeConn,
 		readEnd:  []*os.File{out.r, errp.r, res.r},
-		stdout:   textCapture{max: int(l.OutputBytes)},
-		stderr:   textCapture{max: int(l.OutputBytes)},
+		stdout:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
+		stderr:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}},
 		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
 	}
 	p.readers.Add(3)
@@ -934,7 +937,7 @@ wait:
 			o.TimedOut = true
 			break wait
 		case <-ctx.Done():
-			o.Cancelled, o.CancelErr = true, ctx.Err()
+			o.Cancelled, o.CancelErr = true, context.Cause(ctx)
 			break wait
 		case <-cpuTick:
 			used, _ := p.cg.cpuUsage()

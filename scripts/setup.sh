@@ -9,7 +9,8 @@
 #     `execgate rootfs build`; never run outside a jail by execgate)
 #   - bin/execgate
 #   - with --test: the stock opa CLI, helm and kubernetes-validate (the
-#     deploy check), schemathesis, the Python client's test
+#     deploy check), schemathesis, standardwebhooks (the webhook tests'
+#     reference verifier), the Python client's test
 #     venv (clients/python/.venv) and the TypeScript client's node_modules
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
@@ -75,6 +76,7 @@ ln -sfn "$TOOLS/venv/bin/deno" "$TOOLS/bin/deno"
 if [ "$WITH_TEST_TOOLS" = 1 ]; then
   OPA_VERSION="${OPA_VERSION:-v1.22.3}"
   SCHEMATHESIS_VERSION="${SCHEMATHESIS_VERSION:-4.32.5}"
+  STANDARDWEBHOOKS_VERSION="${STANDARDWEBHOOKS_VERSION:-1.1.0}"
   if ! "$TOOLS/bin/opa" version 2>/dev/null | grep -q "^Version: ${OPA_VERSION#v}$"; then
     log "building the stock opa CLI $OPA_VERSION (for 'opa test policies/'; takes a few minutes)"
     GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
@@ -93,6 +95,12 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
   if [ ! -x "$TOOLS/venv/bin/schemathesis" ] && [ ! -x "$TOOLS/venv/bin/st" ]; then
     log "installing schemathesis $SCHEMATHESIS_VERSION"
     "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+  # The webhook tests verify signatures with the reference Standard Webhooks
+  # library (app/testdata/verify_webhook.py).
+  if ! "$TOOLS/venv/bin/python" -c "import standardwebhooks" 2>/dev/null; then
+    log "installing standardwebhooks $STANDARDWEBHOOKS_VERSION"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "standardwebhooks==$STANDARDWEBHOOKS_VERSION"
   fi
   # The client suites (scripts/test.sh): the Python client's own venv with
   # its pinned test extra, the TypeScript client's pinned dev dependencies.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
+	"github.com/execgate/execgate/webhook"
 )
 
 // Roles a token may carry (DESIGN §14). Only admin reaches beyond the
@@ -55,6 +56,10 @@ type Tenant struct {
 	// Tools are the tenant's MCP tool servers for code mode (header
 	// values are references to secret files or variables, never values).
 	Tools toolconfig.Config `yaml:"tools" json:"tools"`
+	// Webhooks sign the callbacks of the tenant's async executions (secret
+	// references, never values); where they may go is the policy's
+	// callbacks list.
+	Webhooks webhook.Config `yaml:"webhooks" json:"webhooks"`
 }
 
 // Principal is the authenticated caller.

@@ -19,6 +19,10 @@ export interface paths {
          *     return value must be JSON-serialisable. `execution_id` is an idempotency key: a
          *     repeat from the same tenant within the idempotency window returns the first
          *     response without running again; concurrent duplicates never both run.
+         *
+         *     With `Accept: text/event-stream` the answer is a stream of Server-Sent Events
+         *     instead (always 200): `stdout`/`stderr` chunks as the run writes them, `log` lines,
+         *     then the `envelope` (see GET /v1/executions/{id}/events).
          */
         post: operations["execute"];
         delete?: never;
@@ -96,6 +100,95 @@ export interface paths {
          *     warming more profiles than its share replaces its own, never another tenant's.
          */
         post: operations["prepare"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/executions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit a tool to run in the background (async).
+         * @description The same body, authentication, decoding and flow as POST /v1/execute (decide, admit,
+         *     run, settle, record), but answered at once with 202 and a `Location`; the run goes on
+         *     without the request. `execution_id` names the execution (one is generated when absent)
+         *     and is also the idempotency key of its run. A tenant has at most
+         *     `server.async_max_active` executions queued or running (429 beyond); results are kept
+         *     for `server.async_result_ttl_seconds`. A refused submission answers with an envelope,
+         *     like POST /v1/execute, and is audited.
+         */
+        post: operations["submitExecution"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/executions/{id}": {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * An async execution's state and, once done, its envelope.
+         * @description Only the owning tenant (or an admin, naming it with `tenant`) sees an execution;
+         *     for anyone else it does not exist (404).
+         */
+        get: operations["getExecution"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel an async execution.
+         * @description A queued execution ends without running (envelope 409 `Cancelled`), a running one is
+         *     stopped (envelope 200, status error, `Cancelled`); 202 says the cancel was requested.
+         *     An execution already done is left as it is (200).
+         */
+        delete: operations["cancelExecution"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/executions/{id}/events": {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * An async execution's live output as Server-Sent Events.
+         * @description Events: `stdout` and `stderr` (`{"text": chunk}`) as the run writes them, `dropped`
+         *     (`{"events": N}`: this reader fell behind and missed N events; the run is never
+         *     slowed), `log` (`{"level", "message"}`, the run's log lines, at its end) and
+         *     `envelope` (the final envelope, as GET returns it), after which the stream ends.
+         *     Events carry an `id`; `Last-Event-ID` resumes after it while the run is live on this
+         *     gateway. Output is live on the gateway that runs the execution; on another replica,
+         *     and once done, the stream carries the log lines and the envelope only.
+         */
+        get: operations["executionEvents"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -357,6 +450,33 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description One event of a live output stream. data is JSON: `{"text"}` for stdout and stderr,
+         *     `{"events"}` for dropped, `{"level", "message"}` for log, the envelope for envelope.
+         */
+        ServerSentEvent: {
+            /** @enum {string} */
+            event: "stdout" | "stderr" | "dropped" | "log" | "envelope";
+            data: string;
+            id?: string;
+        };
+        ExecutionStatus: {
+            execution_id: string;
+            tenant_id: string;
+            /** @enum {string} */
+            status: "queued" | "running" | "done";
+            cancel_requested?: boolean;
+            /** Format: date-time */
+            submitted_at?: string;
+            /** Format: date-time */
+            started_at?: string;
+            /** Format: date-time */
+            finished_at?: string;
+            /** @description Once done, the status POST /v1/execute would have answered. */
+            http_status?: number;
+            /** @description Once done, the envelope POST /v1/execute would have answered. */
+            envelope?: components["schemas"]["Envelope"];
+        };
         ExecuteRequest: {
             /** @description Client id and idempotency key; generated when absent. */
             execution_id?: string;
@@ -409,6 +529,61 @@ export interface components {
                 tools?: Record<string, never>;
             };
         } & (unknown & unknown);
+        /** @description The body of POST /v1/executions - an execute request and, optionally, where to send its result. */
+        ExecutionRequest: {
+            /**
+             * @description An http(s) URL to POST the result to once the execution is done (Standard Webhooks:
+             *     webhook-id, webhook-timestamp, webhook-signature; payload {type: execution.completed,
+             *     timestamp, data: the execution as GET /v1/executions/{id} shows it}). Only hosts the
+             *     tenant's policy grants (policy data callbacks); sent under the egress address rules;
+             *     needs tenants[].webhooks.secrets. Retried with backoff (server.webhook_*).
+             */
+            callback_url?: string;
+            /** @description Client id and idempotency key; generated when absent. */
+            execution_id?: string;
+            /** @description Must equal the token's tenant. */
+            tenant_id?: string;
+            /**
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @default python
+             * @enum {string}
+             */
+            language?: "python" | "javascript" | "typescript";
+            /** @description The tool's source (no NUL bytes). Over server.max_source_bytes is a 413. */
+            source: string;
+            /** @default run */
+            entrypoint?: string;
+            /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
+            args?: unknown;
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            requirements?: string[];
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            requirements_lock?: string;
+            /** @description An environment from POST /v1/prepare. */
+            environment_id?: string;
+            /**
+             * @default none
+             * @enum {string}
+             */
+            network_access?: "none" | "proxy" | "host";
+            /** @description Only with network_access proxy. */
+            egress?: {
+                allow?: string[];
+            };
+            limits?: components["schemas"]["RequestedLimits"];
+            /**
+             * @default run
+             * @enum {string}
+             */
+            mode?: "run" | "test";
+            /** @description Narrows the run's granted tools (code mode): names or globs over "<server>.<tool>" that the tenant's policy must cover. Absent or empty: every tool the tenant has. */
+            tools?: string[];
+            /** @description Test mode only (mode test). */
+            fixtures?: {
+                variables?: Record<string, never>;
+                tools?: Record<string, never>;
+            };
+        } & (unknown & unknown);
         /** @description Requested limits; 0 or absent means not requested. The policy caps them, never raises them. */
         RequestedLimits: {
             timeout_ms?: number;
@@ -430,7 +605,7 @@ export interface components {
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
          * @enum {string}
          */
-        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost";
+        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost" | "Cancelled";
         ErrorBody: {
             type: components["schemas"]["ErrorType"];
             message: string;
@@ -930,6 +1105,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description ResultExpired: the execution finished but its result was dropped (the tenant's result budget); it is never run again. */
+        ResultExpired: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description PayloadTooLarge: the request line and header are over server.max_header_bytes (written at the edge, before any route). */
         HeaderTooLarge: {
             headers: {
@@ -978,6 +1162,9 @@ export interface components {
         };
     };
     parameters: {
+        ExecutionID: string;
+        /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+        ExecutionTenant: string;
         TenantID: string;
     };
     requestBodies: never;
@@ -1025,6 +1212,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Envelope"];
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             400: components["responses"]["EnvelopeBadRequest"];
@@ -1135,6 +1323,141 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    submitExecution: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExecutionRequest"];
+            };
+        };
+        responses: {
+            /** @description Accepted; GET the Location for its state and result. */
+            202: {
+                headers: {
+                    /** @description /v1/executions/{id} */
+                    Location: string;
+                    "X-Execution-Id": components["headers"]["X-Execution-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            400: components["responses"]["EnvelopeBadRequest"];
+            401: components["responses"]["EnvelopeUnauthenticated"];
+            403: components["responses"]["EnvelopeForbidden"];
+            413: components["responses"]["EnvelopePayloadTooLarge"];
+            429: components["responses"]["EnvelopeTooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["EnvelopeServerError"];
+            503: components["responses"]["EnvelopeUnavailable"];
+        };
+    };
+    getExecution: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The execution. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ResultExpired"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cancelExecution: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Already done; nothing to cancel. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            /** @description The cancel was requested. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecutionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    executionEvents: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
     };

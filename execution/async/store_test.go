@@ -1,0 +1,175 @@
+package async_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/execgate/execgate/execution/async"
+	"github.com/execgate/execgate/internal/testenv"
+)
+
+// One behaviour suite for both stores (STYLE: quota/suite_test.go).
+func stores(t *testing.T, l async.Limits) map[string]async.Store {
+	t.Helper()
+	srv := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return map[string]async.Store{
+		"memory": async.NewMemoryStore(l, nil),
+		"redis":  async.NewRedisStore(rdb, "t"+strings.ReplaceAll(t.Name(), "/", "-"), l),
+	}
+}
+
+func TestAStoreBoundsEachTenantsActiveExecutions(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{MaxActive: 2}) {
+		t.Run(name, func(t *testing.T) {
+			a1, a2, a3 := async.Key{TenantID: "a", ExecutionID: "1"}, async.Key{TenantID: "a", ExecutionID: "2"}, async.Key{TenantID: "a", ExecutionID: "3"}
+			for _, k := range []async.Key{a1, a2} {
+				if err := st.Create(ctx, k); err != nil {
+					t.Fatalf("Create %v: %v", k, err)
+				}
+			}
+			var many *async.TooManyError
+			if err := st.Create(ctx, a3); !errors.As(err, &many) || many.Max != 2 {
+				t.Fatalf("a third active execution: %v", err)
+			}
+			if err := st.Create(ctx, async.Key{TenantID: "b", ExecutionID: "1"}); err != nil {
+				t.Fatalf("another tenant is not bounded by a's executions: %v", err)
+			}
+			if err := st.Create(ctx, a1); !errors.Is(err, async.ErrExists) {
+				t.Fatalf("the same id again: %v", err)
+			}
+			if err := st.Finish(ctx, a1, 200, []byte(`{"ok":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Create(ctx, a3); err != nil {
+				t.Fatalf("a finished execution frees its place: %v", err)
+			}
+		})
+	}
+}
+
+func TestAStoreWalksAnExecutionThroughItsStatesAndCancel(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{}) {
+		t.Run(name, func(t *testing.T) {
+			k := async.Key{TenantID: "a", ExecutionID: "x"}
+			if _, ok, _ := st.Get(ctx, k); ok {
+				t.Fatal("found before Create")
+			}
+			if _, ok, _ := st.RequestCancel(ctx, k); ok {
+				t.Fatal("cancelled before Create")
+			}
+			if err := st.Create(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+			if r, ok, err := st.Get(ctx, k); !ok || err != nil || r.State != async.StateQueued || r.SubmittedAt.IsZero() {
+				t.Fatalf("after Create: %+v %v %v", r, ok, err)
+			}
+			if c, err := st.Start(ctx, k); c || err != nil {
+				t.Fatalf("Start: %v %v", c, err)
+			}
+			was, ok, err := st.RequestCancel(ctx, k)
+			if !ok || err != nil || was.State != async.StateRunning || was.CancelRequested {
+				t.Fatalf("RequestCancel returned %+v %v %v", was, ok, err)
+			}
+			if c, _ := st.CancelRequested(ctx, k); !c {
+				t.Fatal("the cancel is not visible")
+			}
+			if err := st.Finish(ctx, k, 200, []byte(`{"status":"error"}`)); err != nil {
+				t.Fatal(err)
+			}
+			r, _, _ := st.Get(ctx, k)
+			if r.State != async.StateDone || r.HTTPStatus != 200 || string(r.Envelope) != `{"status":"error"}` || r.FinishedAt.IsZero() || r.StartedAt.IsZero() {
+				t.Fatalf("done: %+v", r)
+			}
+			if err := st.Finish(ctx, k, 500, []byte(`other`)); err != nil || func() bool { r, _, _ := st.Get(ctx, k); return string(r.Envelope) != `{"status":"error"}` }() {
+				t.Fatal("a second Finish changed the result")
+			}
+		})
+	}
+}
+
+func TestAStoreDropsOnlyTheTenantsOwnOldestResultsBeyondItsBudget(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{TenantResultBytes: 100}) {
+		t.Run(name, func(t *testing.T) {
+			body := []byte(strings.Repeat("x", 40))
+			other := async.Key{TenantID: "b", ExecutionID: "keep"}
+			_ = st.Create(ctx, other)
+			_ = st.Finish(ctx, other, 200, body)
+			for _, id := range []string{"1", "2", "3"} {
+				k := async.Key{TenantID: "a", ExecutionID: id}
+				if err := st.Create(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Finish(ctx, k, 200, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, ok, _ := st.Get(ctx, async.Key{TenantID: "a", ExecutionID: "1"})
+			if !ok || !first.Expired || first.Envelope != nil || first.State != async.StateDone {
+				t.Fatalf("a's oldest: %+v", first)
+			}
+			for _, k := range []async.Key{{TenantID: "a", ExecutionID: "2"}, {TenantID: "a", ExecutionID: "3"}, other} {
+				if r, _, _ := st.Get(ctx, k); r.Expired || len(r.Envelope) != 40 {
+					t.Fatalf("%v was dropped: %+v", k, r)
+				}
+			}
+		})
+	}
+}
+
+func TestAMemoryStoreForgetsResultsAfterTheirTTL(t *testing.T) {
+	now := time.Unix(1000, 0)
+	st := async.NewMemoryStore(async.Limits{ResultTTL: time.Minute}, func() time.Time { return now })
+	ctx := context.Background()
+	k := async.Key{TenantID: "a", ExecutionID: "x"}
+	_ = st.Create(ctx, k)
+	_ = st.Finish(ctx, k, 200, []byte("e"))
+	now = now.Add(59 * time.Second)
+	if _, ok, _ := st.Get(ctx, k); !ok {
+		t.Fatal("forgotten before its TTL")
+	}
+	now = now.Add(2 * time.Second)
+	if _, ok, _ := st.Get(ctx, k); ok {
+		t.Fatal("kept after its TTL")
+	}
+	if err := st.Create(ctx, k); err != nil {
+		t.Fatalf("the id is free after the TTL: %v", err)
+	}
+}
+
+func TestAStoreKeepsAtMostMaxResultsFinishedExecutionsPerTenant(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{MaxResults: 2}) {
+		t.Run(name, func(t *testing.T) {
+			for _, id := range []string{"1", "2", "3"} {
+				k := async.Key{TenantID: "a", ExecutionID: id}
+				if err := st.Create(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Finish(ctx, k, 200, []byte("env-"+id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, ok, _ := st.Get(ctx, async.Key{TenantID: "a", ExecutionID: "1"}); ok {
+				t.Fatal("the oldest finished execution is kept beyond MaxResults")
+			}
+			for _, id := range []string{"2", "3"} {
+				if r, ok, _ := st.Get(ctx, async.Key{TenantID: "a", ExecutionID: id}); !ok || string(r.Envelope) != "env-"+id {
+					t.Fatalf("%s: %+v %v", id, r, ok)
+				}
+			}
+			if err := st.Create(ctx, async.Key{TenantID: "a", ExecutionID: "1"}); err != nil {
+				t.Fatalf("a forgotten id is free again: %v", err)
+			}
+		})
+	}
+}
