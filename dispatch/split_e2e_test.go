@@ -245,6 +245,56 @@ func (e *splitEnv) execute(body map[string]any) (int, envelope, error) {
 	return resp.StatusCode, env, nil
 }
 
+// executeAsync submits body as an async run (POST /v1/executions: 202 and
+// a Location) and reads GET Location until the run is done; it returns
+// the run's HTTP status and envelope as /v1/execute would have.
+func (e *splitEnv) executeAsync(body map[string]any) (int, envelope, error) {
+	body["tenant_id"] = splitTenant
+	b, _ := json.Marshal(body)
+	do := func(method, path string, body io.Reader) (int, http.Header, []byte, error) {
+		req, _ := http.NewRequest(method, e.gwURL+path, body)
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, raw, nil
+	}
+	st, hdr, raw, err := do(http.MethodPost, "/v1/executions", bytes.NewReader(b))
+	if err != nil {
+		return 0, envelope{}, err
+	}
+	loc := hdr.Get("Location")
+	if st != http.StatusAccepted || loc == "" {
+		return st, envelope{}, fmt.Errorf("submit: %d (Location %q): %s", st, loc, raw)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, _, raw, err := do(http.MethodGet, loc, nil)
+		if err != nil {
+			return 0, envelope{}, err
+		}
+		var got struct {
+			Status     string   `json:"status"`
+			HTTPStatus int      `json:"http_status"`
+			Envelope   envelope `json:"envelope"`
+		}
+		if st != http.StatusOK || json.Unmarshal(raw, &got) != nil {
+			return st, envelope{}, fmt.Errorf("GET %s: %d %s", loc, st, raw)
+		}
+		if got.Status == "done" {
+			return got.HTTPStatus, got.Envelope, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, envelope{}, fmt.Errorf("GET %s: still %s after 60s", loc, got.Status)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll interval, as a client would
+	}
+}
+
 type readyz struct {
 	Ready  bool `json:"ready"`
 	Checks []struct {
@@ -361,7 +411,8 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		if s := os.Getenv("EXECGATE_SPLIT_RUNS"); s != "" {
 			n, _ = strconv.Atoi(s)
 		}
-		kinds := []string{"ok", "ok", "tool error", "denied"}
+		// Sync and async (POST /v1/executions, then GET until done) runs.
+		kinds := []string{"ok", "async ok", "tool error", "denied"}
 		type sent struct {
 			kind   string
 			status int
@@ -385,7 +436,11 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 					case "denied":
 						body["network_access"] = "host"
 					}
-					st, env, err := e.execute(body)
+					exec := e.execute
+					if kind == "async ok" {
+						exec = e.executeAsync
+					}
+					st, env, err := exec(body)
 					results[i] = sent{kind, st, env, err}
 				}
 			}()
@@ -406,11 +461,11 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 				t.Fatalf("run %d: %v", i, r.err)
 			}
 			id := r.env.ExecutionID
-			want := map[string]string{"ok": "ok/", "tool error": "error/ToolError", "denied": "error/PolicyDenied"}[r.kind]
+			want := map[string]string{"ok": "ok/", "async ok": "ok/", "tool error": "error/ToolError", "denied": "error/PolicyDenied"}[r.kind]
 			if got := r.env.Status + "/" + r.env.errType(); got != want {
 				t.Fatalf("run %d (%s) = %d %s, want %s", i, r.kind, r.status, got, want)
 			}
-			if r.kind == "ok" && string(r.env.Result) != fmt.Sprintf(`{"i":%d}`, i) && string(r.env.Result) != fmt.Sprintf(`{"i": %d}`, i) {
+			if strings.HasSuffix(r.kind, "ok") && string(r.env.Result) != fmt.Sprintf(`{"i":%d}`, i) && string(r.env.Result) != fmt.Sprintf(`{"i": %d}`, i) {
 				t.Fatalf("run %d result %s: another run's answer", i, r.env.Result)
 			}
 			if got := audits[id]; len(got) != 1 || got[0] != want {
