@@ -110,7 +110,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	job := Job{
 		V: WireVersion, RunID: newRunID(), Gateway: d.id,
 		IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Duration(d.cfg.QueueTimeoutMS) * time.Millisecond).UnixMilli(),
-		Spec: wireSpec(spec), Bridge: spec.Bridge != nil && spec.Mode != "test",
+		Spec: wireSpec(spec), Bridge: spec.Bridge != nil && spec.Mode != "test", Output: spec.Output != nil,
 		Trace: map[string]string{},
 	}
 	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(job.Trace))
@@ -141,6 +141,9 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 		listen = append(listen, d.k.bridge(runID))
 		bsem = make(chan struct{}, maxBridgeInflight)
 	}
+	if job.Output {
+		listen = append(listen, d.k.output(runID))
+	}
 	bctx, cancelBridges := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { cancelBridges(); bridges.Wait() }()
 
@@ -166,7 +169,13 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 				d.serveBridge(bctx, spec.Bridge, runID, req)
 			}(kv[1])
 			continue
+		case err == nil && kv[0] == d.k.output(runID):
+			deliverOutput(spec.Output, kv[1])
+			continue
 		case err == nil:
+			if job.Output {
+				d.drainOutput(ctx, spec.Output, d.k.output(runID))
+			}
 			return d.reply(job, spec, kv[1])
 		case errors.Is(err, redis.Nil):
 		case ctx.Err() != nil:

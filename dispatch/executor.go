@@ -279,6 +279,11 @@ func (e *Executor) handle(m redis.XMessage) {
 	if job.Bridge {
 		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
 	}
+	var out *remoteOutput
+	if job.Output {
+		out = newRemoteOutput(e.rdb, e.k.output(job.RunID))
+		spec.Output = out.write
+	}
 	start := e.now()
 	tctx, span := e.span(ctx, job)
 	defer span.End()
@@ -288,6 +293,12 @@ func (e *Executor) handle(m redis.XMessage) {
 	res, err := e.run.Run(rctx, spec)
 	stopWatch()
 	<-watched
+	if out != nil {
+		// Every chunk is on the list before the reply is.
+		if n := out.close(); n > 0 {
+			e.log.Warn("dispatch: live output chunks dropped (the envelope has the whole capped output)", "run_id", job.RunID, "chunks", n)
+		}
+	}
 	r := Reply{V: WireVersion, RunID: job.RunID, Executor: e.id}
 	if err != nil {
 		var ue *sandbox.UnavailableError

@@ -20,6 +20,7 @@ func (k keys) started(runID string) string {
 func (k keys) reply(runID string) string  { return k.run(runID) + "reply" }
 func (k keys) cancel(runID string) string { return k.run(runID) + "cancel" }
 func (k keys) bridge(runID string) string { return k.run(runID) + "bridge" }
+func (k keys) output(runID string) string { return k.run(runID) + "output" }
 func (k keys) bridgeAnswer(runID string, n uint64) string {
 	return k.run(runID) + "bridge:" + strconv.FormatUint(n, 10)
 }

@@ -521,6 +521,59 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		}
 	})
 
+	t.Run("a run on an executor streams its output to the caller as it comes", func(t *testing.T) {
+		// POST /v1/execute with Accept: text/event-stream: the first line
+		// reaches the caller while the tool sleeps, before the envelope.
+		src := "import sys, time\ndef run(args, context):\n    print('one', flush=True)\n    time.sleep(1.5)\n    print('two', flush=True)\n    return 7\n"
+		b, _ := json.Marshal(map[string]any{"tenant_id": splitTenant, "source": src, "limits": map[string]any{"timeout_ms": 10000}})
+		req, _ := http.NewRequest(http.MethodPost, e.gwURL+"/v1/execute", bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+		}
+		var stdout string
+		var firstAt, envAt time.Time
+		var env envelope
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 8<<20)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: ") && event == "stdout":
+				var chunk struct{ Text string }
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &chunk); err != nil {
+					t.Fatalf("stdout data %q: %v", line, err)
+				}
+				if firstAt.IsZero() {
+					firstAt = time.Now()
+				}
+				stdout += chunk.Text
+			case strings.HasPrefix(line, "data: ") && event == "envelope":
+				envAt = time.Now()
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &env); err != nil {
+					t.Fatalf("envelope data %q: %v", line, err)
+				}
+			}
+		}
+		if env.Status != "ok" || string(env.Result) != "7" || stdout != "one\ntwo\n" {
+			t.Fatalf("envelope %+v, stdout %q", env, stdout)
+		}
+		if firstAt.IsZero() || envAt.Sub(firstAt) < time.Second {
+			t.Fatalf("the first line came %v before the envelope; want it while the tool slept (1.5 s)", envAt.Sub(firstAt))
+		}
+	})
+
 	t.Run("a forged or altered spec pushed into the stream is refused", func(t *testing.T) {
 		ctx := context.Background()
 		k := newKeys("execgate")

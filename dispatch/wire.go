@@ -50,6 +50,9 @@ type Job struct {
 	// Bridge: the run's tool calls are served by the gateway over the
 	// run's bridge list.
 	Bridge bool `json:"bridge,omitempty"`
+	// Output: the run's stdout and stderr chunks go to the gateway as
+	// they come, over the run's output list (live output).
+	Output bool `json:"output,omitempty"`
 	// Trace carries the gateway's trace context (W3C traceparent,
 	// tracestate) so the executor's span joins the request's trace.
 	Trace map[string]string `json:"trace,omitempty"`
