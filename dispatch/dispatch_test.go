@@ -254,7 +254,7 @@ func TestAStartedRunIsKilledWhenItsCallerGoesAway(t *testing.T) {
 			close(killed)
 		case <-time.After(30 * time.Second):
 		}
-		return sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: sandbox.ErrTimeout}}
+		return sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: sandbox.ErrTimeout}, Usage: sandbox.Usage{CPUMS: 7}}
 	}}
 	startExecutor(t, rdb, testCfg(), run)
 	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
@@ -266,17 +266,25 @@ func TestAStartedRunIsKilledWhenItsCallerGoesAway(t *testing.T) {
 		return len(f) == 1
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, err := d.Run(ctx, testJob("").Spec.spec()); errc <- err }()
+	type out struct {
+		res sandbox.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() { res, err := d.Run(ctx, testJob("").Spec.spec()); done <- out{res, err} }()
 	<-started
 	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want the caller's cancellation", err)
-	}
 	select {
 	case <-killed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the run kept running after its caller went away")
+	}
+	// The answer is Cancelled, with the usage the executor reported (the
+	// runner above says 7 ms of CPU), not a sandbox error that would leave
+	// the run uncharged.
+	got := <-done
+	if got.err != nil || got.res.ErrorType() != sandbox.ErrCancelled || got.res.Usage.CPUMS != 7 {
+		t.Fatalf("Run = %+v, %v; want Cancelled with the executor's usage (7 ms)", got.res, got.err)
 	}
 }
 

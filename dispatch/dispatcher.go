@@ -153,7 +153,7 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 	var startedAt time.Time
 	for {
 		if ctx.Err() != nil {
-			return sandbox.Result{}, d.abandon(runID, ctx.Err())
+			return d.cancelled(ctx, job, spec)
 		}
 		kv, err := d.rdb.BLPop(ctx, max(poll, time.Second), listen...).Result() // go-redis rounds up to 1 s
 		switch {
@@ -256,16 +256,43 @@ func (d *Dispatcher) reply(job Job, spec sandbox.Spec, v string) (sandbox.Result
 	return res, nil
 }
 
-// abandon makes sure a run whose caller went away is never started; if
-// it already was, its executor kills it (within a beat).
-func (d *Dispatcher) abandon(runID string, cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// cancelled ends a run whose caller went away or cancelled it
+// (Cancelled; Timeout when the caller's deadline passed). A run no executor
+// started never will: its marker says abandoned, and nothing was used. A
+// started one is killed on its executor within a beat, and its reply —
+// with the usage the kernel measured — is awaited a little and answered;
+// the executor's word on the outcome is kept only for its usage. Without a
+// reply the whole cpu_ms reservation is charged, as for a lost executor: a
+// tenant cannot make a run free by cancelling it.
+func (d *Dispatcher) cancelled(ctx context.Context, job Job, spec sandbox.Spec) (sandbox.Result, error) {
+	typ := sandbox.ErrCancelled
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		typ = sandbox.ErrTimeout
+	}
+	wait := 3*d.cfg.heartbeat() + 2*time.Second
+	bg, cancel := context.WithTimeout(context.Background(), wait+time.Second)
 	defer cancel()
 	pipe := d.rdb.TxPipeline()
-	pipe.SetNX(ctx, d.k.started(runID), startedAbandoned, time.Hour)
-	pipe.Set(ctx, d.k.cancel(runID), "1", replyTTL)
-	_, _ = pipe.Exec(ctx)
-	return cause
+	nx := pipe.SetNX(bg, d.k.started(job.RunID), startedAbandoned, time.Hour)
+	pipe.Set(bg, d.k.cancel(job.RunID), "1", replyTTL)
+	_, _ = pipe.Exec(bg)
+	if ok, err := nx.Result(); err == nil && ok {
+		return errorResult(typ, "the run was cancelled before any executor started it; it was not run"), nil
+	}
+	var res sandbox.Result
+	kv, err := d.rdb.BLPop(bg, wait, d.k.reply(job.RunID)).Result()
+	if err == nil {
+		if job.Output {
+			d.drainOutput(bg, spec.Output, d.k.output(job.RunID))
+		}
+		res, err = d.reply(job, spec, kv[1])
+	}
+	if err != nil || res.Error == nil || res.Error.Type == ErrExecutorLost {
+		res = lostResult(spec, "", 0)
+	}
+	res.Status, res.Result = sandbox.StatusError, json.RawMessage("null")
+	res.Error = &sandbox.ErrorInfo{Type: typ, Message: "the run was cancelled by its caller and stopped on its executor"}
+	return res, nil
 }
 
 // markerTTL keeps a started marker past any executor's look at the job.
