@@ -179,7 +179,7 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 			return d.reply(job, spec, kv[1])
 		case errors.Is(err, redis.Nil):
 		case ctx.Err() != nil:
-			continue // abandoned above
+			continue // answered as cancelled above
 		default:
 			d.log.Warn("dispatch: waiting for a reply", "run_id", runID, "err", err)
 			select { // Redis is down: look again a beat later
