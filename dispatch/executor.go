@@ -261,7 +261,12 @@ func (e *Executor) handle(m redis.XMessage) {
 		e.refuse(ctx, m.ID, job.RunID, why)
 		return
 	}
-	ok, err := e.rdb.SetNX(ctx, e.k.started(job.RunID), e.id, e.markerTTL(job)).Result()
+	// Taken or not, the run leaves its tenant's queue (max_queued).
+	take := e.rdb.Pipeline()
+	nx := take.SetNX(ctx, e.k.started(job.RunID), e.id, e.markerTTL(job))
+	take.ZRem(ctx, e.k.queued(job.Spec.TenantID), job.RunID) // the job is signed: the tenant id is the gateway's
+	_, _ = take.Exec(ctx)
+	ok, err := nx.Result()
 	if err != nil {
 		// Not taken: left pending, another executor (or this one) claims
 		// it after 3 beats.
