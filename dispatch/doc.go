@@ -27,6 +27,8 @@
 //	                               kills it (looked at once a beat)
 //	P:dispatch:{R}:bridge          list: the run's tool requests (executor → gateway)
 //	P:dispatch:{R}:bridge:N        list: the answer to request N (gateway → executor)
+//	P:dispatch:env:ID              string: the lock of environment ID, prepared or run
+//	                               through a gateway (envs.go), 7 days from last use
 //	P:dispatch:{t:T}:queued        zset: tenant T's runs dispatched and not yet started,
 //	                               run id → job expiry (unix ms); written only for
 //	                               tenants with a max_queued (enqueue.lua); the

@@ -36,6 +36,9 @@ type ExecutorOptions struct {
 	Languages []string
 	// Version is the build's version, announced.
 	Version string
+	// Python and Platform are announced for the gateways' resolution of
+	// requirements (Announcement); empty: none.
+	Python, Platform string
 }
 
 // TracerName names the executor's tracer.
@@ -168,6 +171,7 @@ func (e *Executor) beat(ctx context.Context) error {
 	a := Announcement{
 		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.opts.Languages, Profiles: []string{"jail"},
 		HarnessProtocol: jaillayout.ProtocolVersion, Wire: WireVersion, Version: e.opts.Version,
+		Python: e.opts.Python, Platform: e.opts.Platform,
 		StartedMS: e.startedMS, BeatMS: now.UnixMilli(),
 	}
 	b, err := json.Marshal(a)

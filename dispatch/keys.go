@@ -19,6 +19,9 @@ func (k keys) started(runID string) string {
 }
 func (k keys) reply(runID string) string { return k.run(runID) + "reply" }
 
+// env is a prepared environment's lock (envs.go).
+func (k keys) env(id string) string { return k.p + "env:" + id }
+
 // queued is a tenant's runs dispatched and not yet started (max_queued).
 func (k keys) queued(tenant string) string { return k.p + "{t:" + tenant + "}:queued" }
 func (k keys) cancel(runID string) string  { return k.run(runID) + "cancel" }
