@@ -121,3 +121,59 @@ func TestSplitRunsWithPackages(t *testing.T) {
 		}
 	})
 }
+
+// A tenant's runs waiting for an executor are bounded by max_queued
+// through the whole gateway (flow → admission → dispatcher): with the only
+// slot busy, its third waiting run is 429 QuotaExceeded and never queued.
+func TestSplitMaxQueuedRefusesATenantsThirdWaitingRun(t *testing.T) {
+	e := newSplitEnv(t)
+	e.quotaExtra = ", max_queued: 2"
+	e.startGateway()
+	e.startExecutorWith("ex-q", 1, 0)
+	k := newKeys("execgate")
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "the executor", func() bool { code, _ := e.readyz(); return code == http.StatusOK })
+
+	type answer struct {
+		status int
+		env    envelope
+		err    error
+	}
+	answers := make(chan answer, 3)
+	send := func(secs float64, i int) {
+		status, env, err := e.execute(map[string]any{"source": sleepSource, "args": map[string]any{"s": secs, "i": i}})
+		answers <- answer{status, env, err}
+	}
+	go send(4, 0) // holds the only slot
+	waitFor(t, 30*time.Second, "the first run to start", func() bool {
+		a, _ := e.rdb.Get(ctx, k.executor("ex-q")).Result()
+		return strings.Contains(a, `"busy":1`)
+	})
+	go send(0, 1)
+	go send(0, 2)
+	waitFor(t, 30*time.Second, "two runs waiting", func() bool { return e.rdb.ZCard(ctx, k.queued(splitTenant)).Val() == 2 })
+
+	status, env, err := e.execute(map[string]any{"source": okSource, "args": map[string]any{"i": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusTooManyRequests || env.errType() != "QuotaExceeded" || !strings.Contains(env.Error.Message, "max_queued (2)") {
+		t.Fatalf("third waiting run = %d %+v, want 429 QuotaExceeded naming max_queued (2)", status, env.Error)
+	}
+	if n := e.rdb.XLen(ctx, k.runs()).Val(); n != 2 {
+		t.Fatalf("the stream holds %d runs, want the 2 waiting (the refused one was queued)", n)
+	}
+	for range 3 {
+		select {
+		case a := <-answers:
+			if a.err != nil || a.status != http.StatusOK || a.env.Status != "ok" {
+				t.Fatalf("a queued run = %d %+v %v", a.status, a.env.Error, a.err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the queued runs did not finish")
+		}
+	}
+	if n := e.rdb.ZCard(ctx, k.queued(splitTenant)).Val(); n != 0 {
+		t.Fatalf("%d runs still counted as waiting after all ran", n)
+	}
+}

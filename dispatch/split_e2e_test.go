@@ -55,6 +55,8 @@ type splitEnv struct {
 	// policyExtra is appended to the tenant's policy map, execSandbox to
 	// the executors' sandbox map (", key: value" each).
 	policyExtra, execSandbox string
+	// quotaExtra is appended to the tenant's quota map.
+	quotaExtra string
 }
 
 type proc struct {
@@ -133,7 +135,7 @@ audit: {file: %s}
 dispatch: {spec_key_file: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
 tenants:
   - id: %s
-    quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000}
+    quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000`+e.quotaExtra+`}
     policy: {network: [none], egress_allow: [], tools: ["math.*"]`+e.policyExtra+`}
     tools:
       servers:
