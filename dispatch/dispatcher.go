@@ -134,7 +134,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if len(payload) > maxJobBytes {
 		return errorResult(sandbox.ErrInvalidInput, fmt.Sprintf("the run is too large to dispatch (%d bytes, at most %d)", len(payload), maxJobBytes)), nil
 	}
-	if err := d.enqueue(ctx, job, now); err != nil {
+	if err := d.enqueue(ctx, job); err != nil {
 		return sandbox.Result{}, err
 	}
 	if err := d.rdb.XAdd(ctx, &redis.XAddArgs{
@@ -149,13 +149,13 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 
 // enqueue takes the job's place in its tenant's queue when the run's
 // admission bounds it (max_queued), or refuses it.
-func (d *Dispatcher) enqueue(ctx context.Context, job Job, now time.Time) error {
+func (d *Dispatcher) enqueue(ctx context.Context, job Job) error {
 	adm, ok := quota.FromContext(ctx)
 	if !ok || adm.Limits.MaxQueued <= 0 {
 		return nil
 	}
 	n, err := enqueueScript.Run(ctx, d.rdb, []string{d.k.queued(job.Spec.TenantID)},
-		job.RunID, job.ExpiresMS, now.UnixMilli(), adm.Limits.MaxQueued).Int()
+		job.RunID, d.cfg.QueueTimeoutMS, adm.Limits.MaxQueued).Int()
 	if err != nil {
 		return noExecutor("the dispatch Redis is unreachable", fmt.Errorf("queueing the run: %w", err))
 	}

@@ -30,7 +30,8 @@
 //	P:dispatch:env:ID              string: the lock of environment ID, prepared or run
 //	                               through a gateway (envs.go), 7 days from last use
 //	P:dispatch:{t:T}:queued        zset: tenant T's runs dispatched and not yet started,
-//	                               run id → job expiry (unix ms); written only for
+//	                               run id → its place's expiry (Redis TIME + queue
+//	                               timeout, unix ms); written only for
 //	                               tenants with a max_queued (enqueue.lua); the
 //	                               executor removes a run when it takes it, the gateway
 //	                               when it expires or abandons it

@@ -159,3 +159,28 @@ func TestAnUnboundedTenantLeavesNoQueueKey(t *testing.T) {
 		t.Fatalf("queue keys %v written for an unbounded tenant", keys)
 	}
 }
+
+func TestARunThatExpiredInTheQueueGivesItsPlaceBack(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	k := newKeys("execgate")
+	announce(t, rdb, "mute", "", "") // alive, never reads
+	cfg := testCfg()
+	cfg.QueueTimeoutMS = 300
+	d, err := NewDispatcher(rdb, cfg, testKey, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := quota.NewMemory(quota.Config{})
+	one := quota.Limits{MaxQueued: 1}
+	for i := range 2 { // the second is not refused: the first gave its place back
+		_, err := d.Run(admitted(t, ctx, lim, "t", fmt.Sprint("e", i), one), testJob("").Spec.spec())
+		var ue *sandbox.UnavailableError
+		if !errors.As(err, &ue) || ue.Reason != "no executor" {
+			t.Fatalf("run %d = %v, want 503 no executor (expired in the queue)", i, err)
+		}
+		if n := rdb.ZCard(ctx, k.queued("t")).Val(); n != 0 {
+			t.Fatalf("run %d: %d places still held after it expired", i, n)
+		}
+	}
+}
