@@ -253,14 +253,14 @@ func (a *App) newRunner(ctx, bg context.Context, opts Options, metrics *telemetr
 		return nil, nil, errors.New("app: server.role executor is built with NewExecutor")
 	case role == gateway.RoleGateway && opts.Runner == nil:
 		// Runs go to the executors (dispatch.go); this process never runs
-		// code, needs no nsjail and no privileges, and has no package
-		// environments (runs asking for packages are refused).
-		d, check, err := a.newDispatcher(ctx)
+		// code, needs no nsjail and no privileges; it resolves packages
+		// for the executors, which install them.
+		d, envs, check, err := a.newDispatcher(ctx, metrics)
 		if err != nil {
 			return nil, nil, err
 		}
 		a.runner = d
-		return nil, []gateway.Check{check}, nil
+		return envs, []gateway.Check{check}, nil
 	}
 	if opts.Runner == nil {
 		return a.newSandbox(ctx, bg, opts, metrics)

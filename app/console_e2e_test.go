@@ -421,7 +421,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		b.eval(form+`.elements.burst.value = "0"; true`, nil)
 		b.do(chromedp.Click(chromedp.CSS(`#q-demo form button[type=submit]`)))
 		b.waitFor("the validation message", form+`.querySelector(".error").textContent.includes("burst")`)
-		b.eval(form+`.elements.burst.value = "20"; `+form+`.elements.daily_cpu_seconds.value = "1"; true`, nil)
+		b.eval(form+`.elements.burst.value = "20"; `+form+`.elements.daily_cpu_seconds.value = "1"; `+form+`.elements.max_queued.value = "3"; true`, nil)
 		b.do(chromedp.Click(chromedp.CSS(`#q-demo form button[type=submit]`)))
 		b.waitFor("the new budget", bar+` && `+bar+`.dataset.max === "1000"`)
 		var after struct{ Pct, Max string }
@@ -432,7 +432,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		if !(pa > pb) {
 			t.Fatalf("budget bar %.3f%% → %.3f%%: want it fuller against 1 s a day", pb, pa)
 		}
-		if r := s.do("GET", "/v1/admin/tenants/demo/quota", admin, nil); !strings.Contains(string(r.body), `"daily_cpu_seconds":1`) {
+		if r := s.do("GET", "/v1/admin/tenants/demo/quota", admin, nil); !strings.Contains(string(r.body), `"daily_cpu_seconds":1,"max_queued":3`) {
 			t.Fatalf("the API does not show the override: %s", r.body)
 		}
 		b.noProblems()

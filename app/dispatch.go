@@ -20,6 +20,8 @@ import (
 	"github.com/execgate/execgate/dispatch"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
 )
 
 // The split roles (issue #15): a gateway's runner is a dispatch.Dispatcher
@@ -43,24 +45,30 @@ func newDispatchRedis(cfg *config.Config, slots int) (*redis.Client, error) {
 	return redis.NewClient(o), nil
 }
 
-// newDispatcher wires the gateway role's runner and its readiness check
-// (which executors are alive; none: not ready).
-func (a *App) newDispatcher(ctx context.Context) (*dispatch.Dispatcher, gateway.Check, error) {
+// newDispatcher wires the gateway role's runner, its readiness check
+// (which executors are alive; none: not ready) and its package
+// environments (resolved here for the executors' Python, installed by
+// them).
+func (a *App) newDispatcher(ctx context.Context, metrics *telemetry.Metrics) (*dispatch.Dispatcher, *dispatch.Environments, gateway.Check, error) {
 	cfg := a.cfg
 	key, err := dispatch.LoadKey(cfg.Dispatch.SpecKeyFile)
 	if err != nil {
-		return nil, gateway.Check{}, err
+		return nil, nil, gateway.Check{}, err
 	}
 	rdb, err := newDispatchRedis(cfg, cfg.Server.WithDefaults().MaxConcurrentRuns)
 	if err != nil {
-		return nil, gateway.Check{}, err
+		return nil, nil, gateway.Check{}, err
 	}
 	a.onStop("dispatch redis", func(context.Context) error { return rdb.Close() })
 	d, err := dispatch.NewDispatcher(rdb, cfg.Dispatch, key, dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: a.log})
 	if err != nil {
-		return nil, gateway.Check{}, err
+		return nil, nil, gateway.Check{}, err
 	}
-	return d, gateway.Check{Name: "executors", Info: d.Ready}, nil
+	var obs sandbox.EnvObserver
+	if metrics != nil {
+		obs = metrics
+	}
+	return d, dispatch.NewEnvironments(d, cfg.Sandbox, obs), gateway.Check{Name: "executors", Info: d.Ready}, nil
 }
 
 // Executor is a wired executor (server.role executor). Create it with
@@ -101,6 +109,7 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		return nil, err
 	}
 	runner := opts.Runner
+	var python, platform string // announced: gateways resolve packages for them
 	if runner == nil {
 		sb, err := NewSandbox(ctx, SandboxOptions{
 			Sandbox:        cfg.Sandbox,
@@ -117,6 +126,9 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 			return nil, err
 		}
 		runner = sb.Runner
+		if sb.Environments != nil {
+			python, platform = sb.Environments.Target()
+		}
 	}
 	slots := cfg.Server.WithDefaults().MaxConcurrentRuns
 	rdb, err := newDispatchRedis(cfg, slots)
@@ -130,7 +142,7 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 	}
 	ex, err := dispatch.NewExecutor(rdb, cfg.Dispatch, key, runner, dispatch.ExecutorOptions{
 		Options: dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: log},
-		Slots:   slots, Languages: langs,
+		Slots:   slots, Languages: langs, Python: python, Platform: platform,
 	})
 	if err != nil {
 		return nil, err

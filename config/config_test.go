@@ -67,7 +67,7 @@ func TestLoad_FileAndEnvOverrides(t *testing.T) {
 	if cfg.Policy.Watch == nil || *cfg.Policy.Watch {
 		t.Errorf("policy.watch = %v, want false", cfg.Policy.Watch)
 	}
-	if len(cfg.Tenants) != 2 || cfg.Tenants[0].Quota.Concurrency != 2 {
+	if len(cfg.Tenants) != 2 || cfg.Tenants[0].Quota.Concurrency != 2 || cfg.Tenants[0].Quota.MaxQueued != 3 {
 		t.Errorf("tenants = %+v", cfg.Tenants)
 	}
 	if cfg.Tenants[1].Quota != cfg.Quota.Defaults {

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"crypto/rand"
+	_ "embed" // enqueue.lua
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,8 +17,18 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
 )
+
+//go:embed lua/enqueue.lua
+var enqueueSrc string
+
+var enqueueScript = redis.NewScript(enqueueSrc)
+
+// queueRetryAfter is the Retry-After of a run refused by max_queued: the
+// queue drains as executors take runs.
+const queueRetryAfter = time.Second
 
 // runBudgetSlack is how long past its timeout_ms a started run may take
 // to answer (package install, jail start, kill grace, the reply's trip)
@@ -96,8 +107,10 @@ func noExecutor(hint string, err error) *sandbox.UnavailableError {
 
 // Run dispatches spec and waits for its result. The error is a
 // *sandbox.UnavailableError when nothing ran (no executor, none started
-// it in time, the executor's sandbox refused it), or ctx's when the
-// caller went away (the run is then never started, or its result dropped).
+// it in time, the executor's sandbox refused it), a *quota.ExceededError
+// (kind max_queued) when the tenant's queue is full (nothing queued), or
+// ctx's when the caller went away (the run is then never started, or its
+// result dropped).
 func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	fleet, err := d.Executors(ctx)
 	if err != nil {
@@ -121,13 +134,43 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	if len(payload) > maxJobBytes {
 		return errorResult(sandbox.ErrInvalidInput, fmt.Sprintf("the run is too large to dispatch (%d bytes, at most %d)", len(payload), maxJobBytes)), nil
 	}
+	if err := d.enqueue(ctx, job); err != nil {
+		return sandbox.Result{}, err
+	}
 	if err := d.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: d.k.runs(), MaxLen: d.cfg.MaxStreamLength, Approx: true,
 		Values: []string{"job", d.sig.seal(domainJob, payload)},
 	}).Err(); err != nil {
+		d.dequeue(job)
 		return sandbox.Result{}, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("queueing the run: %w", err))
 	}
 	return d.await(ctx, job, spec)
+}
+
+// enqueue takes the job's place in its tenant's queue when the run's
+// admission bounds it (max_queued), or refuses it.
+func (d *Dispatcher) enqueue(ctx context.Context, job Job) error {
+	adm, ok := quota.FromContext(ctx)
+	if !ok || adm.Limits.MaxQueued <= 0 {
+		return nil
+	}
+	n, err := enqueueScript.Run(ctx, d.rdb, []string{d.k.queued(job.Spec.TenantID)},
+		job.RunID, d.cfg.QueueTimeoutMS, adm.Limits.MaxQueued).Int()
+	if err != nil {
+		return noExecutor("the dispatch Redis is unreachable", fmt.Errorf("queueing the run: %w", err))
+	}
+	if n == 0 {
+		return &quota.ExceededError{Kind: quota.KindQueued, RetryAfter: queueRetryAfter, Limit: adm.Limits.MaxQueued}
+	}
+	return nil
+}
+
+// dequeue gives up the job's place in its tenant's queue (it will never
+// start). Executors remove the runs they take themselves.
+func (d *Dispatcher) dequeue(job Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = d.rdb.ZRem(ctx, d.k.queued(job.Spec.TenantID), job.RunID).Err()
 }
 
 // await waits for job's reply, serving its tool calls meanwhile, and
@@ -195,6 +238,7 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 				if d.now().After(expires) {
 					ok, err := d.rdb.SetNX(ctx, d.k.started(runID), startedExpired, d.markerTTL(spec)).Result()
 					if err == nil && ok {
+						d.dequeue(job)
 						return sandbox.Result{}, noExecutor("no executor started the run within dispatch.queue_timeout_ms; it was not run", nil)
 					}
 				}
@@ -275,6 +319,7 @@ func (d *Dispatcher) cancelled(ctx context.Context, job Job, spec sandbox.Spec) 
 	pipe := d.rdb.TxPipeline()
 	nx := pipe.SetNX(bg, d.k.started(job.RunID), startedAbandoned, time.Hour)
 	pipe.Set(bg, d.k.cancel(job.RunID), "1", replyTTL)
+	pipe.ZRem(bg, d.k.queued(job.Spec.TenantID), job.RunID) // its max_queued place
 	_, _ = pipe.Exec(bg)
 	if ok, err := nx.Result(); err == nil && ok {
 		return errorResult(typ, "the run was cancelled before any executor started it; it was not run"), nil

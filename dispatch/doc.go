@@ -27,6 +27,14 @@
 //	                               kills it (looked at once a beat)
 //	P:dispatch:{R}:bridge          list: the run's tool requests (executor → gateway)
 //	P:dispatch:{R}:bridge:N        list: the answer to request N (gateway → executor)
+//	P:dispatch:env:ID              string: the lock of environment ID, prepared or run
+//	                               through a gateway (envs.go), 7 days from last use
+//	P:dispatch:{t:T}:queued        zset: tenant T's runs dispatched and not yet started,
+//	                               run id → its place's expiry (Redis TIME + queue
+//	                               timeout, unix ms); written only for
+//	                               tenants with a max_queued (enqueue.lua); the
+//	                               executor removes a run when it takes it, the gateway
+//	                               when it expires or abandons it
 //
 // At most once: an entry is run only by the executor whose SET NX on
 // {R}:started succeeds, before it runs anything. Entries read but not
@@ -36,4 +44,10 @@
 // ends ExecutorLost at the gateway and is never run again; a run no one
 // started before its expiry is taken by the gateway (SET NX
 // "gateway:expired") and answered 503, nothing run.
+//
+// Queue bound: a tenant whose effective quota has max_queued (read from
+// the run's admission in its context, quota.FromContext) gets at most that
+// many runs in {t:T}:queued; the check, the purge of expired members and
+// the add are one script, so gateways share the bound. Beyond it Run
+// returns a *quota.ExceededError (kind max_queued) and queues nothing.
 package dispatch

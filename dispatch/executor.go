@@ -36,6 +36,9 @@ type ExecutorOptions struct {
 	Languages []string
 	// Version is the build's version, announced.
 	Version string
+	// Python and Platform are announced for the gateways' resolution of
+	// requirements (Announcement); empty: none.
+	Python, Platform string
 }
 
 // TracerName names the executor's tracer.
@@ -168,6 +171,7 @@ func (e *Executor) beat(ctx context.Context) error {
 	a := Announcement{
 		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.opts.Languages, Profiles: []string{"jail"},
 		HarnessProtocol: jaillayout.ProtocolVersion, Wire: WireVersion, Version: e.opts.Version,
+		Python: e.opts.Python, Platform: e.opts.Platform,
 		StartedMS: e.startedMS, BeatMS: now.UnixMilli(),
 	}
 	b, err := json.Marshal(a)
@@ -261,7 +265,12 @@ func (e *Executor) handle(m redis.XMessage) {
 		e.refuse(ctx, m.ID, job.RunID, why)
 		return
 	}
-	ok, err := e.rdb.SetNX(ctx, e.k.started(job.RunID), e.id, e.markerTTL(job)).Result()
+	// Taken or not, the run leaves its tenant's queue (max_queued).
+	take := e.rdb.Pipeline()
+	nx := take.SetNX(ctx, e.k.started(job.RunID), e.id, e.markerTTL(job))
+	take.ZRem(ctx, e.k.queued(job.Spec.TenantID), job.RunID) // the job is signed: the tenant id is the gateway's
+	_, _ = take.Exec(ctx)
+	ok, err := nx.Result()
 	if err != nil {
 		// Not taken: left pending, another executor (or this one) claims
 		// it after 3 beats.

@@ -25,6 +25,12 @@ type Announcement struct {
 	Profiles []string `json:"profiles"`
 	// HarnessProtocol is the gateway↔harness protocol version of its
 	// sandbox (jaillayout.ProtocolVersion); Wire the dispatch WireVersion.
+	// Python and Platform are its rootfs's Python version ("3.11.2") and
+	// uv's platform for its jails ("x86_64-manylinux_2_28"): gateways
+	// resolve a run's requirements for them (envs.go). Empty: it cannot
+	// install packages.
+	Python          string `json:"python,omitempty"`
+	Platform        string `json:"platform,omitempty"`
 	HarnessProtocol int    `json:"harness_protocol"`
 	Wire            int    `json:"wire"`
 	Version         string `json:"version,omitempty"`

@@ -17,10 +17,16 @@ func (k keys) run(runID string) string   { return k.p + "{" + runID + "}:" }
 func (k keys) started(runID string) string {
 	return k.run(runID) + "started"
 }
-func (k keys) reply(runID string) string  { return k.run(runID) + "reply" }
-func (k keys) cancel(runID string) string { return k.run(runID) + "cancel" }
-func (k keys) bridge(runID string) string { return k.run(runID) + "bridge" }
-func (k keys) output(runID string) string { return k.run(runID) + "output" }
+func (k keys) reply(runID string) string { return k.run(runID) + "reply" }
+
+// env is a prepared environment's lock (envs.go).
+func (k keys) env(id string) string { return k.p + "env:" + id }
+
+// queued is a tenant's runs dispatched and not yet started (max_queued).
+func (k keys) queued(tenant string) string { return k.p + "{t:" + tenant + "}:queued" }
+func (k keys) cancel(runID string) string  { return k.run(runID) + "cancel" }
+func (k keys) bridge(runID string) string  { return k.run(runID) + "bridge" }
+func (k keys) output(runID string) string  { return k.run(runID) + "output" }
 func (k keys) bridgeAnswer(runID string, n uint64) string {
 	return k.run(runID) + "bridge:" + strconv.FormatUint(n, 10)
 }

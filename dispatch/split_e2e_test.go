@@ -52,6 +52,11 @@ type splitEnv struct {
 	nsjail   string
 	execs    map[string]*proc
 	mcp      *toolbridgetest.Server
+	// policyExtra is appended to the tenant's policy map, execSandbox to
+	// the executors' sandbox map (", key: value" each).
+	policyExtra, execSandbox string
+	// quotaExtra is appended to the tenant's quota map.
+	quotaExtra string
 }
 
 type proc struct {
@@ -130,8 +135,8 @@ audit: {file: %s}
 dispatch: {spec_key_file: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
 tenants:
   - id: %s
-    quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000}
-    policy: {network: [none], egress_allow: [], tools: ["math.*"]}
+    quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000`+e.quotaExtra+`}
+    policy: {network: [none], egress_allow: [], tools: ["math.*"]`+e.policyExtra+`}
     tools:
       servers:
         - name: math
@@ -156,7 +161,7 @@ func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 server: {role: executor, max_concurrent_runs: `+strconv.Itoa(slots)+`}
-sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+`}
+sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
 dispatch: {redis_url: %s, spec_key_file: %s, executor_id: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
 `, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t), e.redis.URL(), filepath.Join(e.dir, "spec.key"), id)
 	path := filepath.Join(e.dir, id+".yaml")

@@ -154,6 +154,10 @@ func Refusal(err error) *Error {
 			return &Error{Status: http.StatusTooManyRequests, Type: TypeBudgetExhausted,
 				Message: "the tenant's daily CPU budget is spent", RetryAfter: exceeded.RetryAfter, Err: err}
 		}
+		if exceeded.Kind == quota.KindQueued {
+			return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: exceeded.RetryAfter, Err: err,
+				Message: fmt.Sprintf("the tenant already has max_queued (%d) runs waiting for an executor; nothing was queued", exceeded.Limit)}
+		}
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded,
 			Message: fmt.Sprintf("the tenant's %s quota is exceeded", exceeded.Kind), RetryAfter: exceeded.RetryAfter, Err: err}
 	case errors.As(err, &expired):

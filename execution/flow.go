@@ -69,8 +69,11 @@ type Admitter interface {
 	Admit(ctx context.Context, req quota.AdmitRequest) (*quota.Admission, error)
 }
 
-// Runner runs one tool inside the sandbox (*sandbox.Runner). Its only error
-// is *sandbox.UnavailableError: nothing was run.
+// Runner runs one tool inside the sandbox (*sandbox.Runner). Its only
+// errors are *sandbox.UnavailableError and, from a runner that queues (the
+// gateway role's dispatcher), *quota.ExceededError of kind max_queued:
+// nothing was run. The run's context carries its admission
+// (quota.FromContext).
 type Runner interface {
 	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 }

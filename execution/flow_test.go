@@ -78,6 +78,7 @@ func TestRefusalGivesEachErrorItsStatusAndType(t *testing.T) {
 		{name: "a policy deny", err: Denied(nil), status: 403, typ: TypePolicyDenied, expected: true},
 		{name: "a policy that failed", err: fmt.Errorf("%w: %w", ErrPolicy, errors.New("undefined")), status: 500, typ: TypePolicyError},
 		{name: "a rate quota", err: &quota.ExceededError{Kind: quota.KindRate, RetryAfter: 3 * time.Second}, status: 429, typ: TypeQuotaExceeded, retryAfter: 3 * time.Second, expected: true},
+		{name: "a full dispatch queue", err: &quota.ExceededError{Kind: quota.KindQueued, RetryAfter: time.Second, Limit: 2}, status: 429, typ: TypeQuotaExceeded, retryAfter: time.Second, expected: true},
 		{name: "a spent budget", err: &quota.ExceededError{Kind: quota.KindBudget, RetryAfter: time.Hour}, status: 429, typ: TypeBudgetExhausted, retryAfter: time.Hour, expected: true},
 		{name: "a dropped response", err: &ResultExpiredError{Outcome: "ok"}, status: 409, typ: TypeResultExpired, expected: true},
 		{name: "too many claims", err: &ClaimsExhaustedError{Max: 5, RetryAfter: time.Minute}, status: 429, typ: TypeQuotaExceeded, retryAfter: time.Minute, expected: true},
@@ -100,6 +101,9 @@ func TestRefusalGivesEachErrorItsStatusAndType(t *testing.T) {
 	}
 	if e := Refusal(&ResultExpiredError{Outcome: "error:Timeout"}); e.Body().OriginalStatus != "error:Timeout" {
 		t.Errorf("ResultExpired body %+v: want the original outcome", e.Body())
+	}
+	if e := Refusal(&quota.ExceededError{Kind: quota.KindQueued, Limit: 2}); !strings.Contains(e.Message, "max_queued (2)") {
+		t.Errorf("max_queued refusal message %q: want it to name max_queued and its value", e.Message)
 	}
 	if e := Refusal(Denied(nil)); !reflect.DeepEqual(e.Reasons, []string{"denied by policy"}) {
 		t.Errorf("a deny without reasons: %v, want the default reason", e.Reasons)

@@ -336,7 +336,7 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		}
 	}()
 
-	runCtx, span := f.tracer.Start(rctx, telemetry.StageRun)
+	runCtx, span := f.tracer.Start(quota.NewContext(rctx, adm), telemetry.StageRun)
 	defer span.End()
 	start := time.Now()
 	res, err := f.d.Runner.Run(runCtx, spec)
@@ -344,6 +344,10 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "sandbox unavailable")
+		if errors.Is(err, quota.ErrExceeded) { // a dispatcher's max_queued: nothing was queued
+			x.quota = quotaRefusal(err)
+			f.d.Metrics.QuotaRefusal(tenant.ID, x.quota.Kind)
+		}
 		if rerr := adm.Release(context.WithoutCancel(ctx)); rerr != nil {
 			f.log.WarnContext(ctx, "quota release failed", telemetry.KeyExecutionID, x.id, "err", rerr)
 		}

@@ -498,7 +498,7 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 // decodeQuota decodes a tenant quota object (PUT .../quota).
 func decodeQuota(body []byte) (quota.Limits, error) {
 	var l quota.Limits
-	var rate, burst, conc, daily int64
+	var rate, burst, conc, daily, queued int64
 	const maxQuota = 1 << 31
 	if err := checkJSON(body, DefaultMaxJSONDepth); err != nil {
 		return l, err
@@ -508,11 +508,12 @@ func decodeQuota(body []byte) (quota.Limits, error) {
 		"burst":             func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &burst) },
 		"concurrency":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &conc) },
 		"daily_cpu_seconds": func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &daily) },
+		"max_queued":        func(p string, r json.RawMessage) error { return decodeInt(p, r, maxQuota, &queued) },
 	})
 	if err != nil {
 		return l, err
 	}
-	l = quota.Limits{RatePerMinute: int(rate), Burst: int(burst), Concurrency: int(conc), DailyCPUSeconds: daily}
+	l = quota.Limits{RatePerMinute: int(rate), Burst: int(burst), Concurrency: int(conc), DailyCPUSeconds: daily, MaxQueued: int(queued)}
 	if err := l.Validate(); err != nil {
 		return l, badRequest("body", "%v", err)
 	}

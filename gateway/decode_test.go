@@ -117,14 +117,15 @@ func TestDecodeExecuteDefaultsAndCompaction(t *testing.T) {
 }
 
 func TestDecodeQuota(t *testing.T) {
-	l, err := decodeQuota([]byte(`{"rate_per_minute":60,"burst":5,"concurrency":2,"daily_cpu_seconds":100}`))
-	if err != nil || l.RatePerMinute != 60 || l.Burst != 5 || l.Concurrency != 2 || l.DailyCPUSeconds != 100 {
+	l, err := decodeQuota([]byte(`{"rate_per_minute":60,"burst":5,"concurrency":2,"daily_cpu_seconds":100,"max_queued":3}`))
+	if err != nil || l.RatePerMinute != 60 || l.Burst != 5 || l.Concurrency != 2 || l.DailyCPUSeconds != 100 || l.MaxQueued != 3 {
 		t.Fatalf("decodeQuota = %+v, %v", l, err)
 	}
 	for body, want := range map[string]string{
 		`{"rate":1}`:            "rate: unknown field",
 		`{"burst":-1}`:          "burst: must be >= 0",
 		`{"concurrency":"two"}`: "concurrency: must be an integer",
+		`{"max_queued":-1}`:     "max_queued: must be >= 0",
 	} {
 		if _, err := decodeQuota([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("decodeQuota(%s) = %v, want %q", body, err, want)

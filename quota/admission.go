@@ -189,3 +189,19 @@ func (e *events) stats() Stats {
 		LeasesLost: e.leasesLost.Load(),
 	}
 }
+
+// admissionKey carries a run's Admission in its context.
+type admissionKey struct{}
+
+// NewContext returns ctx carrying a, the admission of the run ctx belongs
+// to: a runner that queues (the gateway role's dispatcher) reads the
+// effective limits from it (MaxQueued).
+func NewContext(ctx context.Context, a *Admission) context.Context {
+	return context.WithValue(ctx, admissionKey{}, a)
+}
+
+// FromContext returns the admission NewContext put in ctx.
+func FromContext(ctx context.Context) (*Admission, bool) {
+	a, ok := ctx.Value(admissionKey{}).(*Admission)
+	return a, ok && a != nil
+}

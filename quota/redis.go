@@ -36,7 +36,8 @@ import (
 //	<p>:{t:<id>}:settled     ZSET   execution id → marker expiry: finished ids,
 //	                         so a retried Settle never charges twice
 //	<p>:{t:<id>}:override    HASH   admin override: rate_per_minute, burst,
-//	                         concurrency, daily_cpu_seconds; no expiry
+//	                         concurrency, daily_cpu_seconds, max_queued (absent
+//	                         in overrides older than it: 0); no expiry
 //	<p>:{t:<id>}:tools       HASH   tool servers added over the admin API: server
 //	                         name → its JSON (ToolServerStore); at most
 //	                         MaxToolServers fields; no expiry
@@ -168,7 +169,7 @@ func (r *RedisLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission,
 	res, err := admitScript.Run(ctx, r.client,
 		[]string{k.rate, k.leases, k.resv, k.budget, k.settled, k.override},
 		req.ExecutionID, l.RatePerMinute, l.Burst, l.Concurrency, l.DailyCPUSeconds,
-		req.CPUReserveMS, r.ttl.Milliseconds(), r.dayShiftMS.Load(),
+		req.CPUReserveMS, r.ttl.Milliseconds(), r.dayShiftMS.Load(), l.MaxQueued,
 	).Int64Slice()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -176,10 +177,10 @@ func (r *RedisLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission,
 		}
 		return r.degraded(req, err)
 	}
-	if len(res) != 8 {
+	if len(res) != 9 {
 		return nil, fmt.Errorf("admitting: %w: admit script returned %d values", ErrUnavailable, len(res))
 	}
-	eff := Limits{RatePerMinute: int(res[4]), Burst: int(res[5]), Concurrency: int(res[6]), DailyCPUSeconds: res[7]}
+	eff := Limits{RatePerMinute: int(res[4]), Burst: int(res[5]), Concurrency: int(res[6]), DailyCPUSeconds: res[7], MaxQueued: int(res[8])}
 	r.rememberEffective(req.TenantID, req.Limits, eff)
 	switch res[0] {
 	case 0:
@@ -291,7 +292,9 @@ func (r *RedisLimiter) finish(ctx context.Context, tenant, execID string, cpuMS 
 	return nil
 }
 
-var overrideFields = []string{"rate_per_minute", "burst", "concurrency", "daily_cpu_seconds"}
+// overrideFields are the override hash's fields; the last, max_queued, is
+// absent from overrides written before it existed (read as 0).
+var overrideFields = []string{"rate_per_minute", "burst", "concurrency", "daily_cpu_seconds", "max_queued"}
 
 // Override returns the admin override of tenant's limits, if one is set.
 func (r *RedisLimiter) Override(ctx context.Context, tenant string) (Limits, bool, error) {
@@ -302,7 +305,7 @@ func (r *RedisLimiter) Override(ctx context.Context, tenant string) (Limits, boo
 	if err != nil {
 		return Limits{}, false, unavailable(ctx, "reading override", err)
 	}
-	var n [4]int64
+	var n [5]int64
 	set := 0
 	for i, v := range vals {
 		s, ok := v.(string)
@@ -314,11 +317,11 @@ func (r *RedisLimiter) Override(ctx context.Context, tenant string) (Limits, boo
 			return Limits{}, false, fmt.Errorf("reading override: field %s: %w", overrideFields[i], err)
 		}
 	}
-	switch set {
-	case 0:
+	switch {
+	case set == 0:
 		return Limits{}, false, nil
-	case len(overrideFields):
-		return Limits{RatePerMinute: int(n[0]), Burst: int(n[1]), Concurrency: int(n[2]), DailyCPUSeconds: n[3]}, true, nil
+	case set == len(overrideFields), set == len(overrideFields)-1 && vals[len(vals)-1] == nil:
+		return Limits{RatePerMinute: int(n[0]), Burst: int(n[1]), Concurrency: int(n[2]), DailyCPUSeconds: n[3], MaxQueued: int(n[4])}, true, nil
 	default:
 		return Limits{}, false, fmt.Errorf("reading override: %d of %d fields set (written outside execgate?)", set, len(overrideFields))
 	}
@@ -335,7 +338,7 @@ func (r *RedisLimiter) SetOverride(ctx context.Context, tenant string, l Limits)
 	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, k.override,
 			"rate_per_minute", l.RatePerMinute, "burst", l.Burst,
-			"concurrency", l.Concurrency, "daily_cpu_seconds", l.DailyCPUSeconds)
+			"concurrency", l.Concurrency, "daily_cpu_seconds", l.DailyCPUSeconds, "max_queued", l.MaxQueued)
 		p.Del(ctx, k.rate)
 		return nil
 	})

@@ -512,3 +512,26 @@ func TestRedisServerErrorsFailClosed(t *testing.T) {
 		t.Fatalf("Stats = %+v, want one fail-closed, no fail-open", s)
 	}
 }
+
+func TestRedisOverrideWrittenBeforeMaxQueuedReadsAsUnbounded(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	c := newTestClient(t, Config{RedisURL: srv.URL()})
+	l := NewRedis(c, Config{KeyPrefix: uniquePrefix()})
+	// An override as an older release wrote it: four fields, no max_queued.
+	if err := c.HSet(ctx, l.keys("old").override, "rate_per_minute", 0, "burst", 0, "concurrency", 3, "daily_cpu_seconds", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{Concurrency: 3}
+	if got, ok, err := l.Override(ctx, "old"); err != nil || !ok || got != want {
+		t.Fatalf("Override = %+v, %v, %v; want %+v", got, ok, err, want)
+	}
+	configured := Limits{MaxQueued: 7}
+	if a := mustAdmit(t, l, "old", "e1", configured, 0); a.Limits != want {
+		t.Fatalf("admission limits = %+v, want the old override with max_queued 0 (%+v)", a.Limits, want)
+	}
+	// Without an override the configured max_queued is the effective one.
+	if a := mustAdmit(t, l, "new", "e1", configured, 0); a.Limits != configured {
+		t.Fatalf("admission limits = %+v, want %+v", a.Limits, configured)
+	}
+}

@@ -285,7 +285,7 @@ func runSuite(t *testing.T, b suiteBackend) {
 		if _, ok, err := l.Override(ctx, "acme"); err != nil || ok {
 			t.Fatalf("Override before set = %v, %v", ok, err)
 		}
-		over := Limits{RatePerMinute: 120, Burst: 10, Concurrency: 2, DailyCPUSeconds: 50}
+		over := Limits{RatePerMinute: 120, Burst: 10, Concurrency: 2, DailyCPUSeconds: 50, MaxQueued: 3}
 		if err := l.SetOverride(ctx, "acme", over); err != nil {
 			t.Fatal(err)
 		}
@@ -363,6 +363,7 @@ func runSuite(t *testing.T, b suiteBackend) {
 			{"rate without burst", "acme", Limits{RatePerMinute: 10}, "burst"},
 			{"negative concurrency", "acme", Limits{Concurrency: -2}, "concurrency"},
 			{"absurd budget", "acme", Limits{DailyCPUSeconds: 1 << 40}, "daily_cpu_seconds"},
+			{"negative max_queued", "acme", Limits{MaxQueued: -1}, "max_queued"},
 			{"empty tenant", "", Limits{}, "tenant_id"},
 			{"tenant breaking the hash tag", "a}b", Limits{}, "tenant_id"},
 		} {

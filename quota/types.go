@@ -43,6 +43,13 @@ type Limits struct {
 	// DailyCPUSeconds is the CPU time a tenant may use per UTC day. 0:
 	// unlimited.
 	DailyCPUSeconds int64 `yaml:"daily_cpu_seconds" json:"daily_cpu_seconds"`
+	// MaxQueued bounds the tenant's runs waiting in the dispatch queue
+	// (server.role gateway: dispatched to the executors, not yet started
+	// by one), counted across every gateway; beyond it a run is refused
+	// (KindQueued, 429) and nothing is queued. 0: unbounded (the queued
+	// runs are still bounded by Concurrency, whose leases they hold). No
+	// effect in role all, which has no queue between gateway and sandbox.
+	MaxQueued int `yaml:"max_queued" json:"max_queued,omitempty"`
 }
 
 // Upper bounds that keep the arithmetic exact (Lua numbers are doubles) and
@@ -52,6 +59,7 @@ const (
 	maxBurst           = 1_000_000
 	maxConcurrency     = 1_000_000
 	maxDailyCPUSeconds = 1_000_000_000
+	maxMaxQueued       = 1_000_000
 )
 
 // Validate rejects negative and nonsensical values; the message names the
@@ -76,6 +84,10 @@ func (l Limits) Validate() error {
 		return errors.New("daily_cpu_seconds must be >= 0")
 	case l.DailyCPUSeconds > maxDailyCPUSeconds:
 		return fmt.Errorf("daily_cpu_seconds must be <= %d", maxDailyCPUSeconds)
+	case l.MaxQueued < 0:
+		return errors.New("max_queued must be >= 0")
+	case l.MaxQueued > maxMaxQueued:
+		return fmt.Errorf("max_queued must be <= %d", maxMaxQueued)
 	}
 	return nil
 }
@@ -88,6 +100,9 @@ const (
 	KindRate        Kind = "rate"
 	KindConcurrency Kind = "concurrency"
 	KindBudget      Kind = "budget"
+	// KindQueued: the tenant's runs waiting for an executor are at
+	// max_queued (refused by the gateway's dispatcher, not by Admit).
+	KindQueued Kind = "max_queued"
 )
 
 // ErrExceeded matches every *ExceededError with errors.Is.
@@ -100,6 +115,8 @@ var ErrExceeded = errors.New("quota exceeded")
 type ExceededError struct {
 	Kind       Kind
 	RetryAfter time.Duration // when a retry can succeed (budget: until the reset)
+	// Limit is the bound that refused (set for KindQueued).
+	Limit int
 }
 
 func (e *ExceededError) Error() string {

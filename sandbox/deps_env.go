@@ -85,6 +85,9 @@ var ErrInvalidLock = errors.New("invalid requirements_lock")
 // envIDRE is an environment id.
 var envIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// pythonVersionRE is a Python version as a rootfs manifest records it.
+var pythonVersionRE = regexp.MustCompile(`^3\.[0-9]{1,3}(\.[0-9]{1,3})?$`)
+
 // ValidEnvironmentID reports whether id has the form of an environment id.
 func ValidEnvironmentID(id string) bool { return envIDRE.MatchString(id) }
 

@@ -63,6 +63,23 @@ func NewEnvironments(cfg Config, obs EnvObserver) (*Environments, error) {
 	return newEnvironments(cfg, m.PythonVersion, obs), nil
 }
 
+// NewEnvironmentsFor returns environments that resolve for another host's
+// jails: Python pythonVersion ("3.11.2") on uv's platform ("x86_64-
+// manylinux_2_28"), as a gateway resolves for its executors (which install
+// the lock themselves). It reads no rootfs; cfg.DepsDir keeps the resolve
+// cache.
+func NewEnvironmentsFor(cfg Config, pythonVersion, platform string, obs EnvObserver) (*Environments, error) {
+	if !pythonVersionRE.MatchString(pythonVersion) {
+		return nil, fmt.Errorf("python version %q is not like 3.11.2", clip(pythonVersion, 32))
+	}
+	if !platformRE.MatchString(platform) {
+		return nil, fmt.Errorf("python platform %q is not a uv platform like x86_64-manylinux_2_28", clip(platform, 64))
+	}
+	cfg = cfg.withDefaults()
+	cfg.PythonPlatform = platform
+	return newEnvironments(cfg, pythonVersion, obs), nil
+}
+
 func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environments {
 	ttl := time.Duration(cfg.ResolveCacheSeconds) * time.Second
 	return &Environments{
@@ -85,6 +102,10 @@ func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environment
 		now:        time.Now,
 	}
 }
+
+// Target is the Python version and uv platform e resolves for (an
+// executor announces them to its gateways).
+func (e *Environments) Target() (pythonVersion, platform string) { return e.d.pyVersion, e.platform }
 
 func (e *Environments) event(ev string, d time.Duration) {
 	if e.obs != nil {

@@ -20,6 +20,14 @@ func NewEnvironments(Config, EnvObserver) (*Environments, error) {
 	return nil, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
 }
 
+// NewEnvironmentsFor always fails off Linux.
+func NewEnvironmentsFor(Config, string, string, EnvObserver) (*Environments, error) {
+	return nil, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
+}
+
+// Target is empty off Linux.
+func (*Environments) Target() (string, string) { return "", "" }
+
 // Resolve always fails off Linux.
 func (*Environments) Resolve(context.Context, []string) (Environment, *ErrorInfo, error) {
 	return Environment{}, nil, &UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}

@@ -35,7 +35,7 @@ const (
 )
 
 // quotaFlags are set's flags, in the quota object's order.
-var quotaFlags = []string{"rate-per-minute", "burst", "concurrency", "daily-cpu-seconds"}
+var quotaFlags = []string{"rate-per-minute", "burst", "concurrency", "daily-cpu-seconds", "max-queued"}
 
 func newAdminCmd() *cobra.Command {
 	admin := &cobra.Command{
@@ -135,6 +135,7 @@ given keep the tenant's current effective value; 0 means unlimited.`,
 	sf.IntVar(&f.limits.Burst, "burst", 0, "requests admitted at once (>= 1 with a rate)")
 	sf.IntVar(&f.limits.Concurrency, "concurrency", 0, "runs in flight at once (0: unlimited)")
 	sf.Int64Var(&f.limits.DailyCPUSeconds, "daily-cpu-seconds", 0, "CPU seconds per UTC day (0: unlimited)")
+	sf.IntVar(&f.limits.MaxQueued, "max-queued", 0, "runs waiting for an executor, server.role gateway (0: unbounded)")
 	return set
 }
 
@@ -282,6 +283,9 @@ func (c *adminClient) merge(ctx context.Context, given quota.Limits, changed map
 	}
 	if changed["daily-cpu-seconds"] {
 		cur.DailyCPUSeconds = given.DailyCPUSeconds
+	}
+	if changed["max-queued"] {
+		cur.MaxQueued = given.MaxQueued
 	}
 	return cur, nil
 }

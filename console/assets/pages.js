@@ -67,6 +67,7 @@ const QUOTA_FIELDS = [
   ["burst", "burst", 1_000_000],
   ["concurrency", "concurrency", 1_000_000],
   ["daily_cpu_seconds", "daily CPU seconds", 1_000_000_000],
+  ["max_queued", "max queued (gateway role)", 1_000_000],
 ];
 
 export async function loadQuotas() {
@@ -91,7 +92,7 @@ async function renderTenant(card, id) {
   const form = h("form", { class: "quota-form", novalidate: true },
     h("fieldset", { class: "row" }, h("legend", {}, q.body.override ? "Override (set)" : "Override (none: configured values)"),
       QUOTA_FIELDS.map(([k, label, max]) => h("label", {}, label,
-        h("input", { type: "number", min: 0, max, step: 1, name: k, value: eff[k], required: true, inputmode: "numeric" })))),
+        h("input", { type: "number", min: 0, max, step: 1, name: k, value: eff[k] ?? 0, required: true, inputmode: "numeric" })))),
     h("p", { class: "error", role: "alert" }),
     h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Save override"),
       q.body.override ? h("button", { type: "button", class: "clear-override", onclick: () => clearOverride(card, id) }, "Clear override") : null));

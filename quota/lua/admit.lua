@@ -5,18 +5,21 @@
 --       4 budget (HASH), 5 settled (ZSET), 6 override (HASH)
 -- ARGV: 1 execution id, 2 rate_per_minute, 3 burst, 4 concurrency,
 --       5 daily_cpu_seconds (configured; the override wins), 6 reserve ms,
---       7 lease ms, 8 day shift ms (0 in production: UTC days)
+--       7 lease ms, 8 day shift ms (0 in production: UTC days),
+--       9 max_queued (configured; the override wins; enforced by dispatch)
 -- Returns {status, kind, retry_ms, reserved_ms, rate, burst, concurrency,
---          daily_cpu_seconds}: status 1 admitted, 2 replayed (the id already
+--          daily_cpu_seconds, max_queued}: status 1 admitted, 2 replayed (the id already
 --          held a live lease; nothing consumed), 0 refused; kind 1 rate,
 --          2 concurrency, 3 budget (the refusal with the longest retry).
 redis.replicate_commands()
 
 local exec = ARGV[1]
 local rate, burst, conc, cpu_s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ov = redis.call('HMGET', KEYS[6], 'rate_per_minute', 'burst', 'concurrency', 'daily_cpu_seconds')
+local max_queued = tonumber(ARGV[9])
+local ov = redis.call('HMGET', KEYS[6], 'rate_per_minute', 'burst', 'concurrency', 'daily_cpu_seconds', 'max_queued')
 if ov[1] and ov[2] and ov[3] and ov[4] then
   rate, burst, conc, cpu_s = tonumber(ov[1]), tonumber(ov[2]), tonumber(ov[3]), tonumber(ov[4])
+  max_queued = tonumber(ov[5] or '0') -- an override written before max_queued existed: unbounded
 end
 local reserve, lease_ms, shift = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 
@@ -42,7 +45,7 @@ if redis.call('ZSCORE', KEYS[2], exec) then
   if r > 0 then
     redis.call('PEXPIRE', KEYS[3], key_ttl)
   end
-  return {2, 0, 0, r, rate, burst, conc, cpu_s}
+  return {2, 0, 0, r, rate, burst, conc, cpu_s, max_queued}
 end
 
 local kind, retry = 0, 0
@@ -97,7 +100,7 @@ if cpu_s > 0 then
 end
 
 if kind ~= 0 then
-  return {0, kind, retry, 0, rate, burst, conc, cpu_s}
+  return {0, kind, retry, 0, rate, burst, conc, cpu_s, max_queued}
 end
 
 -- Consume.
@@ -111,4 +114,4 @@ if reserve > 0 then
   redis.call('PEXPIRE', KEYS[3], key_ttl)
 end
 redis.call('ZREM', KEYS[5], exec)
-return {1, 0, 0, reserve, rate, burst, conc, cpu_s}
+return {1, 0, 0, reserve, rate, burst, conc, cpu_s, max_queued}

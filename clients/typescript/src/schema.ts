@@ -853,12 +853,16 @@ export interface components {
             concurrency?: number;
             /** @description 0: unlimited */
             daily_cpu_seconds?: number;
+            /** @description Runs of the tenant waiting for an executor (server.role gateway), across all gateways; beyond it 429 QuotaExceeded. 0 or absent: unbounded. No effect in server.role all. */
+            max_queued?: number;
         };
         QuotaLimitsOut: {
             rate_per_minute: number;
             burst: number;
             concurrency: number;
             daily_cpu_seconds: number;
+            /** @description absent: unbounded */
+            max_queued?: number;
         };
         QuotaResponse: {
             tenant_id: string;
