@@ -472,3 +472,36 @@ func TestProcessAsyncToolsSeeAsyncioAsInAJail(t *testing.T) {
 		})
 	}
 }
+
+// The zygote keeps the stdlib's fork hooks (threading's, logging's) out of
+// its own forks and registers them in each run's process: a tool that forks
+// after starting a thread gets a child whose threading state was repaired,
+// as in a jail.
+func TestProcessToolForksRunTheStdlibForkHooksAsInAJail(t *testing.T) {
+	r := newRunner(t, nil)
+	const src = `
+import os, threading
+def run(args, context):
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, str(threading.active_count()).encode())
+        os._exit(0)
+    os.close(w)
+    n = int(os.read(r, 16))
+    os.waitpid(pid, 0)
+    done.set()
+    return {"parent": threading.active_count(), "child": n}
+`
+	for _, level := range []string{sandbox.IsolationJail, sandbox.IsolationProcess} {
+		res, err := r.Run(context.Background(), sandbox.Spec{TenantID: "t1", Isolation: level, Source: src, Limits: limits.Default})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := resultMap(t, res); m["child"] != float64(1) {
+			t.Fatalf("level %s: a forked child of a tool with two threads counts %v threads, want 1 (threading's fork hook did not run)", level, m["child"])
+		}
+	}
+}
