@@ -29,7 +29,7 @@ func KillZygotes(r *Runner) error {
 
 // ZygoteCgroups waits until no zygote is preparing a spare process, then
 // returns how many run cgroups the zygotes hold: each zygote's own and its
-// spare's.
+// spares.
 func ZygoteCgroups(r *Runner) int {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		busy := false

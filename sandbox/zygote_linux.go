@@ -27,8 +27,8 @@ import (
 // it runs execgate_zygote.py instead of the harness; nsjail's time_limit
 // and RLIMIT_CPU are off for it (the zygote lives across runs; each run's
 // process sets RLIMIT_CPU back to the profile's value before anything
-// else); its /proc is mounted read-write so that it can write its
-// children's uid and gid maps (each child remounts it read-only for
+// else); its /proc is mounted read-write so that its children can write
+// their own uid and gid maps (each child then remounts it read-only for
 // itself); and its seccomp policy lets unshare(CLONE_NEWUSER|CLONE_NEWNS)
 // and mount with two exact flag sets through, which a child uses for its
 // private /tmp and then denies itself (killing, as at level jail) with a
@@ -44,12 +44,15 @@ import (
 //	      carrying each run's descriptors (SCM_RIGHTS), fork replies and
 //	      exit statuses (protocol in execgate_zygote.py)
 //
-// One run: the runner creates the run's cgroup (cgroups.create, the same as
-// a jail's), its pipes (stdin, stdout, stderr, result), its tool bridge
-// socketpair and a sync socketpair, sends them to the zygote, which forks.
-// The child reports on the sync socket; the kernel tells the runner its
-// host pid (SCM_CREDENTIALS), the runner moves it into the run's cgroup and
-// lets it go on. From then on the run is watched as a jail is (wall
+// One run: ahead of it (prepareSpare), the runner creates a run's cgroup
+// (cgroups.create, the same as a jail's) and a sync socketpair, sends one
+// end to the zygote, which forks. The child reports on the sync socket; the
+// kernel tells the runner its host pid (SCM_CREDENTIALS), the runner moves
+// it into the run's cgroup and lets it go on with its setup (private /tmp,
+// capabilities, seccomp), after which it waits. When the run comes
+// (forkRun), its pipes (stdin, stdout, stderr, result) and tool bridge
+// socket go over the sync socket, and the child runs the harness. From then
+// on the run is watched as a jail is (wall
 // deadline, CPU from the cgroup, memory counters); when the child exits
 // (the zygote reports its wait status) or is stopped, every process left in
 // the run's cgroup is killed, so daemons, setsid and double-forked children
@@ -154,8 +157,8 @@ type zygote struct {
 	emu   sync.Mutex       // guards exits
 	exits map[int]chan int // pid in the jail → its wait status (buffered 1)
 
-	// spares holds the process forked ahead for the next run (refill);
-	// filling says one is being prepared.
+	// spares holds the processes forked ahead for the next runs (refill),
+	// up to zygoteSpares; filling says they are being prepared.
 	spares  chan *spare
 	filling atomic.Bool
 
@@ -458,7 +461,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		key: key, j: j, ctl: ctl,
 		ready: make(chan struct{}), dead: make(chan struct{}),
 		replies: make(chan string, 1), exits: map[int]chan int{}, used: time.Now(),
-		spares: make(chan *spare, 1),
+		spares: make(chan *spare, zygoteSpares),
 	}
 	go z.read()
 	t := time.NewTimer(zygoteStartTimeout)
@@ -726,6 +729,11 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
 		}
 	}
+	// In its cgroup: the child goes on with its setup (its tmpfs mounts,
+	// capabilities, seccomp) and then waits for its run.
+	if _, err := syncHost.Write([]byte("a")); err != nil {
+		return nil, fmt.Errorf("letting the run's process go on: %w", err)
+	}
 	return &spare{pid: pid, hostPID: hostPID, sync: syncHost, cg: cg, procs: procs, exit: exit, forked: forked}, nil
 }
 
@@ -751,34 +759,42 @@ func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
 	}
 }
 
-// refill prepares z's next spare unless one is being prepared or z is
-// retired or dead.
+// zygoteSpares is how many processes a zygote keeps ready for its next
+// runs: two, so that a run that comes while the next is being prepared
+// still finds one.
+const zygoteSpares = 2
+
+// refill prepares z's next spares, up to zygoteSpares, unless that is
+// being done or z is retired or dead.
 func (z *zygote) refill(r *Runner, prof profile) {
 	if !z.filling.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer z.filling.Store(false)
-		select {
-		case <-z.dead:
-			return
-		default:
-		}
-		if z.isRetired(r) {
-			return
-		}
-		sp, err := r.prepareSpare(z, prof)
-		if err != nil {
-			return
-		}
-		select {
-		case z.spares <- sp:
-		default:
-			sp.discard(z)
-			return
-		}
-		if z.isRetired(r) {
-			z.dropSpares()
+		for len(z.spares) < cap(z.spares) {
+			select {
+			case <-z.dead:
+				return
+			default:
+			}
+			if z.isRetired(r) {
+				return
+			}
+			sp, err := r.prepareSpare(z, prof)
+			if err != nil {
+				return
+			}
+			select {
+			case z.spares <- sp:
+			default:
+				sp.discard(z)
+				return
+			}
+			if z.isRetired(r) {
+				z.dropSpares()
+				return
+			}
 		}
 	}()
 }
