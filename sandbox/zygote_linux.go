@@ -282,6 +282,9 @@ type zygotes struct {
 	closed   bool
 	stopTic  chan struct{}
 	wg       sync.WaitGroup
+	// removing counts the runs' cgroups being removed (removeLater); Add
+	// only while not closed, under mu.
+	removing sync.WaitGroup
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
@@ -509,6 +512,31 @@ func (zs *zygotes) retireIdle() {
 	}
 }
 
+// removeLater removes a finished run's cgroup in the background, off the
+// run's path: every process of the run is gone already (procRun.kill and
+// finish saw its cgroup empty and its pipes closed), only the directories
+// are left. close waits for these removals.
+func (zs *zygotes) removeLater(cg *runCgroup, executionID string) {
+	zs.mu.Lock()
+	if zs.closed {
+		zs.mu.Unlock()
+		zs.removeCgroup(cg, executionID)
+		return
+	}
+	zs.removing.Add(1)
+	zs.mu.Unlock()
+	go func() {
+		defer zs.removing.Done()
+		zs.removeCgroup(cg, executionID)
+	}()
+}
+
+func (zs *zygotes) removeCgroup(cg *runCgroup, executionID string) {
+	if err := cg.remove(3 * time.Second); err != nil {
+		zs.r.log.Warn("removing a run's cgroup", "execution_id", executionID, "error", err)
+	}
+}
+
 // count is the number of live zygotes (for tests and Info).
 func (zs *zygotes) count() int {
 	zs.mu.Lock()
@@ -536,6 +564,7 @@ func (zs *zygotes) close() {
 	for _, z := range all {
 		z.stop(zs.r)
 	}
+	zs.removing.Wait()
 }
 
 // procRun is one run forked from a zygote.
@@ -606,9 +635,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if used, ok := p.cg.cpuUsage(); ok {
 		o.CPUMS = used.Milliseconds()
 	}
-	if err := p.cg.remove(3 * time.Second); err != nil {
-		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
-	}
+	r.zygotes.removeLater(p.cg, spec.ExecutionID)
 	if crashed {
 		r.zygotes.discardDead(z)
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
@@ -654,21 +681,33 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 }
 
 // spare is a process forked for a run ahead of it: in its cgroup, set up
-// up to the hand-off, waiting on its sync socket for the run's
-// descriptors.
+// up to the hand-off, its harness waiting for the run's request on stdin.
+// The runner holds the other ends of the run's descriptors.
 type spare struct {
 	pid, hostPID int
-	sync         *os.File
 	cg           *runCgroup
 	procs        []string
 	exit         chan int
 	forked       time.Time
+	stdin        *os.File
+	stdout       *os.File
+	stderr       *os.File
+	result       *os.File
+	bridge       net.Conn
+}
+
+// closeEnds closes the runner's ends of the spare's descriptors.
+func (sp *spare) closeEnds() {
+	for _, f := range []*os.File{sp.stdin, sp.stdout, sp.stderr, sp.result} {
+		f.Close()
+	}
+	sp.bridge.Close()
 }
 
 // discard kills a spare that will not run and removes its cgroup.
 func (sp *spare) discard(z *zygote) {
 	_ = syscall.Kill(sp.hostPID, syscall.SIGKILL)
-	sp.sync.Close()
+	sp.closeEnds()
 	t := time.NewTimer(time.Second)
 	select {
 	case <-sp.exit:
@@ -729,12 +768,38 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
 		}
 	}
-	// In its cgroup: the child goes on with its setup (its tmpfs mounts,
-	// capabilities, seccomp) and then waits for its run.
-	if _, err := syncHost.Write([]byte("a")); err != nil {
-		return nil, fmt.Errorf("letting the run's process go on: %w", err)
+	// In its cgroup: the child gets the run's descriptors and goes on with
+	// its setup (its tmpfs mounts, capabilities, seccomp); its harness then
+	// waits for the request.
+	type pipe struct{ r, w *os.File }
+	var pipes [4]pipe
+	for i := range pipes {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		pipes[i] = pipe{pr, pw}
+		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
 	}
-	return &spare{pid: pid, hostPID: hostPID, sync: syncHost, cg: cg, procs: procs, exit: exit, forked: forked}, nil
+	in, out, errp, res := pipes[0], pipes[1], pipes[2], pipes[3]
+	bridgeConn, bridgeChild, err := bridgePair()
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
+	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
+	if err := syscall.Sendmsg(int(syncHost.Fd()), []byte("a"), unix.UnixRights(fds...), nil, 0); err != nil {
+		return nil, fmt.Errorf("handing the run's descriptors to its process: %w", err)
+	}
+	syncHost.Close()
+	// The child's ends now live in the child.
+	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, bridgeChild} {
+		f.Close()
+	}
+	return &spare{
+		pid: pid, hostPID: hostPID, cg: cg, procs: procs, exit: exit, forked: forked,
+		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn,
+	}, nil
 }
 
 // takeSpare returns z's spare process, or prepares one, and has the next
@@ -747,7 +812,7 @@ func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
 			select {
 			case <-sp.exit: // killed while it waited (by a run of the same tenant)
 				z.forget(sp.pid)
-				sp.sync.Close()
+				sp.closeEnds()
 				_ = sp.cg.remove(time.Second)
 				continue
 			default:
@@ -817,60 +882,26 @@ func (z *zygote) dropSpares() {
 	}
 }
 
-// forkRun hands the run to a spare process of z: its descriptors go over
-// the spare's sync socket with the word to go on.
-func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
+// forkRun takes a spare process of z for the run and starts reading its
+// output; the run starts when its request is written on stdin.
+func (r *Runner) forkRun(z *zygote, prof profile) (*procRun, error) {
 	sp, err := r.takeSpare(z, prof)
 	if err != nil {
 		return nil, err
 	}
-	var cleanup []func()
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
-		}
-	}()
-	cleanup = append(cleanup, func() { sp.discard(z) })
 	l := prof.Limits
-	type pipe struct{ r, w *os.File }
-	var pipes [4]pipe
-	for i := range pipes {
-		pr, pw, perr := os.Pipe()
-		if perr != nil {
-			return nil, perr
-		}
-		pipes[i] = pipe{pr, pw}
-		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
-	}
-	in, out, errp, res := pipes[0], pipes[1], pipes[2], pipes[3]
-	bridgeConn, bridgeChild, err := bridgePair()
-	if err != nil {
-		return nil, err
-	}
-	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
-	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
-	if err := syscall.Sendmsg(int(sp.sync.Fd()), []byte("g"), unix.UnixRights(fds...), nil, 0); err != nil {
-		return nil, fmt.Errorf("handing the run to its process: %w", err)
-	}
-	sp.sync.Close()
-	// The child's ends now live in the child.
-	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, bridgeChild} {
-		f.Close()
-	}
 	p := &procRun{
 		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
-		stdin: in.w, bridge: bridgeConn,
-		readEnd:  []*os.File{out.r, errp.r, res.r},
+		stdin: sp.stdin, bridge: sp.bridge,
+		readEnd:  []*os.File{sp.stdout, sp.stderr, sp.result},
 		stdout:   textCapture{max: int(l.OutputBytes)},
 		stderr:   textCapture{max: int(l.OutputBytes)},
 		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
 	}
 	p.readers.Add(3)
-	go func() { defer p.readers.Done(); p.stdout.readFrom(out.r) }()
-	go func() { defer p.readers.Done(); p.stderr.readFrom(errp.r) }()
-	go func() { defer p.readers.Done(); p.envelope.readFrom(res.r) }()
+	go func() { defer p.readers.Done(); p.stdout.readFrom(sp.stdout) }()
+	go func() { defer p.readers.Done(); p.stderr.readFrom(sp.stderr) }()
+	go func() { defer p.readers.Done(); p.envelope.readFrom(sp.result) }()
 	return p, nil
 }
 
@@ -992,9 +1023,11 @@ func (p *procRun) kill() {
 	if p.hostPID > 0 {
 		_ = syscall.Kill(p.hostPID, syscall.SIGKILL)
 	}
+	// Every process of the run is in each of its hierarchies (born there;
+	// nothing in the jail can move one), so one listing names them all.
 	deadline := time.Now().Add(3 * time.Second)
 	for delay := 100 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		pids := p.cg.pids(p.procs)
+		pids := p.cg.pids(p.procs[:1])
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}

@@ -23,9 +23,9 @@ harness would, after this setup (all before any tool code):
     added on top of the inherited one that kills mount and unshare, the two
     calls the zygote's own filter lets through for step 1 and 3: the
     child's filter is then at least as strict as level jail's.
- 5. It waits for its run. Steps 1-4 happen ahead of the run (the host keeps
-    a few such processes ready); the hand-off only passes the run's
-    descriptors.
+ 5. The harness waits for the run's request on stdin, as a warm jail's
+    does. Steps 1-4 happen ahead of the run (the host keeps a few such
+    processes ready): the hand-off is the request.
 
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
@@ -37,10 +37,9 @@ Control protocol (fd 5, a unix stream socket; one line per message):
   sync (per run)  child -> host one byte "r" once set up to step 1 (the host
                   reads the child's host pid from the kernel's
                   SCM_CREDENTIALS and moves it into the run's cgroup);
-                  host -> child one byte "a" once it did (the child goes on
-                  with steps 3 and 4);
-                  host -> child "g" with SCM_RIGHTS [stdin, stdout, stderr,
-                  result, bridge] when the run is handed to it
+                  host -> child "a" with SCM_RIGHTS [stdin, stdout, stderr,
+                  result, bridge] once it did: the child goes on with
+                  steps 3 to 5
 """
 
 import os
@@ -222,7 +221,13 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         _write(b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))
         _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE 0")
         os.write(sync, b"r")
-        if os.read(sync, 1) != b"a":  # in the run's cgroup
+        # In the run's cgroup, with the run's descriptors.
+        sock = socket.socket(fileno=sync)
+        msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(RUN_FDS * 4))
+        sock.detach()
+        os.close(sync)
+        run_fds = _fds_of(anc)
+        if msg != b"a" or len(run_fds) != RUN_FDS:
             os._exit(EXIT_SETUP)
         opts = b"size=%d,mode=1777" % tmp_bytes
         for target in (b"/tmp", b"/dev/shm"):
@@ -235,14 +240,6 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         _drop_caps()
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
         _PRELOADED.hide()
-        # Set up: wait for the run.
-        sock = socket.socket(fileno=sync)
-        msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(RUN_FDS * 4))
-        sock.detach()
-        os.close(sync)
-        run_fds = _fds_of(anc)
-        if msg != b"g" or len(run_fds) != RUN_FDS:
-            os._exit(EXIT_SETUP)
         # Received in this order into the lowest free numbers (3 and up), so
         # no descriptor is overwritten below before it is copied.
         stdin, stdout, stderr, result, bridge = run_fds
@@ -260,7 +257,7 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         os._exit(EXIT_SETUP)
     harness.HARNESS_PID = os.getpid()
     try:
-        harness.main()
+        harness.main()  # waits for the run's request on stdin
     finally:
         os._exit(0)
 
