@@ -206,7 +206,7 @@ def run(args, context):
 }
 
 // assertRunCgroupsGone checks that only the zygotes' cgroups are left
-// under the runner's parent: each zygote's own and its spare process's.
+// under the runner's parent: each zygote's own and its spare processes'.
 func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
 	t.Helper()
 	count := func() (map[string]int, int) {

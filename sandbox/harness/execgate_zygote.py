@@ -239,7 +239,6 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         os.chdir("/tmp")
         _drop_caps()
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
-        _PRELOADED.hide()
         # Received in this order into the lowest free numbers (3 and up), so
         # no descriptor is overwritten below before it is copied.
         stdin, stdout, stderr, result, bridge = run_fds
@@ -276,7 +275,7 @@ class _Preloaded:
         self.saved_specs = {k: getattr(m, "__spec__", None) for k, m in self.saved.items()}
 
     def hide(self):
-        """In a run's process, before the tool."""
+        """Once, in the zygote: its children inherit the hidden modules."""
         for k in self.saved:
             del sys.modules[k]
         sys.meta_path.insert(0, self)
@@ -353,6 +352,9 @@ def main():
     poll = select.poll()
     poll.register(ctl.fileno(), select.POLLIN)
     poll.register(wake_r, select.POLLIN)
+    # Hidden here, once: a run's process starts with them hidden and does
+    # not touch them (nor their pages) unless its tool imports asyncio.
+    _PRELOADED.hide()
     # Objects the zygote made so far are never collected: the children's
     # collector leaves them (and their pages, shared copy-on-write) alone.
     gc.collect()
