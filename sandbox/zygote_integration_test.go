@@ -505,3 +505,31 @@ def run(args, context):
 		}
 	}
 }
+
+// A zygote near max_runs has its successor started ahead: when it retires,
+// the next run takes the successor, already warm, instead of waiting for a
+// zygote to start.
+func TestZygoteSuccessorIsReadyWhenItsPredecessorRetires(t *testing.T) {
+	const maxRuns = 100 // twice the successor's lead: the least that has one
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: maxRuns} })
+	ids := func() []string { return sandbox.ZygoteIDs(r) }
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	first := ids()
+	for i := 1; i < maxRuns; i++ {
+		resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	}
+	// The zygote served its last run; its successor was started 50 runs
+	// ago and waits, ready.
+	deadline := time.Now().Add(10 * time.Second)
+	for sandbox.Zygotes(r) != 0 || sandbox.NextZygotes(r) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d runs: %d zygotes %v, %d successors; want the retired one gone and one successor ready", maxRuns, sandbox.Zygotes(r), ids(), sandbox.NextZygotes(r))
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if now := ids(); len(now) != 1 || now[0] == first[0] || sandbox.NextZygotes(r) != 0 {
+		t.Fatalf("zygotes %v (before %v), %d successors left: the run after max_runs did not take the successor", now, first, sandbox.NextZygotes(r))
+	}
+	assertRunCgroupsGone(t, r)
+}

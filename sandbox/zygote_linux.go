@@ -279,16 +279,19 @@ type zygotes struct {
 	mu       sync.Mutex // guards m, starting, closed and the zygotes' counters
 	m        map[zygoteKey]*zygote
 	starting map[zygoteKey]chan struct{} // closed when the start ended
-	closed   bool
-	stopTic  chan struct{}
-	wg       sync.WaitGroup
+	// next holds the successors started ahead of zygotes near MaxRuns
+	// (startNextLocked), promoted to m when theirs is gone.
+	next    map[zygoteKey]*zygote
+	closed  bool
+	stopTic chan struct{}
+	wg      sync.WaitGroup
 	// removing counts the runs' cgroups being removed (removeLater); Add
 	// only while not closed, under mu.
 	removing sync.WaitGroup
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
-	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, stopTic: make(chan struct{})}
+	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{})}
 	zs.wg.Add(1)
 	go zs.retireIdle()
 	return zs
@@ -306,6 +309,10 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 			zs.mu.Unlock()
 			return nil, errors.New("the runner is closed")
 		}
+		if n := zs.next[key]; n != nil && zs.m[key] == nil {
+			delete(zs.next, key)
+			zs.m[key] = n
+		}
 		if z := zs.m[key]; z != nil {
 			select {
 			case <-z.dead:
@@ -319,9 +326,12 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 			z.runs++
 			z.used = time.Now()
 			if z.runs >= zs.cfg.MaxRuns {
-				// Its last run: the next one starts a new zygote.
+				// Its last run: the next one takes its successor, or
+				// starts a new zygote.
 				z.retired = true
 				delete(zs.m, key)
+			} else if zs.cfg.MaxRuns >= 2*zygoteSuccessorLead && z.runs == zs.cfg.MaxRuns-zygoteSuccessorLead {
+				zs.startNextLocked(key)
 			}
 			zs.mu.Unlock()
 			return z, nil
@@ -360,6 +370,51 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 	}
 }
 
+// zygoteSuccessorLead is how many runs before a zygote's MaxRuns its
+// successor is started (for a MaxRuns of at least twice that), so that no
+// run waits for a zygote to start when one retires.
+const zygoteSuccessorLead = 50
+
+// startNextLocked starts key's successor in the background when the budget
+// has room for it without stopping anything (else the run after the
+// retirement starts one, as without a successor).
+func (zs *zygotes) startNextLocked(key zygoteKey) {
+	if zs.closed || zs.next[key] != nil {
+		return
+	}
+	if _, ok := zs.starting[key]; ok {
+		return
+	}
+	if len(zs.m)+len(zs.starting)+len(zs.next)+1 > zs.cfg.Max || zs.memoryLocked()+key.prof.Limits.MemoryMB > zs.cfg.MemoryMB {
+		return
+	}
+	done := make(chan struct{})
+	zs.starting[key] = done
+	zs.wg.Add(1) // not closed, under mu: before close's Wait
+	go func() {
+		defer zs.wg.Done()
+		z, err := zs.start(key)
+		zs.mu.Lock()
+		delete(zs.starting, key)
+		close(done)
+		switch {
+		case err != nil:
+			zs.mu.Unlock()
+			zs.r.log.Warn("starting a zygote's successor", "tenant_id", key.tenant, "error", err)
+			return
+		case zs.closed:
+			zs.mu.Unlock()
+			z.stop(zs.r)
+			return
+		case zs.m[key] == nil:
+			zs.m[key] = z
+		default:
+			zs.next[key] = z
+		}
+		zs.mu.Unlock()
+	}()
+}
+
 // done ends one run of z; a retired zygote stops after its last run.
 func (zs *zygotes) done(z *zygote) {
 	zs.mu.Lock()
@@ -391,6 +446,9 @@ func (zs *zygotes) memoryLocked() int64 {
 	for k := range zs.starting {
 		n += k.prof.Limits.MemoryMB
 	}
+	for k := range zs.next {
+		n += k.prof.Limits.MemoryMB
+	}
 	return n
 }
 
@@ -401,7 +459,7 @@ func (zs *zygotes) makeRoomLocked(key zygoteKey) ([]*zygote, bool) {
 		return nil, false
 	}
 	var victims []*zygote
-	count := len(zs.m) + len(zs.starting)
+	count := len(zs.m) + len(zs.starting) + len(zs.next)
 	mem := zs.memoryLocked()
 	for count+1 > zs.cfg.Max || mem+need > zs.cfg.MemoryMB {
 		v := zs.victimLocked(key.tenant)
@@ -505,6 +563,13 @@ func (zs *zygotes) retireIdle() {
 				stale = append(stale, z)
 			}
 		}
+		for k, z := range zs.next {
+			if zs.m[k] == nil && time.Since(z.used) > idle {
+				delete(zs.next, k)
+				z.retired = true
+				stale = append(stale, z)
+			}
+		}
 		zs.mu.Unlock()
 		for _, z := range stale {
 			z.stop(zs.r)
@@ -558,6 +623,11 @@ func (zs *zygotes) close() {
 		z.retired = true // a spare being prepared is dropped, not kept
 		all = append(all, z)
 		delete(zs.m, k)
+	}
+	for k, z := range zs.next {
+		z.retired = true
+		all = append(all, z)
+		delete(zs.next, k)
 	}
 	zs.mu.Unlock()
 	zs.wg.Wait()
