@@ -48,11 +48,13 @@ import (
 // (cgroups.create, the same as a jail's) and a sync socketpair, sends one
 // end to the zygote, which forks. The child reports on the sync socket; the
 // kernel tells the runner its host pid (SCM_CREDENTIALS), the runner moves
-// it into the run's cgroup and lets it go on with its setup (private /tmp,
-// capabilities, seccomp), after which it waits. When the run comes
-// (forkRun), its pipes (stdin, stdout, stderr, result) and tool bridge
-// socket go over the sync socket, and the child runs the harness. From then
-// on the run is watched as a jail is (wall
+// it into the run's cgroup and hands it the run's pipes (stdin, stdout,
+// stderr, result) and tool bridge socket over the sync socket; the child
+// does its setup (private /tmp, capabilities, seccomp) and its harness
+// waits for the request on stdin. A zygote keeps zygoteSpares such
+// processes ready, and starts its successor before it retires
+// (startNextLocked). When the run comes (forkRun), the runner writes the
+// request. From then on the run is watched as a jail is (wall
 // deadline, CPU from the cgroup, memory counters); when the child exits
 // (the zygote reports its wait status) or is stopped, every process left in
 // the run's cgroup is killed, so daemons, setsid and double-forked children

@@ -30,7 +30,7 @@ harness would, after this setup (all before any tool code):
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
                   fork a process for a run (ahead of the run: the host keeps
-                  one ready)
+                  a few ready)
   zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
                   jail's pid namespace) or "e <errno>\\n" when fork failed;
                   "x <pid> <wait status>\\n" when a run's process exited
