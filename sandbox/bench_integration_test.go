@@ -6,7 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
@@ -35,6 +39,59 @@ func BenchmarkRunWarm(b *testing.B) {
 		if err != nil || res.Status != sandbox.StatusOK {
 			b.Fatalf("%v %s", err, dump(res))
 		}
+	}
+}
+
+// BenchmarkRunProcess is one run of the probe at isolation level process
+// (a fresh process forked from the tenant's warm zygote).
+func BenchmarkRunProcess(b *testing.B) {
+	r := benchRunner(b, 0)
+	spec := probe
+	spec.Isolation, spec.TenantID = sandbox.IsolationProcess, "bench"
+	if res, err := r.Run(context.Background(), spec); err != nil || res.Status != sandbox.StatusOK { // starts the zygote
+		b.Fatalf("%v %s", err, dump(res))
+	}
+	cpu := benchCPU(b, r)
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := r.Run(context.Background(), spec)
+		if err != nil || res.Status != sandbox.StatusOK {
+			b.Fatalf("%v %s", err, dump(res))
+		}
+	}
+	cpu()
+}
+
+// benchCPU reports the CPU time per run of this process (the runner) and
+// of every jail below r's parent cgroup (zygotes and runs), read when the
+// returned func is called.
+func benchCPU(b *testing.B, r *sandbox.Runner) func() {
+	parent := sandbox.CgroupParentName(r)
+	jails := func() time.Duration {
+		for _, f := range []string{"/sys/fs/cgroup/unified/" + parent + "/cpu.stat", "/sys/fs/cgroup/" + parent + "/cpu.stat"} {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					us, _ := strconv.ParseInt(v, 10, 64)
+					return time.Duration(us) * time.Microsecond
+				}
+			}
+		}
+		return 0
+	}
+	self := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	s0, j0 := self(), jails()
+	return func() {
+		n := float64(b.N)
+		b.ReportMetric(float64((self()-s0).Microseconds())/1000/n, "runner-cpu-ms/op")
+		b.ReportMetric(float64((jails()-j0).Microseconds())/1000/n, "jail-cpu-ms/op")
 	}
 }
 

@@ -356,6 +356,9 @@ type runCgroup struct {
 	into *os.File
 }
 
+// cpuPeriodUS is the CFS period of a run's CPU bandwidth.
+const cpuPeriodUS = 100000
+
 // create makes the run's cgroup with its limits. On error nothing is left.
 func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
 	rc := &runCgroup{cg: c, name: c.parent + "/" + run, oomEvents: -1}
@@ -383,6 +386,10 @@ func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
 			{filepath.Join(rc.dirs[0], "memory.limit_in_bytes"), mem},
 			{filepath.Join(rc.dirs[0], "memory.memsw.limit_in_bytes"), mem}, // only with swap accounting
 			{filepath.Join(rc.dirs[1], "pids.max"), strconv.FormatInt(pids, 10)},
+			// One CPU of bandwidth, as nsjail gives a jail (cgroup_cpu_ms_per_sec):
+			// a run at level process sits in this cgroup itself.
+			{filepath.Join(rc.dirs[2], "cpu.cfs_period_us"), strconv.Itoa(cpuPeriodUS)},
+			{filepath.Join(rc.dirs[2], "cpu.cfs_quota_us"), strconv.Itoa(cpuMsPerSec * cpuPeriodUS / 1000)},
 		}
 	} else {
 		writes = [][2]string{
@@ -390,12 +397,16 @@ func (c *cgroups) create(run string, memBytes, pids int64) (*runCgroup, error) {
 			{filepath.Join(rc.dirs[0], "memory.max"), mem},
 			{filepath.Join(rc.dirs[0], "memory.swap.max"), "0"}, // only with swap accounting
 			{filepath.Join(rc.dirs[0], "pids.max"), strconv.FormatInt(pids, 10)},
+			{filepath.Join(rc.dirs[0], "cpu.max"), fmt.Sprintf("%d %d", cpuMsPerSec*cpuPeriodUS/1000, cpuPeriodUS)},
 		}
 	}
 	for _, w := range writes {
 		err := writeFile(w[0], w[1])
 		if err != nil && errors.Is(err, fs.ErrNotExist) && strings.Contains(w[0], "sw") {
 			continue // no swap accounting on this host
+		}
+		if err != nil && errors.Is(err, fs.ErrNotExist) && strings.Contains(filepath.Base(w[0]), "cpu") {
+			continue // no CPU bandwidth control on this host: nsjail's own limit still holds for jails
 		}
 		if err != nil {
 			rc.remove(time.Second)

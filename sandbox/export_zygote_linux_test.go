@@ -29,7 +29,7 @@ func KillZygotes(r *Runner) error {
 
 // ZygoteCgroups waits until no zygote is preparing a spare process, then
 // returns how many run cgroups the zygotes hold: each zygote's own and its
-// spare's.
+// spares.
 func ZygoteCgroups(r *Runner) int {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		busy := false
@@ -48,7 +48,18 @@ func ZygoteCgroups(r *Runner) int {
 	for _, z := range r.zygotes.m {
 		n += 1 + len(z.spares)
 	}
+	for _, z := range r.zygotes.next {
+		n += 1 + len(z.spares)
+	}
 	return n
+}
+
+// NextZygotes is the number of successors started ahead and not yet
+// promoted.
+func NextZygotes(r *Runner) int {
+	r.zygotes.mu.Lock()
+	defer r.zygotes.mu.Unlock()
+	return len(r.zygotes.next)
 }
 
 // ZygoteIDs lists the live zygotes as "<tenant>/<nsjail pid>".

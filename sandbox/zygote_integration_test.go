@@ -206,7 +206,7 @@ def run(args, context):
 }
 
 // assertRunCgroupsGone checks that only the zygotes' cgroups are left
-// under the runner's parent: each zygote's own and its spare process's.
+// under the runner's parent: each zygote's own and its spare processes'.
 func assertRunCgroupsGone(t *testing.T, r *sandbox.Runner) {
 	t.Helper()
 	count := func() (map[string]int, int) {
@@ -470,5 +470,95 @@ func TestProcessAsyncToolsSeeAsyncioAsInAJail(t *testing.T) {
 				t.Fatalf("%s: %s %s %+v\n%s", name, res.Status, res.Result, res.Error, res.Stderr)
 			}
 		})
+	}
+}
+
+// The zygote keeps the stdlib's fork hooks (threading's, logging's) out of
+// its own forks and registers them in each run's process: a tool that forks
+// after starting a thread gets a child whose threading state was repaired,
+// as in a jail.
+func TestProcessToolForksRunTheStdlibForkHooksAsInAJail(t *testing.T) {
+	r := newRunner(t, nil)
+	const src = `
+import os, threading
+def run(args, context):
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, str(threading.active_count()).encode())
+        os._exit(0)
+    os.close(w)
+    n = int(os.read(r, 16))
+    os.waitpid(pid, 0)
+    done.set()
+    return {"parent": threading.active_count(), "child": n}
+`
+	for _, level := range []string{sandbox.IsolationJail, sandbox.IsolationProcess} {
+		res, err := r.Run(context.Background(), sandbox.Spec{TenantID: "t1", Isolation: level, Source: src, Limits: limits.Default})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := resultMap(t, res); m["child"] != float64(1) {
+			t.Fatalf("level %s: a forked child of a tool with two threads counts %v threads, want 1 (threading's fork hook did not run)", level, m["child"])
+		}
+	}
+}
+
+// A zygote near max_runs has its successor started ahead: when it retires,
+// the next run takes the successor, already warm, instead of waiting for a
+// zygote to start.
+func TestZygoteSuccessorIsReadyWhenItsPredecessorRetires(t *testing.T) {
+	const maxRuns = 100 // twice the successor's lead: the least that has one
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: maxRuns} })
+	ids := func() []string { return sandbox.ZygoteIDs(r) }
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	first := ids()
+	for i := 1; i < maxRuns; i++ {
+		resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	}
+	// The zygote served its last run; its successor was started 50 runs
+	// ago and waits, ready.
+	deadline := time.Now().Add(10 * time.Second)
+	for sandbox.Zygotes(r) != 0 || sandbox.NextZygotes(r) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d runs: %d zygotes %v, %d successors; want the retired one gone and one successor ready", maxRuns, sandbox.Zygotes(r), ids(), sandbox.NextZygotes(r))
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, bounded by the deadline
+	}
+	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+	if now := ids(); len(now) != 1 || now[0] == first[0] || sandbox.NextZygotes(r) != 0 {
+		t.Fatalf("zygotes %v (before %v), %d successors left: the run after max_runs did not take the successor", now, first, sandbox.NextZygotes(r))
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+// A run at level process gets one CPU of bandwidth, as a jail does: two
+// processes spinning side by side use at most about as much CPU as wall
+// time (without the cap, about twice as much on an idle 2-core host).
+func TestProcessRunGetsOneCPUOfBandwidth(t *testing.T) {
+	r := newRunner(t, nil)
+	src := `
+import os, time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+def run(args, context):
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        spin(1.5)
+        os._exit(0)
+    spin(1.5)
+    os.waitpid(pid, 0)
+    return {"wall_ms": int((time.monotonic() - start) * 1000)}
+`
+	res := runProc(t, r, sandbox.Spec{Source: src, Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}})
+	m := resultMap(t, res)
+	wall := m["wall_ms"].(float64)
+	if cpu := float64(res.Usage.CPUMS); cpu > 1.2*wall+100 {
+		t.Fatalf("two spinning processes used %.0f ms of CPU in %.0f ms of wall time: more than one CPU", cpu, wall)
 	}
 }

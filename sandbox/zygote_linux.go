@@ -27,8 +27,8 @@ import (
 // it runs execgate_zygote.py instead of the harness; nsjail's time_limit
 // and RLIMIT_CPU are off for it (the zygote lives across runs; each run's
 // process sets RLIMIT_CPU back to the profile's value before anything
-// else); its /proc is mounted read-write so that it can write its
-// children's uid and gid maps (each child remounts it read-only for
+// else); its /proc is mounted read-write so that its children can write
+// their own uid and gid maps (each child then remounts it read-only for
 // itself); and its seccomp policy lets unshare(CLONE_NEWUSER|CLONE_NEWNS)
 // and mount with two exact flag sets through, which a child uses for its
 // private /tmp and then denies itself (killing, as at level jail) with a
@@ -44,12 +44,17 @@ import (
 //	      carrying each run's descriptors (SCM_RIGHTS), fork replies and
 //	      exit statuses (protocol in execgate_zygote.py)
 //
-// One run: the runner creates the run's cgroup (cgroups.create, the same as
-// a jail's), its pipes (stdin, stdout, stderr, result), its tool bridge
-// socketpair and a sync socketpair, sends them to the zygote, which forks.
-// The child reports on the sync socket; the kernel tells the runner its
-// host pid (SCM_CREDENTIALS), the runner moves it into the run's cgroup and
-// lets it go on. From then on the run is watched as a jail is (wall
+// One run: ahead of it (prepareSpare), the runner creates a run's cgroup
+// (cgroups.create, the same as a jail's) and a sync socketpair, sends one
+// end to the zygote, which forks. The child reports on the sync socket; the
+// kernel tells the runner its host pid (SCM_CREDENTIALS), the runner moves
+// it into the run's cgroup and hands it the run's pipes (stdin, stdout,
+// stderr, result) and tool bridge socket over the sync socket; the child
+// does its setup (private /tmp, capabilities, seccomp) and its harness
+// waits for the request on stdin. A zygote keeps zygoteSpares such
+// processes ready, and starts its successor before it retires
+// (startNextLocked). When the run comes (forkRun), the runner writes the
+// request. From then on the run is watched as a jail is (wall
 // deadline, CPU from the cgroup, memory counters); when the child exits
 // (the zygote reports its wait status) or is stopped, every process left in
 // the run's cgroup is killed, so daemons, setsid and double-forked children
@@ -154,8 +159,8 @@ type zygote struct {
 	emu   sync.Mutex       // guards exits
 	exits map[int]chan int // pid in the jail → its wait status (buffered 1)
 
-	// spares holds the process forked ahead for the next run (refill);
-	// filling says one is being prepared.
+	// spares holds the processes forked ahead for the next runs (refill),
+	// up to zygoteSpares; filling says they are being prepared.
 	spares  chan *spare
 	filling atomic.Bool
 
@@ -276,13 +281,19 @@ type zygotes struct {
 	mu       sync.Mutex // guards m, starting, closed and the zygotes' counters
 	m        map[zygoteKey]*zygote
 	starting map[zygoteKey]chan struct{} // closed when the start ended
-	closed   bool
-	stopTic  chan struct{}
-	wg       sync.WaitGroup
+	// next holds the successors started ahead of zygotes near MaxRuns
+	// (startNextLocked), promoted to m when theirs is gone.
+	next    map[zygoteKey]*zygote
+	closed  bool
+	stopTic chan struct{}
+	wg      sync.WaitGroup
+	// removing counts the runs' cgroups being removed (removeLater); Add
+	// only while not closed, under mu.
+	removing sync.WaitGroup
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
-	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, stopTic: make(chan struct{})}
+	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{})}
 	zs.wg.Add(1)
 	go zs.retireIdle()
 	return zs
@@ -300,6 +311,10 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 			zs.mu.Unlock()
 			return nil, errors.New("the runner is closed")
 		}
+		if n := zs.next[key]; n != nil && zs.m[key] == nil {
+			delete(zs.next, key)
+			zs.m[key] = n
+		}
 		if z := zs.m[key]; z != nil {
 			select {
 			case <-z.dead:
@@ -313,9 +328,12 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 			z.runs++
 			z.used = time.Now()
 			if z.runs >= zs.cfg.MaxRuns {
-				// Its last run: the next one starts a new zygote.
+				// Its last run: the next one takes its successor, or
+				// starts a new zygote.
 				z.retired = true
 				delete(zs.m, key)
+			} else if zs.cfg.MaxRuns >= 2*zygoteSuccessorLead && z.runs == zs.cfg.MaxRuns-zygoteSuccessorLead {
+				zs.startNextLocked(key)
 			}
 			zs.mu.Unlock()
 			return z, nil
@@ -354,6 +372,51 @@ func (zs *zygotes) acquire(key zygoteKey) (*zygote, error) {
 	}
 }
 
+// zygoteSuccessorLead is how many runs before a zygote's MaxRuns its
+// successor is started (for a MaxRuns of at least twice that), so that no
+// run waits for a zygote to start when one retires.
+const zygoteSuccessorLead = 50
+
+// startNextLocked starts key's successor in the background when the budget
+// has room for it without stopping anything (else the run after the
+// retirement starts one, as without a successor).
+func (zs *zygotes) startNextLocked(key zygoteKey) {
+	if zs.closed || zs.next[key] != nil {
+		return
+	}
+	if _, ok := zs.starting[key]; ok {
+		return
+	}
+	if len(zs.m)+len(zs.starting)+len(zs.next)+1 > zs.cfg.Max || zs.memoryLocked()+key.prof.Limits.MemoryMB > zs.cfg.MemoryMB {
+		return
+	}
+	done := make(chan struct{})
+	zs.starting[key] = done
+	zs.wg.Add(1) // not closed, under mu: before close's Wait
+	go func() {
+		defer zs.wg.Done()
+		z, err := zs.start(key)
+		zs.mu.Lock()
+		delete(zs.starting, key)
+		close(done)
+		switch {
+		case err != nil:
+			zs.mu.Unlock()
+			zs.r.log.Warn("starting a zygote's successor", "tenant_id", key.tenant, "error", err)
+			return
+		case zs.closed:
+			zs.mu.Unlock()
+			z.stop(zs.r)
+			return
+		case zs.m[key] == nil:
+			zs.m[key] = z
+		default:
+			zs.next[key] = z
+		}
+		zs.mu.Unlock()
+	}()
+}
+
 // done ends one run of z; a retired zygote stops after its last run.
 func (zs *zygotes) done(z *zygote) {
 	zs.mu.Lock()
@@ -385,6 +448,9 @@ func (zs *zygotes) memoryLocked() int64 {
 	for k := range zs.starting {
 		n += k.prof.Limits.MemoryMB
 	}
+	for k := range zs.next {
+		n += k.prof.Limits.MemoryMB
+	}
 	return n
 }
 
@@ -395,7 +461,7 @@ func (zs *zygotes) makeRoomLocked(key zygoteKey) ([]*zygote, bool) {
 		return nil, false
 	}
 	var victims []*zygote
-	count := len(zs.m) + len(zs.starting)
+	count := len(zs.m) + len(zs.starting) + len(zs.next)
 	mem := zs.memoryLocked()
 	for count+1 > zs.cfg.Max || mem+need > zs.cfg.MemoryMB {
 		v := zs.victimLocked(key.tenant)
@@ -458,7 +524,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		key: key, j: j, ctl: ctl,
 		ready: make(chan struct{}), dead: make(chan struct{}),
 		replies: make(chan string, 1), exits: map[int]chan int{}, used: time.Now(),
-		spares: make(chan *spare, 1),
+		spares: make(chan *spare, zygoteSpares),
 	}
 	go z.read()
 	t := time.NewTimer(zygoteStartTimeout)
@@ -499,10 +565,42 @@ func (zs *zygotes) retireIdle() {
 				stale = append(stale, z)
 			}
 		}
+		for k, z := range zs.next {
+			if zs.m[k] == nil && time.Since(z.used) > idle {
+				delete(zs.next, k)
+				z.retired = true
+				stale = append(stale, z)
+			}
+		}
 		zs.mu.Unlock()
 		for _, z := range stale {
 			z.stop(zs.r)
 		}
+	}
+}
+
+// removeLater removes a finished run's cgroup in the background, off the
+// run's path: every process of the run is gone already (procRun.kill and
+// finish saw its cgroup empty and its pipes closed), only the directories
+// are left. close waits for these removals.
+func (zs *zygotes) removeLater(cg *runCgroup, executionID string) {
+	zs.mu.Lock()
+	if zs.closed {
+		zs.mu.Unlock()
+		zs.removeCgroup(cg, executionID)
+		return
+	}
+	zs.removing.Add(1)
+	zs.mu.Unlock()
+	go func() {
+		defer zs.removing.Done()
+		zs.removeCgroup(cg, executionID)
+	}()
+}
+
+func (zs *zygotes) removeCgroup(cg *runCgroup, executionID string) {
+	if err := cg.remove(3 * time.Second); err != nil {
+		zs.r.log.Warn("removing a run's cgroup", "execution_id", executionID, "error", err)
 	}
 }
 
@@ -528,11 +626,17 @@ func (zs *zygotes) close() {
 		all = append(all, z)
 		delete(zs.m, k)
 	}
+	for k, z := range zs.next {
+		z.retired = true
+		all = append(all, z)
+		delete(zs.next, k)
+	}
 	zs.mu.Unlock()
 	zs.wg.Wait()
 	for _, z := range all {
 		z.stop(zs.r)
 	}
+	zs.removing.Wait()
 }
 
 // procRun is one run forked from a zygote.
@@ -606,9 +710,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if used, ok := p.cg.cpuUsage(); ok {
 		o.CPUMS = used.Milliseconds()
 	}
-	if err := p.cg.remove(3 * time.Second); err != nil {
-		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
-	}
+	r.zygotes.removeLater(p.cg, spec.ExecutionID)
 	if crashed {
 		r.zygotes.discardDead(z)
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
@@ -654,21 +756,33 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 }
 
 // spare is a process forked for a run ahead of it: in its cgroup, set up
-// up to the hand-off, waiting on its sync socket for the run's
-// descriptors.
+// up to the hand-off, its harness waiting for the run's request on stdin.
+// The runner holds the other ends of the run's descriptors.
 type spare struct {
 	pid, hostPID int
-	sync         *os.File
 	cg           *runCgroup
 	procs        []string
 	exit         chan int
 	forked       time.Time
+	stdin        *os.File
+	stdout       *os.File
+	stderr       *os.File
+	result       *os.File
+	bridge       net.Conn
+}
+
+// closeEnds closes the runner's ends of the spare's descriptors.
+func (sp *spare) closeEnds() {
+	for _, f := range []*os.File{sp.stdin, sp.stdout, sp.stderr, sp.result} {
+		f.Close()
+	}
+	sp.bridge.Close()
 }
 
 // discard kills a spare that will not run and removes its cgroup.
 func (sp *spare) discard(z *zygote) {
 	_ = syscall.Kill(sp.hostPID, syscall.SIGKILL)
-	sp.sync.Close()
+	sp.closeEnds()
 	t := time.NewTimer(time.Second)
 	select {
 	case <-sp.exit:
@@ -729,7 +843,38 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
 		}
 	}
-	return &spare{pid: pid, hostPID: hostPID, sync: syncHost, cg: cg, procs: procs, exit: exit, forked: forked}, nil
+	// In its cgroup: the child gets the run's descriptors and goes on with
+	// its setup (its tmpfs mounts, capabilities, seccomp); its harness then
+	// waits for the request.
+	type pipe struct{ r, w *os.File }
+	var pipes [4]pipe
+	for i := range pipes {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		pipes[i] = pipe{pr, pw}
+		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
+	}
+	in, out, errp, res := pipes[0], pipes[1], pipes[2], pipes[3]
+	bridgeConn, bridgeChild, err := bridgePair()
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
+	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
+	if err := syscall.Sendmsg(int(syncHost.Fd()), []byte("a"), unix.UnixRights(fds...), nil, 0); err != nil {
+		return nil, fmt.Errorf("handing the run's descriptors to its process: %w", err)
+	}
+	syncHost.Close()
+	// The child's ends now live in the child.
+	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, bridgeChild} {
+		f.Close()
+	}
+	return &spare{
+		pid: pid, hostPID: hostPID, cg: cg, procs: procs, exit: exit, forked: forked,
+		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn,
+	}, nil
 }
 
 // takeSpare returns z's spare process, or prepares one, and has the next
@@ -742,7 +887,7 @@ func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
 			select {
 			case <-sp.exit: // killed while it waited (by a run of the same tenant)
 				z.forget(sp.pid)
-				sp.sync.Close()
+				sp.closeEnds()
 				_ = sp.cg.remove(time.Second)
 				continue
 			default:
@@ -754,34 +899,42 @@ func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
 	}
 }
 
-// refill prepares z's next spare unless one is being prepared or z is
-// retired or dead.
+// zygoteSpares is how many processes a zygote keeps ready for its next
+// runs: two, so that a run that comes while the next is being prepared
+// still finds one.
+const zygoteSpares = 2
+
+// refill prepares z's next spares, up to zygoteSpares, unless that is
+// being done or z is retired or dead.
 func (z *zygote) refill(r *Runner, prof profile) {
 	if !z.filling.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer z.filling.Store(false)
-		select {
-		case <-z.dead:
-			return
-		default:
-		}
-		if z.isRetired(r) {
-			return
-		}
-		sp, err := r.prepareSpare(z, prof)
-		if err != nil {
-			return
-		}
-		select {
-		case z.spares <- sp:
-		default:
-			sp.discard(z)
-			return
-		}
-		if z.isRetired(r) {
-			z.dropSpares()
+		for len(z.spares) < cap(z.spares) {
+			select {
+			case <-z.dead:
+				return
+			default:
+			}
+			if z.isRetired(r) {
+				return
+			}
+			sp, err := r.prepareSpare(z, prof)
+			if err != nil {
+				return
+			}
+			select {
+			case z.spares <- sp:
+			default:
+				sp.discard(z)
+				return
+			}
+			if z.isRetired(r) {
+				z.dropSpares()
+				return
+			}
 		}
 	}()
 }
@@ -804,60 +957,26 @@ func (z *zygote) dropSpares() {
 	}
 }
 
-// forkRun hands the run to a spare process of z: its descriptors go over
-// the spare's sync socket with the word to go on.
-func (r *Runner) forkRun(z *zygote, prof profile) (_ *procRun, err error) {
+// forkRun takes a spare process of z for the run and starts reading its
+// output; the run starts when its request is written on stdin.
+func (r *Runner) forkRun(z *zygote, prof profile) (*procRun, error) {
 	sp, err := r.takeSpare(z, prof)
 	if err != nil {
 		return nil, err
 	}
-	var cleanup []func()
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
-		}
-	}()
-	cleanup = append(cleanup, func() { sp.discard(z) })
 	l := prof.Limits
-	type pipe struct{ r, w *os.File }
-	var pipes [4]pipe
-	for i := range pipes {
-		pr, pw, perr := os.Pipe()
-		if perr != nil {
-			return nil, perr
-		}
-		pipes[i] = pipe{pr, pw}
-		cleanup = append(cleanup, func() { pr.Close(); pw.Close() })
-	}
-	in, out, errp, res := pipes[0], pipes[1], pipes[2], pipes[3]
-	bridgeConn, bridgeChild, err := bridgePair()
-	if err != nil {
-		return nil, err
-	}
-	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
-	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
-	if err := syscall.Sendmsg(int(sp.sync.Fd()), []byte("g"), unix.UnixRights(fds...), nil, 0); err != nil {
-		return nil, fmt.Errorf("handing the run to its process: %w", err)
-	}
-	sp.sync.Close()
-	// The child's ends now live in the child.
-	for _, f := range []*os.File{in.r, out.w, errp.w, res.w, bridgeChild} {
-		f.Close()
-	}
 	p := &procRun{
 		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
-		stdin: in.w, bridge: bridgeConn,
-		readEnd:  []*os.File{out.r, errp.r, res.r},
+		stdin: sp.stdin, bridge: sp.bridge,
+		readEnd:  []*os.File{sp.stdout, sp.stderr, sp.result},
 		stdout:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
 		stderr:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}},
 		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
 	}
 	p.readers.Add(3)
-	go func() { defer p.readers.Done(); p.stdout.readFrom(out.r) }()
-	go func() { defer p.readers.Done(); p.stderr.readFrom(errp.r) }()
-	go func() { defer p.readers.Done(); p.envelope.readFrom(res.r) }()
+	go func() { defer p.readers.Done(); p.stdout.readFrom(sp.stdout) }()
+	go func() { defer p.readers.Done(); p.stderr.readFrom(sp.stderr) }()
+	go func() { defer p.readers.Done(); p.envelope.readFrom(sp.result) }()
 	return p, nil
 }
 
@@ -979,9 +1098,11 @@ func (p *procRun) kill() {
 	if p.hostPID > 0 {
 		_ = syscall.Kill(p.hostPID, syscall.SIGKILL)
 	}
+	// Every process of the run is in each of its hierarchies (born there;
+	// nothing in the jail can move one), so one listing names them all.
 	deadline := time.Now().Add(3 * time.Second)
 	for delay := 100 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		pids := p.cg.pids(p.procs)
+		pids := p.cg.pids(p.procs[:1])
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}

@@ -12,8 +12,8 @@ and the child only ever runs the harness's main(), exactly as a fresh jail's
 harness would, after this setup (all before any tool code):
 
  1. unshare(CLONE_NEWUSER | CLONE_NEWNS): a mount namespace of its own. The
-    zygote, in the parent user namespace, maps the child's uid and gid to
-    its own (the jail's tool ids), the only mapping an unprivileged owner may write.
+    child maps its uid and gid to its own (the jail's tool ids) in the new
+    user namespace, the only mapping an unprivileged owner may write.
  2. The host moves the child into the run's own cgroup (memory, pids, CPU)
     before anything else happens in it, so every process the run ever
     starts is born there and is killed with it.
@@ -23,19 +23,23 @@ harness would, after this setup (all before any tool code):
     added on top of the inherited one that kills mount and unshare, the two
     calls the zygote's own filter lets through for step 1 and 3: the
     child's filter is then at least as strict as level jail's.
+ 5. The harness waits for the run's request on stdin, as a warm jail's
+    does. Steps 1-4 happen ahead of the run (the host keeps a few such
+    processes ready): the hand-off is the request.
 
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
                   fork a process for a run (ahead of the run: the host keeps
-                  one ready)
+                  a few ready)
   zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
                   jail's pid namespace) or "e <errno>\\n" when fork failed;
                   "x <pid> <wait status>\\n" when a run's process exited
   sync (per run)  child -> host one byte "r" once set up to step 1 (the host
                   reads the child's host pid from the kernel's
                   SCM_CREDENTIALS and moves it into the run's cgroup);
-                  host -> child "g" with SCM_RIGHTS [stdin, stdout, stderr,
-                  result, bridge] when the run is handed to it
+                  host -> child "a" with SCM_RIGHTS [stdin, stdout, stderr,
+                  result, bridge] once it did: the child goes on with
+                  steps 3 to 5
 """
 
 import os
@@ -53,16 +57,39 @@ import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
 
-import execgate_harness as harness  # noqa: E402
-import execgate_runtime  # noqa: E402,F401 - imported once, here
+# Fork hooks that threading, logging and concurrent.futures register when
+# they are imported (below, for asyncio) are kept aside rather than
+# registered: the zygote is single-threaded whenever it forks, so they have
+# nothing to repair in a run's process, and running them there costs about
+# 0.7 ms of copy-on-write faults per run. A run's process registers them
+# (_child), so the tool's own forks get them as in a jail. Hooks of any other
+# module are registered as usual.
+_QUIET_FORK_HOOKS = ("threading", "logging", "concurrent.futures.thread")
+_fork_hooks = []
+_register_at_fork = os.register_at_fork
 
-# What the harness imports when it runs, imported once here.
-import _signal  # noqa: E402,F401
-import asyncio  # noqa: E402,F401
-import json  # noqa: E402,F401
-import linecache  # noqa: E402,F401
-import resource  # noqa: E402,F401
-import traceback  # noqa: E402,F401
+
+def _keep_fork_hooks(**hooks):
+    if sys._getframe(1).f_globals.get("__name__") in _QUIET_FORK_HOOKS:
+        _fork_hooks.append(hooks)
+    else:
+        _register_at_fork(**hooks)
+
+
+os.register_at_fork = _keep_fork_hooks
+try:
+    import execgate_harness as harness  # noqa: E402
+    import execgate_runtime  # noqa: E402,F401 - imported once, here
+
+    # What the harness imports when it runs, imported once here.
+    import _signal  # noqa: E402,F401
+    import asyncio  # noqa: E402,F401
+    import json  # noqa: E402,F401
+    import linecache  # noqa: E402,F401
+    import resource  # noqa: E402,F401
+    import traceback  # noqa: E402,F401
+finally:
+    os.register_at_fork = _register_at_fork
 
 # The control socket (nsjail passes it as the harness's bridge fd).
 CONTROL_FD = 5
@@ -137,8 +164,20 @@ def _seccomp_program():
 _PROG, _PROG_BUF = _seccomp_program()
 
 
+def _cap_last():
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+            return min(int(f.read()), CAP_LAST)
+    except (OSError, ValueError):
+        return CAP_LAST
+
+
+_CAP_LAST = _cap_last()
+_NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def _drop_caps():
-    for cap in range(CAP_LAST + 1):
+    for cap in range(_CAP_LAST + 1):
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
                 break
@@ -150,15 +189,15 @@ def _drop_caps():
     _check(_libc.syscall(126, hbuf, dbuf), "capset")  # SYS_capset
 
 
-def _write(path, text):
+def _write(path, data):
     fd = os.open(path, os.O_WRONLY)
     try:
-        os.write(fd, text.encode())
+        os.write(fd, data)
     finally:
         os.close(fd)
 
 
-def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
+def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
     """The run's process. Never returns."""
     try:
         ctl.close()
@@ -166,31 +205,30 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
             os.close(fd)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for hooks in _fork_hooks:
+            _register_at_fork(**hooks)
         # The zygote runs without RLIMIT_CPU; a run has level jail's.
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
         (sync,) = fds
+        uid, gid = os.getuid(), os.getgid()
         _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
-        # The zygote can open this process's id maps only while it is
-        # dumpable (else its /proc files belong to a root the jail does not
-        # map). Nothing of a run is in it yet: no request, no tool.
+        # This process can open its own id maps only while it is dumpable
+        # (else its /proc files belong to a root the jail does not map).
+        # Nothing of a run is in it yet: no request, no tool.
         _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE 1")
-        os.write(to_zygote, b"u")
-        if os.read(from_zygote, 1) != b"m":
-            os._exit(EXIT_SETUP)
+        _write(b"/proc/self/uid_map", b"%d %d 1" % (uid, uid))
+        _write(b"/proc/self/setgroups", b"deny")
+        _write(b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))
         _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE 0")
-        os.close(to_zygote)
-        os.close(from_zygote)
         os.write(sync, b"r")
+        # In the run's cgroup, with the run's descriptors.
         sock = socket.socket(fileno=sync)
         msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(RUN_FDS * 4))
         sock.detach()
         os.close(sync)
         run_fds = _fds_of(anc)
-        if msg != b"g" or len(run_fds) != RUN_FDS:
+        if msg != b"a" or len(run_fds) != RUN_FDS:
             os._exit(EXIT_SETUP)
-        # Received in this order into the lowest free numbers (3 and up), so
-        # no descriptor is overwritten below before it is copied.
-        stdin, stdout, stderr, result, bridge = run_fds
         opts = b"size=%d,mode=1777" % tmp_bytes
         for target in (b"/tmp", b"/dev/shm"):
             _check(_libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "mounting " + target.decode())
@@ -199,14 +237,17 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
             "remounting /proc read-only",
         )
         os.chdir("/tmp")
+        _drop_caps()
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
+        # Received in this order into the lowest free numbers (3 and up), so
+        # no descriptor is overwritten below before it is copied.
+        stdin, stdout, stderr, result, bridge = run_fds
         for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2), (result, harness.RESULT_FD), (bridge, harness.BRIDGE_FD)):
             os.dup2(src, dst)
         # Nothing else of the zygote's reaches the tool (fd 4 is nsjail's
         # log fd number: never open in a harness).
         os.closerange(4, 5)
-        os.closerange(6, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        _drop_caps()
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
+        os.closerange(6, _NOFILE)
     except BaseException as e:  # noqa: BLE001 - any failure ends the run before tool code
         try:
             os.write(2, ("execgate zygote: run setup failed: %s\n" % e).encode())
@@ -214,11 +255,8 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds, to_zygote, from_zygote):
             pass
         os._exit(EXIT_SETUP)
     harness.HARNESS_PID = os.getpid()
-    preloaded = _Preloaded({"asyncio"})
-    preloaded.hide()
-    preloaded.keep_specs()
     try:
-        harness.main()
+        harness.main()  # waits for the run's request on stdin
     finally:
         os._exit(0)
 
@@ -232,11 +270,12 @@ class _Preloaded:
     async tool would pay for an event loop."""
 
     def __init__(self, roots):
-        self.roots = roots
-        self.saved = {}
+        # In the zygote: what a run's process will hide.
+        self.saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in roots}
+        self.saved_specs = {k: getattr(m, "__spec__", None) for k, m in self.saved.items()}
 
     def hide(self):
-        self.saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in self.roots}
+        """Once, in the zygote: its children inherit the hidden modules."""
         for k in self.saved:
             del sys.modules[k]
         sys.meta_path.insert(0, self)
@@ -262,8 +301,8 @@ class _Preloaded:
         except ValueError:
             pass
 
-    def keep_specs(self):
-        self.saved_specs = {k: getattr(m, "__spec__", None) for k, m in self.saved.items()}
+
+_PRELOADED = _Preloaded({"asyncio"})
 
 
 def _send(ctl, text):
@@ -287,34 +326,13 @@ def _fork_run(ctl, wake, msg, anc):
         if len(parts) != 3 or parts[0] != b"F" or len(fds) != FORK_FDS:
             raise ValueError("bad request %r with %d fds" % (msg[:40], len(fds)))
         tmp_bytes, cpu_seconds = int(parts[1]), int(parts[2])
-        up_r, up_w = os.pipe()
-        down_r, down_w = os.pipe()
         try:
             pid = os.fork()
         except OSError as e:
-            for fd in (up_r, up_w, down_r, down_w):
-                os.close(fd)
             _send(ctl, "e %d\n" % e.errno)
             return None
         if pid == 0:
-            os.close(up_r)
-            os.close(down_w)
-            _child(ctl, wake, fds, tmp_bytes, cpu_seconds, up_w, down_r)
-        os.close(up_w)
-        os.close(down_r)
-        try:
-            if os.read(up_r, 1) == b"u":
-                # The zygote's own ids (the jail's tool uid and gid).
-                uid, gid = os.getuid(), os.getgid()
-                _write("/proc/%d/uid_map" % pid, "%d %d 1" % (uid, uid))
-                _write("/proc/%d/setgroups" % pid, "deny")
-                _write("/proc/%d/gid_map" % pid, "%d %d 1" % (gid, gid))
-                os.write(down_w, b"m")
-        except OSError as e:
-            # The child sees no "m" and exits EXIT_SETUP.
-            sys.stderr.write("execgate zygote: mapping the ids of run %d: %s\n" % (pid, e))
-        os.close(up_r)
-        os.close(down_w)
+            _child(ctl, wake, fds, tmp_bytes, cpu_seconds)
         _send(ctl, "f %d\n" % pid)
         return pid
     finally:
@@ -334,6 +352,9 @@ def main():
     poll = select.poll()
     poll.register(ctl.fileno(), select.POLLIN)
     poll.register(wake_r, select.POLLIN)
+    # Hidden here, once: a run's process starts with them hidden and does
+    # not touch them (nor their pages) unless its tool imports asyncio.
+    _PRELOADED.hide()
     # Objects the zygote made so far are never collected: the children's
     # collector leaves them (and their pages, shared copy-on-write) alone.
     gc.collect()
