@@ -473,15 +473,22 @@ func (a *App) Start() error {
 	// gateway's (server.* config, gateway/edge.go).
 	srv, edgeLn := a.server.HTTPServer(ln, slog.NewLogLogger(a.log.Handler(), slog.LevelWarn))
 	a.httpSrv = srv
-	a.serveErr = make(chan error, 1)
+	a.serveErr = serve(srv, edgeLn)
+	return nil
+}
+
+// serve runs srv on ln in the background; the channel gets how serving
+// ended (nil after Shutdown).
+func serve(srv *http.Server, ln net.Listener) chan error {
+	done := make(chan error, 1)
 	go func() {
-		err := a.httpSrv.Serve(edgeLn)
+		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
-		a.serveErr <- err
+		done <- err
 	}()
-	return nil
+	return done
 }
 
 // Addr is the listening address (after Start), e.g. 127.0.0.1:43127.

@@ -185,14 +185,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.ln = ln
 	e.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	e.serveErr = make(chan error, 1)
-	go func() {
-		err := e.httpSrv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		e.serveErr <- err
-	}()
+	e.serveErr = serve(e.httpSrv, ln)
 	return nil
 }
 

@@ -3,9 +3,7 @@ package policy
 import (
 	"context"
 
-	"github.com/open-policy-agent/opa/v1/rego"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 )
 
 // CallbackInput is the document a callback URL is decided on
@@ -46,21 +44,5 @@ func (e *Engine) DecideCallback(ctx context.Context, in CallbackInput) (Callback
 	if in.Tenant.Data == nil {
 		in.Tenant.Data = map[string]any{}
 	}
-	rs, err := s.cbQ.Eval(ctx, rego.EvalInput(in), rego.EvalTime(e.now()))
-	if err == nil && (len(rs) == 0 || len(rs[0].Expressions) == 0) {
-		err = ErrUndefined
-	}
-	if err == nil {
-		err = decodeVerdict(rs[0].Expressions[0].Value, CallbackQuery, &d)
-	}
-	if err != nil {
-		if err != ErrUndefined {
-			err = &EvalError{Err: err}
-		}
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "policy error")
-		return d, err
-	}
-	span.SetAttributes(attribute.Bool("execgate.decision.allow", d.Allow))
-	return d, nil
+	return d, e.verdict(ctx, span, s.cbQ, in, CallbackQuery, &d)
 }

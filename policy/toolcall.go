@@ -7,6 +7,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ToolCallInput is the document one tool call is decided on
@@ -61,12 +62,19 @@ func (e *Engine) DecideToolCall(ctx context.Context, in ToolCallInput) (ToolCall
 	if in.Tenant.Data == nil {
 		in.Tenant.Data = map[string]any{}
 	}
-	rs, err := s.callQ.Eval(ctx, rego.EvalInput(in), rego.EvalTime(e.now()))
+	return d, e.verdict(ctx, span, s.callQ, in, ToolCallQuery, &d)
+}
+
+// verdict evaluates q on in into d (a tool call's or a callback's allow,
+// reasons): an undefined or malformed answer is an error, never an allow,
+// and either lands on span.
+func (e *Engine) verdict(ctx context.Context, span trace.Span, q rego.PreparedEvalQuery, in any, query string, d *ToolCallDecision) error {
+	rs, err := q.Eval(ctx, rego.EvalInput(in), rego.EvalTime(e.now()))
 	if err == nil && (len(rs) == 0 || len(rs[0].Expressions) == 0) {
 		err = ErrUndefined
 	}
 	if err == nil {
-		err = decodeToolCall(rs[0].Expressions[0].Value, &d)
+		err = decodeVerdict(rs[0].Expressions[0].Value, query, d)
 	}
 	if err != nil {
 		if err != ErrUndefined {
@@ -74,14 +82,10 @@ func (e *Engine) DecideToolCall(ctx context.Context, in ToolCallInput) (ToolCall
 		}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "policy error")
-		return d, err
+		return err
 	}
 	span.SetAttributes(attribute.Bool("execgate.decision.allow", d.Allow))
-	return d, nil
-}
-
-func decodeToolCall(v any, d *ToolCallDecision) error {
-	return decodeVerdict(v, ToolCallQuery, d)
+	return nil
 }
 
 // decodeVerdict decodes an {allow, reasons} answer of query into d.

@@ -52,15 +52,11 @@ and dispatch.spec_key_file only) and serves /healthz and /metrics; "all"
 }
 
 func serve(ctx context.Context, cfg *config.Config) error {
-	shutdownTelemetry, err := telemetry.Setup(ctx, cfg.Telemetry)
+	stopTelemetry, err := startTelemetry(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTelemetry(sctx)
-	}()
+	defer stopTelemetry()
 	a, err := app.New(ctx, app.Options{Config: cfg, Progress: os.Stderr, HandleSIGHUP: true})
 	if err != nil {
 		return err
@@ -84,6 +80,20 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("http server: %w", err)
 	}
 	return a.Stop(context.Background())
+}
+
+// startTelemetry sets up the OTel exporters of cfg; the function it returns
+// flushes and stops them (at most 5 s).
+func startTelemetry(ctx context.Context, cfg *config.Config) (stop func(), err error) {
+	shutdown, err := telemetry.Setup(ctx, cfg.Telemetry)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}, nil
 }
 
 // printCurl prints, once, a ready-to-paste request with a fresh demo token.

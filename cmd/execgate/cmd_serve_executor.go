@@ -4,24 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
-	"github.com/execgate/execgate/telemetry"
 )
 
 // serveExecutor runs server.role executor until ctx ends, then drains.
 func serveExecutor(ctx context.Context, cfg *config.Config) error {
-	shutdownTelemetry, err := telemetry.Setup(ctx, cfg.Telemetry)
+	stopTelemetry, err := startTelemetry(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTelemetry(sctx)
-	}()
+	defer stopTelemetry()
 	e, err := app.NewExecutor(ctx, app.Options{Config: cfg, Progress: os.Stderr})
 	if err != nil {
 		return err
