@@ -35,6 +35,14 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 	if res["ppid"] != float64(1) || res["pid"] == float64(1) {
 		t.Fatalf("result %v: not a process forked from a zygote", res)
 	}
+	// The audit record names the level too.
+	recs := s.auditOf(body["execution_id"].(string))
+	if len(recs) != 1 {
+		t.Fatalf("audit records: %v", recs)
+	}
+	if d, _ := recs[0]["decision"].(map[string]any); d["isolation"] != "process" {
+		t.Fatalf("audit decision %v: isolation is not process", recs[0]["decision"])
+	}
 
 	before := s.runs.Load()
 	r = s.execute(s.token("demo"), map[string]any{"source": src, "isolation": "process"})

@@ -76,6 +76,9 @@ type Decision struct {
 	NetworkAccess string         `json:"network_access"`
 	Limits        sandbox.Limits `json:"limits"`
 	Egress        []string       `json:"egress"`
+	// Isolation is the decided isolation level, "jail" or "process"
+	// (records written before it existed have none).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Quota outcomes (Quota.Outcome).

@@ -169,7 +169,7 @@ func (r *Record) shrink() {
 	r.SourceSHA256, r.TraceID, r.SpanID = clip(r.SourceSHA256), clip(r.TraceID), clip(r.SpanID)
 	if r.Decision != nil {
 		d := *r.Decision
-		d.ID, d.NetworkAccess = clip(d.ID), clip(d.NetworkAccess)
+		d.ID, d.NetworkAccess, d.Isolation = clip(d.ID), clip(d.NetworkAccess), clip(d.Isolation)
 		d.Reasons, d.Egress = clipAll(d.Reasons), clipAll(d.Egress)
 		r.Decision = &d
 	}

@@ -191,6 +191,7 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 			NetworkAccess: x.decision.NetworkAccess,
 			Limits:        x.limits,
 			Egress:        x.decision.Egress.Allow,
+			Isolation:     envelopeDecision(x.decision, x.limits).Isolation,
 		}
 		if x.decision.Audit.RecordSource && x.req != nil {
 			r.Source = x.req.Source
