@@ -56,8 +56,11 @@ if [ -x "$ROOT/bin/execgate" ]; then
     ok "$f config.yaml accepted by execgate's strict loader"
   done
   awk '/name: t-execgate-executor$/{ex=1} ex&&/config.yaml: \|/{on=1;next} on&&(/^[^ ]/||/^---/){on=0;ex=0} on{sub(/^    /,"");print}' "$OUT/split.yaml" > "$OUT/executor.config.yaml"
-  EXECGATE_DISPATCH_REDIS_URL=redis://r:6379/0 EXECGATE_DISPATCH_SPEC_KEY_FILE=/etc/execgate/dispatch/spec.key EXECGATE_STATE_DIR="$OUT/state" \
-    "$ROOT/bin/execgate" config print --config "$OUT/executor.config.yaml" | grep -q 'role: executor'
+  # Read whole, then matched: `| grep -q` would end the pipe early and,
+  # under pipefail, fail on the writer's SIGPIPE.
+  printed=$(EXECGATE_DISPATCH_REDIS_URL=redis://r:6379/0 EXECGATE_DISPATCH_SPEC_KEY_FILE=/etc/execgate/dispatch/spec.key EXECGATE_STATE_DIR="$OUT/state" \
+    "$ROOT/bin/execgate" config print --config "$OUT/executor.config.yaml")
+  grep -q 'role: executor' <<<"$printed" || { echo "FAIL split executor config: not role executor"; exit 1; }
   ok "split executor config.yaml accepted by execgate's strict loader (role executor, no auth)"
 fi
 # The image build context must not carry the host's tools venv or binaries.

