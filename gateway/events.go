@@ -127,21 +127,11 @@ func lastEventID(c *gin.Context) int64 {
 // when this gateway runs the execution; otherwise (another replica runs it,
 // or it is done) its end once the store has it.
 func (s *Server) handleExecutionEvents(c *gin.Context) {
-	k, err := s.executionKey(c)
-	if err != nil {
-		s.fail(c, err)
+	k, rec, ok := s.execution(c, s.runs.Store().Get)
+	if !ok {
 		return
 	}
 	ctx := c.Request.Context()
-	rec, ok, err := s.runs.Store().Get(ctx, k)
-	switch {
-	case err != nil:
-		s.fail(c, err)
-		return
-	case !ok:
-		s.fail(c, errNoExecution)
-		return
-	}
 	w := &sseWriter{c: c}
 	if st, live := s.runs.Watch(k); live {
 		w.pump(ctx, st, lastEventID(c)+1)
@@ -157,6 +147,7 @@ func (s *Server) handleExecutionEvents(c *gin.Context) {
 			return
 		case <-t.C:
 		}
+		var err error
 		if rec, ok, err = s.runs.Store().Get(ctx, k); err != nil || !ok {
 			return // the stream ends without an envelope: read GET
 		}

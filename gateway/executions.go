@@ -171,20 +171,33 @@ func (s *Server) executionKey(c *gin.Context) (async.Key, error) {
 // errNoExecution is every lookup that finds nothing the caller may see.
 var errNoExecution = &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "no such execution"}
 
-// handleGetExecution is GET /v1/executions/{id}.
-func (s *Server) handleGetExecution(c *gin.Context) {
+// execution finds, through find (the store's Get, or the runs' Cancel),
+// the execution the route names for the caller. Without one it has
+// answered the request (a refused key, a store error, or 404 for what the
+// caller may not see) and returns false.
+func (s *Server) execution(c *gin.Context, find func(context.Context, async.Key) (async.Record, bool, error)) (async.Key, async.Record, bool) {
 	k, err := s.executionKey(c)
 	if err != nil {
 		s.fail(c, err)
-		return
+		return k, async.Record{}, false
 	}
-	rec, ok, err := s.runs.Store().Get(c.Request.Context(), k)
+	rec, ok, err := find(c.Request.Context(), k)
 	switch {
 	case err != nil:
 		s.fail(c, err)
-		return
+		return k, rec, false
 	case !ok:
 		s.fail(c, errNoExecution)
+		return k, rec, false
+	}
+	return k, rec, true
+}
+
+// handleGetExecution is GET /v1/executions/{id}.
+func (s *Server) handleGetExecution(c *gin.Context) {
+	_, rec, ok := s.execution(c, s.runs.Store().Get)
+	switch {
+	case !ok:
 		return
 	case rec.State == async.StateDone && rec.Expired:
 		s.fail(c, &apiError{Status: http.StatusConflict, Type: TypeResultExpired,
@@ -198,18 +211,8 @@ func (s *Server) handleGetExecution(c *gin.Context) {
 // or running execution is asked to stop, 200 with its state when it was
 // already done.
 func (s *Server) handleCancelExecution(c *gin.Context) {
-	k, err := s.executionKey(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	rec, ok, err := s.runs.Cancel(c.Request.Context(), k)
-	switch {
-	case err != nil:
-		s.fail(c, err)
-		return
-	case !ok:
-		s.fail(c, errNoExecution)
+	_, rec, ok := s.execution(c, s.runs.Cancel)
+	if !ok {
 		return
 	}
 	st := executionStatus(rec)

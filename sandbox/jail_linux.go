@@ -444,23 +444,31 @@ func (j *jail) stop(grace time.Duration) {
 // of the jail is gone) and closes the parent's pipe ends. Readers still
 // blocked after grace are unblocked by closing their pipes.
 func (j *jail) collect(grace time.Duration) {
+	collectReaders(&j.readers, j.readEnd, grace)
+	j.stdin.Close()
+	j.bridge.Close()
+}
+
+// collectReaders waits for readers (they end at EOF once every process
+// writing to readEnd is gone) and closes readEnd; readers still blocked
+// after grace are unblocked by closing their pipes. Jails and runs at
+// level process both end this way.
+func collectReaders(readers *sync.WaitGroup, readEnd []*os.File, grace time.Duration) {
 	done := make(chan struct{})
-	go func() { j.readers.Wait(); close(done) }()
+	go func() { readers.Wait(); close(done) }()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-		for _, f := range j.readEnd {
+		for _, f := range readEnd {
 			f.Close()
 		}
 		<-done
 	}
-	for _, f := range j.readEnd {
+	for _, f := range readEnd {
 		f.Close()
 	}
-	j.stdin.Close()
-	j.bridge.Close()
 }
 
 // discard stops an unused (warm) jail and removes its cgroup and directory.

@@ -1117,21 +1117,9 @@ func (p *procRun) kill() {
 // is gone) and closes the runner's ends; exit, when not nil, is drained
 // for the zygote's report of the killed child.
 func (p *procRun) finish(r *Runner, exit chan int) {
-	done := make(chan struct{})
-	go func() { p.readers.Wait(); close(done) }()
-	t := time.NewTimer(r.grace())
+	t := time.NewTimer(r.grace()) // the drain of exit waits until grace from here
 	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		for _, f := range p.readEnd {
-			f.Close()
-		}
-		<-done
-	}
-	for _, f := range p.readEnd {
-		f.Close()
-	}
+	collectReaders(&p.readers, p.readEnd, r.grace())
 	p.stdin.Close()
 	p.bridge.Close()
 	if exit != nil {
