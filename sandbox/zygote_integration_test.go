@@ -562,3 +562,28 @@ def run(args, context):
 		t.Fatalf("two spinning processes used %.0f ms of CPU in %.0f ms of wall time: more than one CPU", cpu, wall)
 	}
 }
+
+// Closing the runner right after a run, while the zygote is preparing the
+// next runs' processes in the background, leaves no cgroup behind (a
+// spare being prepared is waited for and removed).
+func TestProcessCloseRightAfterARunLeavesNoCgroup(t *testing.T) {
+	needJail(t)
+	for i := range 8 {
+		cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent}
+		r, err := sandbox.NewRunner(cfg)
+		if err != nil {
+			t.Fatalf("NewRunner: %v", err)
+		}
+		if res := runProc(t, r, sandbox.Spec{Source: "def run(a, c):\n    return 1\n"}); res.Status != sandbox.StatusOK {
+			r.Close()
+			t.Fatalf("run %d: %s %+v", i, res.Status, res.Error)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		assertNoCgroupsLeft(t, r)
+		if t.Failed() {
+			t.Fatalf("after run %d", i)
+		}
+	}
+}

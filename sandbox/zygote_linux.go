@@ -163,6 +163,11 @@ type zygote struct {
 	// up to zygoteSpares; filling says they are being prepared.
 	spares  chan *spare
 	filling atomic.Bool
+	// fillMu guards stopped; fillers counts the refill goroutines, which
+	// stop waits for so that no spare (and no cgroup) outlives the zygote.
+	fillMu  sync.Mutex
+	stopped bool
+	fillers sync.WaitGroup
 
 	// Guarded by zygotes.mu:
 	inflight int
@@ -260,11 +265,19 @@ func (z *zygote) fork(fds []int, tmpBytes, cpuSeconds int64) (int, error) {
 // their pid namespace) and removes its cgroup.
 func (z *zygote) stop(r *Runner) {
 	z.stopOnce.Do(func() {
+		z.fillMu.Lock()
+		z.stopped = true
+		z.fillMu.Unlock()
 		z.dropSpares()
 		z.ctl.Close()
 		if err := z.j.discard(r.grace()); err != nil {
 			r.log.Warn("removing a zygote's cgroup", "error", err)
 		}
+		// A spare being prepared fails now that the zygote is gone, or
+		// lands in spares: either way its cgroup is removed before stop
+		// returns.
+		z.fillers.Wait()
+		z.dropSpares()
 	})
 }
 
@@ -910,7 +923,16 @@ func (z *zygote) refill(r *Runner, prof profile) {
 	if !z.filling.CompareAndSwap(false, true) {
 		return
 	}
+	z.fillMu.Lock()
+	if z.stopped {
+		z.fillMu.Unlock()
+		z.filling.Store(false)
+		return
+	}
+	z.fillers.Add(1)
+	z.fillMu.Unlock()
 	go func() {
+		defer z.fillers.Done()
 		defer z.filling.Store(false)
 		for len(z.spares) < cap(z.spares) {
 			select {
