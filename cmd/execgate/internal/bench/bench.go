@@ -35,6 +35,10 @@ const (
 	SectionBridge   = "bridge"   // one code-mode tool call: direct, governed, from a jail
 )
 
+// AllModes are the gateway section's modes, in report order: no warm pool,
+// a warm pool, and isolation level process.
+var AllModes = []string{"cold", "warm", "process"}
+
 // AllSections in report order.
 var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput, SectionBridge}
 
@@ -49,6 +53,7 @@ type Options struct {
 	WarmPool    int            // warm jails per profile for the warm rows, default 4
 	BridgeCalls int            // measured tool calls per bridge row, default 500
 	Sections    []string       // default AllSections
+	Modes       []string       // gateway rows' modes, a subset of AllModes; default all
 	Progress    io.Writer      // progress lines; nil: discarded
 }
 
@@ -111,6 +116,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for _, s := range opts.Sections {
 		if !slices.Contains(AllSections, s) {
 			return nil, fmt.Errorf("bench: unknown section %q (want %s)", s, strings.Join(AllSections, ", "))
+		}
+	}
+	if len(opts.Modes) == 0 {
+		opts.Modes = AllModes
+	}
+	for _, m := range opts.Modes {
+		if !slices.Contains(AllModes, m) {
+			return nil, fmt.Errorf("bench: unknown mode %q (want %s)", m, strings.Join(AllModes, ", "))
 		}
 	}
 	if opts.Binary == "" {
@@ -337,6 +350,9 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 	}
 	mem := &MemoryReport{}
 	for _, m := range modes {
+		if loadRows && !slices.Contains(r.Options.Modes, m.name) {
+			continue
+		}
 		tg, err := startTarget(ctx, r.Options.Config, m.warm, app.Options{Progress: r.Options.Progress})
 		if err != nil {
 			return err

@@ -108,6 +108,9 @@ func (o Options) Command() string {
 	if len(o.Sections) > 0 && len(o.Sections) < len(AllSections) {
 		b.WriteString(" --sections " + strings.Join(o.Sections, ","))
 	}
+	if len(o.Modes) > 0 && len(o.Modes) < len(AllModes) {
+		b.WriteString(" --modes " + strings.Join(o.Modes, ","))
+	}
 	return b.String()
 }
 
