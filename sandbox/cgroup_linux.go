@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -354,6 +353,10 @@ type runCgroup struct {
 	// into is the open directory of the cgroup nsjail is started in
 	// (CLONE_INTO_CGROUP), nil when it starts where the runner is.
 	into *os.File
+	// cpuBase and oomKillBase are the cumulative counters' values when the
+	// cgroup was last reset for a new run (reset); zero for a new cgroup.
+	cpuBase     time.Duration
+	oomKillBase int64
 }
 
 // cpuPeriodUS is the CFS period of a run's CPU bandwidth.
@@ -438,14 +441,66 @@ func (rc *runCgroup) cpuUsage() (used time.Duration, ok bool) {
 	}
 	if rc.cpuStat {
 		us, found := readKeyOK(rc.cpuFile, "usage_usec")
-		return time.Duration(us) * time.Microsecond, found
+		return time.Duration(us)*time.Microsecond - rc.cpuBase, found
 	}
-	data, err := os.ReadFile(rc.cpuFile)
+	data, err := readFile(rc.cpuFile)
 	if err != nil {
 		return 0, false
 	}
 	ns, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
-	return time.Duration(ns), err == nil
+	return time.Duration(ns) - rc.cpuBase, err == nil
+}
+
+// reuseSlackBytes is the most memory a finished run's v1 cgroup may still
+// have charged and be reset for another run:
+// the next run's effective limit and peak are off by at most this much.
+const reuseSlackBytes = 64 << 10
+
+// reset makes a finished run's cgroup ready for another run with the same
+// limits, so that a run at level process does not pay for creating and
+// removing four v1 cgroups; false when it cannot, and the cgroup is to be
+// removed. It holds only on cgroup v1, where every counter a run's outcome
+// is read from can be reset or given a base: memory.max_usage_in_bytes
+// and memory.failcnt are reset, the OOM eventfd drained, oom_kill and the
+// CPU usage given a base. The cgroup must hold no process (every process
+// of the last run is gone: no process ever joins a later run's cgroup)
+// and at most reuseSlackBytes of charge (a v1 memory cgroup keeps page
+// cache charged after its processes are gone).
+// On cgroup v2, memory.peak cannot be reset for a reader that opens it
+// afresh, so its cgroups are never reused.
+func (rc *runCgroup) reset() bool {
+	if rc.cg.version != 1 || rc.oomEvents < 0 {
+		return false
+	}
+	for _, d := range rc.dirs {
+		data, err := readFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || len(bytes.TrimSpace(data)) > 0 {
+			return false
+		}
+	}
+	mem := rc.dirs[0]
+	usage := filepath.Join(mem, "memory.usage_in_bytes")
+	// What the run's exit charged (page tables, kernel stacks) is released
+	// over a few milliseconds. Page cache it left charged is not reclaimed
+	// here (memory.force_empty costs more than a new cgroup): the cgroup
+	// is removed instead.
+	for try := 0; readInt(usage) > reuseSlackBytes; try++ {
+		if try == 5 {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for _, f := range []string{"memory.max_usage_in_bytes", "memory.failcnt", "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"} {
+		if err := writeFile(filepath.Join(mem, f), "0"); err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.Contains(f, "memsw")) {
+			return false
+		}
+	}
+	rc.oomCount() // drains the eventfd
+	rc.oomKillBase = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	rc.cpuBase = 0
+	used, _ := rc.cpuUsage()
+	rc.cpuBase = used
+	return true
 }
 
 // watchOOM registers an eventfd for the v1 memory cgroup's OOM notification.
@@ -509,7 +564,7 @@ func (rc *runCgroup) stats() cgroupStats {
 	d := rc.dirs[0]
 	if rc.cg.version == 1 {
 		s.PeakBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
-		s.OOMKilled = rc.oomCount() > 0 || readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
+		s.OOMKilled = rc.oomCount() > 0 || readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > rc.oomKillBase
 		// With swap accounting the memsw counter (same limit) is charged
 		// first and records the failure.
 		s.MemoryLimitHit = s.OOMKilled ||
@@ -571,12 +626,12 @@ func removeCgroupDir(dir string, deadline time.Time) error {
 }
 
 func writeFile(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
+	_, err = syscall.Write(fd, []byte(value))
+	if cerr := syscall.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -585,8 +640,36 @@ func writeFile(path, value string) error {
 	return nil
 }
 
+// readFile reads a cgroup (or /proc) file with plain system calls: os.Open
+// would register kernfs files, which can be polled, with the runtime's
+// poller, two more system calls per read on the runs' path.
+func readFile(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
 func readInt(path string) int64 {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return 0
 	}
@@ -602,14 +685,12 @@ func readKey(path, key string) int64 {
 
 // readKeyOK is readKey that also says whether the key was there.
 func readKeyOK(path, key string) (int64, bool) {
-	f, err := os.Open(path)
+	data, err := readFile(path)
 	if err != nil {
 		return 0, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	for line := range strings.Lines(string(data)) {
+		k, v, ok := strings.Cut(line, " ")
 		if ok && k == key {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n, err == nil

@@ -28,8 +28,8 @@ func KillZygotes(r *Runner) error {
 }
 
 // ZygoteCgroups waits until no zygote is preparing a spare process, then
-// returns how many run cgroups the zygotes hold: each zygote's own and its
-// spares.
+// returns how many run cgroups the zygotes hold: each zygote's own, its
+// spares' and the finished runs' kept for the next spares.
 func ZygoteCgroups(r *Runner) int {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		busy := false
@@ -46,10 +46,10 @@ func ZygoteCgroups(r *Runner) int {
 	defer r.zygotes.mu.Unlock()
 	n := 0
 	for _, z := range r.zygotes.m {
-		n += 1 + len(z.spares)
+		n += 1 + len(z.spares) + len(z.cgroups)
 	}
 	for _, z := range r.zygotes.next {
-		n += 1 + len(z.spares)
+		n += 1 + len(z.spares) + len(z.cgroups)
 	}
 	return n
 }
@@ -73,3 +73,10 @@ func ZygoteIDs(r *Runner) []string {
 	sort.Strings(out)
 	return out
 }
+
+// CgroupsReused is how many finished runs' cgroups were reset for another
+// run at level process.
+func CgroupsReused(r *Runner) int64 { return r.zygotes.cgroupsKept.Load() }
+
+// CgroupVersion is the cgroup version the runner uses.
+func CgroupVersion(r *Runner) int { return r.cg.version }

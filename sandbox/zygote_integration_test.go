@@ -587,3 +587,51 @@ func TestProcessCloseRightAfterARunLeavesNoCgroup(t *testing.T) {
 		}
 	}
 }
+
+// A finished run's cgroup is reset and reused for a later run of the same
+// zygote (cgroup v1), and every outcome stays the run's own: a trivial run
+// after a memory hog, an OOM kill or a CPU spin reports its own small peak
+// and CPU time, status ok.
+func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
+	r := newRunner(t, nil)
+	if sandbox.CgroupVersion(r) != 1 {
+		t.Skip("cgroups are reused on cgroup v1 only")
+	}
+	const hog = "def run(a, c):\n    x = bytearray(48 << 20)\n    for i in range(0, len(x), 4096):\n        x[i] = 1\n    return len(x)\n"
+	const oom = "def run(a, c):\n    x = []\n    while True:\n        x.append(bytearray(16 << 20))\n"
+	const spin = "def run(a, c):\n    while True:\n        pass\n"
+	lim := sandbox.Limits{MemoryMB: 128, CPUMS: 300, TimeoutMS: 5000}
+	// Enough trivial runs after each other run that the pool of reset
+	// cgroups (zygoteCgroups at most) comes round to the other run's.
+	trivial := func(after string) {
+		t.Helper()
+		for range 10 {
+			res := runProc(t, r, sandbox.Spec{Source: probeSource, Limits: lim})
+			if res.Status != sandbox.StatusOK {
+				t.Fatalf("a trivial run after %s: %s %+v", after, res.Status, res.Error)
+			}
+			if res.Usage.PeakMemoryKB > 24<<10 || res.Usage.CPUMS > 150 {
+				t.Fatalf("a trivial run after %s reports peak %d KiB, CPU %d ms: the earlier run's counters leaked into it", after, res.Usage.PeakMemoryKB, res.Usage.CPUMS)
+			}
+		}
+	}
+	for round := range 3 {
+		res := runProc(t, r, sandbox.Spec{Source: hog, Limits: lim})
+		if res.Status != sandbox.StatusOK || res.Usage.PeakMemoryKB < 48<<10 {
+			t.Fatalf("round %d: the hog: %s %+v, peak %d KiB", round, res.Status, res.Error, res.Usage.PeakMemoryKB)
+		}
+		trivial("a 48 MiB hog")
+		if res := runProc(t, r, sandbox.Spec{Source: oom, Limits: lim}); res.ErrorType() != sandbox.ErrMemoryLimit {
+			t.Fatalf("round %d: the memory bomb: %q %+v", round, res.ErrorType(), res.Error)
+		}
+		trivial("an OOM kill")
+		if res := runProc(t, r, sandbox.Spec{Source: spin, Limits: lim}); res.ErrorType() != sandbox.ErrCPULimit {
+			t.Fatalf("round %d: the spin: %q %+v", round, res.ErrorType(), res.Error)
+		}
+		trivial("a CPU spin")
+	}
+	if n := sandbox.CgroupsReused(r); n < 45 {
+		t.Fatalf("%d of 99 runs' cgroups were reused, want most", n)
+	}
+	assertRunCgroupsGone(t, r)
+}

@@ -168,6 +168,9 @@ type zygote struct {
 	fillMu  sync.Mutex
 	stopped bool
 	fillers sync.WaitGroup
+	// cgroups holds finished runs' cgroups reset for the next spares
+	// (recycle, cgroup v1 only); stop removes what is left.
+	cgroups chan *runCgroup
 
 	// Guarded by zygotes.mu:
 	inflight int
@@ -278,6 +281,15 @@ func (z *zygote) stop(r *Runner) {
 		// returns.
 		z.fillers.Wait()
 		z.dropSpares()
+		for {
+			select {
+			case cg := <-z.cgroups:
+				_ = cg.remove(time.Second)
+				continue
+			default:
+			}
+			break
+		}
 	})
 }
 
@@ -303,6 +315,8 @@ type zygotes struct {
 	// removing counts the runs' cgroups being removed (removeLater); Add
 	// only while not closed, under mu.
 	removing sync.WaitGroup
+	// cgroupsKept counts the runs' cgroups reset for another run (recycle).
+	cgroupsKept atomic.Int64
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
@@ -537,7 +551,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		key: key, j: j, ctl: ctl,
 		ready: make(chan struct{}), dead: make(chan struct{}),
 		replies: make(chan string, 1), exits: map[int]chan int{}, used: time.Now(),
-		spares: make(chan *spare, zygoteSpares),
+		spares: make(chan *spare, zygoteSpares), cgroups: make(chan *runCgroup, zygoteCgroups),
 	}
 	go z.read()
 	t := time.NewTimer(zygoteStartTimeout)
@@ -592,11 +606,15 @@ func (zs *zygotes) retireIdle() {
 	}
 }
 
-// removeLater removes a finished run's cgroup in the background, off the
-// run's path: every process of the run is gone already (procRun.kill and
-// finish saw its cgroup empty and its pipes closed), only the directories
-// are left. close waits for these removals.
-func (zs *zygotes) removeLater(cg *runCgroup, executionID string) {
+// zygoteCgroups is how many reset cgroups a zygote keeps for its next
+// runs: enough for the spares and the runs in flight at c=8.
+const zygoteCgroups = 8
+
+// recycle resets a finished run's cgroup for z's next runs or removes it,
+// in the background, off the run's path: every process of the run is gone
+// already (procRun.kill and finish saw its cgroup empty and its pipes
+// closed); reset checks that again. close waits for these.
+func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
 	zs.mu.Lock()
 	if zs.closed {
 		zs.mu.Unlock()
@@ -607,8 +625,38 @@ func (zs *zygotes) removeLater(cg *runCgroup, executionID string) {
 	zs.mu.Unlock()
 	go func() {
 		defer zs.removing.Done()
+		if cg.reset() && z.keepCgroup(cg) {
+			zs.cgroupsKept.Add(1)
+			return
+		}
 		zs.removeCgroup(cg, executionID)
 	}()
+}
+
+// keepCgroup keeps a reset cgroup for z's next spare, unless z is stopped
+// or has enough.
+func (z *zygote) keepCgroup(cg *runCgroup) bool {
+	z.fillMu.Lock()
+	defer z.fillMu.Unlock()
+	if z.stopped {
+		return false
+	}
+	select {
+	case z.cgroups <- cg:
+		return true
+	default:
+		return false
+	}
+}
+
+// runCgroup returns a reset cgroup of an earlier run of z, or a new one.
+func (r *Runner) runCgroup(z *zygote, l Limits) (*runCgroup, error) {
+	select {
+	case cg := <-z.cgroups:
+		return cg, nil
+	default:
+		return r.cg.create(newRunID(), l.MemoryMB<<20, l.Pids)
+	}
 }
 
 func (zs *zygotes) removeCgroup(cg *runCgroup, executionID string) {
@@ -723,7 +771,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if used, ok := p.cg.cpuUsage(); ok {
 		o.CPUMS = used.Milliseconds()
 	}
-	r.zygotes.removeLater(p.cg, spec.ExecutionID)
+	r.zygotes.recycle(z, p.cg, spec.ExecutionID)
 	if crashed {
 		r.zygotes.discardDead(z)
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
@@ -819,7 +867,7 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 		}
 	}()
 	l := prof.Limits
-	cg, err := r.cg.create(newRunID(), l.MemoryMB<<20, l.Pids)
+	cg, err := r.runCgroup(z, l)
 	if err != nil {
 		return nil, err
 	}
@@ -1178,7 +1226,7 @@ func (rc *runCgroup) pids(procs []string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, f := range procs {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
 			continue
 		}
