@@ -35,13 +35,19 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 	if res["ppid"] != float64(1) || res["pid"] == float64(1) {
 		t.Fatalf("result %v: not a process forked from a zygote", res)
 	}
-	// The audit record names the level too.
+	if u, _ := body["usage"].(map[string]any); u["isolation"] != "process" {
+		t.Fatalf("usage %v: the level it ran at is not process", body["usage"])
+	}
+	// The audit record names the level too, decided and run.
 	recs := s.auditOf(body["execution_id"].(string))
 	if len(recs) != 1 {
 		t.Fatalf("audit records: %v", recs)
 	}
 	if d, _ := recs[0]["decision"].(map[string]any); d["isolation"] != "process" {
 		t.Fatalf("audit decision %v: isolation is not process", recs[0]["decision"])
+	}
+	if u, _ := recs[0]["usage"].(map[string]any); u["isolation"] != "process" {
+		t.Fatalf("audit usage %v: isolation is not process", recs[0]["usage"])
 	}
 
 	before := s.runs.Load()
@@ -65,7 +71,7 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 	body = r.json(t)
 	dec, _ = body["decision"].(map[string]any)
 	res, _ = body["result"].(map[string]any)
-	if dec["isolation"] != "jail" || res["pid"] != float64(1) {
-		t.Fatalf("a request without isolation: decision.isolation %v, pid %v; want jail and the jail's PID 1 (%s)", dec["isolation"], res["pid"], r.body)
+	if u, _ := body["usage"].(map[string]any); dec["isolation"] != "jail" || u["isolation"] != "jail" || res["pid"] != float64(1) {
+		t.Fatalf("a request without isolation: decision.isolation %v, usage.isolation %v, pid %v; want jail and the jail's PID 1 (%s)", dec["isolation"], u["isolation"], res["pid"], r.body)
 	}
 }

@@ -399,6 +399,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 			CPUMS:        fin.outcome.CPUMS,
 			PeakMemoryKB: fin.stats.PeakBytes >> 10,
 			Warm:         warm,
+			Isolation:    IsolationJail,
 		},
 		NsjailLog: fin.outcome.Log,
 	}

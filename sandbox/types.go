@@ -165,6 +165,10 @@ type Usage struct {
 	// Warm says the run was handed a pre-started jail from the warm pool
 	// (absent: the jail was started for this run).
 	Warm bool `json:"warm,omitempty"`
+	// Isolation is the level the run ran at: "jail" or "process". A run
+	// asked for at level process runs at level jail when no zygote place
+	// is free (never the other way round); absent when nothing ran.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // LogLine is one line logged by the tool through context.log.

@@ -34,6 +34,9 @@ func runProc(t *testing.T, r *sandbox.Runner, spec sandbox.Spec) sandbox.Result 
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	if res.Status == sandbox.StatusOK && res.Usage.Isolation == "" {
+		t.Fatalf("a run that ran has no usage.isolation")
+	}
 	return res
 }
 
@@ -438,13 +441,14 @@ func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
 	case res := <-done:
 		t.Fatalf("b's run ended before its tool call: %+v", res.Error)
 	}
-	m := resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
+	fallback := runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource})
+	m := resultMap(t, fallback)
 	close(gate.release)
 	if res := <-done; res.Status != sandbox.StatusOK {
 		t.Fatalf("b's run: %+v", res.Error)
 	}
-	if m["pid"] != float64(1) {
-		t.Fatalf("a's run with the budget full: pid %v, want a jail's PID 1", m["pid"])
+	if m["pid"] != float64(1) || fallback.Usage.Isolation != sandbox.IsolationJail {
+		t.Fatalf("a's run with the budget full: pid %v, usage.isolation %q; want a jail's PID 1, jail", m["pid"], fallback.Usage.Isolation)
 	}
 	if got := sandbox.ZygoteIDs(r); len(got) != 1 || !strings.HasPrefix(got[0], "b/") {
 		t.Fatalf("zygotes %v, want b's alone", got)
@@ -607,8 +611,8 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 		t.Helper()
 		for range 10 {
 			res := runProc(t, r, sandbox.Spec{Source: probeSource, Limits: lim})
-			if res.Status != sandbox.StatusOK {
-				t.Fatalf("a trivial run after %s: %s %+v", after, res.Status, res.Error)
+			if res.Status != sandbox.StatusOK || res.Usage.Isolation != sandbox.IsolationProcess {
+				t.Fatalf("a trivial run after %s: %s %+v, usage.isolation %q", after, res.Status, res.Error, res.Usage.Isolation)
 			}
 			if res.Usage.PeakMemoryKB > 24<<10 || res.Usage.CPUMS > 150 {
 				t.Fatalf("a trivial run after %s reports peak %d KiB, CPU %d ms: the earlier run's counters leaked into it", after, res.Usage.PeakMemoryKB, res.Usage.CPUMS)

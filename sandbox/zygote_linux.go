@@ -776,7 +776,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 		r.zygotes.discardDead(z)
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
 		res.Stdout, res.Stderr = p.stdout.String(), p.stderr.String()
-		res.Usage = Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true}
+		res.Usage = Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true, Isolation: IsolationProcess}
 		return res, nil
 	}
 	o.Envelope, o.EnvelopeTruncated = p.envelope.buf, p.envelope.truncated
@@ -805,6 +805,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 			CPUMS:        o.CPUMS,
 			PeakMemoryKB: stats.PeakBytes >> 10,
 			Warm:         true,
+			Isolation:    IsolationProcess,
 		},
 	}
 	if res.ErrorType() == ErrSyscallDenied {

@@ -677,6 +677,11 @@ export interface components {
                  * @constant
                  */
                 warm?: true;
+                /**
+                 * @description The isolation level the run ran at. A run the decision put at level process runs at level jail (stronger) when no zygote place is free; then decision.isolation says process and this says jail. Absent when nothing ran.
+                 * @enum {string}
+                 */
+                isolation?: "jail" | "process";
             };
             /** @description Lines the tool logged through context.log or the execgate_runtime logger, in order (capped; a last warning line says how many were dropped). Empty when none, and on refusals. */
             logs: components["schemas"]["LogLine"][];

@@ -98,11 +98,13 @@ class Usage:
     wall_ms: int = 0
     cpu_ms: int = 0
     peak_memory_kb: int = 0
+    # The level the run ran at ("jail" or "process"); "" when nothing ran.
+    isolation: str = ""
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Usage":
         d = d or {}
-        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)))
+        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)), str(d.get("isolation", "")))
 
 
 @dataclass(frozen=True)
