@@ -100,6 +100,20 @@ func TestMCPToolsRunThroughTheExecuteFlow(t *testing.T) {
 			if tool.InputSchema == nil {
 				t.Errorf("%s has no input schema", tool.Name)
 			}
+			// The execute tools take every field of the execute body but
+			// language (the tool's) and tenant_id (the token's).
+			if strings.HasPrefix(tool.Name, "execute_") {
+				b, _ := json.Marshal(tool.InputSchema)
+				var schema struct {
+					Properties map[string]any `json:"properties"`
+				}
+				_ = json.Unmarshal(b, &schema)
+				for _, f := range []string{"source", "entrypoint", "args", "execution_id", "requirements", "network_access", "egress", "limits", "mode", "isolation", "fixtures"} {
+					if _, ok := schema.Properties[f]; !ok {
+						t.Errorf("%s's input schema lacks %s", tool.Name, f)
+					}
+				}
+			}
 		}
 		slices.Sort(names)
 		if !slices.Equal(names, []string{"execute_javascript", "execute_python", "validate"}) {
@@ -201,6 +215,21 @@ func TestMCPToolsRunThroughTheExecuteFlow(t *testing.T) {
 		out, _ := found["outcome"].(map[string]any)
 		if found["tenant_id"] != "demo" || found["subject"] != "tester" || out["error_type"] != "PolicyDenied" {
 			t.Fatalf("audit record = %v", found)
+		}
+	})
+
+	t.Run("isolation asks the policy for a level, as over HTTP", func(t *testing.T) {
+		before := s.runs.Load()
+		res, env := callTool(t, sess, "execute_python", map[string]any{
+			"source":    "def run(args, context):\n    return 1\n",
+			"isolation": "process",
+		})
+		reasons, _ := env["error"].(map[string]any)["reasons"].([]any)
+		if !res.IsError || errorTypeOf(env) != "PolicyDenied" || len(reasons) != 1 || reasons[0] != `isolation "process" is not allowed for tenant "demo" (its levels: jail)` {
+			t.Fatalf("isError=%v envelope=%v", res.IsError, env)
+		}
+		if s.runs.Load() != before {
+			t.Fatal("a denied call reached the sandbox")
 		}
 	})
 

@@ -145,6 +145,7 @@ const executeInputSchema = `{
       "timeout_ms": {"type": "integer"}, "cpu_ms": {"type": "integer"}, "memory_mb": {"type": "integer"},
       "pids": {"type": "integer"}, "output_bytes": {"type": "integer"}, "tmp_mb": {"type": "integer"}}},
     "mode": {"type": "string", "enum": ["run", "test"]},
+    "isolation": {"type": "string", "enum": ["jail", "process"], "description": "jail (default): a fresh jail per run; process: a fresh process forked from the tenant's warm jail, if policy grants it"},
     "fixtures": {"type": "object"}
   },
   "required": ["source"],
