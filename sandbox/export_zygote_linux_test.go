@@ -1,9 +1,14 @@
 package sandbox
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -80,3 +85,63 @@ func CgroupsReused(r *Runner) int64 { return r.zygotes.cgroupsKept.Load() }
 
 // CgroupVersion is the cgroup version the runner uses.
 func CgroupVersion(r *Runner) int { return r.cg.version }
+
+// EndedWithEnvelope is how many level-process runs ended as soon as their
+// harness closed a complete envelope.
+func EndedWithEnvelope(r *Runner) int64 { return r.zygotes.endedEarly.Load() }
+
+// LiveProcessesOfEndedRuns lists the processes in the cgroups of runs that
+// ended (recycle has not reset or removed them yet) that are neither dying
+// (in exit, a zombie) nor killed (SIGKILL pending): a process of an ended
+// run that could still execute.
+func LiveProcessesOfEndedRuns(r *Runner) []string {
+	r.zygotes.mu.Lock()
+	var dirs []string
+	for cg := range r.zygotes.ended {
+		dirs = append(dirs, cg.dirs[1])
+	}
+	r.zygotes.mu.Unlock()
+	var live []string
+	for _, d := range dirs {
+		data, _ := readFile(filepath.Join(d, "tasks"))
+		for _, tid := range strings.Fields(string(data)) {
+			if !dyingOrKilled(tid) {
+				live = append(live, d+": "+tid)
+			}
+		}
+	}
+	return live
+}
+
+func dyingOrKilled(tid string) bool {
+	stat, err := os.ReadFile("/proc/" + tid + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	// Fields after the command (which may hold spaces): state is the
+	// first, flags the seventh.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 7 {
+		return true
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&0x4 != 0 { // PF_EXITING
+		return true
+	}
+	status, err := os.ReadFile("/proc/" + tid + "/status")
+	if err != nil {
+		return true
+	}
+	for line := range strings.Lines(string(status)) {
+		for _, key := range []string{"SigPnd:", "ShdPnd:"} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(9-1)) != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -639,3 +639,65 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 	}
 	assertRunCgroupsGone(t, r)
 }
+
+// A run whose harness is its one process ends as soon as the harness
+// closes a whole envelope, its process killed and not waited for (the
+// kernel's teardown of a forked interpreter, about a millisecond, is off
+// the run's path); a run with another process ends once every process is
+// gone, as before. Either way, when Run returns no process of the run can
+// execute again: each is gone, dying or has SIGKILL pending, also when a
+// thread of the tool forks while the harness finishes.
+func TestProcessRunEndsWithItsEnvelope(t *testing.T) {
+	r := newRunner(t, nil)
+	noLive := func(what string) {
+		t.Helper()
+		if live := sandbox.LiveProcessesOfEndedRuns(r); len(live) > 0 {
+			t.Fatalf("%s: processes of ended runs still live: %v", what, live)
+		}
+	}
+	for i := range 10 {
+		resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
+		noLive("a trivial run")
+		if n := sandbox.EndedWithEnvelope(r); n != int64(i+1) {
+			t.Fatalf("after %d trivial runs, %d ended with their envelope", i+1, n)
+		}
+	}
+	const daemon = "import os, time\ndef run(a, c):\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(60)\n        os._exit(0)\n    return 'left a daemon'\n"
+	if res := runProc(t, r, sandbox.Spec{Source: daemon}); res.Status != sandbox.StatusOK || string(res.Result) != `"left a daemon"` {
+		t.Fatalf("daemon run: %s %s %+v", res.Status, res.Result, res.Error)
+	}
+	noLive("a run that left a daemon")
+	if n := sandbox.EndedWithEnvelope(r); n != 10 {
+		t.Fatalf("a run that left a daemon ended with its envelope (%d)", n)
+	}
+	// A thread forks children that stay (so the harness is never alone),
+	// or that exit at once and are reaped (so it mostly is, and a fork can
+	// be under way when the harness is killed).
+	const forker = `import os, sys, threading, time
+def forks(stay):
+    while True:
+        try:
+            pid = os.fork()
+        except OSError:
+            time.sleep(0.001)
+            continue
+        if pid == 0:
+            if stay:
+                time.sleep(60)
+            os._exit(0)
+        if not stay:
+            os.waitpid(pid, 0)
+def run(a, c):
+    threading.Thread(target=forks, args=(a['stay'],), daemon=True).start()
+    time.sleep(0.005)
+    return 'forking'
+`
+	for i := range 30 {
+		res := runProc(t, r, sandbox.Spec{Source: forker, Args: json.RawMessage(fmt.Sprintf(`{"stay": %v}`, i%2 == 0)), Limits: sandbox.Limits{Pids: 64}})
+		if res.Status != sandbox.StatusOK || string(res.Result) != `"forking"` {
+			t.Fatalf("forking run: %s %s %+v", res.Status, res.Result, res.Error)
+		}
+		noLive("a run whose thread forks while it returns")
+	}
+	assertRunCgroupsGone(t, r)
+}

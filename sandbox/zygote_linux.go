@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -58,7 +59,10 @@ import (
 // deadline, CPU from the cgroup, memory counters); when the child exits
 // (the zygote reports its wait status) or is stopped, every process left in
 // the run's cgroup is killed, so daemons, setsid and double-forked children
-// end with the envelope. A zygote that dies ends its runs in flight as
+// end with the envelope. A harness that closed a whole envelope while it is
+// the run's one process ends the run at once, killed rather than waited
+// for (procRun.endedWithEnvelope). A finished run's cgroup is reset for the
+// zygote's next spare where the host allows it (recycle, cgroup v1). A zygote that dies ends its runs in flight as
 // SandboxCrashed; the next run starts a new one. Nothing is ever retried.
 
 // zygoteStartTimeout bounds a zygote's start (nsjail, Python, imports).
@@ -191,6 +195,15 @@ func (z *zygote) exitChan(pid int) chan int {
 	return c
 }
 
+// waiting returns the channel of a run still waiting for pid's status,
+// nil when none is (a run that ended with its envelope: endedWithEnvelope).
+// A pid is in exits from its fork on, so a status never comes first.
+func (z *zygote) waiting(pid int) chan int {
+	z.emu.Lock()
+	defer z.emu.Unlock()
+	return z.exits[pid]
+}
+
 func (z *zygote) forget(pid int) {
 	z.emu.Lock()
 	delete(z.exits, pid)
@@ -222,9 +235,11 @@ func (z *zygote) read() {
 			if err1 != nil || err2 != nil {
 				return
 			}
-			select {
-			case z.exitChan(pid) <- status:
-			default:
+			if c := z.waiting(pid); c != nil {
+				select {
+				case c <- status:
+				default:
+				}
 			}
 		default:
 			return
@@ -315,12 +330,17 @@ type zygotes struct {
 	// removing counts the runs' cgroups being removed (removeLater); Add
 	// only while not closed, under mu.
 	removing sync.WaitGroup
+	// ended holds the cgroups of ended runs until recycle is done with them.
+	ended map[*runCgroup]struct{}
 	// cgroupsKept counts the runs' cgroups reset for another run (recycle).
 	cgroupsKept atomic.Int64
+	// endedEarly counts the runs that ended with their envelope
+	// (procRun.endedWithEnvelope).
+	endedEarly atomic.Int64
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
-	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{})}
+	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{}), ended: map[*runCgroup]struct{}{}}
 	zs.wg.Add(1)
 	go zs.retireIdle()
 	return zs
@@ -622,9 +642,15 @@ func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
 		return
 	}
 	zs.removing.Add(1)
+	zs.ended[cg] = struct{}{}
 	zs.mu.Unlock()
 	go func() {
-		defer zs.removing.Done()
+		defer func() {
+			zs.mu.Lock()
+			delete(zs.ended, cg)
+			zs.mu.Unlock()
+			zs.removing.Done()
+		}()
 		if cg.reset() && z.keepCgroup(cg) {
 			zs.cgroupsKept.Add(1)
 			return
@@ -717,7 +743,10 @@ type procRun struct {
 
 	stdout, stderr textCapture
 	envelope       capture
-	readers        sync.WaitGroup
+	// envelopeEOF is closed when the result pipe reached EOF: the harness
+	// closes it right after a complete envelope, just before it exits.
+	envelopeEOF chan struct{}
+	readers     sync.WaitGroup
 }
 
 // runProcess runs spec at level process.
@@ -1039,15 +1068,16 @@ func (r *Runner) forkRun(z *zygote, prof profile) (*procRun, error) {
 	p := &procRun{
 		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
 		stdin: sp.stdin, bridge: sp.bridge,
-		readEnd:  []*os.File{sp.stdout, sp.stderr, sp.result},
-		stdout:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
-		stderr:   textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}},
-		envelope: capture{max: int(l.OutputBytes) + envelopeOverhead},
+		readEnd:     []*os.File{sp.stdout, sp.stderr, sp.result},
+		stdout:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
+		stderr:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}},
+		envelope:    capture{max: int(l.OutputBytes) + envelopeOverhead},
+		envelopeEOF: make(chan struct{}),
 	}
 	p.readers.Add(3)
 	go func() { defer p.readers.Done(); p.stdout.readFrom(sp.stdout) }()
 	go func() { defer p.readers.Done(); p.stderr.readFrom(sp.stderr) }()
-	go func() { defer p.readers.Done(); p.envelope.readFrom(sp.result) }()
+	go func() { defer p.readers.Done(); p.envelope.readFrom(sp.result); close(p.envelopeEOF) }()
 	return p, nil
 }
 
@@ -1115,11 +1145,22 @@ func (p *procRun) wait(ctx context.Context, r *Runner, l Limits, handoff time.Ti
 		cpuTick = cpuTimer.C
 	}
 	status := -1
+	envelopeEOF := p.envelopeEOF
+	// ended: the run ended with its envelope; killedWhole: its harness was
+	// killed after a whole envelope (its SIGKILL status is not the run's).
+	ended, killedWhole := false, false
 wait:
 	for {
 		select {
 		case status = <-exit:
 			break wait
+		case <-envelopeEOF:
+			envelopeEOF = nil
+			if ended, killedWhole = p.endedWithEnvelope(); ended {
+				status = 0
+				r.zygotes.endedEarly.Add(1)
+				break wait
+			}
 		case <-p.z.dead:
 			crashed = true
 			break wait
@@ -1138,7 +1179,9 @@ wait:
 			cpuTimer.Reset(cpuPollDelay(cpuLimit - (used - cpuBase)))
 		}
 	}
-	p.kill()
+	if !ended {
+		p.kill()
+	}
 	if status < 0 && !crashed {
 		// Stopped by the runner: the zygote reports the kill.
 		t := time.NewTimer(r.grace())
@@ -1151,6 +1194,9 @@ wait:
 		t.Stop()
 	}
 	p.finish(r, nil)
+	if killedWhole && status >= 0 && syscall.WaitStatus(status).Signal() == syscall.SIGKILL {
+		status = 0
+	}
 	ws := syscall.WaitStatus(status)
 	switch {
 	case status < 0:
@@ -1161,6 +1207,52 @@ wait:
 		o.ExitCode = ws.ExitStatus()
 	}
 	return o, crashed
+}
+
+// endedWithEnvelope ends a run whose harness closed a complete envelope
+// without waiting for its process to be gone, which costs about a
+// millisecond more (the kernel tears down a forked interpreter's memory
+// and the zygote reaps it before it reports the exit). It holds only when
+// the harness is the run's one process: it is killed (SIGKILL to its
+// whole thread group, which also makes any fork of it fail), then the
+// run's pids cgroup must list it alone and charge no more tasks than it
+// lists; a fork in flight or a child, even a zombie, is charged and
+// unlisted, or listed. Then nothing of the run can execute again; its
+// memory and CPU counters are final but for the kernel's own exit work.
+// Otherwise (a child process, cgroup v2, an envelope not complete) the run
+// ends as before, once every process is gone; killed says the harness was
+// killed after its envelope all the same. The harness exits 0 after
+// its envelope, which is the status the run gets; a signal that would
+// have killed it in the microseconds between its envelope and its exit is
+// not seen.
+func (p *procRun) endedWithEnvelope() (ended, killed bool) {
+	if p.cg.cg.version != 1 || p.envelope.truncated || !json.Valid(p.envelope.buf) {
+		return false, false
+	}
+	dir := p.cg.dirs[1] // pids
+	alone := func() bool {
+		procs, err := readFile(filepath.Join(dir, "cgroup.procs"))
+		return err == nil && strings.TrimSpace(string(procs)) == strconv.Itoa(p.hostPID)
+	}
+	if !alone() {
+		return false, false
+	}
+	if err := syscall.Kill(p.hostPID, syscall.SIGKILL); err != nil {
+		return false, false
+	}
+	if !alone() {
+		return false, true
+	}
+	tasks, err := readFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return false, true
+	}
+	charged, err := readFile(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return false, true
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(charged)))
+	return err == nil && n <= len(strings.Fields(string(tasks))), true
 }
 
 // kill kills every process in the run's cgroup until none is left (a fork

@@ -174,6 +174,14 @@ def _emit(status, result_json=None, error=None, logs=()):
             data = data[n:]
     except OSError:
         os._exit(EXIT_WRITE_FAILED)
+    # EOF on the result channel tells the runner the envelope is whole; a
+    # run at level process then ends without waiting for this process's
+    # exit (zygote_linux.go, endedWithEnvelope). stdout and stderr end too.
+    for fd in (RESULT_FD, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     os._exit(0)
 
 
