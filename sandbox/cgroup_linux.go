@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -357,6 +358,119 @@ type runCgroup struct {
 	// cgroup was last reset for a new run (reset); zero for a new cgroup.
 	cpuBase     time.Duration
 	oomKillBase int64
+
+	// files holds the cgroup's files a run reads or writes open, read and
+	// written at offset 0 again and again (a run at level process uses
+	// about 25 of them, and opening a kernfs file costs more than reading
+	// it); -1 marks a file this host does not have. Closed by remove.
+	fmu   sync.Mutex
+	files map[string]int
+}
+
+// file returns an open descriptor of the cgroup file at path, for reading
+// or for writing.
+func (rc *runCgroup) file(path string, write bool) (int, error) {
+	key, mode := path, syscall.O_RDONLY
+	if write {
+		key, mode = path+"\x00w", syscall.O_WRONLY
+	}
+	rc.fmu.Lock()
+	defer rc.fmu.Unlock()
+	if fd, ok := rc.files[key]; ok {
+		if fd < 0 {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+		}
+		return fd, nil
+	}
+	fd, err := syscall.Open(path, mode|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if err == syscall.ENOENT {
+			rc.setFile(key, -1)
+		}
+		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	rc.setFile(key, fd)
+	return fd, nil
+}
+
+func (rc *runCgroup) setFile(key string, fd int) {
+	if rc.files == nil {
+		rc.files = map[string]int{}
+	}
+	rc.files[key] = fd
+}
+
+// closeFiles closes the descriptors file opened.
+func (rc *runCgroup) closeFiles() {
+	rc.fmu.Lock()
+	defer rc.fmu.Unlock()
+	for _, fd := range rc.files {
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
+	}
+	rc.files = nil
+}
+
+// read reads the whole cgroup file at path (from offset 0). A v1 list of
+// processes or tasks is opened afresh each time: the kernel keeps the list
+// an open file read first, for up to a second.
+func (rc *runCgroup) read(path string) ([]byte, error) {
+	var fd int
+	var err error
+	if base := filepath.Base(path); base == "cgroup.procs" || base == "tasks" {
+		if fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		defer syscall.Close(fd)
+	} else if fd, err = rc.file(path, false); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 512)
+	for {
+		n, err := syscall.Pread(fd, buf, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n < len(buf) {
+			return buf[:n], nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// write writes value to the cgroup file at path, in one write.
+func (rc *runCgroup) write(path, value string) error {
+	fd, err := rc.file(path, true)
+	if err == nil {
+		_, err = syscall.Pwrite(fd, []byte(value), 0)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+// readInt is readInt (0 when unreadable) on the cgroup's open file.
+func (rc *runCgroup) readInt(path string) int64 {
+	data, err := rc.read(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+	return n
+}
+
+// readKey is readKeyOK on the cgroup's open file.
+func (rc *runCgroup) readKey(path, key string) (int64, bool) {
+	data, err := rc.read(path)
+	if err != nil {
+		return 0, false
+	}
+	return keyValue(data, key)
 }
 
 // cpuPeriodUS is the CFS period of a run's CPU bandwidth.
@@ -440,10 +554,10 @@ func (rc *runCgroup) cpuUsage() (used time.Duration, ok bool) {
 		return 0, false
 	}
 	if rc.cpuStat {
-		us, found := readKeyOK(rc.cpuFile, "usage_usec")
+		us, found := rc.readKey(rc.cpuFile, "usage_usec")
 		return time.Duration(us)*time.Microsecond - rc.cpuBase, found
 	}
-	data, err := readFile(rc.cpuFile)
+	data, err := rc.read(rc.cpuFile)
 	if err != nil {
 		return 0, false
 	}
@@ -477,12 +591,12 @@ func (rc *runCgroup) reset() bool {
 	// controller until its parent (the zygote) reaps it, after it left
 	// cgroup.procs.
 	for delay, deadline := 500*time.Microsecond, time.Now().Add(time.Second); ; delay = min(delay*2, 20*time.Millisecond) {
-		data, err := readFile(filepath.Join(rc.dirs[1], "cgroup.procs"))
+		data, err := rc.read(filepath.Join(rc.dirs[1], "cgroup.procs"))
 		if err != nil {
 			return false
 		}
 		pids := strings.Fields(string(data))
-		if len(pids) == 0 && readInt(filepath.Join(rc.dirs[1], "pids.current")) == 0 {
+		if len(pids) == 0 && rc.readInt(filepath.Join(rc.dirs[1], "pids.current")) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -496,7 +610,7 @@ func (rc *runCgroup) reset() bool {
 		time.Sleep(delay)
 	}
 	for _, d := range rc.dirs {
-		data, err := readFile(filepath.Join(d, "cgroup.procs"))
+		data, err := rc.read(filepath.Join(d, "cgroup.procs"))
 		if err != nil || len(bytes.TrimSpace(data)) > 0 {
 			return false
 		}
@@ -507,19 +621,19 @@ func (rc *runCgroup) reset() bool {
 	// over a few milliseconds. Page cache it left charged is not reclaimed
 	// here (memory.force_empty costs more than a new cgroup): the cgroup
 	// is removed instead.
-	for try := 0; readInt(usage) > reuseSlackBytes; try++ {
+	for try := 0; rc.readInt(usage) > reuseSlackBytes; try++ {
 		if try == 5 {
 			return false
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	for _, f := range []string{"memory.max_usage_in_bytes", "memory.failcnt", "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"} {
-		if err := writeFile(filepath.Join(mem, f), "0"); err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.Contains(f, "memsw")) {
+		if err := rc.write(filepath.Join(mem, f), "0"); err != nil && !(errors.Is(err, fs.ErrNotExist) && strings.Contains(f, "memsw")) {
 			return false
 		}
 	}
 	rc.oomCount() // drains the eventfd
-	rc.oomKillBase = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	rc.oomKillBase, _ = rc.readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	rc.cpuBase = 0
 	used, _ := rc.cpuUsage()
 	rc.cpuBase = used
@@ -586,19 +700,22 @@ func (rc *runCgroup) stats() cgroupStats {
 	var s cgroupStats
 	d := rc.dirs[0]
 	if rc.cg.version == 1 {
-		s.PeakBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
-		s.OOMKilled = rc.oomCount() > 0 || readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > rc.oomKillBase
+		s.PeakBytes = rc.readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
+		oomKills, _ := rc.readKey(filepath.Join(d, "memory.oom_control"), "oom_kill")
+		s.OOMKilled = rc.oomCount() > 0 || oomKills > rc.oomKillBase
 		// With swap accounting the memsw counter (same limit) is charged
 		// first and records the failure.
 		s.MemoryLimitHit = s.OOMKilled ||
-			readInt(filepath.Join(d, "memory.failcnt")) > 0 ||
-			readInt(filepath.Join(d, "memory.memsw.failcnt")) > 0
+			rc.readInt(filepath.Join(d, "memory.failcnt")) > 0 ||
+			rc.readInt(filepath.Join(d, "memory.memsw.failcnt")) > 0
 		return s
 	}
-	s.PeakBytes = readInt(filepath.Join(d, "memory.peak"))
+	s.PeakBytes = rc.readInt(filepath.Join(d, "memory.peak"))
 	ev := filepath.Join(d, "memory.events")
-	s.OOMKilled = readKey(ev, "oom_kill") > 0
-	s.MemoryLimitHit = s.OOMKilled || readKey(ev, "oom") > 0
+	kills, _ := rc.readKey(ev, "oom_kill")
+	ooms, _ := rc.readKey(ev, "oom")
+	s.OOMKilled = kills > 0
+	s.MemoryLimitHit = s.OOMKilled || ooms > 0
 	return s
 }
 
@@ -614,6 +731,7 @@ func (rc *runCgroup) remove(wait time.Duration) error {
 		rc.into.Close()
 		rc.into = nil
 	}
+	rc.closeFiles()
 	deadline := time.Now().Add(wait)
 	var errs []error
 	for _, d := range rc.dirs {
@@ -663,55 +781,8 @@ func writeFile(path, value string) error {
 	return nil
 }
 
-// readFile reads a cgroup (or /proc) file with plain system calls: os.Open
-// would register kernfs files, which can be polled, with the runtime's
-// poller, two more system calls per read on the runs' path.
-func readFile(path string) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	buf := make([]byte, 0, 512)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-func readInt(path string) int64 {
-	data, err := readFile(path)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
-	return n
-}
-
-// readKey reads "key value" from a flat-keyed cgroup file.
-func readKey(path, key string) int64 {
-	n, _ := readKeyOK(path, key)
-	return n
-}
-
-// readKeyOK is readKey that also says whether the key was there.
-func readKeyOK(path, key string) (int64, bool) {
-	data, err := readFile(path)
-	if err != nil {
-		return 0, false
-	}
+// keyValue finds "key value" in a flat-keyed cgroup file's content.
+func keyValue(data []byte, key string) (int64, bool) {
 	for line := range strings.Lines(string(data)) {
 		k, v, ok := strings.Cut(line, " ")
 		if ok && k == key {

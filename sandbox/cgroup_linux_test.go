@@ -66,18 +66,19 @@ func TestCgroupCPUUsage(t *testing.T) {
 	})
 	tests := []struct {
 		name string
-		rc   runCgroup
+		rc   *runCgroup
 		want time.Duration
 		ok   bool
 	}{
-		{"cgroup v2 cpu.stat", runCgroup{cpuFile: filepath.Join(dir, "cpu.stat"), cpuStat: true}, 1234567 * time.Microsecond, true},
-		{"cgroup v1 cpuacct.usage", runCgroup{cpuFile: filepath.Join(dir, "cpuacct.usage")}, 987654321, true},
-		{"no accounting", runCgroup{}, 0, false},
-		{"a vanished cgroup", runCgroup{cpuFile: filepath.Join(dir, "gone", "cpu.stat"), cpuStat: true}, 0, false},
+		{"cgroup v2 cpu.stat", &runCgroup{cpuFile: filepath.Join(dir, "cpu.stat"), cpuStat: true}, 1234567 * time.Microsecond, true},
+		{"cgroup v1 cpuacct.usage", &runCgroup{cpuFile: filepath.Join(dir, "cpuacct.usage")}, 987654321, true},
+		{"no accounting", &runCgroup{}, 0, false},
+		{"a vanished cgroup", &runCgroup{cpuFile: filepath.Join(dir, "gone", "cpu.stat"), cpuStat: true}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := tt.rc.cpuUsage()
+			tt.rc.closeFiles()
 			if got != tt.want || ok != tt.ok {
 				t.Errorf("got %v, %t; want %v, %t", got, ok, tt.want, tt.ok)
 			}

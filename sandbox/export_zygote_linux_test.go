@@ -103,7 +103,7 @@ func LiveProcessesOfEndedRuns(r *Runner) []string {
 	r.zygotes.mu.Unlock()
 	var live []string
 	for _, d := range dirs {
-		data, _ := readFile(filepath.Join(d, "tasks"))
+		data, _ := os.ReadFile(filepath.Join(d, "tasks"))
 		for _, tid := range strings.Fields(string(data)) {
 			if !dyingOrKilled(tid) {
 				live = append(live, d+": "+tid)

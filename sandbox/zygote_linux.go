@@ -930,7 +930,7 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 	}
 	cleanup = append(cleanup, func() { _ = syscall.Kill(hostPID, syscall.SIGKILL) })
 	for _, f := range procs {
-		if err := writeFile(f, strconv.Itoa(hostPID)); err != nil {
+		if err := cg.write(f, strconv.Itoa(hostPID)); err != nil {
 			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
 		}
 	}
@@ -1231,7 +1231,7 @@ func (p *procRun) endedWithEnvelope() (ended, killed bool) {
 	}
 	dir := p.cg.dirs[1] // pids
 	alone := func() bool {
-		procs, err := readFile(filepath.Join(dir, "cgroup.procs"))
+		procs, err := p.cg.read(filepath.Join(dir, "cgroup.procs"))
 		return err == nil && strings.TrimSpace(string(procs)) == strconv.Itoa(p.hostPID)
 	}
 	if !alone() {
@@ -1243,11 +1243,11 @@ func (p *procRun) endedWithEnvelope() (ended, killed bool) {
 	if !alone() {
 		return false, true
 	}
-	tasks, err := readFile(filepath.Join(dir, "tasks"))
+	tasks, err := p.cg.read(filepath.Join(dir, "tasks"))
 	if err != nil {
 		return false, true
 	}
-	charged, err := readFile(filepath.Join(dir, "pids.current"))
+	charged, err := p.cg.read(filepath.Join(dir, "pids.current"))
 	if err != nil {
 		return false, true
 	}
@@ -1319,7 +1319,7 @@ func (rc *runCgroup) pids(procs []string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, f := range procs {
-		data, err := readFile(f)
+		data, err := rc.read(f)
 		if err != nil {
 			continue
 		}
