@@ -566,9 +566,13 @@ func (rc *runCgroup) cpuUsage() (used time.Duration, ok bool) {
 }
 
 // reuseSlackBytes is the most memory a finished run's v1 cgroup may still
-// have charged and be reset for another run:
-// the next run's effective limit and peak are off by at most this much.
-const reuseSlackBytes = 64 << 10
+// have charged and be reset for another run: the next run's effective
+// limit and peak are off by at most this much. After a trivial run about
+// 200-260 KiB stays charged (kernel objects freed lazily; only
+// memory.force_empty, which costs as much as a new cgroup, reclaims them).
+// A run at level jail starts with its interpreter's ≈ 10 MB charged; one
+// at level process with none of the zygote's memory.
+const reuseSlackBytes = 512 << 10
 
 // reset makes a finished run's cgroup ready for another run with the same
 // limits, so that a run at level process does not pay for creating and
