@@ -733,6 +733,7 @@ type procRun struct {
 	procs   []string // the cgroup.procs files the run's processes are in
 	pid     int      // in the jail
 	hostPID int
+	pidfd   int // spare.pidfd, closed by finish
 	// forked is when the zygote was asked to fork: the kernel may stamp an
 	// audit record of the process with the time of an earlier syscall
 	// than the one that killed it, never earlier than its fork.
@@ -851,6 +852,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 // The runner holds the other ends of the run's descriptors.
 type spare struct {
 	pid, hostPID int
+	pidfd        int // the process's pidfd (killPidfd); closed with the ends
 	cg           *runCgroup
 	procs        []string
 	exit         chan int
@@ -868,11 +870,18 @@ func (sp *spare) closeEnds() {
 		f.Close()
 	}
 	sp.bridge.Close()
+	syscall.Close(sp.pidfd)
+}
+
+// killPidfd kills the process of a pidfd (never another that reuses its
+// pid).
+func killPidfd(pidfd int) {
+	_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
 }
 
 // discard kills a spare that will not run and removes its cgroup.
 func (sp *spare) discard(z *zygote) {
-	_ = syscall.Kill(sp.hostPID, syscall.SIGKILL)
+	killPidfd(sp.pidfd)
 	sp.closeEnds()
 	t := time.NewTimer(time.Second)
 	select {
@@ -928,7 +937,14 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { _ = syscall.Kill(hostPID, syscall.SIGKILL) })
+	// The child waits for its descriptors: it is alive, so its pid is
+	// its own until its pidfd is closed (a pid of 32768 is soon reused).
+	pidfd, err := unix.PidfdOpen(hostPID, 0)
+	if err != nil {
+		_ = syscall.Kill(hostPID, syscall.SIGKILL)
+		return nil, fmt.Errorf("opening the run's pidfd: %w", err)
+	}
+	cleanup = append(cleanup, func() { killPidfd(pidfd); syscall.Close(pidfd) })
 	for _, f := range procs {
 		if err := cg.write(f, strconv.Itoa(hostPID)); err != nil {
 			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
@@ -963,7 +979,7 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 		f.Close()
 	}
 	return &spare{
-		pid: pid, hostPID: hostPID, cg: cg, procs: procs, exit: exit, forked: forked,
+		pid: pid, hostPID: hostPID, pidfd: pidfd, cg: cg, procs: procs, exit: exit, forked: forked,
 		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn,
 	}, nil
 }
@@ -1066,7 +1082,7 @@ func (r *Runner) forkRun(z *zygote, prof profile) (*procRun, error) {
 	}
 	l := prof.Limits
 	p := &procRun{
-		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, forked: sp.forked,
+		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, pidfd: sp.pidfd, forked: sp.forked,
 		stdin: sp.stdin, bridge: sp.bridge,
 		readEnd:     []*os.File{sp.stdout, sp.stderr, sp.result},
 		stdout:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
@@ -1213,54 +1229,83 @@ wait:
 // without waiting for its process to be gone, which costs about a
 // millisecond more (the kernel tears down a forked interpreter's memory
 // and the zygote reaps it before it reports the exit). It holds only when
-// the harness is the run's one process: it is killed (SIGKILL to its
-// whole thread group, which also makes any fork of it fail), then the
-// run's pids cgroup must list it alone and charge no more tasks than it
-// lists; a fork in flight or a child, even a zombie, is charged and
-// unlisted, or listed. Then nothing of the run can execute again; its
-// memory and CPU counters are final but for the kernel's own exit work.
-// Otherwise (a child process, cgroup v2, an envelope not complete) the run
-// ends as before, once every process is gone; killed says the harness was
-// killed after its envelope all the same. The harness exits 0 after
-// its envelope, which is the status the run gets; a signal that would
-// have killed it in the microseconds between its envelope and its exit is
-// not seen.
+// the harness is the run's one process. The harness is killed first
+// (SIGKILL to its whole thread group through its pidfd): from then on no
+// fork of the run can succeed, so the tasks charged to the run's pids
+// cgroup can only go. Then the cgroup must list no process but the
+// harness, no task but its threads (/proc/<pid>/task, read before the
+// list), and charge no more tasks than it lists, plus one for the
+// harness's own zombie once it left the list: a fork under way when the
+// kill came, or a child, even a zombie, is listed or charged beyond that.
+// Then nothing of the run can execute again; its memory and CPU counters
+// are final but for the kernel's own exit work. Otherwise (a child
+// process, cgroup v2, an envelope not complete) the run ends as before,
+// once every process is gone; killed says the harness was killed after its
+// envelope all the same. The harness exits 0 after its envelope, which is
+// the status the run gets; a signal that would have killed it in the
+// microseconds between its envelope and its exit is not seen.
 func (p *procRun) endedWithEnvelope() (ended, killed bool) {
-	if p.cg.cg.version != 1 || p.envelope.truncated || !json.Valid(p.envelope.buf) {
+	if p.cg.cg.version != 1 || p.pidfd < 0 || p.envelope.truncated || !json.Valid(p.envelope.buf) {
 		return false, false
 	}
 	dir := p.cg.dirs[1] // pids
+	harness := strconv.Itoa(p.hostPID)
+	// Only the harness, listed or gone already.
 	alone := func() bool {
 		procs, err := p.cg.read(filepath.Join(dir, "cgroup.procs"))
-		return err == nil && strings.TrimSpace(string(procs)) == strconv.Itoa(p.hostPID)
+		if err != nil {
+			return false
+		}
+		for _, pid := range strings.Fields(string(procs)) {
+			if pid != harness {
+				return false
+			}
+		}
+		return true
 	}
 	if !alone() {
 		return false, false
 	}
-	if err := syscall.Kill(p.hostPID, syscall.SIGKILL); err != nil {
+	if err := unix.PidfdSendSignal(p.pidfd, syscall.SIGKILL, nil, 0); err != nil && err != syscall.ESRCH {
 		return false, false
 	}
 	if !alone() {
 		return false, true
 	}
-	tasks, err := p.cg.read(filepath.Join(dir, "tasks"))
+	threads := map[string]bool{}
+	if entries, err := os.ReadDir("/proc/" + harness + "/task"); err == nil {
+		for _, e := range entries {
+			threads[e.Name()] = true
+		}
+	}
+	data, err := p.cg.read(filepath.Join(dir, "tasks"))
 	if err != nil {
 		return false, true
+	}
+	tasks := strings.Fields(string(data))
+	listed := false
+	for _, tid := range tasks {
+		if !threads[tid] {
+			return false, true
+		}
+		listed = listed || tid == harness
 	}
 	charged, err := p.cg.read(filepath.Join(dir, "pids.current"))
 	if err != nil {
 		return false, true
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(charged)))
-	return err == nil && n <= len(strings.Fields(string(tasks))), true
+	allowed := len(tasks)
+	if !listed {
+		allowed++ // the harness's zombie, until the zygote reaps it
+	}
+	return err == nil && n <= allowed, true
 }
 
 // kill kills every process in the run's cgroup until none is left (a fork
 // bomb is bounded by the pids limit, so this ends).
 func (p *procRun) kill() {
-	if p.hostPID > 0 {
-		_ = syscall.Kill(p.hostPID, syscall.SIGKILL)
-	}
+	killPidfd(p.pidfd)
 	// Every process of the run is in each of its hierarchies (born there;
 	// nothing in the jail can move one), so one listing names them all.
 	deadline := time.Now().Add(3 * time.Second)
@@ -1293,6 +1338,8 @@ func (p *procRun) finish(r *Runner, exit chan int) {
 		}
 		p.z.forget(p.pid)
 	}
+	syscall.Close(p.pidfd)
+	p.pidfd = -1
 }
 
 // procsFiles are the cgroup.procs files a process joins the run's cgroup
