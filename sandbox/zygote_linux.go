@@ -1263,9 +1263,8 @@ func (p *procRun) endedWithEnvelope() (ended, killed bool) {
 		}
 		return true
 	}
-	if !alone() {
-		return false, false
-	}
+	// The harness's work is done (its envelope is whole): it is killed
+	// whether or not the run can end now.
 	if err := unix.PidfdSendSignal(p.pidfd, syscall.SIGKILL, nil, 0); err != nil && err != syscall.ESRCH {
 		return false, false
 	}
