@@ -593,23 +593,18 @@ func (rc *runCgroup) reset() bool {
 	// A run that ended with its envelope (procRun.endedWithEnvelope) left
 	// its killed harness exiting; a process is charged to the pids
 	// controller until its parent (the zygote) reaps it, after it left
-	// cgroup.procs.
+	// cgroup.procs. Every process of the run was killed already (by pid
+	// here it could be another's, reused).
 	for delay, deadline := 500*time.Microsecond, time.Now().Add(time.Second); ; delay = min(delay*2, 20*time.Millisecond) {
 		data, err := rc.read(filepath.Join(rc.dirs[1], "cgroup.procs"))
 		if err != nil {
 			return false
 		}
-		pids := strings.Fields(string(data))
-		if len(pids) == 0 && rc.readInt(filepath.Join(rc.dirs[1], "pids.current")) == 0 {
+		if len(bytes.TrimSpace(data)) == 0 && rc.readInt(filepath.Join(rc.dirs[1], "pids.current")) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			return false
-		}
-		for _, s := range pids {
-			if pid, err := strconv.Atoi(s); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
 		}
 		time.Sleep(delay)
 	}

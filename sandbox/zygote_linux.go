@@ -21,12 +21,11 @@ import (
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
-// Level process: warm zygotes and the runs forked from them.
-//
-// A zygote is a jail started by startJail from the run's profile, like a
-// warm jail, with four differences to its nsjail config (zygoteConfig):
-// it runs execgate_zygote.py instead of the harness; nsjail's time_limit
-// and RLIMIT_CPU are off for it (the zygote lives across runs; each run's
+// Level process: warm zygotes and the runs forked from them. A zygote is a
+// jail started by startJail from the run's profile, like a warm jail, with
+// four differences to its nsjail config (zygoteConfig): it runs
+// execgate_zygote.py instead of the harness; nsjail's time_limit and
+// RLIMIT_CPU are off for it (the zygote lives across runs; each run's
 // process sets RLIMIT_CPU back to the profile's value before anything
 // else); its /proc is mounted read-write so that its children can write
 // their own uid and gid maps (each child then remounts it read-only for
@@ -35,35 +34,31 @@ import (
 // private /tmp and then denies itself (killing, as at level jail) with a
 // filter of its own before the harness starts. The tool's process is
 // therefore under a seccomp policy at least as strict as level jail's.
-//
-// Descriptors of a zygote (startJail's contract, used differently):
-//
-//	0     a pipe from the runner, unused (closed when the zygote retires)
-//	1, 2  the zygote's own output, captured for diagnosis
-//	3     a pipe, unused
-//	5     the control socket (startJail's bridge socketpair): fork requests
-//	      carrying each run's descriptors (SCM_RIGHTS), fork replies and
-//	      exit statuses (protocol in execgate_zygote.py)
-//
-// One run: ahead of it (prepareSpare), the runner creates a run's cgroup
-// (cgroups.create, the same as a jail's) and a sync socketpair, sends one
-// end to the zygote, which forks. The child reports on the sync socket; the
-// kernel tells the runner its host pid (SCM_CREDENTIALS), the runner moves
-// it into the run's cgroup and hands it the run's pipes (stdin, stdout,
-// stderr, result) and tool bridge socket over the sync socket; the child
-// does its setup (private /tmp, capabilities, seccomp) and its harness
-// waits for the request on stdin. A zygote keeps zygoteSpares such
-// processes ready, and starts its successor before it retires
-// (startNextLocked). When the run comes (forkRun), the runner writes the
-// request. From then on the run is watched as a jail is (wall
-// deadline, CPU from the cgroup, memory counters); when the child exits
-// (the zygote reports its wait status) or is stopped, every process left in
-// the run's cgroup is killed, so daemons, setsid and double-forked children
-// end with the envelope. A harness that closed a whole envelope while it is
-// the run's one process ends the run at once, killed rather than waited
-// for (procRun.endedWithEnvelope). A finished run's cgroup is reset for the
-// zygote's next spare where the host allows it (recycle, cgroup v1). A zygote that dies ends its runs in flight as
-// SandboxCrashed; the next run starts a new one. Nothing is ever retried.
+// Descriptors of a zygote (startJail's contract, used differently): 0 a
+// pipe from the runner, unused (closed when the zygote retires) 1, 2 the
+// zygote's own output, captured for diagnosis 3 a pipe, unused 5 the
+// control socket (startJail's bridge socketpair): fork requests carrying
+// each run's descriptors (SCM_RIGHTS), fork replies and exit statuses
+// (protocol in execgate_zygote.py) One run: ahead of it (prepareSpare), the
+// runner creates a run's cgroup (cgroups.create, the same as a jail's) and
+// a sync socketpair, sends one end to the zygote, which forks. The child
+// reports on the sync socket; the kernel tells the runner its host pid
+// (SCM_CREDENTIALS), the runner moves it into the run's cgroup and hands it
+// the run's pipes (stdin, stdout, stderr, result) and tool bridge socket
+// over the sync socket; the child does its setup (private /tmp,
+// capabilities, seccomp) and its harness waits for the request on stdin. A
+// zygote keeps zygoteSpares such processes ready, and starts its successor
+// before it retires (startNextLocked). When the run comes (forkRun), the
+// runner writes the request. From then on the run is watched as a jail is
+// (wall deadline, CPU from the cgroup, memory counters); when the child
+// exits (the zygote reports its wait status) or is stopped, every process
+// left in the run's cgroup is killed, so daemons, setsid and double-forked
+// children end with the envelope. A harness that closed a whole envelope
+// while it is the run's one process ends the run at once, killed rather
+// than waited for (procRun.endedWithEnvelope). A finished run's cgroup is
+// reset for the zygote's next spare where the host allows it (recycle,
+// cgroup v1). A zygote that dies ends its runs in flight as SandboxCrashed;
+// the next run starts a new one. Nothing is ever retried.
 
 // zygoteStartTimeout bounds a zygote's start (nsjail, Python, imports).
 const zygoteStartTimeout = 10 * time.Second
@@ -632,8 +627,8 @@ const zygoteCgroups = 8
 
 // recycle resets a finished run's cgroup for z's next runs or removes it,
 // in the background, off the run's path: every process of the run is gone
-// already (procRun.kill and finish saw its cgroup empty and its pipes
-// closed); reset checks that again. close waits for these.
+// or killed already (procRun.kill, or endedWithEnvelope), and reset waits
+// until nothing is left in it. close waits for these.
 func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
 	zs.mu.Lock()
 	if zs.closed {
@@ -937,8 +932,9 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The child waits for its descriptors: it is alive, so its pid is
-	// its own until its pidfd is closed (a pid of 32768 is soon reused).
+	// The child waits for its descriptors, alive: its pidfd names it and
+	// no process that reuses its pid later (pid_max is 32768 on some
+	// hosts, so pids come round soon).
 	pidfd, err := unix.PidfdOpen(hostPID, 0)
 	if err != nil {
 		_ = syscall.Kill(hostPID, syscall.SIGKILL)
