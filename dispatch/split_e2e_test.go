@@ -222,6 +222,9 @@ type envelope struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
+	Usage struct {
+		Isolation string `json:"isolation"`
+	} `json:"usage"`
 }
 
 func (v envelope) errType() string {
@@ -512,6 +515,10 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		}
 		if status != http.StatusOK || env.Status != "ok" || string(env.Result) != `{"sum":42}` {
 			t.Fatalf("code-mode run = %d %s %s %+v", status, env.Status, env.Result, env.Error)
+		}
+		// The executor's usage reaches the caller whole, the level it ran at too.
+		if env.Usage.Isolation != "jail" {
+			t.Fatalf("usage.isolation through the split = %q, want jail", env.Usage.Isolation)
 		}
 		if got := e.mcp.Calls("add") - before; got != 1 {
 			t.Fatalf("the tool server saw %d calls, want 1", got)
