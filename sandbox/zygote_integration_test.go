@@ -660,8 +660,9 @@ func TestProcessRunEndsWithItsEnvelope(t *testing.T) {
 		noLive("a trivial run")
 	}
 	// A run whose exit the zygote reports before the runner saw its
-	// envelope's end ends the other way: no harm, nothing to gain. That
-	// is one run in 10 to 8 here, with three CPU burners beside the test.
+	// envelope's end ends the other way: no harm, nothing to gain. With
+	// three CPU burners beside the test, 7 to 10 runs in 10 ended with
+	// their envelope.
 	early := sandbox.EndedWithEnvelope(r)
 	if early < 5 {
 		t.Fatalf("%d of 20 trivial runs ended with their envelope, want most", early)
