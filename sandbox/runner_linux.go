@@ -383,33 +383,40 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	if v.Unavailable != nil {
 		return Result{NsjailLog: fin.outcome.Log}, v.Unavailable
 	}
+	res := runResult(v, fin.outcome, &j.stdout, &j.stderr, bridge, Usage{
+		WallMS:       fin.wall.Milliseconds(),
+		CPUMS:        fin.outcome.CPUMS,
+		PeakMemoryKB: fin.stats.PeakBytes >> 10,
+		Warm:         warm,
+		Isolation:    IsolationJail,
+	})
+	res.Egress, res.EgressDropped = attempts, dropped
+	res.NsjailLog = fin.outcome.Log
+	return res, nil
+}
+
+// runResult is the Result of a run (a jail's or a level-process one)
+// classified as v: its captured output, tool calls and usage, the denied
+// syscall named, and a null result when there is none.
+func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge, usage Usage) Result {
 	res := Result{
-		Status:        v.Status,
-		Result:        v.Result,
-		Stdout:        j.stdout.String(),
-		Stderr:        j.stderr.String(),
-		Truncated:     Truncated{Stdout: j.stdout.truncated, Stderr: j.stderr.truncated},
-		Error:         v.Error,
-		Logs:          v.Logs,
-		Egress:        attempts,
-		EgressDropped: dropped,
-		ToolCalls:     toolCalls(bridge),
-		Usage: Usage{
-			WallMS:       fin.wall.Milliseconds(),
-			CPUMS:        fin.outcome.CPUMS,
-			PeakMemoryKB: fin.stats.PeakBytes >> 10,
-			Warm:         warm,
-			Isolation:    IsolationJail,
-		},
-		NsjailLog: fin.outcome.Log,
+		Status:    v.Status,
+		Result:    v.Result,
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		Truncated: Truncated{Stdout: stdout.truncated, Stderr: stderr.truncated},
+		Error:     v.Error,
+		Logs:      v.Logs,
+		ToolCalls: toolCalls(bridge),
+		Usage:     usage,
 	}
 	if res.ErrorType() == ErrSyscallDenied {
-		res.DeniedSyscall = deniedSyscallLabel(fin.outcome.DeniedSyscall)
+		res.DeniedSyscall = deniedSyscallLabel(o.DeniedSyscall)
 	}
 	if res.Result == nil {
 		res.Result = nullJSON
 	}
-	return res, nil
+	return res
 }
 
 // Warm keeps up to n jails (at most the configured warm pool size)

@@ -797,11 +797,12 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 		o.CPUMS = used.Milliseconds()
 	}
 	r.zygotes.recycle(z, p.cg, spec.ExecutionID)
+	usage := Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true, Isolation: IsolationProcess}
 	if crashed {
 		r.zygotes.discardDead(z)
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
 		res.Stdout, res.Stderr = p.stdout.String(), p.stderr.String()
-		res.Usage = Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true, Isolation: IsolationProcess}
+		res.Usage = usage
 		return res, nil
 	}
 	o.Envelope, o.EnvelopeTruncated = p.envelope.buf, p.envelope.truncated
@@ -816,30 +817,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if v.Unavailable != nil {
 		return Result{}, v.Unavailable
 	}
-	res := Result{
-		Status:    v.Status,
-		Result:    v.Result,
-		Stdout:    p.stdout.String(),
-		Stderr:    p.stderr.String(),
-		Truncated: Truncated{Stdout: p.stdout.truncated, Stderr: p.stderr.truncated},
-		Error:     v.Error,
-		Logs:      v.Logs,
-		ToolCalls: toolCalls(bridge),
-		Usage: Usage{
-			WallMS:       wall.Milliseconds(),
-			CPUMS:        o.CPUMS,
-			PeakMemoryKB: stats.PeakBytes >> 10,
-			Warm:         true,
-			Isolation:    IsolationProcess,
-		},
-	}
-	if res.ErrorType() == ErrSyscallDenied {
-		res.DeniedSyscall = deniedSyscallLabel(o.DeniedSyscall)
-	}
-	if res.Result == nil {
-		res.Result = nullJSON
-	}
-	return res, nil
+	return runResult(v, o, &p.stdout, &p.stderr, bridge, usage), nil
 }
 
 // spare is a process forked for a run ahead of it: in its cgroup, set up
