@@ -634,6 +634,74 @@ func TestOutcomesTheToolForgesOnTheResultChannel(t *testing.T) {
 
 // ---- 8–11, 19, 27: kernel attack surface ----
 
+// escapeSyscalls are the escape-class calls (tests 8, 36 and 38): each
+// must kill the run, reported as SyscallDenied naming the call.
+var escapeSyscalls = []escapeCase{
+	{"ptrace", nil, "ptrace"},
+	{"mount", nil, "mount"},
+	{"umount2", nil, "umount2"},
+	{"pivot_root", nil, "pivot_root"},
+	{"chroot", map[string]any{"name": "raw", "nr": 161, "args": []int{0}}, "chroot"},
+	{"open_tree", nil, "open_tree"},
+	{"move_mount", map[string]any{"name": "raw", "nr": 429, "args": []int{-1, 0, -1, 0, 0}}, "move_mount"},
+	{"fsopen", nil, "fsopen"},
+	{"unshare_noop", nil, "unshare"},
+	{"setns_badfd", nil, "setns"},
+	{"clone", map[string]any{"ns": "user"}, "clone"},
+	{"keyctl", nil, "keyctl"},
+	{"add_key", nil, "add_key"},
+	{"request_key", nil, "request_key"},
+	{"bpf", nil, "bpf"},
+	{"perf_event_open", nil, "perf_event_open"},
+	{"userfaultfd", nil, "userfaultfd"},
+	{"io_uring_setup", nil, "io_uring_setup"},
+	{"io_uring_enter", map[string]any{"name": "raw", "nr": 426, "args": []int{-1, 0, 0, 0, 0, 0}}, "io_uring_enter"},
+	{"kexec_load", nil, "kexec_load"},
+	{"kexec_file_load", map[string]any{"name": "raw", "nr": 320, "args": []int{-1, -1, 0, 0, 0}}, "kexec_file_load"},
+	{"init_module", nil, "init_module"},
+	{"finit_module", nil, "finit_module"},
+	{"delete_module", map[string]any{"name": "raw", "nr": 176, "args": []int{0, 0}}, "delete_module"},
+	{"process_vm_readv", nil, "process_vm_readv"},
+	{"process_vm_writev", nil, "process_vm_writev"},
+	{"pidfd_getfd", map[string]any{"name": "raw", "nr": 438, "args": []int{-1, 0, 0}}, "pidfd_getfd"},
+	{"open_by_handle_at", map[string]any{"name": "raw", "nr": 304, "args": []int{-1, 0, 0}}, "open_by_handle_at"},
+	// KILL_PROCESS, not KILL: a call from a thread ends the whole
+	// process instead of leaving the harness waiting on a dead thread.
+	{"unshare from a thread", map[string]any{"name": "unshare", "ns": "user", "thread": true}, "unshare"},
+}
+
+// escapeCase is one call of the syscall tool and the name SyscallDenied
+// must give it.
+type escapeCase struct {
+	name    string
+	args    map[string]any
+	syscall string
+}
+
+// runEscapes runs each case through job and wants SyscallDenied naming its
+// call; parallel runs each case in parallel.
+func runEscapes(t *testing.T, cases []escapeCase, parallel bool, run func(args map[string]any) sandbox.Result) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			wantSyscallDenied(t, run(syscallArgs(tc.name, tc.args)), tc.syscall)
+		})
+	}
+}
+
+// syscallArgs are the syscall tool's arguments: the call's name and any
+// more.
+func syscallArgs(name string, more map[string]any) map[string]any {
+	args := map[string]any{"name": name}
+	for k, v := range more {
+		args[k] = v
+	}
+	return args
+}
+
 // 8 and 36. The seccomp deny list, called directly through ctypes: every
 // escape-class call (namespaces, mounts, ptrace, bpf, keyrings, io_uring,
 // userfaultfd, perf, modules, kexec) kills the run, which is reported as
@@ -642,53 +710,9 @@ func TestOutcomesTheToolForgesOnTheResultChannel(t *testing.T) {
 func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
 	t.Parallel()
 	r, _ := newRunner(t, "seccomp")
-	escape := []struct {
-		name    string // the syscall SyscallDenied must name
-		args    map[string]any
-		syscall string
-	}{
-		{"ptrace", nil, "ptrace"},
-		{"mount", nil, "mount"},
-		{"umount2", nil, "umount2"},
-		{"pivot_root", nil, "pivot_root"},
-		{"chroot", map[string]any{"name": "raw", "nr": 161, "args": []int{0}}, "chroot"},
-		{"open_tree", nil, "open_tree"},
-		{"move_mount", map[string]any{"name": "raw", "nr": 429, "args": []int{-1, 0, -1, 0, 0}}, "move_mount"},
-		{"fsopen", nil, "fsopen"},
-		{"unshare_noop", nil, "unshare"},
-		{"setns_badfd", nil, "setns"},
-		{"clone", map[string]any{"ns": "user"}, "clone"},
-		{"keyctl", nil, "keyctl"},
-		{"add_key", nil, "add_key"},
-		{"request_key", nil, "request_key"},
-		{"bpf", nil, "bpf"},
-		{"perf_event_open", nil, "perf_event_open"},
-		{"userfaultfd", nil, "userfaultfd"},
-		{"io_uring_setup", nil, "io_uring_setup"},
-		{"io_uring_enter", map[string]any{"name": "raw", "nr": 426, "args": []int{-1, 0, 0, 0, 0, 0}}, "io_uring_enter"},
-		{"kexec_load", nil, "kexec_load"},
-		{"kexec_file_load", map[string]any{"name": "raw", "nr": 320, "args": []int{-1, -1, 0, 0, 0}}, "kexec_file_load"},
-		{"init_module", nil, "init_module"},
-		{"finit_module", nil, "finit_module"},
-		{"delete_module", map[string]any{"name": "raw", "nr": 176, "args": []int{0, 0}}, "delete_module"},
-		{"process_vm_readv", nil, "process_vm_readv"},
-		{"process_vm_writev", nil, "process_vm_writev"},
-		{"pidfd_getfd", map[string]any{"name": "raw", "nr": 438, "args": []int{-1, 0, 0}}, "pidfd_getfd"},
-		{"open_by_handle_at", map[string]any{"name": "raw", "nr": 304, "args": []int{-1, 0, 0}}, "open_by_handle_at"},
-		// KILL_PROCESS, not KILL: a call from a thread ends the whole
-		// process instead of leaving the harness waiting on a dead thread.
-		{"unshare from a thread", map[string]any{"name": "unshare", "ns": "user", "thread": true}, "unshare"},
-	}
-	for _, tc := range escape {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			args := map[string]any{"name": tc.name}
-			for k, v := range tc.args {
-				args[k] = v
-			}
-			wantSyscallDenied(t, runTool(t, r, job{tool: "syscall", args: args}), tc.syscall)
-		})
-	}
+	runEscapes(t, escapeSyscalls, true, func(args map[string]any) sandbox.Result {
+		return runTool(t, r, job{tool: "syscall", args: args})
+	})
 	probe := []struct {
 		name string
 		args map[string]any
@@ -704,10 +728,7 @@ func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
 	for _, tc := range probe {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			args := map[string]any{"name": tc.name}
-			for k, v := range tc.args {
-				args[k] = v
-			}
+			args := syscallArgs(tc.name, tc.args)
 			var out struct {
 				Ret   int64 `json:"ret"`
 				Errno int   `json:"errno"`
