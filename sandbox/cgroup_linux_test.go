@@ -195,13 +195,19 @@ func (f fakeCgroupFS) isFS(p string, magic int64) bool {
 }
 
 func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
+	self := filepath.Join(t.TempDir(), "cgroup")
+	if err := os.WriteFile(self, []byte("0::/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func(old string) { selfCgroupFile = old }(selfCgroupFile)
+	selfCgroupFile = self
 	for _, tc := range []struct {
-		name        string
-		mode        string
-		magics      map[string]int64
-		controllers map[string]string // dir → cgroup.controllers content
-		ok          bool
-		detail      string
+		name   string
+		mode   string
+		magics map[string]int64
+		files  map[string]string // path → content; a path ending in / is a directory
+		ok     bool
+		detail string
 	}{
 		{
 			name:   "v1 hierarchies",
@@ -210,18 +216,35 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 			ok:     true, detail: "v1 (memory, pids, cpu)",
 		},
 		{
-			name:        "v2 with delegated controllers",
-			mode:        "auto",
-			magics:      map[string]int64{".": cgroup2Magic},
-			controllers: map[string]string{".": "cpuset cpu io memory pids", "execgate/diagnose-*": "cpu memory pids"},
-			ok:          true, detail: "v2 at",
+			name:   "v2 with delegated controllers",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files: map[string]string{"cgroup.controllers": "cpuset cpu io memory pids", "cgroup.subtree_control": "cpu memory pids",
+				"execgate/diagnose-*/cgroup.controllers": "cpu memory pids"},
+			ok: true, detail: "delegated down to it already",
 		},
 		{
-			name:        "v2 without delegation to the parent",
-			mode:        "auto",
-			magics:      map[string]int64{".": cgroup2Magic},
-			controllers: map[string]string{".": "cpu memory pids"},
-			detail:      "not delegated",
+			name:   "v2 host root without delegation yet: the first run enables it",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files:  map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "", "cgroup.procs": "1 2 3"},
+			ok:     true, detail: "enables +memory +pids +cpu in ",
+		},
+		{
+			name:   "v2 container namespace root shared with other processes",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files: map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.type": "domain",
+				"cgroup.procs": "1 7"},
+			ok: true, detail: "moves the 2 process(es) sharing its base cgroup (pids 1 7) into ",
+		},
+		{
+			name:   "v2 without the memory controller offered",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files: map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "cpu memory pids",
+				"execgate/diagnose-*/cgroup.controllers": "cpu pids"},
+			detail: "lacks the memory or pids controller",
 		},
 		{
 			name:   "v2 forced on a v1 host",
@@ -238,23 +261,17 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := fakeCgroupFS{root: t.TempDir(), magics: tc.magics}
-			for dir, content := range tc.controllers {
-				if strings.Contains(dir, "*") {
-					continue // written below, once the probe dir exists
-				}
-				if err := os.WriteFile(filepath.Join(fs.root, dir, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+			for path, content := range tc.files {
+				// A real cgroupfs fills a new cgroup's cgroup.controllers from
+				// its parent's subtree_control; a temp dir cannot, so the
+				// delegated case pre-creates the probe cgroup with what the
+				// kernel would show.
+				path = strings.ReplaceAll(path, "*", strconv.Itoa(os.Getpid()))
+				full := filepath.Join(fs.root, path)
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 					t.Fatal(err)
 				}
-			}
-			// A real cgroupfs fills a new cgroup's cgroup.controllers from its
-			// parent's subtree_control; a temp dir cannot, so the delegated
-			// case pre-creates the probe cgroup with what the kernel would show.
-			if content, ok := tc.controllers["execgate/diagnose-*"]; ok {
-				probe := filepath.Join(fs.root, "execgate", "diagnose-"+strconv.Itoa(os.Getpid()))
-				if err := os.MkdirAll(probe, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(probe, "cgroup.controllers"), []byte(content), 0o644); err != nil {
+				if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -270,5 +287,22 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 				t.Errorf("probe error = %v, want an UnavailableError with a hint, naming %q", err, tc.detail)
 			}
 		})
+	}
+}
+
+func TestV2BaseIsTheOwnCgroupOnlyWhenDelegated(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "cgroup")
+	for _, tc := range []struct{ content, want string }{
+		{"0::/\n", "its own cgroup namespace's"},
+		{"12:pids:/x\n0::/system.slice/execgate.service\n", "is not delegated"},
+		{"0::/../../outside\n", "its own cgroup namespace's"},
+	} {
+		if err := os.WriteFile(self, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if base, why := v2Base(dir, self); base != dir || !strings.Contains(why, tc.want) {
+			t.Errorf("%q: v2Base = %q, %q; want %q, naming %q", tc.content, base, why, dir, tc.want)
+		}
 	}
 }

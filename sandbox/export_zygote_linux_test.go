@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -95,18 +96,30 @@ func EndedWithEnvelope(r *Runner) int64 { return r.zygotes.endedEarly.Load() }
 // (in exit, a zombie) nor killed (SIGKILL pending): a process of an ended
 // run that could still execute.
 func LiveProcessesOfEndedRuns(r *Runner) []string {
-	r.zygotes.mu.Lock()
-	var dirs []string
-	for cg := range r.zygotes.ended {
-		dirs = append(dirs, cg.dirs[1])
-	}
-	r.zygotes.mu.Unlock()
+	var files []string
+	func() {
+		r.zygotes.mu.Lock()
+		defer r.zygotes.mu.Unlock()
+		for cg := range r.zygotes.ended {
+			if cg.cg.version == 1 {
+				files = append(files, filepath.Join(cg.dirs[1], "tasks")) // pids
+				continue
+			}
+			// v2: the run's cgroup and the tool leaf below it.
+			filepath.WalkDir(cg.dirs[0], func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					files = append(files, filepath.Join(p, "cgroup.threads"))
+				}
+				return nil
+			})
+		}
+	}()
 	var live []string
-	for _, d := range dirs {
-		data, _ := os.ReadFile(filepath.Join(d, "tasks"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
 		for _, tid := range strings.Fields(string(data)) {
 			if !dyingOrKilled(tid) {
-				live = append(live, d+": "+tid)
+				live = append(live, filepath.Dir(f)+": "+tid)
 			}
 		}
 	}

@@ -57,7 +57,11 @@ and a hint: nsjail present and its version, user (and other) namespaces usable,
 the cgroup version and its parent cgroups usable, the rootfs present and verifying
 (including one real jailed run and the CA count seen inside the jail), DNS via the
 egress proxy, and Redis when quota.backend is redis. Exits non-zero when a required
-check fails. Nothing is built or changed except probe cgroups, which are removed.`,
+check fails. The cgroups row says what the first run would do on this host (on
+cgroup v2: which cgroup execgate's tree goes below, which controllers it enables
+where, which processes sharing its cgroup it moves into a leaf) and fails only
+where the host forbids it, naming why. Nothing is built; the rootfs check's real
+jailed run sets up execgate's cgroups as serve would.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
