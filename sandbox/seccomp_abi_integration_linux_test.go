@@ -101,9 +101,21 @@ func TestSeccompInstalledFiltersKillX32AndForeignArch(t *testing.T) {
 			}
 			// Any other architecture the kernel could report.
 			wantVerdict(t, filters, "aarch64 getpid", unix.AUDIT_ARCH_AARCH64, 172, unix.SECCOMP_RET_KILL_PROCESS)
+			// Each layer holds both rules on its own: the oldest filter
+			// (execgate's, under nsjail) and, at level process, the
+			// newest (the run's own, execgate_zygote.py).
+			layers := map[string][][]bpf.RawInstruction{"the filter under nsjail": filters[:1]}
+			if level.name == "process" {
+				layers["the run's own filter"] = filters[len(filters)-1:]
+			}
+			for name, layer := range layers {
+				wantVerdict(t, layer, name+": x32 mount", unix.AUDIT_ARCH_X86_64, 165|x32Bit, unix.SECCOMP_RET_KILL_PROCESS)
+				wantVerdict(t, layer, name+": x32 getpid", unix.AUDIT_ARCH_X86_64, 39|x32Bit, unix.SECCOMP_RET_KILL_PROCESS)
+				wantVerdict(t, layer, name+": i386 getpid", unix.AUDIT_ARCH_I386, 20, unix.SECCOMP_RET_KILL_PROCESS)
+			}
 			if t.Failed() {
 				for i, f := range filters {
-					t.Logf("filter %d (0 is the newest):\n%s", i, disassemble(f))
+					t.Logf("filter %d (0 is the oldest):\n%s", i, disassemble(f))
 				}
 			}
 		})
@@ -228,8 +240,8 @@ func seccompFilterCount(t *testing.T, tid int) int {
 	return n
 }
 
-// seccompFilters reads every seccomp filter of tid, newest first, with
-// PTRACE_SECCOMP_GET_FILTER (the caller needs CAP_SYS_ADMIN and no filter
+// seccompFilters reads every seccomp filter of tid, oldest first (the
+// kernel's index 0 is the first installed), with PTRACE_SECCOMP_GET_FILTER (the caller needs CAP_SYS_ADMIN and no filter
 // of its own): seize, stop, read, detach.
 func seccompFilters(tid int) ([][]bpf.RawInstruction, error) {
 	runtime.LockOSThread() // ptrace requests come from the tracer thread
@@ -241,7 +253,11 @@ func seccompFilters(tid int) ([][]bpf.RawInstruction, error) {
 		return nil, fmt.Errorf("PTRACE_INTERRUPT: %w", err)
 	}
 	var ws unix.WaitStatus
-	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil || !ws.Stopped() {
+	_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+	for err == unix.EINTR {
+		_, err = unix.Wait4(tid, &ws, unix.WALL, nil)
+	}
+	if err != nil || !ws.Stopped() {
 		return nil, fmt.Errorf("waiting for the ptrace stop: %v (status %#x)", err, ws)
 	}
 	defer unix.PtraceDetach(tid)
