@@ -106,7 +106,9 @@ type Outcome struct {
 	Status     string `json:"status"` // "ok" | "error"
 	ErrorType  string `json:"error_type,omitempty"`
 	// Syscall names the escape-class syscall a SyscallDenied run was killed
-	// for ("unknown" when the kernel's audit record was out of reach);
-	// empty for every other outcome.
+	// for, or the rule: "x32_abi" (a number with the x32 bit set),
+	// "foreign_arch" (another architecture's entry, int 0x80); "unknown"
+	// when the kernel's audit record was out of reach. Empty for every
+	// other outcome.
 	Syscall string `json:"syscall,omitempty"`
 }

@@ -106,11 +106,24 @@ func violationPID(log []string) int {
 	return 0
 }
 
-// deniedSyscallName names the syscall of record: the escape-class name, or
-// "syscall <n>" for a number the policy does not kill for (a record from a
-// 32-bit call, say).
+// The names of the ABI filter's two rules (abi_linux.go), in the place of
+// a syscall's name: any call through another architecture's entry, and any
+// x86_64 call with the x32 bit set.
+const (
+	deniedForeignArch = "foreign_arch"
+	deniedX32         = "x32_abi"
+)
+
+// deniedSyscallName names the syscall of record: the ABI rule that killed
+// it (a foreign architecture, the x32 bit), the escape-class name, or
+// "syscall <n>" for a number the policy does not kill for.
 func deniedSyscallName(rec seccompRecord) string {
-	if rec.Arch == auditArchX86_64 && !rec.Compat {
+	switch {
+	case rec.Arch != auditArchX86_64:
+		return deniedForeignArch
+	case rec.Syscall&x32SyscallBit != 0:
+		return deniedX32
+	case !rec.Compat:
 		if name := escapeSyscallName(rec.Syscall); name != "" {
 			return name
 		}
@@ -119,8 +132,12 @@ func deniedSyscallName(rec seccompRecord) string {
 }
 
 // deniedSyscallLabel maps a name from deniedSyscallName to the bounded set
-// Result.DeniedSyscall holds: an escape-class name, or "unknown".
+// Result.DeniedSyscall holds: an escape-class name, an ABI rule's, or
+// "unknown".
 func deniedSyscallLabel(name string) string {
+	if name == deniedForeignArch || name == deniedX32 {
+		return name
+	}
 	for _, s := range syscallClasses {
 		if s.class == classEscape && (s.name == name || (s.name == "umount" && name == "umount2")) {
 			return name

@@ -37,7 +37,10 @@ func TestSeccompRecordsTheToolCannotShapeAreParsedSafely(t *testing.T) {
 		// spaces stays one field: neither can add a pid or syscall field.
 		{"a comm that looks like fields", `audit(1.000:1): pid=7 comm="pid=9" exe="/x" sig=31 arch=c000003e syscall=41 compat=0`, true, "socket"},
 		{"the first pid counts", `audit(1.000:1): pid=7 pid=9 sig=31 arch=c000003e syscall=56 compat=0`, true, "clone"},
-		{"a 32-bit call is not named from the 64-bit table", `audit(1.000:1): pid=7 sig=31 arch=40000003 syscall=41 compat=1`, true, "syscall 41 (arch 40000003)"},
+		{"a 32-bit call is not named from the 64-bit table", `audit(1.000:1): pid=7 sig=31 arch=40000003 syscall=41 compat=1`, true, "foreign_arch"},
+		{"x32's unshare is the x32 rule's", `audit(1.000:1): pid=7 sig=31 arch=c000003e syscall=1073742096 compat=0`, true, "x32_abi"},
+		{"x32 with the kernel's compat flag", `audit(1.000:1): pid=7 sig=31 arch=c000003e syscall=1073741863 compat=1`, true, "x32_abi"},
+		{"a negative number has the x32 bit", `audit(1.000:1): pid=7 sig=31 arch=c000003e syscall=-1 compat=0`, true, "x32_abi"},
 		{"a number outside the escape class", `audit(1.000:1): pid=7 sig=31 arch=c000003e syscall=0 compat=0`, true, "syscall 0 (arch c000003e)"},
 		{"no syscall", `audit(1.000:1): pid=7 sig=31`, false, ""},
 		{"not a record", `type=1326 pid=7 syscall=41`, false, ""},
@@ -58,7 +61,8 @@ func TestSeccompRecordsTheToolCannotShapeAreParsedSafely(t *testing.T) {
 		})
 	}
 	for name, want := range map[string]string{"unshare": "unshare", "umount2": "umount2", "socketpair": "socketpair",
-		"syscall 41 (arch 40000003)": "unknown", "": "unknown", "reboot": "unknown"} {
+		"syscall 0 (arch c000003e)": "unknown", "": "unknown", "reboot": "unknown",
+		"x32_abi": "x32_abi", "foreign_arch": "foreign_arch"} {
 		if got := deniedSyscallLabel(name); got != want {
 			t.Errorf("deniedSyscallLabel(%q) = %q, want %q", name, got, want)
 		}

@@ -238,6 +238,10 @@ func syscallDeniedMessage(name string) string {
 		return "the tool was killed for a forbidden system call (seccomp); the kernel's audit record naming it was not available"
 	case "socket", "socketpair":
 		return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp; a socket family other than AF_UNIX, AF_INET, AF_INET6 or NETLINK_ROUTE)", name)
+	case deniedForeignArch:
+		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through another architecture's entry, such as int 0x80: every such call is killed)"
+	case deniedX32:
+		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through the x32 ABI, its number with bit 30 set: every such call is killed)"
 	}
 	return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp)", name)
 }

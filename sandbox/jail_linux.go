@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -101,7 +102,12 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		return nil, err
 	}
 	cmd := r.nsjailCommand(cfgPath, lease, cg, fds)
-	if err := cmd.Start(); err != nil {
+	// Under the ABI filter (abi_linux.go), or not at all.
+	if err := startConfined(cmd); err != nil {
+		var unavailable *UnavailableError
+		if errors.As(err, &unavailable) {
+			return nil, unavailable
+		}
 		return nil, &UnavailableError{Reason: "starting nsjail " + r.nsjail, Hint: setupHint, Err: err}
 	}
 	// From here the jail owns everything; the child's ends are closed in

@@ -50,10 +50,15 @@ import (
 //     fall back on ENOSYS as on kernels built without it.
 //   - unshare is the escape class whatever its flags: unshare(0) is a no-op
 //     nobody calls for its own sake.
-//   - The policy is written for x86_64 syscall numbers; Kafel kills any
-//     call made through another architecture's entry (int 0x80 for ia32),
-//     whose numbers differ. Its audit record names no x86_64 syscall, so
-//     the outcome is SyscallDenied with DeniedSyscall "unknown".
+//   - The policy is written for x86_64 syscall numbers, and Kafel alone
+//     leaves two holes: its check of the architecture kills only the
+//     calling thread (SECCOMP_RET_KILL), and a number with the x32 bit
+//     (bit 30) set matches none of its rules (DEFAULT ALLOW), so x32's
+//     mount, unshare, bpf, ... would pass on a kernel built with x32.
+//     execgate's own filter under every nsjail (abi_linux.go) kills the
+//     process for both: any call through another architecture's entry
+//     (int 0x80: AUDIT_ARCH_I386), DeniedSyscall "foreign_arch", and any
+//     x86_64 number with the x32 bit, DeniedSyscall "x32_abi".
 //
 // Kafel spells umount2 "umount". One unknown name makes the whole policy fail
 // to compile (nsjail exits 255 before running anything), which is why
@@ -67,6 +72,10 @@ import (
 //  3. Add a containment case that calls it through ctypes; escape-class
 //     calls must come back as SyscallDenied naming the call.
 //  4. Update the table in README's security section.
+
+// x32SyscallBit is __X32_SYSCALL_BIT: an x86_64 syscall number with it set
+// is a call through the x32 ABI.
+const x32SyscallBit = 0x40000000
 
 // syscallClass is what the policy does with a syscall.
 type syscallClass int

@@ -210,7 +210,9 @@ type Result struct {
 	NsjailLog []string `json:"-"`
 	// DeniedSyscall is set on a SyscallDenied outcome: the escape-class
 	// syscall the kernel's audit record named (seccomp.go, e.g. "unshare"),
-	// or "unknown". A bounded set: metrics may use it as a label.
+	// the ABI rule that killed it ("x32_abi", "foreign_arch":
+	// abi_linux.go), or "unknown". A bounded set: metrics may use it as a
+	// label.
 	DeniedSyscall string `json:"-"`
 }
 

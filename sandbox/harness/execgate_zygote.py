@@ -123,34 +123,39 @@ def _check(ret, what):
 
 def _seccomp_program():
     """Kill mount and unshare, refuse PR_SET_DUMPABLE other than 0 (EPERM),
-    as level jail's policy does; allow the rest: the inherited filter still
-    applies, and the kernel takes the strictest answer of all filters."""
+    as level jail's policy does, and kill every call through another
+    architecture's entry or with the x32 bit set, as execgate's own filter
+    under nsjail does (sandbox/abi_linux.go); allow the rest: the inherited
+    filters still apply, and the kernel takes the strictest answer of all."""
     AUDIT_ARCH_X86_64 = 0xC000003E
+    X32_SYSCALL_BIT = 0x40000000
     KILL_PROCESS = 0x80000000
     ERRNO_EPERM = 0x00050000 | 1
     ALLOW = 0x7FFF0000
     LD_W_ABS = 0x20
     JEQ_K = 0x15
+    JSET_K = 0x45
     RET_K = 0x06
     prog = [
         (LD_W_ABS, 0, 0, 4),  # 0: arch
         (JEQ_K, 1, 0, AUDIT_ARCH_X86_64),  # 1
         (RET_K, 0, 0, KILL_PROCESS),  # 2
         (LD_W_ABS, 0, 0, 0),  # 3: nr
-        (JEQ_K, 12, 0, 165),  # 4: mount -> 17
-        (JEQ_K, 11, 0, 272),  # 5: unshare -> 17
-        (JEQ_K, 1, 0, 157),  # 6: prctl -> 8
-        (RET_K, 0, 0, ALLOW),  # 7
-        (LD_W_ABS, 0, 0, 16),  # 8: option (an int: its low half)
-        (JEQ_K, 1, 0, PR_SET_DUMPABLE),  # 9: -> 11
-        (RET_K, 0, 0, ALLOW),  # 10
-        (LD_W_ABS, 0, 0, 24),  # 11: value, low half
-        (JEQ_K, 0, 3, 0),  # 12: -> 13, else 16
-        (LD_W_ABS, 0, 0, 28),  # 13: value, high half
-        (JEQ_K, 0, 1, 0),  # 14: -> 15, else 16
-        (RET_K, 0, 0, ALLOW),  # 15
-        (RET_K, 0, 0, ERRNO_EPERM),  # 16
-        (RET_K, 0, 0, KILL_PROCESS),  # 17
+        (JSET_K, 13, 0, X32_SYSCALL_BIT),  # 4: x32 -> 18
+        (JEQ_K, 12, 0, 165),  # 5: mount -> 18
+        (JEQ_K, 11, 0, 272),  # 6: unshare -> 18
+        (JEQ_K, 1, 0, 157),  # 7: prctl -> 9
+        (RET_K, 0, 0, ALLOW),  # 8
+        (LD_W_ABS, 0, 0, 16),  # 9: option (an int: its low half)
+        (JEQ_K, 1, 0, PR_SET_DUMPABLE),  # 10: -> 12
+        (RET_K, 0, 0, ALLOW),  # 11
+        (LD_W_ABS, 0, 0, 24),  # 12: value, low half
+        (JEQ_K, 0, 3, 0),  # 13: -> 14, else 17
+        (LD_W_ABS, 0, 0, 28),  # 14: value, high half
+        (JEQ_K, 0, 1, 0),  # 15: -> 16, else 17
+        (RET_K, 0, 0, ALLOW),  # 16
+        (RET_K, 0, 0, ERRNO_EPERM),  # 17
+        (RET_K, 0, 0, KILL_PROCESS),  # 18
     ]
     code = b"".join(struct.pack("HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(code, len(code))
