@@ -36,9 +36,16 @@ type codeMode struct {
 
 // startCodeMode starts an MCP server and a gateway whose tenant acme has it
 // as math (add, upper, slow, big, fail; 1 s timeout), pay (charge), shell
-// (exec) and bulk (big; 30 s timeout), all granted; at most 2 pay.* calls per run (tenant
-// data) and no shell.* for executors (a policy module).
+// (exec) and bulk (big; 30 s timeout), all granted; at most 2 pay.* and 3
+// math.slow calls per run (tenant data) and no shell.* for executors (a
+// policy module).
 func startCodeMode(t *testing.T, maxCalls int) *codeMode {
+	t.Helper()
+	return startCodeModeWith(t, func(c *toolconfig.Config) { c.Limits.MaxCalls = maxCalls })
+}
+
+// startCodeModeWith is startCodeMode with acme's tools config changed by mod.
+func startCodeModeWith(t *testing.T, mod func(*toolconfig.Config)) *codeMode {
 	t.Helper()
 	cm := &codeMode{token: "cm-token-" + strings.Repeat("q", 16) + "-zz"}
 	cm.mcp = toolbridgetest.Start(t, cm.token)
@@ -55,7 +62,7 @@ func startCodeMode(t *testing.T, maxCalls int) *codeMode {
 				continue
 			}
 			c.Tenants[i].Policy["tools"] = []any{"math.*", "pay.*", "shell.*", "bulk.*"}
-			c.Tenants[i].Policy["tool_calls"] = map[string]any{"max_per_run": map[string]any{"pay.*": 2}}
+			c.Tenants[i].Policy["tool_calls"] = map[string]any{"max_per_run": map[string]any{"pay.*": 2, "math.slow": 3}}
 			c.Tenants[i].Tools = toolconfig.Config{
 				Servers: []toolconfig.Server{
 					{Name: "math", URL: cm.mcp.URL, Headers: hdr, Allow: []string{"add", "upper", "slow", "big", "fail"}, TimeoutMS: 1000, MaxResultBytes: 256 << 10},
@@ -63,8 +70,8 @@ func startCodeMode(t *testing.T, maxCalls int) *codeMode {
 					{Name: "shell", URL: cm.mcp.URL, Headers: hdr, Allow: []string{"exec"}},
 					{Name: "bulk", URL: cm.mcp.URL, Headers: hdr, Allow: []string{"big"}, TimeoutMS: 30000, MaxResultBytes: 256 << 10},
 				},
-				Limits: toolconfig.Limits{MaxCalls: maxCalls},
 			}
+			mod(&c.Tenants[i].Tools)
 		}
 	}})
 	return cm

@@ -43,6 +43,9 @@ type bridgeRequest struct {
 	Limit int             `json:"limit,omitempty"`
 	Name  string          `json:"name,omitempty"`
 	Args  json.RawMessage `json:"args,omitempty"`
+	// FrameBytes is the size of the jail's request frame on the executor
+	// (the gateway charges the run for it, sandbox.RequestBytes).
+	FrameBytes int `json:"frame_bytes,omitempty"`
 }
 
 type bridgeAnswer struct {
@@ -59,6 +62,7 @@ func (d *Dispatcher) serveBridge(ctx context.Context, b sandbox.Bridge, runID, r
 		d.log.Warn("dispatch: dropping a malformed bridge request", "run_id", runID, "bytes", len(raw))
 		return // the executor's call times out: ToolUnavailable
 	}
+	ctx = sandbox.WithRequestBytes(ctx, max(len(raw), min(req.FrameBytes, maxBridgeRequestWire)))
 	var ans bridgeAnswer
 	var err error
 	switch req.Op {
@@ -137,6 +141,7 @@ func (r *remoteBridge) Call(ctx context.Context, name string, args json.RawMessa
 
 func (r *remoteBridge) ask(ctx context.Context, req bridgeRequest) (*bridgeAnswer, error) {
 	req.N = r.n.Add(1)
+	req.FrameBytes = sandbox.RequestBytes(ctx)
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding a bridge request: %w", err)

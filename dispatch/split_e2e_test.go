@@ -57,6 +57,8 @@ type splitEnv struct {
 	policyExtra, execSandbox string
 	// quotaExtra is appended to the tenant's quota map.
 	quotaExtra string
+	// toolsLimits, when set, is the tenant's tools.limits map.
+	toolsLimits string
 }
 
 type proc struct {
@@ -143,12 +145,19 @@ tenants:
           url: %s
           headers: { Authorization: { file: %s } }
           allow: [add]
-`, addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant,
+`+e.toolsLimitsLine(), addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant,
 		e.mcp.URL, filepath.Join(e.dir, "mcp-token"))
 	path := filepath.Join(e.dir, role+".yaml")
 	writeFile(t, path, cfg)
 	e.gwURL = "http://" + addr
 	e.gw = e.start(role, path, e.gwURL)
+}
+
+func (e *splitEnv) toolsLimitsLine() string {
+	if e.toolsLimits == "" {
+		return ""
+	}
+	return "      limits: " + e.toolsLimits + "\n"
 }
 
 // startExecutor starts an executor with 2 slots.
@@ -223,7 +232,8 @@ type envelope struct {
 		Message string `json:"message"`
 	} `json:"error"`
 	Usage struct {
-		Isolation string `json:"isolation"`
+		Isolation   string `json:"isolation"`
+		BridgeCPUMS int64  `json:"bridge_cpu_ms"`
 	} `json:"usage"`
 }
 

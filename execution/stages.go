@@ -358,6 +358,9 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		f.log.ErrorContext(ctx, "quota lease lost during the run; the run was cancelled", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, tenant.ID)
 	default:
 	}
+	if x.bridge != nil { // the bridge is the gateway's, in split mode too
+		res.Usage.BridgeCPUMS = x.bridge.ChargedCPUMS()
+	}
 	span.SetAttributes(attribute.String("execgate.status", string(res.Status)), attribute.String("execgate.error_type", res.ErrorType()))
 	if res.Status != sandbox.StatusOK {
 		span.SetStatus(codes.Error, res.ErrorType())
@@ -382,14 +385,15 @@ func (f *Flow) observe(x *state, tenant tenancy.Tenant, res sandbox.Result) {
 	}
 }
 
-// settleRun charges the run's CPU and ends its lease. The run happened and
-// its answer stands; if the backend is down the charge is retried in the
-// background (settle.go).
+// settleRun charges the run's CPU (the jail's and the gateway's for its
+// tool bridge requests) and ends its lease. The run happened and its answer
+// stands; if the backend is down the charge is retried in the background
+// (settle.go).
 func (f *Flow) settleRun(ctx context.Context, adm *quota.Admission, res sandbox.Result) {
 	sctx, span := f.tracer.Start(ctx, telemetry.StageSettle)
 	defer span.End()
 	start := time.Now()
-	if err := f.settle.settle(sctx, adm, res.Usage.CPUMS); err != nil {
+	if err := f.settle.settle(sctx, adm, res.Usage.CPUMS+res.Usage.BridgeCPUMS); err != nil {
 		span.RecordError(err)
 	}
 	f.d.Metrics.Stage(telemetry.StageSettle, time.Since(start))

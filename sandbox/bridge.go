@@ -119,6 +119,25 @@ type ToolCall struct {
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
+// requestBytesKey carries the size of the request frame being served.
+type requestBytesKey struct{}
+
+// WithRequestBytes returns ctx saying that the request being served came
+// in a frame of n bytes (what the jail sent): a Bridge charges its run for
+// the bytes it was made to read (RequestBytes). The bridge server sets it
+// for every request; the dispatcher carries it from an executor to the
+// gateway that owns the run.
+func WithRequestBytes(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, requestBytesKey{}, n)
+}
+
+// RequestBytes is the frame size WithRequestBytes put into ctx (0: not
+// said).
+func RequestBytes(ctx context.Context) int {
+	n, _ := ctx.Value(requestBytesKey{}).(int)
+	return n
+}
+
 // ToolCallRecorder is implemented by a Bridge that records its calls; the
 // runner copies them into Result.ToolCalls once the jail is gone.
 type ToolCallRecorder interface {
@@ -221,9 +240,10 @@ func (s *bridgeServer) loop(ctx context.Context) {
 			return
 		}
 		s.reqs.Add(1)
+		rctx := WithRequestBytes(ctx, len(frame))
 		go func() {
 			defer func() { <-slots; s.reqs.Done() }()
-			s.answer(s.handle(ctx, req))
+			s.answer(s.handle(rctx, req))
 		}()
 	}
 }

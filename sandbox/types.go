@@ -169,6 +169,11 @@ type Usage struct {
 	// asked for at level process runs at level jail when no zygote place
 	// is free (never the other way round); absent when nothing ran.
 	Isolation string `json:"isolation,omitempty"`
+	// BridgeCPUMS is the gateway CPU charged for the run's tool bridge
+	// requests (code mode: search, describe and run; toolbridge/charge.go),
+	// charged to the tenant's daily budget with CPUMS. The gateway sets it
+	// (the sandbox never does); absent when the run made none.
+	BridgeCPUMS int64 `json:"bridge_cpu_ms,omitempty"`
 }
 
 // LogLine is one line logged by the tool through context.log.

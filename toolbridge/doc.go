@@ -13,8 +13,11 @@
 // sandbox.Bridge that the sandbox serves into the jail. A Run lets through
 // only the tools the run's decision granted (names or globs over
 // "<server>.<tool>", and the server's own allow globs), decides every call
-// again with the tool call policy, holds the run's limits (calls,
-// concurrency, bytes in and out; the run's deadline bounds the time),
+// again with the tool call policy (one decision of a run at a time, so the
+// counts it decides on include every call allowed before, in flight or
+// done), holds the run's limits (calls, lookups, concurrency, bytes in and
+// out; the run's deadline bounds the time), charges the gateway CPU its
+// requests cost (charge.go),
 // validates the arguments against the tool's input schema before they
 // leave the gateway, and records each call (span, metric, audit entry).
 package toolbridge

@@ -14,6 +14,7 @@ type Metrics struct {
 	calls   *prometheus.CounterVec
 	denials *prometheus.CounterVec
 	latency *prometheus.HistogramVec
+	lookups *prometheus.CounterVec
 }
 
 // NewMetrics registers the tool call metrics with reg.
@@ -29,8 +30,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "execgate_tool_call_duration_seconds", Help: "Tool call latency at the gateway, by server.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 		}, []string{"server"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execgate_tool_lookups_total", Help: "Tool searches and describes made by runs through the bridge, by operation and outcome (ok or the bridge error type).",
+		}, []string{"tenant", "op", "outcome"}),
 	}
-	reg.MustRegister(m.calls, m.denials, m.latency)
+	reg.MustRegister(m.calls, m.denials, m.latency, m.lookups)
 	return m
 }
 
@@ -47,4 +51,12 @@ func (m *Metrics) observe(tenant, server, outcome string, d time.Duration) {
 		m.denials.WithLabelValues(tenant, server).Inc()
 	}
 	m.latency.WithLabelValues(server).Observe(d.Seconds())
+}
+
+// lookup records one search or describe (op); m may be nil.
+func (m *Metrics) lookup(tenant, op string, err error) {
+	if m == nil {
+		return
+	}
+	m.lookups.WithLabelValues(tenant, op, outcome(err)).Inc()
 }

@@ -43,9 +43,19 @@ type Run struct {
 	info    RunInfo
 	started time.Time
 	slots   chan struct{} // MaxConcurrent
+	// deciding is held (capacity 1) from reading counts to raising them:
+	// one per-call decision of the run at a time, so each decision sees
+	// every call allowed before it, in flight or done.
+	deciding chan struct{}
 
-	mu       sync.Mutex // guards the fields below
-	index    int        // run requests so far
+	mu      sync.Mutex // guards the fields below
+	index   int        // run requests so far
+	lookups int        // search and describe requests so far
+	// charged is the gateway CPU charged for the run's bridge requests
+	// so far (charge.go).
+	charged time.Duration
+	// counts are the run's calls per tool that policy allowed, including
+	// calls still in flight (raised together with the decision).
 	counts   map[string]int
 	bytesIn  int64
 	bytesOut int64
@@ -61,6 +71,7 @@ func (h *Hub) NewRun(info RunInfo) *Run {
 		l = r.tt.limits
 	}
 	r.slots = make(chan struct{}, l.MaxConcurrent)
+	r.deciding = make(chan struct{}, 1)
 	return r
 }
 
@@ -77,11 +88,18 @@ func (r *Run) limits() toolconfig.Limits {
 }
 
 // Search lists the granted tools whose name or description match query.
+// It counts against MaxLookups; its scan is measured and charged.
 func (r *Run) Search(ctx context.Context, query string, limit int) ([]sandbox.ToolInfo, error) {
+	if err := r.lookup(ctx, "search", len(query)); err != nil {
+		return nil, err
+	}
+	r.h.opts.Metrics.lookup(r.info.TenantID, "search", nil)
 	var out []sandbox.ToolInfo
 	if r.tt == nil {
 		return out, nil
 	}
+	var scanned time.Duration
+	answer := 0
 	for _, s := range r.tt.servers {
 		if !serverMayMatch(r.info.Granted, s.cfg.Name) {
 			continue
@@ -90,27 +108,60 @@ func (r *Run) Search(ctx context.Context, query string, limit int) ([]sandbox.To
 		if err != nil {
 			continue // an unreachable server offers nothing to search
 		}
-		for _, t := range l.tools {
-			full := s.cfg.Name + "." + t.Name
-			info := sandbox.ToolInfo{Name: full, Description: firstLine(t.Description)}
-			if grantedTool(r.info.Granted, full) && sandbox.ToolMatches(query, info) {
-				out = append(out, info)
+		scanned += onThreadCPU(func() {
+			for _, t := range l.tools {
 				if len(out) >= limit {
-					return out, nil
+					return
+				}
+				full := s.cfg.Name + "." + t.Name
+				info := sandbox.ToolInfo{Name: full, Description: firstLine(t.Description)}
+				if grantedTool(r.info.Granted, full) && sandbox.ToolMatches(query, info) {
+					out = append(out, info)
+					answer += len(info.Name) + len(info.Description)
 				}
 			}
+		})
+		if len(out) >= limit {
+			break
 		}
 	}
+	r.charge(scanned + perKiB(answer, RequestKiBCPU))
 	return out, nil
 }
 
-// Describe returns a granted tool's description and input schema.
+// Describe returns a granted tool's description and input schema. It
+// counts against MaxLookups.
 func (r *Run) Describe(ctx context.Context, name string) (sandbox.ToolInfo, error) {
+	if err := r.lookup(ctx, "describe", len(name)); err != nil {
+		return sandbox.ToolInfo{}, err
+	}
 	_, t, err := r.resolve(ctx, name)
+	r.h.opts.Metrics.lookup(r.info.TenantID, "describe", err)
 	if err != nil {
 		return sandbox.ToolInfo{}, err
 	}
+	r.charge(perKiB(len(t.Description)+len(t.Schema), RequestKiBCPU))
 	return sandbox.ToolInfo{Name: name, Description: t.Description, InputSchema: t.Schema}, nil
+}
+
+// lookup counts and charges one search or describe request (size: its
+// query or name, when the caller does not give the frame's size) and
+// refuses it past MaxLookups. Like calls past MaxCalls, refused lookups
+// stay counted.
+func (r *Run) lookup(ctx context.Context, op string, size int) error {
+	l := r.limits()
+	cost := RequestCPU + perKiB(requestBytes(ctx, size), RequestKiBCPU)
+	r.mu.Lock()
+	r.charged += cost
+	r.lookups++
+	over := r.lookups > l.MaxLookups
+	r.mu.Unlock()
+	if !over {
+		return nil
+	}
+	err := &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: fmt.Sprintf("the run's lookup limit (%d searches and describes) is reached", l.MaxLookups)}
+	r.h.opts.Metrics.lookup(r.info.TenantID, op, err)
+	return err
 }
 
 // resolve finds a granted tool, or a typed error.
@@ -148,15 +199,10 @@ func (r *Run) Call(ctx context.Context, full string, args json.RawMessage) (json
 	}
 	result, err := r.call(ctx, full, args, &rec)
 	rec.MS = r.h.now().Sub(start).Milliseconds()
-	rec.Outcome = "ok"
+	rec.Outcome = outcome(err)
 	var te *sandbox.ToolError
-	if errors.As(err, &te) {
-		rec.Outcome = te.Type
-		if rec.Reason == "" {
-			rec.Reason = clip(te.Message, 512)
-		}
-	} else if err != nil {
-		rec.Outcome = sandbox.ErrToolUnavailable
+	if errors.As(err, &te) && rec.Reason == "" {
+		rec.Reason = clip(te.Message, 512)
 	}
 	rec.BytesOut = int64(len(result))
 	if r.tt != nil && r.tt.recordArgs && rec.Outcome != sandbox.ErrToolDenied {
@@ -184,6 +230,20 @@ func (r *Run) Call(ctx context.Context, full string, args json.RawMessage) (json
 	return result, err
 }
 
+// outcome is a request's outcome as recorded: "ok", the bridge error type,
+// or ToolUnavailable for an error of another kind.
+func outcome(err error) string {
+	var te *sandbox.ToolError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &te):
+		return te.Type
+	default:
+		return sandbox.ErrToolUnavailable
+	}
+}
+
 // maxExtraRecords are the denied calls past MaxCalls still recorded one by
 // one (the rest are only counted).
 const maxExtraRecords = 16
@@ -191,6 +251,7 @@ const maxExtraRecords = 16
 func (r *Run) call(ctx context.Context, full string, args json.RawMessage, rec *sandbox.ToolCall) (json.RawMessage, error) {
 	l := r.limits()
 	r.mu.Lock()
+	r.charged += RequestCPU + perKiB(requestBytes(ctx, len(full)+len(args)), RequestKiBCPU)
 	index := r.index
 	r.index++
 	if index >= l.MaxCalls {
@@ -206,36 +267,15 @@ func (r *Run) call(ctx context.Context, full string, args json.RawMessage, rec *
 		return nil, &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: fmt.Sprintf("the run's arguments budget (%d bytes) is spent", l.MaxBytesIn)}
 	}
 	r.bytesIn += int64(len(args))
-	counts := make(map[string]int, len(r.counts))
-	for k, v := range r.counts {
-		counts[k] = v
-	}
 	r.mu.Unlock()
 
 	s, t, err := r.resolve(ctx, full)
 	if err != nil {
 		return nil, err
 	}
-	srvName, name, _ := splitTool(full)
-	d, err := r.h.opts.Policy.DecideToolCall(ctx, policy.ToolCallInput{
-		Tenant:  policy.TenantInput{ID: r.info.TenantID, Plan: r.info.Plan, Data: r.info.TenantData},
-		Subject: policy.SubjectInput{Sub: r.info.Subject, Roles: r.info.Roles},
-		Call: policy.CallInput{
-			Tool: full, Server: srvName, Name: name, ArgsBytes: len(args), Index: index,
-			ElapsedMS: r.h.now().Sub(r.started).Milliseconds(), DecisionID: r.info.DecisionID, Counts: counts,
-		},
-	})
-	rec.DecisionID = d.ID
-	if err != nil {
-		r.h.log.Error("tool call policy error", "tenant_id", r.info.TenantID, "decision_id", d.ID, "error", err.Error())
-		return nil, &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: "the tool call policy could not decide (denied)"}
+	if err := r.decide(ctx, full, len(args), index, rec); err != nil {
+		return nil, err
 	}
-	if !d.Allow {
-		return nil, &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: "denied by policy: " + strings.Join(d.Reasons, "; ")}
-	}
-	r.mu.Lock()
-	r.counts[full]++
-	r.mu.Unlock()
 
 	if !bytes.HasPrefix(bytes.TrimSpace(args), []byte("{")) {
 		return nil, &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "invalid arguments: must be a JSON object"}
@@ -249,8 +289,9 @@ func (r *Run) call(ctx context.Context, full string, args json.RawMessage, rec *
 	case <-ctx.Done():
 		return nil, &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the run's deadline was reached waiting for a call slot"}
 	}
-	out := s.call(ctx, name, args)
+	out := s.call(ctx, t.Name, args)
 	<-r.slots
+	r.charge(CallCPU + perKiB(out.received, ResultKiBCPU))
 	if out.err != nil {
 		return nil, out.err
 	}
@@ -264,6 +305,49 @@ func (r *Run) call(ctx context.Context, full string, args json.RawMessage, rec *
 		return nil, &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the run's results budget (%d bytes) is spent", l.MaxBytesOut)}
 	}
 	return out.result, nil
+}
+
+// decide asks the tool call policy about call index of full and, when it
+// allows, counts the call in the same step: the decision and the count it
+// raises are one critical section (deciding), so n calls sent at once under
+// a limit of k let exactly k through, as n calls one after another do. A
+// call the policy denies (or cannot decide) is not counted; an allowed call
+// stays counted whatever happens to it next (an invalid argument, a server
+// error), as it did when calls came one at a time.
+func (r *Run) decide(ctx context.Context, full string, argsBytes, index int, rec *sandbox.ToolCall) error {
+	select {
+	case r.deciding <- struct{}{}:
+	case <-ctx.Done():
+		return &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the run's deadline was reached waiting for the call's decision"}
+	}
+	defer func() { <-r.deciding }()
+	r.mu.Lock()
+	counts := make(map[string]int, len(r.counts))
+	for k, v := range r.counts {
+		counts[k] = v
+	}
+	r.mu.Unlock()
+	srvName, name, _ := splitTool(full)
+	d, err := r.h.opts.Policy.DecideToolCall(ctx, policy.ToolCallInput{
+		Tenant:  policy.TenantInput{ID: r.info.TenantID, Plan: r.info.Plan, Data: r.info.TenantData},
+		Subject: policy.SubjectInput{Sub: r.info.Subject, Roles: r.info.Roles},
+		Call: policy.CallInput{
+			Tool: full, Server: srvName, Name: name, ArgsBytes: argsBytes, Index: index,
+			ElapsedMS: r.h.now().Sub(r.started).Milliseconds(), DecisionID: r.info.DecisionID, Counts: counts,
+		},
+	})
+	rec.DecisionID = d.ID
+	if err != nil {
+		r.h.log.Error("tool call policy error", "tenant_id", r.info.TenantID, "decision_id", d.ID, "error", err.Error())
+		return &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: "the tool call policy could not decide (denied)"}
+	}
+	if !d.Allow {
+		return &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: "denied by policy: " + strings.Join(d.Reasons, "; ")}
+	}
+	r.mu.Lock()
+	r.counts[full]++
+	r.mu.Unlock()
+	return nil
 }
 
 // ToolCalls returns the calls recorded so far, in order.

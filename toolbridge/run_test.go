@@ -490,3 +490,107 @@ func TestADownServerIsNotHammered(t *testing.T) {
 		t.Errorf("%d connections to a down server in %v (limit %d)", accepts.Load(), time.Since(start), limit)
 	}
 }
+
+// pipelined makes n calls of tool at once (released together, as a run's
+// asyncio.gather sends them) and counts the outcomes.
+func pipelined(t *testing.T, r *toolbridge.Run, n int, tool string, args string) map[string]int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]int{}
+	gate := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-gate
+			_, err := r.Call(context.Background(), tool, json.RawMessage(args))
+			outcome := "ok"
+			if err != nil {
+				outcome = toolErr(t, err).Type
+			}
+			mu.Lock()
+			got[outcome]++
+			mu.Unlock()
+		})
+	}
+	close(gate)
+	wg.Wait()
+	return got
+}
+
+func TestPipelinedCallsPassAPerToolLimitExactly(t *testing.T) {
+	// A tool list that is always stale: every call refetches it, the window
+	// the attack used (counts read before, raised after).
+	f := newFixture(t, func(c *toolconfig.Config) { c.Servers[1].ToolsTTLMS = 1 })
+	for round := range 20 {
+		r := f.run("pay.*")
+		before := f.srv.Calls("charge")
+		got := pipelined(t, r, 12, "pay.charge", `{"amount":1}`)
+		if got["ok"] != 2 || got[sandbox.ErrToolDenied] != 10 {
+			t.Fatalf("round %d: 12 pipelined calls under a limit of 2 came to %v; want 2 ok, 10 ToolDenied", round, got)
+		}
+		if n := f.srv.Calls("charge") - before; n != 2 {
+			t.Fatalf("round %d: the server saw %d charges, want 2", round, n)
+		}
+	}
+}
+
+func TestPipelinedCallsPassMaxCallsExactly(t *testing.T) {
+	f := newFixture(t, func(c *toolconfig.Config) {
+		c.Limits.MaxCalls = 5
+		c.Servers[0].ToolsTTLMS = 1
+	})
+	for round := range 20 {
+		r := f.run("math.*")
+		got := pipelined(t, r, 12, "math.add", `{"a":1,"b":2}`)
+		if got["ok"] != 5 || got[sandbox.ErrToolDenied] != 7 {
+			t.Fatalf("round %d: 12 pipelined calls under max_calls 5 came to %v; want 5 ok, 7 ToolDenied", round, got)
+		}
+	}
+}
+
+func TestLookupsHaveTheirOwnLimitAndEveryRequestIsCharged(t *testing.T) {
+	f := newFixture(t, func(c *toolconfig.Config) { c.Limits.MaxLookups = 3 })
+	r := f.run("math.*")
+	ctx := context.Background()
+	var ok, denied int
+	for i := range 10 {
+		var err error
+		if i%2 == 0 {
+			_, err = r.Search(ctx, "", 10)
+		} else {
+			_, err = r.Describe(ctx, "math.add")
+		}
+		switch {
+		case err == nil:
+			ok++
+		case toolErr(t, err).Type == sandbox.ErrToolDenied && strings.Contains(err.Error(), "lookup limit (3"):
+			denied++
+		default:
+			t.Fatalf("lookup %d: %v", i, err)
+		}
+	}
+	if ok != 3 || denied != 7 {
+		t.Fatalf("10 lookups under a limit of 3: %d answered, %d denied", ok, denied)
+	}
+	if _, err := r.Call(ctx, "math.add", json.RawMessage(`{"a":1,"b":2}`)); err != nil {
+		t.Fatalf("a call after the lookups (not counted as one): %v", err)
+	}
+	if n := len(r.ToolCalls()); n != 1 {
+		t.Errorf("lookups are not calls: %d calls recorded", n)
+	}
+	// 10 lookups and a call: at least their request prices and the call's.
+	least := 11*toolbridge.RequestCPU + toolbridge.CallCPU
+	if got := time.Duration(r.ChargedCPUMS()) * time.Millisecond; got < least {
+		t.Errorf("charged %v, want at least %v", got, least)
+	}
+	// A frame the sandbox read is charged by its size, not by the clipped
+	// query.
+	r2 := f.run("math.*")
+	_, _ = r2.Search(sandbox.WithRequestBytes(ctx, 1<<20), "", 10)
+	if got, least := time.Duration(r2.ChargedCPUMS())*time.Millisecond, 1024*toolbridge.RequestKiBCPU; got < least {
+		t.Errorf("a 1 MiB search frame was charged %v, want at least %v", got, least)
+	}
+	if got := testutil.ToFloat64(mustCounter(t, f.reg, "execgate_tool_lookups_total", "acme", "search", "ToolDenied")); got != 3 {
+		t.Errorf("denied searches metric %v, want 3", got)
+	}
+}

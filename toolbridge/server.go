@@ -292,6 +292,10 @@ func allowed(globs []string, name string) bool {
 type callOutcome struct {
 	result json.RawMessage
 	err    *sandbox.ToolError // nil: ok
+	// received is about how many bytes of result the gateway took in and
+	// decoded (up to the cap when the result was over it): what the run
+	// is charged for (charge.go).
+	received int
 }
 
 // call calls the tool; ctx bounds it (the per-call timeout is applied
@@ -309,7 +313,7 @@ func (s *server) call(ctx context.Context, name string, args json.RawMessage) ca
 	if err != nil {
 		if budget.exceeded.Load() || s.tooLarge.Swap(false) {
 			s.drop(sess)
-			return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the result is over the server's max_result_bytes (%d)", s.cfg.MaxResultBytes)}}
+			return callOutcome{received: int(s.cfg.MaxResultBytes), err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the result is over the server's max_result_bytes (%d)", s.cfg.MaxResultBytes)}}
 		}
 		return s.failure(cctx, ctx, sess, err)
 	}
@@ -325,9 +329,9 @@ func (s *server) call(ctx context.Context, name string, args json.RawMessage) ca
 		return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "the result could not be encoded as JSON"}}
 	}
 	if int64(len(b)) > s.cfg.MaxResultBytes {
-		return callOutcome{err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the result is %d bytes, over the server's max_result_bytes (%d)", len(b), s.cfg.MaxResultBytes)}}
+		return callOutcome{received: len(b), err: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: fmt.Sprintf("the result is %d bytes, over the server's max_result_bytes (%d)", len(b), s.cfg.MaxResultBytes)}}
 	}
-	return callOutcome{result: b}
+	return callOutcome{result: b, received: len(b)}
 }
 
 // failure types an error of a call: a deadline is ToolTimeout, a JSON-RPC

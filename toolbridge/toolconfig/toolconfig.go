@@ -69,6 +69,10 @@ type Limits struct {
 	MaxCalls int `yaml:"max_calls" json:"max_calls"`
 	// MaxConcurrent is the most calls in flight at once per run.
 	MaxConcurrent int `yaml:"max_concurrent" json:"max_concurrent"`
+	// MaxLookups is the most search and describe requests per run
+	// (answered or not; later ones are denied). They are not calls:
+	// MaxCalls does not count them. Default 128.
+	MaxLookups int `yaml:"max_lookups" json:"max_lookups"`
 	// MaxArgsBytes bounds one call's JSON arguments.
 	MaxArgsBytes int64 `yaml:"max_args_bytes" json:"max_args_bytes"`
 	// MaxBytesIn bounds the arguments of all calls of a run together.
@@ -81,6 +85,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxCalls:      64,
 	MaxConcurrent: 4,
+	MaxLookups:    128,
 	MaxArgsBytes:  256 << 10,
 	MaxBytesIn:    1 << 20,
 	MaxBytesOut:   8 << 20,
@@ -102,6 +107,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxConcurrent > 0 {
 		d.MaxConcurrent = l.MaxConcurrent
+	}
+	if l.MaxLookups > 0 {
+		d.MaxLookups = l.MaxLookups
 	}
 	if l.MaxArgsBytes > 0 {
 		d.MaxArgsBytes = l.MaxArgsBytes
@@ -151,7 +159,7 @@ func (c Config) Validate() error {
 		errs = append(errs, s.validate(at+".")...)
 	}
 	l := c.Limits
-	if l.MaxCalls < 0 || l.MaxConcurrent < 0 || l.MaxArgsBytes < 0 || l.MaxBytesIn < 0 || l.MaxBytesOut < 0 {
+	if l.MaxCalls < 0 || l.MaxConcurrent < 0 || l.MaxLookups < 0 || l.MaxArgsBytes < 0 || l.MaxBytesIn < 0 || l.MaxBytesOut < 0 {
 		errs = append(errs, errors.New("limits: negative value"))
 	}
 	return errors.Join(errs...)

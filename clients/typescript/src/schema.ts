@@ -682,6 +682,8 @@ export interface components {
                  * @enum {string}
                  */
                 isolation?: "jail" | "process";
+                /** @description Gateway CPU charged for the run's tool bridge requests (code mode: every search, describe and run, answered or refused; a search's scan is measured, the rest charged at fixed prices per request, per call sent to a tool server and per KiB of request and result), charged to the tenant's daily CPU budget together with cpu_ms. Absent when the run made none. */
+                bridge_cpu_ms?: number;
             };
             /** @description Lines the tool logged through context.log or the execgate_runtime logger, in order (capped; a last warning line says how many were dropped). Empty when none, and on refusals. */
             logs: components["schemas"]["LogLine"][];
@@ -768,6 +770,8 @@ export interface components {
             limits: {
                 max_calls: number;
                 max_concurrent: number;
+                /** @description The most search and describe requests per run (not counted as calls). */
+                max_lookups: number;
                 max_args_bytes: number;
                 max_bytes_in: number;
                 max_bytes_out: number;
