@@ -29,9 +29,10 @@ import (
 // process sets RLIMIT_CPU back to the profile's value before anything
 // else); its /proc is mounted read-write so that its children can write
 // their own uid and gid maps (each child then remounts it read-only for
-// itself); and its seccomp policy lets unshare(CLONE_NEWUSER|CLONE_NEWNS)
-// and mount with two exact flag sets through, which a child uses for its
-// private /tmp and then denies itself (killing, as at level jail) with a
+// itself); and its seccomp policy lets
+// unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC) and mount with two exact
+// flag sets through, which a child uses for its private /tmp and its own
+// IPC namespace and then denies itself (killing, as at level jail) with a
 // filter of its own before the harness starts. The tool's process is
 // therefore under a seccomp policy at least as strict as level jail's.
 // Descriptors of a zygote (startJail's contract, used differently): 0 a
@@ -69,7 +70,7 @@ const zygoteHandshakeTimeout = 5 * time.Second
 // Flags the zygote's seccomp policy lets through (and nothing else of
 // unshare and mount): execgate_zygote.py uses exactly these.
 const (
-	zygoteUnshareFlags  = "0x10020000" // CLONE_NEWUSER|CLONE_NEWNS
+	zygoteUnshareFlags  = "0x18020000" // CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC
 	zygoteTmpfsFlags    = "14"         // MS_NOSUID|MS_NODEV|MS_NOEXEC
 	zygoteRemountFlags  = "4143"       // MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC
 	zygoteUnshareCond   = "(flags & 0xffffffff) != " + zygoteUnshareFlags

@@ -11,9 +11,15 @@ socket. It never runs tool code itself: every run is a child forked from it,
 and the child only ever runs the harness's main(), exactly as a fresh jail's
 harness would, after this setup (all before any tool code):
 
- 1. unshare(CLONE_NEWUSER | CLONE_NEWNS): a mount namespace of its own. The
-    child maps its uid and gid to its own (the jail's tool ids) in the new
-    user namespace, the only mapping an unprivileged owner may write.
+ 1. unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC): a mount namespace
+    and an IPC namespace of its own. The child maps its uid and gid to its
+    own (the jail's tool ids) in the new user namespace, the only mapping an
+    unprivileged owner may write. The IPC namespace holds every SysV shared
+    memory segment, semaphore set and message queue and every POSIX message
+    queue the run creates (the kernel gives it its own mqueue mount): no
+    other run of the zygote can reach them by key, id or name, and the
+    kernel destroys them all when the run's last process is gone (their
+    pages are charged to the run's memory cgroup, which faulted them in).
  2. The host moves the child into the run's own cgroup (memory, pids, CPU)
     before anything else happens in it, so every process the run ever
     starts is born there and is killed with it.
@@ -99,6 +105,7 @@ FORK_FDS = 1  # sync
 RUN_FDS = 5  # stdin, stdout, stderr, result, bridge
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -211,7 +218,7 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
         (sync,) = fds
         uid, gid = os.getuid(), os.getgid()
-        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC), "unshare")
         # This process can open its own id maps only while it is dumpable
         # (else its /proc files belong to a root the jail does not map).
         # Nothing of a run is in it yet: no request, no tool.
