@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -703,6 +705,208 @@ def run(a, c):
 			t.Fatalf("forking run: %s %s %+v", res.Status, res.Result, res.Error)
 		}
 		noLive("a run whose thread forks while it returns")
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+// leakFamilies is what no run may leave for another run of the same tenant,
+// at either level (testdata/leak_probe.py plants and looks for each).
+var leakFamilies = []string{
+	"module", "builtins", "env", "/tmp", "/dev/shm", "thread", "heap",
+	"sysv_shm", "sysv_sem", "sysv_msg", "posix_mqueue",
+}
+
+// Run A leaves a secret in every family of leakFamilies and waits in a tool
+// call; run B of the same tenant runs meanwhile, run C after A ended: each
+// looks for A's state by name, by key and (SysV) by id, and finds nothing.
+// At level process A, B and C are forks of one zygote; each has its own
+// IPC namespace (SysV shm, semaphores, message queues, POSIX mqueue; the
+// jail has no /dev/mqueue, the queues are reached by mq_open). At level
+// jail each run is a jail of its own, with nsjail's own IPC namespace.
+func TestProcessRunLeavesNothingToAnotherRun(t *testing.T) {
+	probe, err := os.ReadFile("testdata/leak_probe.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, nil)
+	type seen struct {
+		Seen      map[string]any `json:"seen"`
+		IPCNS     string         `json:"ipc_ns"`
+		DevMqueue bool           `json:"dev_mqueue"`
+	}
+	decodeSeen := func(res sandbox.Result) seen {
+		t.Helper()
+		var s seen
+		if res.Status != sandbox.StatusOK {
+			t.Fatalf("run failed: %+v\nstderr: %s", res.Error, res.Stderr)
+		}
+		if err := json.Unmarshal(res.Result, &s); err != nil {
+			t.Fatalf("result %s: %v", res.Result, err)
+		}
+		return s
+	}
+	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
+		t.Run(level, func(t *testing.T) {
+			const secret = "run-A-secret-6f1c"
+			spec := func(args string, bridge sandbox.Bridge) sandbox.Spec {
+				return sandbox.Spec{TenantID: "t1", Isolation: level, Source: string(probe) + "\n" + waitHook,
+					Args: json.RawMessage(args), Bridge: bridge, Limits: limits.Default}
+			}
+			gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+			var resA sandbox.Result
+			doneA := make(chan struct{})
+			go func() {
+				defer close(doneA)
+				resA, _ = r.Run(context.Background(), spec(`{"plant": "`+secret+`", "wait": true}`, gate))
+			}()
+			select {
+			case <-gate.entered:
+			case <-doneA:
+				t.Fatalf("run A ended before its tool call: %+v %s", resA.Error, resA.Stderr)
+			}
+			runB, err := r.Run(context.Background(), spec(`{}`, nil))
+			close(gate.release)
+			<-doneA
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := decodeSeen(resA), decodeSeen(runB)
+			runC, err := r.Run(context.Background(), spec(`{}`, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := decodeSeen(runC)
+			if level == sandbox.IsolationProcess {
+				for name, res := range map[string]sandbox.Result{"A": resA, "B": runB, "C": runC} {
+					if res.Usage.Isolation != sandbox.IsolationProcess {
+						t.Fatalf("run %s ran at level %q, want process", name, res.Usage.Isolation)
+					}
+				}
+			}
+			for _, f := range leakFamilies {
+				// The probe finds what A left, in A itself.
+				want := map[string]string{"thread": "execgate-leak", "sysv_sem": fmt.Sprintf("value %d", len(secret))}[f]
+				if want == "" {
+					want = secret
+				}
+				if v := a.Seen[f]; v == nil || !strings.Contains(fmt.Sprint(v), want) {
+					t.Errorf("run A does not find its own %s (%v, want %q): the probe is broken", f, v, want)
+				}
+				for name, s := range map[string]seen{"B (during A)": b, "C (after A)": c} {
+					if v, ok := s.Seen[f]; !ok || v != nil {
+						t.Errorf("level %s: run %s finds run A's %s: %v", level, name, f, v)
+					}
+				}
+			}
+			// Namespace inode numbers are reused once a namespace is gone:
+			// only A's and B's, alive at once, must differ.
+			if a.IPCNS == "" || a.IPCNS == b.IPCNS {
+				t.Errorf("level %s: runs A and B, alive together, share IPC namespace %s", level, a.IPCNS)
+			}
+			if a.DevMqueue {
+				t.Logf("level %s: /dev/mqueue is mounted in the run", level)
+			}
+		})
+	}
+}
+
+// waitHook makes a probe with args {"wait": true} wait in a tool call
+// before it returns (gateBridge holds it there).
+const waitHook = `
+_probe_run = run
+def run(args, context):
+    out = _probe_run(args, context)
+    if args and args.get("wait"):
+        context.tools.run("wait")
+    return out
+`
+
+// SysV shared memory a run creates is charged to the run and ends with it.
+// Each run creates a segment, touches every page of it and leaves it
+// behind (no IPC_RMID): its peak counts the segment, and once the runs are
+// over the memory the kernel charges to the runner's cgroups (zygote,
+// spares, runs, and the removed cgroups of ended runs, whose charges stay
+// in their parent's counter) comes back to what it was before them. A
+// segment larger than the run's memory limit ends the run at its limit.
+func TestProcessSysVSharedMemoryEndsWithItsRun(t *testing.T) {
+	// A parent cgroup of this test's own: its counter is this runner's.
+	parent := cgroupParent + "/sysv-shm"
+	t.Cleanup(func() {
+		for _, c := range []string{"memory", "pids", "cpu", "unified", ""} {
+			os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
+		}
+	})
+	r := newRunner(t, func(c *sandbox.Config) { c.CgroupParent = parent })
+	counter := filepath.Join(sandbox.CgroupDirs(r)[0], "memory.usage_in_bytes")
+	if sandbox.CgroupVersion(r) == 2 {
+		counter = filepath.Join(sandbox.CgroupDirs(r)[0], "memory.current")
+	}
+	usage := func() int64 {
+		t.Helper()
+		sandbox.ZygoteCgroups(r) // no spare being prepared
+		data, err := os.ReadFile(counter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const src = `
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def run(args, context):
+    size = args["mib"] << 20
+    shm = libc.syscall(29, 0, ctypes.c_long(size), 0o1600)  # shmget(IPC_PRIVATE, size, IPC_CREAT|0600)
+    if shm < 0:
+        raise OSError(ctypes.get_errno(), "shmget")
+    addr = libc.syscall(30, ctypes.c_long(shm), 0, 0)  # shmat
+    if addr < 0:
+        raise OSError(ctypes.get_errno(), "shmat")
+    ctypes.memset(addr, 1, size)
+    libc.syscall(67, ctypes.c_long(addr))  # shmdt; no IPC_RMID
+    return shm
+`
+	const mib, runs = 64, 4
+	lim := sandbox.Limits{MemoryMB: 128}
+	spec := sandbox.Spec{Source: src, Args: json.RawMessage(`{"mib": 1}`), Limits: lim}
+	for range 2 { // the zygote, its spares and ctypes's pages in place
+		if res := runProc(t, r, spec); res.Status != sandbox.StatusOK {
+			t.Fatalf("warm-up run: %+v %s", res.Error, res.Stderr)
+		}
+	}
+	before := usage()
+	spec.Args = json.RawMessage(fmt.Sprintf(`{"mib": %d}`, mib))
+	for i := range runs {
+		res := runProc(t, r, spec)
+		if res.Status != sandbox.StatusOK {
+			t.Fatalf("run %d: %+v %s", i, res.Error, res.Stderr)
+		}
+		if res.Usage.PeakMemoryKB < mib<<10 {
+			t.Fatalf("run %d: peak %d KiB with a touched %d MiB segment: the segment is not charged to the run", i, res.Usage.PeakMemoryKB, mib)
+		}
+	}
+	// The kernel frees an IPC namespace's objects shortly after its last
+	// process is gone (a work item after an RCU grace period): wait for
+	// the counter, generously; before the fix it never came back (the
+	// segments lived in the zygote's namespace until it retired).
+	const slack = mib << 20 / 2
+	var after int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling interval, bounded by the deadline
+		if after = usage(); after <= before+slack || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("the runner's cgroups: %d KiB before %d runs, %d KiB after", before>>10, runs, after>>10)
+	if after > before+slack {
+		t.Fatalf("%d runs each left a touched %d MiB SysV segment: the runner's cgroups hold %d MiB, %d MiB before them", runs, mib, after>>20, before>>20)
+	}
+	spec.Args = json.RawMessage(`{"mib": 192}`)
+	if res := runProc(t, r, spec); res.ErrorType() != sandbox.ErrMemoryLimit {
+		t.Fatalf("a 192 MiB segment in a 128 MiB run: %s %q %+v", res.Status, res.ErrorType(), res.Error)
 	}
 	assertRunCgroupsGone(t, r)
 }
