@@ -131,9 +131,33 @@ func (b *gateBridge) Call(ctx context.Context, name string, _ json.RawMessage) (
 	return json.RawMessage(`true`), nil
 }
 
+// whileInToolCall runs spec until its tool calls tool "wait", calls during
+// while it waits there, then lets it finish and returns its result.
+func whileInToolCall(t *testing.T, r *sandbox.Runner, spec sandbox.Spec, during func()) sandbox.Result {
+	t.Helper()
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	spec.Bridge = gate
+	var res sandbox.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, _ = r.Run(context.Background(), spec)
+	}()
+	select {
+	case <-gate.entered:
+	case <-done:
+		t.Fatalf("the run ended before its tool call: %+v %s", res.Error, res.Stderr)
+	}
+	var once sync.Once
+	finish := func() { once.Do(func() { close(gate.release); <-done }) }
+	defer finish() // also when during fails the test
+	during()
+	finish()
+	return res
+}
+
 func TestProcessTmpIsPrivateFromConcurrentRunsOfTheSameTenant(t *testing.T) {
 	r := newRunner(t, nil)
-	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
 	srcA := `
 import os
 def run(args, context):
@@ -157,21 +181,10 @@ def run(args, context):
         f.write("B")
     return {"before": before, "shm": shm, "read": read}
 `
-	var resA sandbox.Result
-	doneA := make(chan struct{})
-	go func() {
-		defer close(doneA)
-		spec := sandbox.Spec{Source: srcA, Bridge: gate, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default}
-		resA, _ = r.Run(context.Background(), spec)
-	}()
-	select {
-	case <-gate.entered:
-	case <-doneA:
-		t.Fatalf("run A ended before its tool call: %+v %s", resA.Error, resA.Stderr)
-	}
-	b := resultMap(t, runProc(t, r, sandbox.Spec{Source: srcB}))
-	close(gate.release)
-	<-doneA
+	var b map[string]any
+	resA := whileInToolCall(t, r, sandbox.Spec{Source: srcA, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default}, func() {
+		b = resultMap(t, runProc(t, r, sandbox.Spec{Source: srcB}))
+	})
 	a := resultMap(t, resA)
 	if got := fmt.Sprint(b["before"], b["shm"], b["read"]); got != "[] [] false" {
 		t.Errorf("run B saw /tmp %v, /dev/shm %v, read A's file: %v", b["before"], b["shm"], b["read"])
@@ -748,34 +761,16 @@ func TestProcessRunLeavesNothingToAnotherRun(t *testing.T) {
 	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
 		t.Run(level, func(t *testing.T) {
 			const secret = "run-A-secret-6f1c"
-			spec := func(args string, bridge sandbox.Bridge) sandbox.Spec {
+			spec := func(args string) sandbox.Spec {
 				return sandbox.Spec{TenantID: "t1", Isolation: level, Source: string(probe) + "\n" + waitHook,
-					Args: json.RawMessage(args), Bridge: bridge, Limits: limits.Default}
+					Args: json.RawMessage(args), Limits: limits.Default}
 			}
-			gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
-			var resA sandbox.Result
-			doneA := make(chan struct{})
-			go func() {
-				defer close(doneA)
-				resA, _ = r.Run(context.Background(), spec(`{"plant": "`+secret+`", "wait": true}`, gate))
-			}()
-			select {
-			case <-gate.entered:
-			case <-doneA:
-				t.Fatalf("run A ended before its tool call: %+v %s", resA.Error, resA.Stderr)
-			}
-			runB, err := r.Run(context.Background(), spec(`{}`, nil))
-			close(gate.release)
-			<-doneA
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, b := decodeSeen(resA), decodeSeen(runB)
-			runC, err := r.Run(context.Background(), spec(`{}`, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := decodeSeen(runC)
+			var runB sandbox.Result
+			resA := whileInToolCall(t, r, spec(`{"plant": "`+secret+`", "wait": true}`), func() {
+				runB = run(t, r, spec(`{}`))
+			})
+			runC := run(t, r, spec(`{}`))
+			a, b, c := decodeSeen(resA), decodeSeen(runB), decodeSeen(runC)
 			if level == sandbox.IsolationProcess {
 				for name, res := range map[string]sandbox.Result{"A": resA, "B": runB, "C": runC} {
 					if res.Usage.Isolation != sandbox.IsolationProcess {
@@ -909,4 +904,76 @@ def run(args, context):
 		t.Fatalf("a 192 MiB segment in a 128 MiB run: %s %q %+v", res.Status, res.ErrorType(), res.Error)
 	}
 	assertRunCgroupsGone(t, r)
+}
+
+// The runs of a zygote share its network namespace and with it the
+// abstract unix socket namespace: a run that could connect to another's
+// socket could be handed descriptors (its IPC namespace, a memfd, a /tmp
+// file) that keep the other run's objects and memory alive after it ended.
+// Each run is in a Landlock domain of its own that scopes abstract
+// sockets: run B reaches neither run A's stream nor its datagram socket,
+// while A's own child reaches both and is handed a descriptor. At level
+// jail each jail has a network namespace of its own.
+func TestProcessRunsCannotReachEachOthersAbstractSockets(t *testing.T) {
+	r := newRunner(t, nil)
+	const src = `
+import array, errno, os, socket
+def connect(kind, name):
+    s = socket.socket(socket.AF_UNIX, kind)
+    try:
+        if kind == socket.SOCK_STREAM:
+            s.connect(name)
+        else:
+            s.sendto(b"x", name)
+        return s, "reached"
+    except OSError as e:
+        s.close()
+        return None, errno.errorcode.get(e.errno, str(e.errno))
+def run(args, context):
+    stream, dgram = b"\0execgate-relay-stream", b"\0execgate-relay-dgram"
+    if args["role"] == "B":
+        return {"stream": connect(socket.SOCK_STREAM, stream)[1], "dgram": connect(socket.SOCK_DGRAM, dgram)[1]}
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(stream)
+    ls.listen(4)
+    ds = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ds.bind(dgram)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # A's own child: same run, same domain
+        s, how = connect(socket.SOCK_STREAM, stream)
+        got = "no descriptor"
+        if s is not None:
+            _, anc, _, _ = s.recvmsg(1, socket.CMSG_SPACE(4))
+            got = "descriptor" if anc else got
+        os.write(w, ("%s %s %s" % (how, connect(socket.SOCK_DGRAM, dgram)[1], got)).encode())
+        os._exit(0)
+    os.close(w)
+    c, _ = ls.accept()
+    ns = os.open("/proc/self/ns/ipc", os.O_RDONLY)
+    c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [ns]))])
+    child = os.read(r, 256).decode()
+    os.waitpid(pid, 0)
+    context.tools.run("wait")
+    return {"child": child}
+`
+	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
+		t.Run(level, func(t *testing.T) {
+			spec := func(role string) sandbox.Spec {
+				return sandbox.Spec{TenantID: "t1", Isolation: level, Source: src, Args: json.RawMessage(`{"role": "` + role + `"}`), Limits: limits.Default}
+			}
+			var b map[string]any
+			resA := whileInToolCall(t, r, spec("A"), func() { b = resultMap(t, run(t, r, spec("B"))) })
+			a := resultMap(t, resA)
+			if a["child"] != "reached reached descriptor" {
+				t.Errorf("level %s: run A's own child: %v, want both of A's sockets reached and a descriptor passed", level, a["child"])
+			}
+			for _, k := range []string{"stream", "dgram"} {
+				if b[k] == "reached" {
+					t.Errorf("level %s: run B reached run A's abstract %s socket", level, k)
+				}
+			}
+			t.Logf("level %s: run B: stream %v, datagram %v", level, b["stream"], b["dgram"])
+		})
+	}
 }

@@ -46,10 +46,10 @@ import (
 // reports on the sync socket; the kernel tells the runner its host pid
 // (SCM_CREDENTIALS), the runner moves it into the run's cgroup and hands it
 // the run's pipes (stdin, stdout, stderr, result) and tool bridge socket
-// over the sync socket; the child does its setup (private /tmp,
-// capabilities, seccomp) and its harness waits for the request on stdin. A
-// zygote keeps zygoteSpares such processes ready, and starts its successor
-// before it retires (startNextLocked). When the run comes (forkRun), the
+// over the sync socket; the child does its setup (private /tmp, Landlock
+// scope, capabilities, seccomp) and its harness waits for the request on
+// stdin. A zygote keeps zygoteSpares such processes ready, and starts its
+// successor before it retires (startNextLocked). When the run comes (forkRun), the
 // runner writes the request. From then on the run is watched as a jail is
 // (wall deadline, CPU from the cgroup, memory counters); when the child
 // exits (the zygote reports its wait status) or is stopped, every process
@@ -146,10 +146,13 @@ type zygoteKey struct {
 // zygote is one warm zygote jail. Runs are forked one at a time (mu) and
 // run concurrently.
 type zygote struct {
-	key     zygoteKey
-	j       *jail
-	ctl     *net.UnixConn
-	ready   chan struct{} // closed when the zygote said "R"
+	key   zygoteKey
+	j     *jail
+	ctl   *net.UnixConn
+	ready chan struct{} // closed when the zygote said "R"
+	// scoped: the zygote's runs get their Landlock scope on abstract unix
+	// sockets (execgate_zygote.py, step 4); set before ready is closed.
+	scoped  bool
 	dead    chan struct{} // closed when its control socket ended
 	replies chan string   // fork replies ("f <pid>", "e <errno>")
 
@@ -217,7 +220,8 @@ func (z *zygote) read() {
 		}
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 1 && f[0] == "R":
+		case len(f) == 2 && f[0] == "R" && (f[1] == "0" || f[1] == "1"):
+			z.scoped = f[1] == "1"
 			close(z.ready)
 		case len(f) == 2 && (f[0] == "f" || f[0] == "e"):
 			select {
@@ -574,6 +578,9 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 	defer t.Stop()
 	select {
 	case <-z.ready:
+		if !z.scoped {
+			zs.r.log.Warn("this kernel has no Landlock scope for abstract unix sockets (Linux 6.12 and later, Landlock enabled): concurrent level-process runs of a tenant can pass each other descriptors that keep an ended run's IPC objects and memory alive", "tenant_id", key.tenant)
+		}
 		return z, nil
 	case <-z.dead:
 	case <-t.C:

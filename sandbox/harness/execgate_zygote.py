@@ -25,27 +25,38 @@ harness would, after this setup (all before any tool code):
     starts is born there and is killed with it.
  3. A fresh, empty tmpfs on /tmp and on /dev/shm, sized by the run's
     tmp_mb, private to this run; /proc remounted read-only.
- 4. Every capability dropped (bounding set included) and a seccomp filter
+ 4. A Landlock domain of its own that scopes abstract unix sockets
+    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12 and later): the runs of
+    a zygote share its network namespace, and with it the abstract socket
+    namespace, so without it one run could connect to another's socket and
+    pass it descriptors (an IPC namespace, a memfd, a /tmp file) that keep
+    the first run's objects, and the memory charged to its ended cgroup,
+    alive after it ended. The run's own processes still reach each other's
+    sockets (they share the domain). Where the kernel lacks it, the zygote
+    says so ("R 0") and the runner logs a warning when it starts one.
+ 5. Every capability dropped (bounding set included) and a seccomp filter
     added on top of the inherited one that kills mount and unshare, the two
     calls the zygote's own filter lets through for step 1 and 3: the
     child's filter is then at least as strict as level jail's.
- 5. The harness waits for the run's request on stdin, as a warm jail's
-    does. Steps 1-4 happen ahead of the run (the host keeps a few such
+ 6. The harness waits for the run's request on stdin, as a warm jail's
+    does. Steps 1-5 happen ahead of the run (the host keeps a few such
     processes ready): the hand-off is the request.
 
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
                   fork a process for a run (ahead of the run: the host keeps
                   a few ready)
-  zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
-                  jail's pid namespace) or "e <errno>\\n" when fork failed;
+  zygote -> host  "R <scoped>\\n" once ready (scoped: 1 when its runs get
+                  step 4's Landlock scope, 0 when the kernel lacks it);
+                  "f <pid>\\n" after each fork (pid in the jail's pid
+                  namespace) or "e <errno>\\n" when fork failed;
                   "x <pid> <wait status>\\n" when a run's process exited
   sync (per run)  child -> host one byte "r" once set up to step 1 (the host
                   reads the child's host pid from the kernel's
                   SCM_CREDENTIALS and moves it into the run's cgroup);
                   host -> child "a" with SCM_RIGHTS [stdin, stdout, stderr,
                   result, bridge] once it did: the child goes on with
-                  steps 3 to 5
+                  steps 3 to 6
 """
 
 import os
@@ -180,6 +191,36 @@ def _cap_last():
 
 
 _CAP_LAST = _cap_last()
+
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+LANDLOCK_ABI_SCOPE = 6  # the first ABI with scopes
+
+
+def _landlock_abi():
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_long(0), ctypes.c_long(LANDLOCK_CREATE_RULESET_VERSION))
+    return max(abi, 0)
+
+
+_SCOPED = _landlock_abi() >= LANDLOCK_ABI_SCOPE
+
+
+def _scope_abstract_sockets():
+    """Step 4: this process and its children may connect (or send) only to
+    abstract unix sockets that processes of the same domain bound. A
+    ruleset that handles no file system or network access restricts
+    nothing else. no_new_privs is set (nsjail), as Landlock requires."""
+    attr = struct.pack("QQQ", 0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)  # fs, net, scoped
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_long(len(attr)), ctypes.c_long(0))
+    if fd < 0:
+        _check(-1, "creating the Landlock ruleset")
+    try:
+        _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_long(fd), ctypes.c_long(0)), "landlock_restrict_self")
+    finally:
+        os.close(fd)
 _NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
@@ -244,6 +285,8 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
             "remounting /proc read-only",
         )
         os.chdir("/tmp")
+        if _SCOPED:
+            _scope_abstract_sockets()
         _drop_caps()
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
         # Received in this order into the lowest free numbers (3 and up), so
@@ -366,7 +409,7 @@ def main():
     # collector leaves them (and their pages, shared copy-on-write) alone.
     gc.collect()
     gc.freeze()
-    _send(ctl, "R\n")
+    _send(ctl, "R %d\n" % _SCOPED)
     anc_size = socket.CMSG_SPACE(FORK_FDS * 4)
     while True:
         for fd, _ in poll.poll():
