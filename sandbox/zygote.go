@@ -12,11 +12,14 @@ import "fmt"
 //	         that has started Python and imported the harness and never runs
 //	         tool code itself (zygote_linux.go). Each run gets its own mount
 //	         namespace with an empty private /tmp and /dev/shm, its own
-//	         cgroup (memory, pids, CPU) created by the runner, and is killed
-//	         whole when its envelope is produced. What it does not get: a
-//	         kernel boundary between two runs of the same tenant beyond
-//	         that (they share the zygote's pid, network, IPC and user
-//	         namespaces and its host uid), which is why policy grants it.
+//	         IPC namespace (SysV shared memory, semaphores and message
+//	         queues, POSIX message queues: destroyed by the kernel with
+//	         the run's last process), its own cgroup (memory, pids, CPU)
+//	         created by the runner, and is killed whole when its envelope
+//	         is produced. What it does not get: a kernel boundary between
+//	         two runs of the same tenant beyond that (they share the
+//	         zygote's pid and network namespaces, the user namespace above
+//	         their own and its host uid), which is why policy grants it.
 const (
 	IsolationJail    = "jail"
 	IsolationProcess = "process"

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,9 +131,33 @@ func (b *gateBridge) Call(ctx context.Context, name string, _ json.RawMessage) (
 	return json.RawMessage(`true`), nil
 }
 
+// whileInToolCall runs spec until its tool calls tool "wait", calls during
+// while it waits there, then lets it finish and returns its result.
+func whileInToolCall(t *testing.T, r *sandbox.Runner, spec sandbox.Spec, during func()) sandbox.Result {
+	t.Helper()
+	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
+	spec.Bridge = gate
+	var res sandbox.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, _ = r.Run(context.Background(), spec)
+	}()
+	select {
+	case <-gate.entered:
+	case <-done:
+		t.Fatalf("the run ended before its tool call: %+v %s", res.Error, res.Stderr)
+	}
+	var once sync.Once
+	finish := func() { once.Do(func() { close(gate.release); <-done }) }
+	defer finish() // also when during fails the test
+	during()
+	finish()
+	return res
+}
+
 func TestProcessTmpIsPrivateFromConcurrentRunsOfTheSameTenant(t *testing.T) {
 	r := newRunner(t, nil)
-	gate := &gateBridge{entered: make(chan struct{}), release: make(chan struct{})}
 	srcA := `
 import os
 def run(args, context):
@@ -155,21 +181,10 @@ def run(args, context):
         f.write("B")
     return {"before": before, "shm": shm, "read": read}
 `
-	var resA sandbox.Result
-	doneA := make(chan struct{})
-	go func() {
-		defer close(doneA)
-		spec := sandbox.Spec{Source: srcA, Bridge: gate, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default}
-		resA, _ = r.Run(context.Background(), spec)
-	}()
-	select {
-	case <-gate.entered:
-	case <-doneA:
-		t.Fatalf("run A ended before its tool call: %+v %s", resA.Error, resA.Stderr)
-	}
-	b := resultMap(t, runProc(t, r, sandbox.Spec{Source: srcB}))
-	close(gate.release)
-	<-doneA
+	var b map[string]any
+	resA := whileInToolCall(t, r, sandbox.Spec{Source: srcA, Isolation: sandbox.IsolationProcess, TenantID: "t1", Limits: limits.Default}, func() {
+		b = resultMap(t, runProc(t, r, sandbox.Spec{Source: srcB}))
+	})
 	a := resultMap(t, resA)
 	if got := fmt.Sprint(b["before"], b["shm"], b["read"]); got != "[] [] false" {
 		t.Errorf("run B saw /tmp %v, /dev/shm %v, read A's file: %v", b["before"], b["shm"], b["read"])
@@ -712,4 +727,260 @@ def run(a, c):
 		noLive("a run whose thread forks while it returns")
 	}
 	assertRunCgroupsGone(t, r)
+}
+
+// leakFamilies is what no run may leave for another run of the same tenant,
+// at either level (testdata/leak_probe.py plants and looks for each).
+var leakFamilies = []string{
+	"module", "builtins", "env", "/tmp", "/dev/shm", "thread", "heap",
+	"sysv_shm", "sysv_sem", "sysv_msg", "posix_mqueue",
+}
+
+// Run A leaves a secret in every family of leakFamilies and waits in a tool
+// call; run B of the same tenant runs meanwhile, run C after A ended: each
+// looks for A's state by name, by key and (SysV) by id, and finds nothing.
+// At level process A, B and C are forks of one zygote; each has its own
+// IPC namespace (SysV shm, semaphores, message queues, POSIX mqueue; the
+// jail has no /dev/mqueue, the queues are reached by mq_open). At level
+// jail each run is a jail of its own, with nsjail's own IPC namespace.
+func TestProcessRunLeavesNothingToAnotherRun(t *testing.T) {
+	probe, err := os.ReadFile("testdata/leak_probe.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, nil)
+	type seen struct {
+		Seen      map[string]any `json:"seen"`
+		IPCNS     string         `json:"ipc_ns"`
+		DevMqueue bool           `json:"dev_mqueue"`
+	}
+	decodeSeen := func(res sandbox.Result) seen {
+		t.Helper()
+		var s seen
+		if res.Status != sandbox.StatusOK {
+			t.Fatalf("run failed: %+v\nstderr: %s", res.Error, res.Stderr)
+		}
+		if err := json.Unmarshal(res.Result, &s); err != nil {
+			t.Fatalf("result %s: %v", res.Result, err)
+		}
+		return s
+	}
+	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
+		t.Run(level, func(t *testing.T) {
+			const secret = "run-A-secret-6f1c"
+			spec := func(args string) sandbox.Spec {
+				return sandbox.Spec{TenantID: "t1", Isolation: level, Source: string(probe) + "\n" + waitHook,
+					Args: json.RawMessage(args), Limits: limits.Default}
+			}
+			var runB sandbox.Result
+			resA := whileInToolCall(t, r, spec(`{"plant": "`+secret+`", "wait": true}`), func() {
+				runB = run(t, r, spec(`{}`))
+			})
+			runC := run(t, r, spec(`{}`))
+			a, b, c := decodeSeen(resA), decodeSeen(runB), decodeSeen(runC)
+			if level == sandbox.IsolationProcess {
+				for name, res := range map[string]sandbox.Result{"A": resA, "B": runB, "C": runC} {
+					if res.Usage.Isolation != sandbox.IsolationProcess {
+						t.Fatalf("run %s ran at level %q, want process", name, res.Usage.Isolation)
+					}
+				}
+			}
+			for _, f := range leakFamilies {
+				// The probe finds what A left, in A itself.
+				want := map[string]string{"thread": "execgate-leak", "sysv_sem": fmt.Sprintf("value %d", len(secret))}[f]
+				if want == "" {
+					want = secret
+				}
+				if v := a.Seen[f]; v == nil || !strings.Contains(fmt.Sprint(v), want) {
+					t.Errorf("run A does not find its own %s (%v, want %q): the probe is broken", f, v, want)
+				}
+				for name, s := range map[string]seen{"B (during A)": b, "C (after A)": c} {
+					if v, ok := s.Seen[f]; !ok || v != nil {
+						t.Errorf("level %s: run %s finds run A's %s: %v", level, name, f, v)
+					}
+				}
+			}
+			// Namespace inode numbers are reused once a namespace is gone:
+			// only A's and B's, alive at once, must differ.
+			if a.IPCNS == "" || a.IPCNS == b.IPCNS {
+				t.Errorf("level %s: runs A and B, alive together, share IPC namespace %s", level, a.IPCNS)
+			}
+			if a.DevMqueue {
+				t.Logf("level %s: /dev/mqueue is mounted in the run", level)
+			}
+		})
+	}
+}
+
+// waitHook makes a probe with args {"wait": true} wait in a tool call
+// before it returns (gateBridge holds it there).
+const waitHook = `
+_probe_run = run
+def run(args, context):
+    out = _probe_run(args, context)
+    if args and args.get("wait"):
+        context.tools.run("wait")
+    return out
+`
+
+// SysV shared memory a run creates is charged to the run and ends with it.
+// Each run creates a segment, touches every page of it and leaves it
+// behind (no IPC_RMID): its peak counts the segment, and once the runs are
+// over the memory the kernel charges to the runner's cgroups (zygote,
+// spares, runs, and the removed cgroups of ended runs, whose charges stay
+// in their parent's counter) comes back to what it was before them. A
+// segment larger than the run's memory limit ends the run at its limit.
+func TestProcessSysVSharedMemoryEndsWithItsRun(t *testing.T) {
+	// A parent cgroup of this test's own: its counter is this runner's.
+	parent := cgroupParent + "/sysv-shm"
+	t.Cleanup(func() {
+		for _, c := range []string{"memory", "pids", "cpu", "unified", ""} {
+			os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
+		}
+	})
+	r := newRunner(t, func(c *sandbox.Config) { c.CgroupParent = parent })
+	counter := filepath.Join(sandbox.CgroupDirs(r)[0], "memory.usage_in_bytes")
+	if sandbox.CgroupVersion(r) == 2 {
+		counter = filepath.Join(sandbox.CgroupDirs(r)[0], "memory.current")
+	}
+	usage := func() int64 {
+		t.Helper()
+		sandbox.ZygoteCgroups(r) // no spare being prepared
+		data, err := os.ReadFile(counter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const src = `
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def run(args, context):
+    size = args["mib"] << 20
+    shm = libc.syscall(29, 0, ctypes.c_long(size), 0o1600)  # shmget(IPC_PRIVATE, size, IPC_CREAT|0600)
+    if shm < 0:
+        raise OSError(ctypes.get_errno(), "shmget")
+    addr = libc.syscall(30, ctypes.c_long(shm), 0, 0)  # shmat
+    if addr < 0:
+        raise OSError(ctypes.get_errno(), "shmat")
+    ctypes.memset(addr, 1, size)
+    libc.syscall(67, ctypes.c_long(addr))  # shmdt; no IPC_RMID
+    return shm
+`
+	const mib, runs = 64, 4
+	lim := sandbox.Limits{MemoryMB: 128}
+	spec := sandbox.Spec{Source: src, Args: json.RawMessage(`{"mib": 1}`), Limits: lim}
+	for range 2 { // the zygote, its spares and ctypes's pages in place
+		if res := runProc(t, r, spec); res.Status != sandbox.StatusOK {
+			t.Fatalf("warm-up run: %+v %s", res.Error, res.Stderr)
+		}
+	}
+	before := usage()
+	spec.Args = json.RawMessage(fmt.Sprintf(`{"mib": %d}`, mib))
+	for i := range runs {
+		res := runProc(t, r, spec)
+		if res.Status != sandbox.StatusOK {
+			t.Fatalf("run %d: %+v %s", i, res.Error, res.Stderr)
+		}
+		if res.Usage.PeakMemoryKB < mib<<10 {
+			t.Fatalf("run %d: peak %d KiB with a touched %d MiB segment: the segment is not charged to the run", i, res.Usage.PeakMemoryKB, mib)
+		}
+	}
+	// The kernel frees an IPC namespace's objects shortly after its last
+	// process is gone (a work item after an RCU grace period): wait for
+	// the counter, generously; before the fix it never came back (the
+	// segments lived in the zygote's namespace until it retired).
+	const slack = mib << 20 / 2
+	var after int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling interval, bounded by the deadline
+		if after = usage(); after <= before+slack || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("the runner's cgroups: %d KiB before %d runs, %d KiB after", before>>10, runs, after>>10)
+	if after > before+slack {
+		t.Fatalf("%d runs each left a touched %d MiB SysV segment: the runner's cgroups hold %d MiB, %d MiB before them", runs, mib, after>>20, before>>20)
+	}
+	spec.Args = json.RawMessage(`{"mib": 192}`)
+	if res := runProc(t, r, spec); res.ErrorType() != sandbox.ErrMemoryLimit {
+		t.Fatalf("a 192 MiB segment in a 128 MiB run: %s %q %+v", res.Status, res.ErrorType(), res.Error)
+	}
+	assertRunCgroupsGone(t, r)
+}
+
+// The runs of a zygote share its network namespace and with it the
+// abstract unix socket namespace: a run that could connect to another's
+// socket could be handed descriptors (its IPC namespace, a memfd, a /tmp
+// file) that keep the other run's objects and memory alive after it ended.
+// Each run is in a Landlock domain of its own that scopes abstract
+// sockets: run B reaches neither run A's stream nor its datagram socket,
+// while A's own child reaches both and is handed a descriptor. At level
+// jail each jail has a network namespace of its own.
+func TestProcessRunsCannotReachEachOthersAbstractSockets(t *testing.T) {
+	r := newRunner(t, nil)
+	const src = `
+import array, errno, os, socket
+def connect(kind, name):
+    s = socket.socket(socket.AF_UNIX, kind)
+    try:
+        if kind == socket.SOCK_STREAM:
+            s.connect(name)
+        else:
+            s.sendto(b"x", name)
+        return s, "reached"
+    except OSError as e:
+        s.close()
+        return None, errno.errorcode.get(e.errno, str(e.errno))
+def run(args, context):
+    stream, dgram = b"\0execgate-relay-stream", b"\0execgate-relay-dgram"
+    if args["role"] == "B":
+        return {"stream": connect(socket.SOCK_STREAM, stream)[1], "dgram": connect(socket.SOCK_DGRAM, dgram)[1]}
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(stream)
+    ls.listen(4)
+    ds = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ds.bind(dgram)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # A's own child: same run, same domain
+        s, how = connect(socket.SOCK_STREAM, stream)
+        got = "no descriptor"
+        if s is not None:
+            _, anc, _, _ = s.recvmsg(1, socket.CMSG_SPACE(4))
+            got = "descriptor" if anc else got
+        os.write(w, ("%s %s %s" % (how, connect(socket.SOCK_DGRAM, dgram)[1], got)).encode())
+        os._exit(0)
+    os.close(w)
+    c, _ = ls.accept()
+    ns = os.open("/proc/self/ns/ipc", os.O_RDONLY)
+    c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [ns]))])
+    child = os.read(r, 256).decode()
+    os.waitpid(pid, 0)
+    context.tools.run("wait")
+    return {"child": child}
+`
+	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
+		t.Run(level, func(t *testing.T) {
+			spec := func(role string) sandbox.Spec {
+				return sandbox.Spec{TenantID: "t1", Isolation: level, Source: src, Args: json.RawMessage(`{"role": "` + role + `"}`), Limits: limits.Default}
+			}
+			var b map[string]any
+			resA := whileInToolCall(t, r, spec("A"), func() { b = resultMap(t, run(t, r, spec("B"))) })
+			a := resultMap(t, resA)
+			if a["child"] != "reached reached descriptor" {
+				t.Errorf("level %s: run A's own child: %v, want both of A's sockets reached and a descriptor passed", level, a["child"])
+			}
+			for _, k := range []string{"stream", "dgram"} {
+				if b[k] == "reached" {
+					t.Errorf("level %s: run B reached run A's abstract %s socket", level, k)
+				}
+			}
+			t.Logf("level %s: run B: stream %v, datagram %v", level, b["stream"], b["dgram"])
+		})
+	}
 }

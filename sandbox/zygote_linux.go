@@ -29,9 +29,10 @@ import (
 // process sets RLIMIT_CPU back to the profile's value before anything
 // else); its /proc is mounted read-write so that its children can write
 // their own uid and gid maps (each child then remounts it read-only for
-// itself); and its seccomp policy lets unshare(CLONE_NEWUSER|CLONE_NEWNS)
-// and mount with two exact flag sets through, which a child uses for its
-// private /tmp and then denies itself (killing, as at level jail) with a
+// itself); and its seccomp policy lets
+// unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC) and mount with two exact
+// flag sets through, which a child uses for its private /tmp and its own
+// IPC namespace and then denies itself (killing, as at level jail) with a
 // filter of its own before the harness starts. The tool's process is
 // therefore under a seccomp policy at least as strict as level jail's.
 // Descriptors of a zygote (startJail's contract, used differently): 0 a
@@ -45,10 +46,10 @@ import (
 // reports on the sync socket; the kernel tells the runner its host pid
 // (SCM_CREDENTIALS), the runner moves it into the run's cgroup and hands it
 // the run's pipes (stdin, stdout, stderr, result) and tool bridge socket
-// over the sync socket; the child does its setup (private /tmp,
-// capabilities, seccomp) and its harness waits for the request on stdin. A
-// zygote keeps zygoteSpares such processes ready, and starts its successor
-// before it retires (startNextLocked). When the run comes (forkRun), the
+// over the sync socket; the child does its setup (private /tmp, Landlock
+// scope, capabilities, seccomp) and its harness waits for the request on
+// stdin. A zygote keeps zygoteSpares such processes ready, and starts its
+// successor before it retires (startNextLocked). When the run comes (forkRun), the
 // runner writes the request. From then on the run is watched as a jail is
 // (wall deadline, CPU from the cgroup, memory counters); when the child
 // exits (the zygote reports its wait status) or is stopped, every process
@@ -69,7 +70,7 @@ const zygoteHandshakeTimeout = 5 * time.Second
 // Flags the zygote's seccomp policy lets through (and nothing else of
 // unshare and mount): execgate_zygote.py uses exactly these.
 const (
-	zygoteUnshareFlags  = "0x10020000" // CLONE_NEWUSER|CLONE_NEWNS
+	zygoteUnshareFlags  = "0x18020000" // CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC
 	zygoteTmpfsFlags    = "14"         // MS_NOSUID|MS_NODEV|MS_NOEXEC
 	zygoteRemountFlags  = "4143"       // MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC
 	zygoteUnshareCond   = "(flags & 0xffffffff) != " + zygoteUnshareFlags
@@ -145,10 +146,13 @@ type zygoteKey struct {
 // zygote is one warm zygote jail. Runs are forked one at a time (mu) and
 // run concurrently.
 type zygote struct {
-	key     zygoteKey
-	j       *jail
-	ctl     *net.UnixConn
-	ready   chan struct{} // closed when the zygote said "R"
+	key   zygoteKey
+	j     *jail
+	ctl   *net.UnixConn
+	ready chan struct{} // closed when the zygote said "R"
+	// scoped: the zygote's runs get their Landlock scope on abstract unix
+	// sockets (execgate_zygote.py, step 4); set before ready is closed.
+	scoped  bool
 	dead    chan struct{} // closed when its control socket ended
 	replies chan string   // fork replies ("f <pid>", "e <errno>")
 
@@ -216,7 +220,8 @@ func (z *zygote) read() {
 		}
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 1 && f[0] == "R":
+		case len(f) == 2 && f[0] == "R" && (f[1] == "0" || f[1] == "1"):
+			z.scoped = f[1] == "1"
 			close(z.ready)
 		case len(f) == 2 && (f[0] == "f" || f[0] == "e"):
 			select {
@@ -573,6 +578,9 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 	defer t.Stop()
 	select {
 	case <-z.ready:
+		if !z.scoped {
+			zs.r.log.Warn("this kernel has no Landlock scope for abstract unix sockets (Linux 6.12 and later, Landlock enabled): concurrent level-process runs of a tenant can pass each other descriptors that keep an ended run's IPC objects and memory alive", "tenant_id", key.tenant)
+		}
 		return z, nil
 	case <-z.dead:
 	case <-t.C:

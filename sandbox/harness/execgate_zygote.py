@@ -11,35 +11,52 @@ socket. It never runs tool code itself: every run is a child forked from it,
 and the child only ever runs the harness's main(), exactly as a fresh jail's
 harness would, after this setup (all before any tool code):
 
- 1. unshare(CLONE_NEWUSER | CLONE_NEWNS): a mount namespace of its own. The
-    child maps its uid and gid to its own (the jail's tool ids) in the new
-    user namespace, the only mapping an unprivileged owner may write.
+ 1. unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC): a mount namespace
+    and an IPC namespace of its own. The child maps its uid and gid to its
+    own (the jail's tool ids) in the new user namespace, the only mapping an
+    unprivileged owner may write. The IPC namespace holds every SysV shared
+    memory segment, semaphore set and message queue and every POSIX message
+    queue the run creates (the kernel gives it its own mqueue mount): no
+    other run of the zygote can reach them by key, id or name, and the
+    kernel destroys them all when the run's last process is gone (their
+    pages are charged to the run's memory cgroup, which faulted them in).
  2. The host moves the child into the run's own cgroup (memory, pids, CPU)
     before anything else happens in it, so every process the run ever
     starts is born there and is killed with it.
  3. A fresh, empty tmpfs on /tmp and on /dev/shm, sized by the run's
     tmp_mb, private to this run; /proc remounted read-only.
- 4. Every capability dropped (bounding set included) and a seccomp filter
+ 4. A Landlock domain of its own that scopes abstract unix sockets
+    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12 and later): the runs of
+    a zygote share its network namespace, and with it the abstract socket
+    namespace, so without it one run could connect to another's socket and
+    pass it descriptors (an IPC namespace, a memfd, a /tmp file) that keep
+    the first run's objects, and the memory charged to its ended cgroup,
+    alive after it ended. The run's own processes still reach each other's
+    sockets (they share the domain). Where the kernel lacks it, the zygote
+    says so ("R 0") and the runner logs a warning when it starts one.
+ 5. Every capability dropped (bounding set included) and a seccomp filter
     added on top of the inherited one that kills mount and unshare, the two
     calls the zygote's own filter lets through for step 1 and 3: the
     child's filter is then at least as strict as level jail's.
- 5. The harness waits for the run's request on stdin, as a warm jail's
-    does. Steps 1-4 happen ahead of the run (the host keeps a few such
+ 6. The harness waits for the run's request on stdin, as a warm jail's
+    does. Steps 1-5 happen ahead of the run (the host keeps a few such
     processes ready): the hand-off is the request.
 
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
                   fork a process for a run (ahead of the run: the host keeps
                   a few ready)
-  zygote -> host  "R\\n" once ready; "f <pid>\\n" after each fork (pid in the
-                  jail's pid namespace) or "e <errno>\\n" when fork failed;
+  zygote -> host  "R <scoped>\\n" once ready (scoped: 1 when its runs get
+                  step 4's Landlock scope, 0 when the kernel lacks it);
+                  "f <pid>\\n" after each fork (pid in the jail's pid
+                  namespace) or "e <errno>\\n" when fork failed;
                   "x <pid> <wait status>\\n" when a run's process exited
   sync (per run)  child -> host one byte "r" once set up to step 1 (the host
                   reads the child's host pid from the kernel's
                   SCM_CREDENTIALS and moves it into the run's cgroup);
                   host -> child "a" with SCM_RIGHTS [stdin, stdout, stderr,
                   result, bridge] once it did: the child goes on with
-                  steps 3 to 5
+                  steps 3 to 6
 """
 
 import os
@@ -99,6 +116,7 @@ FORK_FDS = 1  # sync
 RUN_FDS = 5  # stdin, stdout, stderr, result, bridge
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -178,6 +196,36 @@ def _cap_last():
 
 
 _CAP_LAST = _cap_last()
+
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+LANDLOCK_ABI_SCOPE = 6  # the first ABI with scopes
+
+
+def _landlock_abi():
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_long(0), ctypes.c_long(LANDLOCK_CREATE_RULESET_VERSION))
+    return max(abi, 0)
+
+
+_SCOPED = _landlock_abi() >= LANDLOCK_ABI_SCOPE
+
+
+def _scope_abstract_sockets():
+    """Step 4: this process and its children may connect (or send) only to
+    abstract unix sockets that processes of the same domain bound. A
+    ruleset that handles no file system or network access restricts
+    nothing else. no_new_privs is set (nsjail), as Landlock requires."""
+    attr = struct.pack("QQQ", 0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)  # fs, net, scoped
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_long(len(attr)), ctypes.c_long(0))
+    if fd < 0:
+        _check(-1, "creating the Landlock ruleset")
+    try:
+        _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_long(fd), ctypes.c_long(0)), "landlock_restrict_self")
+    finally:
+        os.close(fd)
 _NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
@@ -216,7 +264,7 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
         (sync,) = fds
         uid, gid = os.getuid(), os.getgid()
-        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC), "unshare")
         # This process can open its own id maps only while it is dumpable
         # (else its /proc files belong to a root the jail does not map).
         # Nothing of a run is in it yet: no request, no tool.
@@ -242,6 +290,8 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
             "remounting /proc read-only",
         )
         os.chdir("/tmp")
+        if _SCOPED:
+            _scope_abstract_sockets()
         _drop_caps()
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
         # Received in this order into the lowest free numbers (3 and up), so
@@ -364,7 +414,7 @@ def main():
     # collector leaves them (and their pages, shared copy-on-write) alone.
     gc.collect()
     gc.freeze()
-    _send(ctl, "R\n")
+    _send(ctl, "R %d\n" % _SCOPED)
     anc_size = socket.CMSG_SPACE(FORK_FDS * 4)
     while True:
         for fd, _ in poll.poll():
