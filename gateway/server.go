@@ -333,8 +333,13 @@ func (s *Server) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	markAuthenticated(c.Request.Context())
 	c.Set(keyTenantID, p.TenantID)
+	if err := markAuthenticated(c.Request.Context(), p.TenantID, p.Subject); err != nil {
+		c.Header("Connection", "close")
+		s.fail(c, &apiError{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, Message: err.Error(), RetryAfter: time.Second, Err: err})
+		c.Abort()
+		return
+	}
 	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
 	c.Next()
 }
