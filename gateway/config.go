@@ -136,6 +136,14 @@ type Config struct {
 	// idle connection of the subject holding the most. Default a fifth of
 	// the limit, at least 256 and at most half of it.
 	ConnFDReserve int `yaml:"conn_fd_reserve" json:"conn_fd_reserve"`
+	// RefusalsPerMinute and RefusalsBurst are each subject's token bucket
+	// of refused (4xx) requests, and each client address's for tokens
+	// that do not verify (refusals.go): past it the subject's requests are
+	// 429 QuotaExceeded before any other check, with one audit record per
+	// 10 s standing for them. Defaults 600 per minute and 300; a negative
+	// RefusalsPerMinute turns the limit off.
+	RefusalsPerMinute int `yaml:"refusals_per_minute" json:"refusals_per_minute"`
+	RefusalsBurst     int `yaml:"refusals_burst" json:"refusals_burst"`
 }
 
 // Roles of a process (server.role).
@@ -162,6 +170,8 @@ const (
 	DefaultMaxHeaderBytes           = 64 << 10
 	DefaultMaxUnauthenticatedConns  = 256
 	DefaultMaxConnsPerSubject       = 128
+	DefaultRefusalsPerMinute        = 600
+	DefaultRefusalsBurst            = 300
 	minConnFDReserve                = 256
 	maxMaxJSONDepth                 = 256
 )
@@ -258,6 +268,8 @@ func (c Config) WithDefaults() Config {
 		{&c.MaxHeaderBytes, DefaultMaxHeaderBytes},
 		{&c.MaxUnauthenticatedConns, DefaultMaxUnauthenticatedConns},
 		{&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject},
+		{&c.RefusalsPerMinute, DefaultRefusalsPerMinute},
+		{&c.RefusalsBurst, DefaultRefusalsBurst},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -359,6 +371,7 @@ func (c Config) Validate() error {
 		{"idle_timeout_seconds", c.IdleTimeoutSeconds},
 		{"max_unauthenticated_conns", c.MaxUnauthenticatedConns},
 		{"max_conns_per_subject", c.MaxConnsPerSubject},
+		{"refusals_burst", c.RefusalsBurst},
 	} {
 		if p.v < 1 {
 			errs = append(errs, fmt.Errorf("server.%s: %d must be >= 1", p.name, p.v))
