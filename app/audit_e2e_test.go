@@ -533,7 +533,12 @@ func obsServe(t *testing.T, bin, cfg, base string) *exec.Cmd {
 // is written (its log lines).
 func obsServeLogged(t *testing.T, bin, cfg, base string) (*exec.Cmd, *testenv.SyncBuffer) {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--config", cfg)
+	return obsStart(t, exec.Command(bin, "serve", "--config", cfg), base)
+}
+
+// obsStart starts cmd (a gateway serving base) and waits for /healthz.
+func obsStart(t *testing.T, cmd *exec.Cmd, base string) (*exec.Cmd, *testenv.SyncBuffer) {
+	t.Helper()
 	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

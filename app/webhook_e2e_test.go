@@ -241,3 +241,67 @@ func TestWebhooksAreSignedRetriedAuditedAndOnlyToGrantedHosts(t *testing.T) {
 	}
 	t.Fatal("no audited attempt for the link-local callback")
 }
+
+// Issue #23 (mapped addresses): a dual-stack lookup of a name that
+// /etc/hosts maps to 127.0.0.1 answers ::ffff:127.0.0.1. The address
+// check judges that as 127.0.0.1, so the callback is delivered when
+// egress.allow_cidrs opens 127.0.0.1/32, and a name answering the mapped
+// form of a loopback address allow_cidrs did not open is still refused,
+// never connected.
+func TestWebhookToANameAnsweringIPv4MappedLoopbackFollowsAllowCIDRs(t *testing.T) {
+	recv := &hookReceiver{}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	t.Setenv("EXECGATE_TEST_WHSEC_MAPPED", newSecret(t))
+	res := mapResolver{"mapped.hooks.test": netip.MustParseAddr("::ffff:127.0.0.1"), "other.hooks.test": netip.MustParseAddr("::ffff:127.0.0.2")}
+	s := start(t, setup{noop: true, egressResolver: res, mutate: func(c *config.Config) {
+		c.Egress.AllowCIDRs = []string{"127.0.0.1/32"}
+		c.Server.WebhookBackoffMS = 20
+		c.Server.WebhookMaxAttempts = 2
+		for i := range c.Tenants {
+			if c.Tenants[i].ID == "demo" {
+				c.Tenants[i].Policy["callbacks"] = []any{"*.hooks.test"}
+				c.Tenants[i].Webhooks = webhook.Config{Secrets: []toolconfig.Secret{{Env: "EXECGATE_TEST_WHSEC_MAPPED"}}}
+			}
+		}
+	}})
+	demo := s.token("demo")
+	src := "def run(args, context):\n    return {'ok': True}\n"
+	finalAttempt := func(id string) map[string]any {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, r := range s.auditOf(id) {
+				if w, ok := r["webhook"].(map[string]any); ok && w["final"] == true {
+					return w
+				}
+			}
+			time.Sleep(20 * time.Millisecond) // polling the audit file
+		}
+		t.Fatalf("no final audited attempt for %s", id)
+		return nil
+	}
+	for _, tc := range []struct {
+		id, host  string
+		delivered bool
+	}{
+		{"mapped-open", "mapped.hooks.test", true},
+		{"mapped-closed", "other.hooks.test", false},
+	} {
+		body := fmt.Sprintf(`{"execution_id":%q,"source":%q,"callback_url":"http://%s:%d/hook"}`, tc.id, src, tc.host, port)
+		if r := s.do(http.MethodPost, "/v1/executions", demo, body); r.status != http.StatusAccepted {
+			t.Fatalf("%s: submit: %d %s", tc.id, r.status, r.body)
+		}
+		w := finalAttempt(tc.id)
+		if w["delivered"] != tc.delivered {
+			t.Fatalf("%s (%s answers the IPv4-mapped form): final attempt %v, want delivered=%t", tc.id, tc.host, w, tc.delivered)
+		}
+		if !tc.delivered && !strings.Contains(fmt.Sprint(w["error"]), "address denied") {
+			t.Fatalf("%s: refused for another reason: %v", tc.id, w)
+		}
+	}
+	if got := recv.deliveries(); len(got) != 1 || !strings.Contains(string(got[0].body), `"mapped-open"`) {
+		t.Fatalf("the receiver got %d deliveries, want exactly the one to the opened address", len(got))
+	}
+}

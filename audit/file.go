@@ -60,13 +60,18 @@ type fileSink struct {
 	size int64
 
 	lock *os.File // holds the flock for the sink's lifetime
+
+	// index locates each tenant's newest records (index.go); the flush
+	// leader adds to it once lines are durable.
+	index *tenantIndex
 }
 
 // batch is the lines one leader writes and fsyncs together.
 type batch struct {
-	lines [][]byte
-	errs  []error // per line, set when done
-	done  bool
+	lines   [][]byte
+	tenants []string // per line, for the index
+	errs    []error  // per line, set when done
+	done    bool
 }
 
 func openFileSink(path string, maxBytes int64, maxBackups int, now func() time.Time) (*fileSink, error) {
@@ -85,9 +90,19 @@ func openFileSink(path string, maxBytes int64, maxBackups int, now func() time.T
 		path: path, maxBytes: maxBytes, maxBackups: maxBackups, now: now, lock: lock,
 		writeFile: (*os.File).Write,
 		syncFile:  (*os.File).Sync,
+		index:     newTenantIndex(path),
 	}
 	s.cond = sync.NewCond(&s.mu)
 	if err := s.open(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	backups, err := s.listBackups()
+	if err == nil {
+		err = s.index.build(s.f, s.size, len(backups) > 0)
+	}
+	if err != nil {
+		s.f.Close()
 		lock.Close()
 		return nil, err
 	}
@@ -156,10 +171,10 @@ func truncateSync(f *os.File, size int64) error {
 	return nil
 }
 
-// writeLine appends one line (which must end in '\n') and returns once it
-// is fsynced, sharing the write and fsync with concurrent callers (see
-// fileSink).
-func (s *fileSink) writeLine(line []byte) error {
+// writeLine appends one line (which must end in '\n'), the record of
+// tenant, and returns once it is fsynced, sharing the write and fsync with
+// concurrent callers (see fileSink).
+func (s *fileSink) writeLine(line []byte, tenant string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -172,6 +187,7 @@ func (s *fileSink) writeLine(line []byte) error {
 	}
 	i := len(b.lines)
 	b.lines = append(b.lines, line)
+	b.tenants = append(b.tenants, tenant)
 	for !b.done && s.flushing {
 		s.cond.Wait()
 	}
@@ -181,7 +197,7 @@ func (s *fileSink) writeLine(line []byte) error {
 		s.flushing = true
 		s.pending = nil
 		s.mu.Unlock()
-		errs := s.flush(b.lines)
+		errs := s.flush(b.lines, b.tenants)
 		s.mu.Lock()
 		b.errs, b.done = errs, true
 		s.flushing = false
@@ -192,15 +208,21 @@ func (s *fileSink) writeLine(line []byte) error {
 
 // flush appends lines to the file and fsyncs them, rotating first whenever
 // the next line would take a non-empty file past maxBytes. It returns one
-// error per line (nil: durable). Called by the batch leader only.
-func (s *fileSink) flush(lines [][]byte) []error {
+// error per line (nil: durable) and indexes the durable ones under their
+// tenants. Called by the batch leader only.
+func (s *fileSink) flush(lines [][]byte, tenants []string) []error {
 	errs := make([]error, len(lines))
 	var buf []byte
 	first := 0 // index of buf's first line
 	commit := func(end int) {
+		off := s.size
 		err := s.appendSync(buf)
 		for j := first; j < end; j++ {
 			errs[j] = err
+			if err == nil {
+				s.index.add(tenants[j], off, len(lines[j])-1)
+			}
+			off += int64(len(lines[j]))
 		}
 		buf, first = buf[:0], end
 	}
@@ -261,7 +283,7 @@ func (s *fileSink) rotate() error {
 		}
 		return err
 	}
-	if err := os.Rename(s.path, backup); err != nil {
+	if err := s.index.rotate(s.path, backup); err != nil {
 		// Keep writing to the old file rather than losing records.
 		if oerr := s.open(); oerr != nil {
 			return errors.Join(fmt.Errorf("rotating audit file: %w", err), oerr)
@@ -380,6 +402,8 @@ func (s *fileSink) prune() error {
 	for len(backups) > s.maxBackups {
 		if err := os.Remove(backups[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("removing old audit backup: %w", err))
+		} else {
+			s.index.pruned(backups[0])
 		}
 		backups = backups[1:]
 	}

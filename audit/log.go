@@ -195,8 +195,8 @@ func (l *Log) closeSinks(ctx context.Context) error {
 
 func (s *fileSink) name() string { return SinkFile }
 
-func (s *fileSink) write(_ context.Context, line []byte, _ *Record) error {
-	return s.writeLine(line)
+func (s *fileSink) write(_ context.Context, line []byte, r *Record) error {
+	return s.writeLine(line, r.TenantID)
 }
 
 func (s *fileSink) close(context.Context) error { return s.closeFile() }

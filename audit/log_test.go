@@ -79,6 +79,12 @@ func records() map[string]audit.Record {
 			Quota:   audit.Quota{Outcome: audit.QuotaSkipped},
 			Outcome: audit.Outcome{HTTPStatus: 400, Status: "error", ErrorType: "BadRequest"},
 		},
+		"refused requests limited (one record standing for many)": {
+			ExecutionID: "lim-1", TenantID: "demo", Subject: "mallory", Roles: []string{"executor"},
+			Quota:           audit.Quota{Outcome: audit.QuotaExceeded, Kind: "refusals", RetryAfterMS: 1000},
+			Outcome:         audit.Outcome{HTTPStatus: 429, Status: "error", ErrorType: "QuotaExceeded"},
+			RefusalsDropped: 3900,
+		},
 	}
 }
 

@@ -37,6 +37,10 @@ type Record struct {
 	// counts those past the recorded ones.
 	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	// RefusalsDropped is set on the record that stands for a subject's
+	// requests refused by the refusal limiter (quota kind "refusals"): how
+	// many more were answered 429 without a record of their own.
+	RefusalsDropped int64 `json:"refusals_dropped,omitempty"`
 	// Webhook is set on the record of one delivery attempt of an async
 	// execution's callback (one record per attempt, besides the
 	// execution's own record); Outcome is then the execution's, as

@@ -84,13 +84,33 @@ func (q Query) match(r *Record) bool {
 // from its end and returns the records matching q, newest first. It reads
 // at most q.ScanBytes and stops as soon as it has q.Limit records or meets
 // a record well before q.Since.
+//
+// A query naming tenants reads only their records, through the file
+// sink's per-tenant index (index.go), which also covers the files rotated
+// since the log was opened: other tenants' volume cannot push a tenant's
+// records out of its own search.
 func (l *Log) Search(ctx context.Context, q Query) (SearchResult, error) {
 	for _, s := range l.sinks {
 		if f, ok := s.(*fileSink); ok {
+			if len(q.Tenants) > 0 {
+				return f.index.search(ctx, q.normalize())
+			}
 			return SearchFile(ctx, f.path, q)
 		}
 	}
 	return SearchResult{}, ErrNoFile
+}
+
+// normalize applies the defaults and bounds of Limit and ScanBytes.
+func (q Query) normalize() Query {
+	if q.Limit <= 0 {
+		q.Limit = DefaultSearchLimit
+	}
+	q.Limit = min(q.Limit, MaxSearchLimit)
+	if q.ScanBytes <= 0 {
+		q.ScanBytes = DefaultScanBytes
+	}
+	return q
 }
 
 // searchChunk is how much is read per step.
@@ -100,13 +120,7 @@ const searchChunk = 64 << 10
 // no records.
 func SearchFile(ctx context.Context, path string, q Query) (SearchResult, error) {
 	res := SearchResult{Records: []Record{}}
-	if q.Limit <= 0 {
-		q.Limit = DefaultSearchLimit
-	}
-	q.Limit = min(q.Limit, MaxSearchLimit)
-	if q.ScanBytes <= 0 {
-		q.ScanBytes = DefaultScanBytes
-	}
+	q = q.normalize()
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return res, nil

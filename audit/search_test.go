@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,5 +142,87 @@ func TestSearchWithoutAFileSinkSaysSo(t *testing.T) {
 	defer l.Close()
 	if _, err := l.Search(context.Background(), audit.Query{}); !errors.Is(err, audit.ErrNoFile) {
 		t.Fatalf("got %v, want ErrNoFile", err)
+	}
+}
+
+// Issue #23 item 10: one tenant's volume cannot hide another's records.
+// Tenant b writes 22 records, then tenant a writes past the 16 MiB a
+// search reads and across rotations; b's search still finds all 22, after
+// a reopen too (the index is rebuilt from the current file; b's records,
+// rotated away before it, are then reported as possibly missing).
+func TestATenantsSearchFindsItsRecordsUnderAnotherTenantsFlood(t *testing.T) {
+	dir := t.TempDir()
+	cfg := audit.Config{File: filepath.Join(dir, "audit.jsonl"), MaxSizeMB: 8, MaxBackups: 5}
+	l, _ := newFileLog(t, cfg)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	rec := func(tenant, id string, pad int) audit.Record {
+		return audit.Record{Time: t0, ExecutionID: id, TenantID: tenant, Subject: "s", SourceSHA256: sha(id),
+			Source: strings.Repeat("x", pad), Quota: audit.Quota{Outcome: audit.QuotaSkipped},
+			Outcome: audit.Outcome{HTTPStatus: 403, Status: "error", ErrorType: "PolicyDenied"}}
+	}
+	for i := range 22 {
+		if err := l.Record(context.Background(), rec("b", fmt.Sprintf("b-%02d", i), 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const floodBytes, pad = 20 << 20, 8 << 10
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < floodBytes/pad/16; i++ {
+				if err := l.Record(context.Background(), rec("a", fmt.Sprintf("a-%d-%d", w, i), pad)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if backups, _ := audit.Backups(cfg.File); len(backups) < 2 {
+		t.Fatalf("%d rotations, want the flood to rotate the file at least twice", len(backups))
+	}
+	scan, err := l.Search(context.Background(), audit.Query{Limit: 200}) // every tenant: the newest 16 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range scan.Records {
+		if r.TenantID == "b" {
+			t.Fatalf("the unindexed scan found b's %s; the test no longer floods enough", r.ExecutionID)
+		}
+	}
+	res, err := l.Search(context.Background(), audit.Query{Tenants: []string{"b"}, Limit: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) != 22 || res.Records[0].ExecutionID != "b-21" || res.Records[21].ExecutionID != "b-00" || res.Skipped != 0 || res.ScanLimitReached {
+		t.Fatalf("b's search under a's flood: %d records (first %v), skipped %d, limit reached %v; want all 22, newest first",
+			len(res.Records), ids(res.Records), res.Skipped, res.ScanLimitReached)
+	}
+	if res.ScannedBytes > 22*2048 {
+		t.Fatalf("b's search read %d bytes, more than b's own records", res.ScannedBytes)
+	}
+	a, err := l.Search(context.Background(), audit.Query{Tenants: []string{"a"}, Limit: 5})
+	if err != nil || len(a.Records) != 5 || !strings.HasPrefix(a.Records[0].ExecutionID, "a-") {
+		t.Fatalf("a's own search: %v %v", ids(a.Records), err)
+	}
+
+	// Reopened: the current file is indexed again; b's records were
+	// rotated away before it, so the search says older ones may exist.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := newFileLog(t, cfg)
+	if err := l2.Record(context.Background(), rec("b", "b-after", 0)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = l2.Search(context.Background(), audit.Query{Tenants: []string{"b"}})
+	if err != nil || len(res.Records) != 1 || res.Records[0].ExecutionID != "b-after" || !res.ScanLimitReached {
+		t.Fatalf("after a reopen: %v, limit reached %v, %v", ids(res.Records), res.ScanLimitReached, err)
+	}
+	a, err = l2.Search(context.Background(), audit.Query{Tenants: []string{"a"}, Limit: 200})
+	if err != nil || len(a.Records) != 200 {
+		t.Fatalf("a's records in the reopened current file: %d, %v", len(a.Records), err)
 	}
 }

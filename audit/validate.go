@@ -74,6 +74,9 @@ func (r *Record) Validate() error {
 	if r.EgressDropped < 0 {
 		bad("egress_dropped", "must not be negative")
 	}
+	if r.RefusalsDropped < 0 {
+		bad("refusals_dropped", "must not be negative")
+	}
 	if r.Outcome.Syscall != "" && r.Outcome.ErrorType != sandbox.ErrSyscallDenied {
 		bad("outcome.syscall", "must be empty unless error_type is SyscallDenied (got %q)", r.Outcome.ErrorType)
 	}

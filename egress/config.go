@@ -11,7 +11,9 @@ package egress
 type Config struct {
 	// AllowCIDRs are private/loopback ranges a platform admin opens on purpose
 	// (tests use 127.0.0.1/32). Default none. IPv4 ranges open only their
-	// IPv4 addresses; an IPv6 entry overlapping a range that embeds IPv4
+	// IPv4 addresses (and the IPv4-mapped ::ffff:a.b.c.d a dual-stack
+	// lookup may answer for them, which is judged as the IPv4 address it
+	// reaches); an IPv6 entry overlapping a range that embeds IPv4
 	// addresses (::ffff:0:0/96, ::/96 but ::1/128, NAT64, 6to4, Teredo) is
 	// refused by New.
 	AllowCIDRs []string `yaml:"allow_cidrs" json:"allow_cidrs"`

@@ -37,11 +37,9 @@ func (p *Proxy) DialContext(ctx context.Context, network, addr string) (net.Conn
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	addrs := []netip.Addr{host.IP()}
-	if !host.IsIP() {
-		if addrs, err = p.resolver.LookupNetIP(ctx, "ip", host.String()); err != nil || len(addrs) == 0 {
-			return nil, fmt.Errorf("%w: resolving %s failed", ErrAddressDenied, host)
-		}
+	addrs, err := p.addrs(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: resolving %s failed", ErrAddressDenied, host)
 	}
 	for _, ip := range addrs {
 		if reason := p.ips.check(ip); reason != "" {
@@ -63,4 +61,26 @@ func (p *Proxy) DialContext(ctx context.Context, network, addr string) (net.Conn
 		return nil, fmt.Errorf("connecting to %s: %w", target, err)
 	}
 	return conn, nil
+}
+
+// addrs are the addresses host stands for: itself when an IP, else what
+// the resolver answers (an error when nothing), IPv4-mapped IPv6 answers
+// written as the IPv4 address they reach (a dual-stack lookup of a name
+// that /etc/hosts maps to 127.0.0.1 may answer ::ffff:127.0.0.1), so the
+// address check, the attempt's record and the dial all see one form.
+func (p *Proxy) addrs(ctx context.Context, host Host) ([]netip.Addr, error) {
+	if host.IsIP() {
+		return []netip.Addr{host.IP()}, nil
+	}
+	addrs, err := p.resolver.LookupNetIP(ctx, "ip", host.String())
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("no address")
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+	}
+	return addrs, nil
 }

@@ -429,13 +429,9 @@ func (s *Session) dialChecked(ctx context.Context, host Host, port int, a sandbo
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.p.timeout)
 	defer cancel()
-	addrs := []netip.Addr{host.IP()}
-	if !host.IsIP() {
-		var err error
-		addrs, err = s.p.resolver.LookupNetIP(ctx, "ip", host.String())
-		if err != nil || len(addrs) == 0 {
-			return deny("resolving the name failed")
-		}
+	addrs, err := s.p.addrs(ctx, host)
+	if err != nil {
+		return deny("resolving the name failed")
 	}
 	for _, ip := range addrs {
 		if reason := s.p.ips.check(ip); reason != "" {
@@ -446,7 +442,6 @@ func (s *Session) dialChecked(ctx context.Context, host Host, port int, a sandbo
 	target := netip.AddrPortFrom(addrs[0], uint16(port))
 	a.IP = target.Addr().String()
 	var conn net.Conn
-	var err error
 	if s.p.upstream != nil {
 		conn, err = s.connectUpstream(ctx, target.String())
 	} else {

@@ -154,12 +154,17 @@ func newIPPolicy(cidrs []string) (ipPolicy, error) {
 }
 
 // check returns "" when addr may be dialled, else the reason it may not. An
-// IPv4-mapped address is judged as IPv6 (denied unless an IPv6 range opens
-// it, which newIPPolicy refuses), and a zoned one is always denied.
+// IPv4-mapped address (::ffff:a.b.c.d) is judged as the IPv4 address it
+// reaches (a socket given one connects over IPv4), so a mapped spelling
+// neither escapes the IPv4 rules nor misses a range allow_cidrs opened;
+// the other IPv6 forms that embed IPv4 addresses stay IPv6 (denied unless
+// an IPv6 range opens them, which newIPPolicy refuses). A zoned address is
+// always denied.
 func (p ipPolicy) check(addr netip.Addr) string {
 	if addr.Zone() != "" {
 		return "address with an IPv6 zone"
 	}
+	addr = addr.Unmap()
 	if err := p.guard.SafeAddr(addr); err != nil {
 		return err.Error()
 	}

@@ -123,6 +123,27 @@ type Config struct {
 	// presented a valid token; a new one beyond it closes the oldest of
 	// them. Default 256.
 	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns" json:"max_unauthenticated_conns"`
+	// MaxConnsPerSubject caps the connections one subject (a token's
+	// tenant_id and sub) holds once authenticated; a connection beyond it
+	// closes that subject's oldest idle one, and a request that finds all
+	// of them busy is 429 QuotaExceeded with its connection closed.
+	// Default 128.
+	MaxConnsPerSubject int `yaml:"max_conns_per_subject" json:"max_conns_per_subject"`
+	// ConnFDReserve is how many file descriptors of RLIMIT_NOFILE client
+	// connections may never take: they stay for jails, files, Redis, MCP
+	// servers and the next tenant's or the probe's connection. A
+	// connection accepted with only the reserve left closes the oldest
+	// idle connection of the subject holding the most. Default a fifth of
+	// the limit, at least 256 and at most half of it.
+	ConnFDReserve int `yaml:"conn_fd_reserve" json:"conn_fd_reserve"`
+	// RefusalsPerMinute and RefusalsBurst are each subject's token bucket
+	// of refused (4xx) requests, and each client address's for tokens
+	// that do not verify (refusals.go): past it the subject's requests are
+	// 429 QuotaExceeded before any other check, with one audit record per
+	// 10 s standing for them. Defaults 600 per minute and 300; a negative
+	// RefusalsPerMinute turns the limit off.
+	RefusalsPerMinute int `yaml:"refusals_per_minute" json:"refusals_per_minute"`
+	RefusalsBurst     int `yaml:"refusals_burst" json:"refusals_burst"`
 }
 
 // Roles of a process (server.role).
@@ -148,6 +169,10 @@ const (
 	DefaultIdleTimeoutSeconds       = 120
 	DefaultMaxHeaderBytes           = 64 << 10
 	DefaultMaxUnauthenticatedConns  = 256
+	DefaultMaxConnsPerSubject       = 128
+	DefaultRefusalsPerMinute        = 600
+	DefaultRefusalsBurst            = 300
+	minConnFDReserve                = 256
 	maxMaxJSONDepth                 = 256
 )
 
@@ -242,6 +267,9 @@ func (c Config) WithDefaults() Config {
 		{&c.IdleTimeoutSeconds, DefaultIdleTimeoutSeconds},
 		{&c.MaxHeaderBytes, DefaultMaxHeaderBytes},
 		{&c.MaxUnauthenticatedConns, DefaultMaxUnauthenticatedConns},
+		{&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject},
+		{&c.RefusalsPerMinute, DefaultRefusalsPerMinute},
+		{&c.RefusalsBurst, DefaultRefusalsBurst},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -342,10 +370,15 @@ func (c Config) Validate() error {
 		{"write_timeout_seconds", c.WriteTimeoutSeconds},
 		{"idle_timeout_seconds", c.IdleTimeoutSeconds},
 		{"max_unauthenticated_conns", c.MaxUnauthenticatedConns},
+		{"max_conns_per_subject", c.MaxConnsPerSubject},
+		{"refusals_burst", c.RefusalsBurst},
 	} {
 		if p.v < 1 {
 			errs = append(errs, fmt.Errorf("server.%s: %d must be >= 1", p.name, p.v))
 		}
+	}
+	if c.ConnFDReserve < 0 {
+		errs = append(errs, fmt.Errorf("server.conn_fd_reserve: %d must be >= 0", c.ConnFDReserve))
 	}
 	if c.MaxHeaderBytes < 4096 {
 		errs = append(errs, fmt.Errorf("server.max_header_bytes: %d is below 4096", c.MaxHeaderBytes))
@@ -355,6 +388,20 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server.max_json_depth: %d is outside 4..%d", c.MaxJSONDepth, maxMaxJSONDepth))
 	}
 	return errors.Join(errs...)
+}
+
+// maxConns is how many client connections the process may hold with
+// fdLimit descriptors (RLIMIT_NOFILE): the limit less ConnFDReserve (its
+// default when zero), at least 1. 0 (no bound) when the limit is unknown.
+func (c Config) maxConns(fdLimit int) int {
+	if fdLimit <= 0 {
+		return 0
+	}
+	reserve := c.ConnFDReserve
+	if reserve == 0 {
+		reserve = min(max(fdLimit/5, minConnFDReserve), fdLimit/2)
+	}
+	return max(fdLimit-reserve, 1)
 }
 
 // flowConfig are the execute flow's bounds (after WithDefaults).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"hash/maphash"
 	"io"
 	"log"
 	"log/slog"
@@ -30,14 +31,27 @@ import (
 //     deliver the rest, which Go's server discards, or the connection is
 //     closed: an unauthenticated client cannot hold a connection open by
 //     trickling a body.
-//  2. A cap on unauthenticated connections (max_unauthenticated_conns): a
-//     connection counts from accept until one of its requests presents a
-//     valid token (authenticate calls markAuthenticated). At the cap, a new
-//     connection evicts the oldest unauthenticated one (preferring those
-//     not inside a handler) instead of being refused, so a flood of idle or
-//     slow connections cannot lock tenants out: a tenant's connection
-//     leaves the count milliseconds after it is accepted, while junk has to
-//     be re-opened again and again.
+//  2. Connection caps (connTracker): every connection counts in one group,
+//     the unauthenticated ones from accept until one of its requests
+//     presents a valid token (authenticate calls markAuthenticated), then
+//     its subject's (tenant_id and sub; a keep-alive connection that
+//     authenticates as another subject moves). Three bounds:
+//     - max_unauthenticated_conns: a new connection at the cap evicts the
+//     oldest unauthenticated one (preferring those not inside a handler)
+//     instead of being refused, so a flood of idle or slow connections
+//     cannot lock tenants out: a tenant's connection leaves the count
+//     milliseconds after it is accepted, while junk has to be re-opened
+//     again and again.
+//     - max_conns_per_subject (issue #23 item 7): a subject's connection
+//     beyond it closes that subject's oldest idle connection; when all are
+//     inside a handler the newcomer's request is 429 QuotaExceeded and its
+//     connection closed. One subject's keep-alive pool costs it, not others.
+//     - RLIMIT_NOFILE less conn_fd_reserve: a connection accepted with only
+//     the reserve left closes the oldest idle connection of the largest
+//     group (the unauthenticated one competing like a subject's), else it
+//     is closed itself. A tenant with many subjects cannot take the
+//     process's last descriptors: the next tenant's connection and
+//     /readyz's are accepted at once, never queued behind EMFILE.
 //  3. Go's own canned answers to unreadable requests (oversize header →
 //     431, malformed request → 400), which net/http writes to the
 //     connection itself before any handler, are rewritten by the connection
@@ -56,8 +70,7 @@ const unreadBodyGrace = time.Second
 //	go srv.Serve(l)
 func (s *Server) HTTPServer(ln net.Listener, errorLog *log.Logger) (*http.Server, net.Listener) {
 	cfg := s.cfg
-	t := &connTracker{max: cfg.MaxUnauthenticatedConns, maxHeader: cfg.MaxHeaderBytes, log: s.log, now: s.now}
-	t.unproven.Init()
+	t := newConnTracker(cfg, fdLimit(), s.log, s.now)
 	srv := &http.Server{
 		Handler:           bodyDeadline(s.engine, time.Duration(cfg.ReadBodyTimeoutSeconds)*time.Second),
 		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeoutSeconds) * time.Second,
@@ -122,73 +135,271 @@ func (b *eofBody) Read(p []byte) (int, error) {
 // edgeConnKey is the request-context key of the request's *edgeConn.
 type edgeConnKey struct{}
 
-// markAuthenticated takes the request's connection out of the
-// unauthenticated count (a no-op for requests not served by HTTPServer).
-func markAuthenticated(ctx context.Context) {
-	if ec, ok := ctx.Value(edgeConnKey{}).(*edgeConn); ok {
-		ec.t.prove(ec)
-	}
+// errSubjectConns refuses a request whose subject already holds
+// max_conns_per_subject connections, all of them inside a handler.
+type errSubjectConns struct{ max int }
+
+func (e *errSubjectConns) Error() string {
+	return "this subject holds " + strconv.Itoa(e.max) + " connections, all busy (server.max_conns_per_subject); reuse them or close some"
 }
 
-// connTracker counts the connections that have not authenticated yet and
-// evicts the oldest beyond max.
-type connTracker struct {
-	max       int
-	maxHeader int
-	log       *slog.Logger
-	now       func() time.Time
+// markAuthenticated moves the request's connection from the
+// unauthenticated count to its subject's (tenant and sub), closing that
+// subject's oldest idle connections beyond max_conns_per_subject. It
+// returns an *errSubjectConns when the subject is at its cap with every
+// connection busy: the request is then refused and its connection closed.
+// A no-op for requests not served by HTTPServer.
+func markAuthenticated(ctx context.Context, tenant, subject string) error {
+	if ec, ok := ctx.Value(edgeConnKey{}).(*edgeConn); ok {
+		return ec.t.prove(ec, ec.t.subjectKey(tenant, subject))
+	}
+	return nil
+}
 
-	mu       sync.Mutex // guards unproven, every edgeConn's elem and busy, evicted, lastLog
-	unproven list.List  // of *edgeConn, oldest first
-	evicted  int64      // evictions since the last log line
+// connGroup is the connections of one subject, or the unauthenticated
+// ones, oldest first.
+type connGroup struct {
+	key   uint64 // subjectKey; 0 for the unauthenticated group
+	conns list.List
+}
+
+// connTracker keeps every accepted connection in one group: the
+// unauthenticated ones (until a request presents a valid token) or its
+// subject's. It bounds three things, closing connections to stay inside
+// them (see the comment at the top of this file):
+//
+//   - maxUnauth unauthenticated connections (the oldest go, idle first);
+//   - maxSubject connections per subject (the subject's oldest idle ones
+//     go; when all are busy the newcomer's request is refused);
+//   - maxTotal connections in all (RLIMIT_NOFILE less a reserve of fds for
+//     everything else: jails, files, Redis, MCP, and the next tenant's or
+//     the probe's connection): a connection accepted at it closes the
+//     oldest idle connection of the largest group, so the heaviest subject
+//     pays and another tenant and /readyz still get in. 0: no total bound.
+type connTracker struct {
+	maxUnauth  int
+	maxSubject int
+	maxTotal   int
+	maxHeader  int
+	log        *slog.Logger
+	now        func() time.Time
+	seed       maphash.Seed
+
+	mu       sync.Mutex // guards unproven, subjects, total, every edgeConn's group/elem/busy/gone, evicted, lastLog
+	unproven connGroup
+	subjects map[uint64]*connGroup // non-empty groups only
+	total    int                   // connections accepted and not yet closed
+	evicted  [evictReasons]int64   // evictions since the last log line, per reason
 	lastLog  time.Time
+}
+
+// Why a connection was closed (connTracker.evicted).
+const (
+	evictUnauth = iota
+	evictSubject
+	evictTotal
+	evictRefused // accepted at maxTotal with nothing idle to close: the newcomer goes
+	evictReasons
+)
+
+func newConnTracker(cfg Config, fdLimit int, log *slog.Logger, now func() time.Time) *connTracker {
+	t := &connTracker{maxUnauth: cfg.MaxUnauthenticatedConns, maxSubject: cfg.MaxConnsPerSubject,
+		maxTotal: cfg.maxConns(fdLimit), maxHeader: cfg.MaxHeaderBytes, log: log, now: now,
+		seed: maphash.MakeSeed(), subjects: map[uint64]*connGroup{}}
+	t.unproven.conns.Init()
+	return t
+}
+
+// subjectKey identifies a subject in fixed space, whatever the length of
+// the token's claims (never 0, the unauthenticated group's key).
+func (t *connTracker) subjectKey(tenant, subject string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	h.WriteString(tenant)
+	h.WriteByte(0)
+	h.WriteString(subject)
+	return h.Sum64() | 1
 }
 
 // evictLogEvery bounds the eviction log to one line per interval.
 const evictLogEvery = 10 * time.Second
 
-// admit counts c as unauthenticated, evicting the oldest unauthenticated
-// connection when the count is at the cap.
-func (t *connTracker) admit(c *edgeConn) {
-	var victim *edgeConn
-	t.mu.Lock()
-	if t.unproven.Len() >= t.max {
-		// Prefer a connection waiting for (or trickling) a header or idle
-		// between requests; else the oldest one inside a handler.
-		e := t.unproven.Front()
-		for x := e; x != nil; x = x.Next() {
-			if !x.Value.(*edgeConn).busy {
-				e = x
-				break
-			}
-		}
-		victim = t.unproven.Remove(e).(*edgeConn)
-		victim.elem = nil
-		t.evicted++
-	}
-	c.elem = t.unproven.PushBack(c)
-	var logN int64
-	if victim != nil && t.now().Sub(t.lastLog) >= evictLogEvery {
-		logN, t.evicted, t.lastLog = t.evicted, 0, t.now()
-	}
-	t.mu.Unlock()
-	if victim != nil {
-		_ = victim.Conn.Close()
-	}
-	if logN > 0 {
-		t.log.Warn("unauthenticated connection cap reached; closed the oldest unauthenticated connections",
-			"closed", logN, "max_unauthenticated_conns", t.max)
+// join puts c at the back of g. Called with mu held.
+func (t *connTracker) join(c *edgeConn, g *connGroup) {
+	c.group, c.elem = g, g.conns.PushBack(c)
+	if g.key != 0 && g.conns.Len() == 1 {
+		t.subjects[g.key] = g
 	}
 }
 
-// prove takes c out of the count (it presented a valid token).
-func (t *connTracker) prove(c *edgeConn) {
+// leave takes c out of its group. Called with mu held.
+func (t *connTracker) leave(c *edgeConn) {
+	if c.group == nil {
+		return
+	}
+	g := c.group
+	g.conns.Remove(c.elem)
+	c.group, c.elem = nil, nil
+	if g.key != 0 && g.conns.Len() == 0 {
+		delete(t.subjects, g.key)
+	}
+}
+
+// oldest is g's oldest connection not inside a handler (nil: none), other
+// than skip; with anyBusy, else its oldest connection at all.
+func oldest(g *connGroup, skip *edgeConn, anyBusy bool) *edgeConn {
+	var first *edgeConn
+	for e := g.conns.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*edgeConn)
+		if c == skip {
+			continue
+		}
+		if !c.busy {
+			return c
+		}
+		if first == nil {
+			first = c
+		}
+	}
+	if anyBusy {
+		return first
+	}
+	return nil
+}
+
+// evict takes victim out of the count for reason; the caller closes it
+// after unlocking. Called with mu held.
+func (t *connTracker) evict(victim *edgeConn, reason int) {
+	t.leave(victim)
+	victim.gone = true
+	t.total--
+	t.evicted[reason]++
+}
+
+// admit counts c (just accepted) as unauthenticated: the oldest
+// unauthenticated connection goes when that count is at its cap, and the
+// largest group's oldest idle connection when the total is. It returns
+// false when c itself had to go (the total at its cap with every
+// connection busy); c is then already closed.
+func (t *connTracker) admit(c *edgeConn) bool {
+	var victims []*edgeConn
+	t.mu.Lock()
+	t.total++
+	if t.unproven.conns.Len() >= t.maxUnauth {
+		// Prefer a connection waiting for (or trickling) a header or idle
+		// between requests; else the oldest one inside a handler.
+		v := oldest(&t.unproven, nil, true)
+		t.evict(v, evictUnauth)
+		victims = append(victims, v)
+	}
+	t.join(c, &t.unproven)
+	for t.maxTotal > 0 && t.total > t.maxTotal {
+		v := t.heaviestIdle(c)
+		if v == nil {
+			t.evict(c, evictRefused)
+			victims = append(victims, c)
+			break
+		}
+		t.evict(v, evictTotal)
+		victims = append(victims, v)
+	}
+	t.mu.Unlock()
+	t.closeAll(victims)
+	return !c.gone
+}
+
+// heaviestIdle is the oldest idle connection, other than skip, of the
+// largest group that has one (the unauthenticated group competes like a
+// subject's). Called with mu held, at the total cap only.
+func (t *connTracker) heaviestIdle(skip *edgeConn) *edgeConn {
+	var best *edgeConn
+	bestLen := 0
+	consider := func(g *connGroup) {
+		if n := g.conns.Len(); n > bestLen {
+			if v := oldest(g, skip, false); v != nil {
+				best, bestLen = v, n
+			}
+		}
+	}
+	consider(&t.unproven)
+	for _, g := range t.subjects {
+		consider(g)
+	}
+	return best
+}
+
+// prove moves c into the group of subject key (it presented a valid
+// token), closing that subject's oldest idle connection when it is over
+// maxSubject; see markAuthenticated.
+func (t *connTracker) prove(c *edgeConn, key uint64) error {
+	var victim *edgeConn
+	t.mu.Lock()
+	if c.gone || (c.group != nil && c.group.key == key) {
+		t.mu.Unlock()
+		return nil // closed meanwhile, or a keep-alive request of the same subject
+	}
+	g := t.subjects[key]
+	if g == nil {
+		g = &connGroup{key: key}
+		g.conns.Init()
+	}
+	if g.conns.Len() >= t.maxSubject {
+		victim = oldest(g, c, false)
+		if victim == nil {
+			t.evicted[evictSubject]++
+			t.mu.Unlock()
+			t.logEvictions()
+			return &errSubjectConns{max: t.maxSubject}
+		}
+		t.evict(victim, evictSubject)
+	}
+	t.leave(c)
+	t.join(c, g)
+	t.mu.Unlock()
+	if victim != nil {
+		t.closeAll([]*edgeConn{victim})
+	}
+	return nil
+}
+
+// forget takes c out of the count (closed or hijacked). Idempotent.
+func (t *connTracker) forget(c *edgeConn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c.elem != nil {
-		t.unproven.Remove(c.elem)
-		c.elem = nil
+	if !c.gone {
+		t.leave(c)
+		c.gone = true
+		t.total--
 	}
+}
+
+// closeAll closes the evicted connections (outside mu) and logs.
+func (t *connTracker) closeAll(victims []*edgeConn) {
+	for _, v := range victims {
+		_ = v.Conn.Close()
+	}
+	if len(victims) > 0 {
+		t.logEvictions()
+	}
+}
+
+// logEvictions writes at most one line per evictLogEvery with the counts
+// since the previous one.
+func (t *connTracker) logEvictions() {
+	t.mu.Lock()
+	if t.now().Sub(t.lastLog) < evictLogEvery {
+		t.mu.Unlock()
+		return
+	}
+	n := t.evicted
+	t.evicted, t.lastLog = [evictReasons]int64{}, t.now()
+	total := t.total
+	t.mu.Unlock()
+	t.log.Warn("connection caps reached; closed the oldest idle connections",
+		"closed_unauthenticated", n[evictUnauth], "max_unauthenticated_conns", t.maxUnauth,
+		"closed_or_refused_per_subject", n[evictSubject], "max_conns_per_subject", t.maxSubject,
+		"closed_for_the_fd_reserve", n[evictTotal], "refused_for_the_fd_reserve", n[evictRefused],
+		"max_conns", t.maxTotal, "conns", total)
 }
 
 // state follows http.Server.ConnState: busy while a request is in a
@@ -200,7 +411,7 @@ func (t *connTracker) state(nc net.Conn, st http.ConnState) {
 	}
 	switch st {
 	case http.StateClosed, http.StateHijacked:
-		t.prove(c)
+		t.forget(c)
 	default:
 		t.mu.Lock()
 		c.busy = st == http.StateActive
@@ -208,11 +419,15 @@ func (t *connTracker) state(nc net.Conn, st http.ConnState) {
 	}
 }
 
-// unauthenticated is the current count (tests).
-func (t *connTracker) unauthenticated() int {
+// counts are the unauthenticated, per-subject (largest) and total
+// connection counts (tests).
+func (t *connTracker) counts() (unauthenticated, largestSubject, total int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.unproven.Len()
+	for _, g := range t.subjects {
+		largestSubject = max(largestSubject, g.conns.Len())
+	}
+	return t.unproven.conns.Len(), largestSubject, t.total
 }
 
 // edgeListener wraps accepted connections in edgeConn and admits them.
@@ -222,25 +437,30 @@ type edgeListener struct {
 }
 
 func (l *edgeListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ec := &edgeConn{Conn: c, t: l.t}
+		if l.t.admit(ec) {
+			return ec, nil
+		}
 	}
-	ec := &edgeConn{Conn: c, t: l.t}
-	l.t.admit(ec)
-	return ec, nil
 }
 
 // edgeConn is one accepted connection.
 type edgeConn struct {
 	net.Conn
-	t    *connTracker
-	elem *list.Element // in t.unproven while unauthenticated; guarded by t.mu
-	busy bool          // a request is in a handler; guarded by t.mu
+	t     *connTracker
+	group *connGroup    // guarded by t.mu; nil once gone
+	elem  *list.Element // in group.conns; guarded by t.mu
+	busy  bool          // a request is in a handler; guarded by t.mu
+	gone  bool          // out of the count (closed, evicted); guarded by t.mu
 }
 
 func (c *edgeConn) Close() error {
-	c.t.prove(c)
+	c.t.forget(c)
 	return c.Conn.Close()
 }
 

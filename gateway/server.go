@@ -130,9 +130,11 @@ type Server struct {
 	flow   *execution.Flow // the execute flow behind /v1/execute and /mcp
 	runs   *async.Runs     // the async executions, on flow
 	ready  *readiness
-	tracer trace.Tracer
-	log    *slog.Logger
-	now    func() time.Time
+	// refusals rate-limits refused requests per subject (refusals.go).
+	refusals *refusalLimiter
+	tracer   trace.Tracer
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // New validates cfg (after defaults) and builds the router.
@@ -174,6 +176,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		now:    d.Now,
 	}
 	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
+	s.refusals = newRefusalLimiter(cfg.RefusalsPerMinute, cfg.RefusalsBurst, d.Now)
 	fd := execution.Deps{
 		Tenants: d.Tenants, Policy: d.Policy, Quota: d.Quota, Runner: d.Runner, Audit: d.Audit,
 		Environments: d.Environments, Tools: d.Tools, Idempotency: d.Idempotency, Metrics: d.Metrics,
@@ -328,15 +331,27 @@ func (s *Server) authenticate(c *gin.Context) {
 	}
 	span.End()
 	if err != nil {
+		addr := s.addressKey(c.Request)
+		if retry, _, _ := s.refusals.limited(addr, false); retry > 0 {
+			s.fail(c, refusalsExceeded(retry))
+			c.Abort()
+			return
+		}
+		s.refusals.refused(addr)
 		c.Header("WWW-Authenticate", `Bearer realm="execgate", error="invalid_token"`)
 		s.fail(c, err)
 		c.Abort()
 		return
 	}
-	markAuthenticated(c.Request.Context())
 	c.Set(keyTenantID, p.TenantID)
+	if err := markAuthenticated(c.Request.Context(), p.TenantID, p.Subject); err != nil {
+		c.Header("Connection", "close")
+		s.fail(c, &apiError{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, Message: err.Error(), RetryAfter: time.Second, Err: err})
+		c.Abort()
+		return
+	}
 	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
-	c.Next()
+	s.limitRefusals(c, p) // runs the rest of the chain
 }
 
 func (s *Server) principal(ctx context.Context, header string) (tenancy.Principal, error) {
