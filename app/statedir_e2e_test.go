@@ -40,6 +40,13 @@ func serveArgs(t *testing.T, bin string, args ...string) *serveProc {
 // serveUmask is serveArgs with the gateway started under umask (unless "").
 func serveUmask(t *testing.T, umask, bin string, args ...string) *serveProc {
 	t.Helper()
+	return serveEnv(t, umask, nil, bin, args...)
+}
+
+// serveEnv is serveUmask with env (EXECGATE_… overrides) added to the
+// gateway's environment.
+func serveEnv(t *testing.T, umask string, env []string, bin string, args ...string) *serveProc {
+	t.Helper()
 	addr := obsFreeAddr(t)
 	p := &serveProc{base: "http://" + addr, logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	argv := append(append([]string{bin, "serve"}, args...), "--listen", addr)
@@ -48,7 +55,7 @@ func serveUmask(t *testing.T, umask, bin string, args ...string) *serveProc {
 		argv = append([]string{"/bin/sh", "-c", "umask " + umask + ` && exec "$@"`, "sh"}, argv...)
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = cleanEnv("EXECGATE_NSJAIL=" + testenv.Nsjail(t))
+	p.cmd.Env = cleanEnv(append([]string{"EXECGATE_NSJAIL=" + testenv.Nsjail(t)}, env...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -95,6 +95,15 @@ func (b *outputBudget) acquireReplay(ctx context.Context, size int) (release fun
 	return b.reserve(ctx, 2*int64(size)+4<<20, time.Duration(limits.Default.TimeoutMS)*time.Millisecond)
 }
 
+// ReserveOutput reserves n bytes of the output memory budget for
+// something the gateway holds outside a run (a stored result copied out of
+// the async store for its readers), waiting at most the default run time
+// limit; the error is 503 Overloaded at the edge. The returned func gives
+// them back (once).
+func (f *Flow) ReserveOutput(ctx context.Context, n int64) (release func(), err error) {
+	return f.output.reserve(ctx, n, time.Duration(limits.Default.TimeoutMS)*time.Millisecond)
+}
+
 func (b *outputBudget) reserve(ctx context.Context, n int64, wait time.Duration) (release func(), err error) {
 	n = min(n, b.total)
 	wctx, cancel := context.WithTimeout(ctx, wait)

@@ -77,6 +77,21 @@ type Config struct {
 	// results, in bytes; the oldest are dropped first (GET is then 409
 	// ResultExpired). Default 64 MiB.
 	AsyncTenantResultBytes int64 `yaml:"async_tenant_result_bytes" json:"async_tenant_result_bytes"`
+	// TenantMaxResultReaders is how many requests of one tenant may be
+	// reading stored async results at once on this gateway (GET
+	// /v1/executions/{id}, and …/events of a finished execution); beyond it
+	// a read is 429 QuotaExceeded naming this key. Readers of one result
+	// share one copy of it, and each must take its response as fast as an
+	// execute response (within 10 s plus 1 s per MiB) or is cut off.
+	// Default 16.
+	TenantMaxResultReaders int `yaml:"tenant_max_result_readers" json:"tenant_max_result_readers"`
+	// TenantMaxLiveReaders is how many GET /v1/executions/{id}/events
+	// streams of one tenant may follow runs that are not finished, at once
+	// on this gateway; beyond it a stream is 429 QuotaExceeded naming this
+	// key. Each stream shares the run's encoded events (no copy per
+	// reader); one that does not take a write within 10 s (plus 1 s per
+	// MiB) is closed. Default 64.
+	TenantMaxLiveReaders int `yaml:"tenant_max_live_readers" json:"tenant_max_live_readers"`
 	// WebhookMaxAttempts bounds the delivery attempts of one callback
 	// (POST /v1/executions callback_url). Default 5.
 	WebhookMaxAttempts int `yaml:"webhook_max_attempts" json:"webhook_max_attempts"`
@@ -173,6 +188,8 @@ const (
 	DefaultRefusalsPerMinute        = 600
 	DefaultRefusalsBurst            = 300
 	minConnFDReserve                = 256
+	DefaultTenantMaxResultReaders   = 16
+	DefaultTenantMaxLiveReaders     = 64
 	maxMaxJSONDepth                 = 256
 )
 
@@ -270,6 +287,8 @@ func (c Config) WithDefaults() Config {
 		{&c.MaxConnsPerSubject, DefaultMaxConnsPerSubject},
 		{&c.RefusalsPerMinute, DefaultRefusalsPerMinute},
 		{&c.RefusalsBurst, DefaultRefusalsBurst},
+		{&c.TenantMaxResultReaders, DefaultTenantMaxResultReaders},
+		{&c.TenantMaxLiveReaders, DefaultTenantMaxLiveReaders},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -372,6 +391,8 @@ func (c Config) Validate() error {
 		{"max_unauthenticated_conns", c.MaxUnauthenticatedConns},
 		{"max_conns_per_subject", c.MaxConnsPerSubject},
 		{"refusals_burst", c.RefusalsBurst},
+		{"tenant_max_result_readers", c.TenantMaxResultReaders},
+		{"tenant_max_live_readers", c.TenantMaxLiveReaders},
 	} {
 		if p.v < 1 {
 			errs = append(errs, fmt.Errorf("server.%s: %d must be >= 1", p.name, p.v))

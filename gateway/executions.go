@@ -171,7 +171,7 @@ func (s *Server) executionKey(c *gin.Context) (async.Key, error) {
 // errNoExecution is every lookup that finds nothing the caller may see.
 var errNoExecution = &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "no such execution"}
 
-// execution finds, through find (the store's Get, or the runs' Cancel),
+// execution finds, through find (the store's Head, or the runs' Cancel),
 // the execution the route names for the caller. Without one it has
 // answered the request (a refused key, a store error, or 404 for what the
 // caller may not see) and returns false.
@@ -181,30 +181,56 @@ func (s *Server) execution(c *gin.Context, find func(context.Context, async.Key)
 		s.fail(c, err)
 		return k, async.Record{}, false
 	}
+	rec, ok := s.lookup(c, k, find)
+	return k, rec, ok
+}
+
+// lookup is execution for a key already checked.
+func (s *Server) lookup(c *gin.Context, k async.Key, find func(context.Context, async.Key) (async.Record, bool, error)) (async.Record, bool) {
 	rec, ok, err := find(c.Request.Context(), k)
 	switch {
 	case err != nil:
 		s.fail(c, err)
-		return k, rec, false
+		return rec, false
 	case !ok:
 		s.fail(c, errNoExecution)
-		return k, rec, false
+		return rec, false
 	}
-	return k, rec, true
+	return rec, true
 }
 
-// handleGetExecution is GET /v1/executions/{id}.
+// handleGetExecution is GET /v1/executions/{id}: one of the tenant's
+// server.tenant_max_result_readers, the envelope written from the store's
+// shared bytes (readers.go).
 func (s *Server) handleGetExecution(c *gin.Context) {
-	_, rec, ok := s.execution(c, s.runs.Store().Get)
+	k, err := s.executionKey(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	done, err := s.resultReaders.take(k.TenantID, whatResultReaders)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	defer done()
+	rec, ok := s.lookup(c, k, s.runs.Store().Head)
 	switch {
 	case !ok:
 		return
-	case rec.State == async.StateDone && rec.Expired:
-		s.fail(c, &apiError{Status: http.StatusConflict, Type: TypeResultExpired,
-			Message: "the execution finished but its result was dropped (the tenant's server.async_tenant_result_bytes); it is not run again"})
+	case rec.State != async.StateDone:
+		writeJSON(c, http.StatusOK, executionStatus(rec))
+		return
+	case rec.Expired:
+		s.fail(c, errResultExpired)
 		return
 	}
-	writeJSON(c, http.StatusOK, executionStatus(rec))
+	env, release, ok := s.storedEnvelope(c, rec)
+	if !ok {
+		return
+	}
+	defer release()
+	writeExecution(c, executionStatus(rec), env)
 }
 
 // handleCancelExecution is DELETE /v1/executions/{id}: 202 when a queued

@@ -135,6 +135,9 @@ type Server struct {
 	tracer   trace.Tracer
 	log      *slog.Logger
 	now      func() time.Time
+	// resultReaders and liveReaders cap each tenant's readers of stored
+	// results and of unfinished runs' events (readers.go).
+	resultReaders, liveReaders *tenantSlots
 }
 
 // New validates cfg (after defaults) and builds the router.
@@ -187,6 +190,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 		return nil, err
 	}
 	s.newRuns()
+	s.resultReaders = newTenantSlots(cfg.TenantMaxResultReaders, "tenant_max_result_readers")
+	s.liveReaders = newTenantSlots(cfg.TenantMaxLiveReaders, "tenant_max_live_readers")
 	s.engine = s.routes()
 	return s, nil
 }

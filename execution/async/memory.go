@@ -146,6 +146,24 @@ func (m *MemoryStore) Get(_ context.Context, k Key) (Record, bool, error) {
 	return r.Record, true, nil
 }
 
+// Head implements Store.
+func (m *MemoryStore) Head(ctx context.Context, k Key) (Record, bool, error) {
+	rec, ok, err := m.Get(ctx, k)
+	rec.Envelope = nil
+	return rec, ok, err
+}
+
+// Envelope implements Store: the envelope it keeps (never copied, so
+// reserve is not asked), kept alive by its readers if it is dropped
+// meanwhile.
+func (m *MemoryStore) Envelope(ctx context.Context, k Key, _ Reserve) ([]byte, func(), bool, error) {
+	rec, ok, err := m.Get(ctx, k)
+	if err != nil || !ok || rec.State != StateDone || rec.Envelope == nil {
+		return nil, nil, false, err
+	}
+	return rec.Envelope, func() {}, true, nil
+}
+
 // RequestCancel implements Store.
 func (m *MemoryStore) RequestCancel(_ context.Context, k Key) (Record, bool, error) {
 	m.mu.Lock()
@@ -156,6 +174,7 @@ func (m *MemoryStore) RequestCancel(_ context.Context, k Key) (Record, bool, err
 		return Record{}, false, nil
 	}
 	was := r.Record
+	was.Envelope = nil // as RedisStore: a cancel never reads the result
 	if r.State != StateDone {
 		r.CancelRequested = true
 	}

@@ -38,6 +38,7 @@ type RedisStore struct {
 	rdb    redis.UniversalClient
 	prefix string
 	limits Limits
+	shared sharedEnvelopes // the envelopes being read, one copy each
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -143,12 +144,24 @@ for i = 3, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return 1
 `)
 
-// KEYS: rec. Returns the record's fields before the cancel flag was set
-// (empty: none).
+// headFields are the fields of a record hash but the envelope: what Head
+// and a cancel read (never the envelope, which may be tens of MiB).
+var headFields = []string{"state", "cancel", "sub", "start", "fin", "http", "expired"}
+
+// KEYS: rec. ARGV: headFields. Returns the record's head fields before the
+// cancel flag was set, as name, value pairs (empty: none).
 var cancelScript = redis.NewScript(`
-local was = redis.call('HGETALL', KEYS[1])
-if #was > 0 and redis.call('HGET', KEYS[1], 'state') ~= 'done' then
+local vals = redis.call('HMGET', KEYS[1], unpack(ARGV))
+if not vals[1] then return {} end
+if vals[1] ~= 'done' then
   redis.call('HSET', KEYS[1], 'cancel', '1')
+end
+local was = {}
+for i, name in ipairs(ARGV) do
+  if vals[i] then
+    was[#was + 1] = name
+    was[#was + 1] = vals[i]
+  end
 end
 return was
 `)
@@ -200,9 +213,62 @@ func (r *RedisStore) Get(ctx context.Context, k Key) (Record, bool, error) {
 	return recordFrom(k, m), true, nil
 }
 
+// Head implements Store: the record's fields but the envelope.
+func (r *RedisStore) Head(ctx context.Context, k Key) (Record, bool, error) {
+	vals, err := r.rdb.HMGet(ctx, r.recKey(k), headFields...).Result()
+	if err != nil {
+		return Record{}, false, unavailable("head", err)
+	}
+	m := make(map[string]string, len(headFields))
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			m[headFields[i]] = s
+		}
+	}
+	if m["state"] == "" {
+		return Record{}, false, nil
+	}
+	return recordFrom(k, m), true, nil
+}
+
+// Envelope implements Store: one copy out of Redis for all the readers of
+// an execution at a time, its size reserved first.
+func (r *RedisStore) Envelope(ctx context.Context, k Key, reserve Reserve) ([]byte, func(), bool, error) {
+	key := r.recKey(k)
+	return r.shared.get(ctx, k, func(ctx context.Context) ([]byte, func(), bool, error) {
+		n, err := r.rdb.HStrLen(ctx, key, "env").Result()
+		if err != nil {
+			return nil, nil, false, unavailable("envelope size", err)
+		}
+		if n == 0 {
+			return nil, nil, false, nil
+		}
+		release := func() {}
+		if reserve != nil {
+			if release, err = reserve(ctx, n); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		// Bytes hands over the reply's own buffer: one allocation.
+		env, err := r.rdb.HGet(ctx, key, "env").Bytes()
+		if err != nil {
+			release()
+			if errors.Is(err, redis.Nil) { // dropped since
+				return nil, nil, false, nil
+			}
+			return nil, nil, false, unavailable("envelope", err)
+		}
+		return env, release, true, nil
+	})
+}
+
 // RequestCancel implements Store.
 func (r *RedisStore) RequestCancel(ctx context.Context, k Key) (Record, bool, error) {
-	v, err := cancelScript.Run(ctx, r.rdb, []string{r.recKey(k)}).StringSlice()
+	args := make([]any, len(headFields))
+	for i, f := range headFields {
+		args[i] = f
+	}
+	v, err := cancelScript.Run(ctx, r.rdb, []string{r.recKey(k)}, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Record{}, false, unavailable("cancel", err)
 	}

@@ -117,14 +117,32 @@ type Store interface {
 	// Get returns k's record; false when there is none (never was, or
 	// expired).
 	Get(ctx context.Context, k Key) (Record, bool, error)
+	// Head is Get without the envelope (Record.Envelope nil): what a
+	// reader looks at before it reads the envelope with Envelope, so
+	// neither a status poll nor a refused reader copies a result.
+	Head(ctx context.Context, k Key) (Record, bool, error)
+	// Envelope returns k's kept envelope for reading and a release to call
+	// once the reader is done with it (once); false when there is none
+	// (not done, dropped, forgotten). The bytes are shared and must not be
+	// modified: concurrent readers of one execution share one copy, so a
+	// result read by many costs its size once. reserve, if set, is asked
+	// for the memory of a copy the store has to make (RedisStore; the
+	// memory store hands out what it keeps), given back with the copy's
+	// last reader; its error is returned.
+	Envelope(ctx context.Context, k Key, reserve Reserve) (env []byte, release func(), ok bool, err error)
 	// RequestCancel marks a queued or running k cancelled and returns its
-	// record as it was; false when there is none. A done execution is
-	// left as it is.
+	// record as it was, without the envelope (as Head); false when there
+	// is none. A done execution is left as it is.
 	RequestCancel(ctx context.Context, k Key) (Record, bool, error)
 	// CancelRequested reports whether a cancel was requested for k (a
 	// replica polls it for the runs it owns).
 	CancelRequested(ctx context.Context, k Key) (bool, error)
 }
+
+// Reserve reserves n bytes of memory, waiting at most as long as it
+// decides, and returns the func that gives them back
+// (execution.Flow.ReserveOutput: the gateway's output memory budget).
+type Reserve func(ctx context.Context, n int64) (release func(), err error)
 
 // ErrExists means the tenant already has an execution with this id.
 var ErrExists = errors.New("an execution with this id exists")

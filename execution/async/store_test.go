@@ -173,3 +173,86 @@ func TestAStoreKeepsAtMostMaxResultsFinishedExecutionsPerTenant(t *testing.T) {
 		})
 	}
 }
+
+// Issue #23 §1: Head never carries the envelope; Envelope hands concurrent
+// readers one copy, reserving its size once (Redis: a copy out of the
+// backend; memory: the kept bytes, nothing reserved) and giving it back
+// with the last reader; a dropped envelope is not found.
+func TestAStoreHandsConcurrentReadersOfAResultOneCopy(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores(t, async.Limits{TenantResultBytes: 1 << 20}) {
+		t.Run(name, func(t *testing.T) {
+			k := async.Key{TenantID: "a", ExecutionID: "big"}
+			env := []byte(`{"status":"ok","result":"` + strings.Repeat("x", 600<<10) + `"}`)
+			if err := st.Create(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := st.Head(ctx, k); !ok || err != nil {
+				t.Fatalf("Head of a queued execution: %v %v", ok, err)
+			}
+			if _, _, ok, err := st.Envelope(ctx, k, nil); ok || err != nil {
+				t.Fatalf("Envelope of a queued execution: %v %v", ok, err)
+			}
+			if err := st.Finish(ctx, k, 200, env); err != nil {
+				t.Fatal(err)
+			}
+			rec, ok, err := st.Head(ctx, k)
+			if !ok || err != nil || rec.State != async.StateDone || rec.HTTPStatus != 200 || rec.Envelope != nil || rec.Expired {
+				t.Fatalf("Head = %s %d expired %v, %d envelope bytes, %v %v", rec.State, rec.HTTPStatus, rec.Expired, len(rec.Envelope), ok, err)
+			}
+			var reserved, given int64
+			reserve := func(_ context.Context, n int64) (func(), error) {
+				reserved += n
+				return func() { given += n }, nil
+			}
+			var releases []func()
+			var first []byte
+			for range 5 {
+				b, release, ok, err := st.Envelope(ctx, k, reserve)
+				if !ok || err != nil || string(b) != string(env) {
+					t.Fatalf("Envelope: %v %v, %d bytes", ok, err, len(b))
+				}
+				if first == nil {
+					first = b
+				} else if &b[0] != &first[0] {
+					t.Fatal("two readers got two copies")
+				}
+				releases = append(releases, release)
+			}
+			want := int64(0)
+			if name == "redis" {
+				want = int64(len(env))
+			}
+			if reserved != want {
+				t.Fatalf("reserved %d bytes for 5 readers, want %d", reserved, want)
+			}
+			for i, release := range releases {
+				release()
+				release() // twice is once
+				if i < len(releases)-1 && given != 0 {
+					t.Fatalf("the copy was given back with %d readers left", len(releases)-1-i)
+				}
+			}
+			if given != reserved {
+				t.Fatalf("given back %d of %d", given, reserved)
+			}
+			// Another result over the tenant's budget drops this one.
+			k2 := async.Key{TenantID: "a", ExecutionID: "big2"}
+			if err := st.Create(ctx, k2); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Finish(ctx, k2, 200, env); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, ok, err := st.Envelope(ctx, k, reserve); ok || err != nil {
+				t.Fatalf("Envelope of a dropped result: %v %v", ok, err)
+			}
+			if rec, _, _ := st.Head(ctx, k); !rec.Expired {
+				t.Fatalf("Head of a dropped result: %s expired %v", rec.State, rec.Expired)
+			}
+			if rec, ok, err := st.RequestCancel(ctx, k2); !ok || err != nil || rec.State != async.StateDone || rec.Envelope != nil {
+				t.Fatalf("RequestCancel of a done execution = %s, %d envelope bytes, %v %v", rec.State, len(rec.Envelope), ok, err)
+			}
+		})
+	}
+}

@@ -18,7 +18,10 @@ const (
 type Event struct {
 	Seq  int64  // 0, 1, 2, … per stream
 	Kind string // EventStdout, EventStderr, EventLog or EventEnvelope
-	Data []byte // the chunk (stdout, stderr) or JSON (log, envelope)
+	// Data is the event's JSON as it goes on the wire, encoded once for
+	// every reader: {"text": chunk} (stdout, stderr), the log line, the
+	// envelope. Readers share it and must not modify it.
+	Data []byte
 }
 
 // DefaultStreamBytes bounds what a Stream holds for its readers.
@@ -27,8 +30,10 @@ const DefaultStreamBytes = 1 << 20
 // Stream is a run's live output for any number of readers. The run
 // publishes without ever waiting: a Stream holds at most its byte bound,
 // dropping its oldest events for new ones, and a reader that fell behind
-// learns how many events it missed (Next's skipped). Publish, Output and
-// Close are safe to call concurrently with the readers.
+// learns how many events it missed (Next's skipped). Every event is
+// encoded once, when published, and its bytes are shared by all readers:
+// a reader costs no copy of the output, however many there are. Publish,
+// Output and Close are safe to call concurrently with the readers.
 type Stream struct {
 	max int
 
@@ -49,9 +54,13 @@ func NewStream(maxBytes int) *Stream {
 	return &Stream{max: maxBytes, wake: make(chan struct{})}
 }
 
-// Output is a sandbox.OutputFunc publishing stdout and stderr chunks.
+// Output is a sandbox.OutputFunc publishing stdout and stderr chunks as
+// {"text": chunk} (invalid UTF-8 becomes U+FFFD).
 func (s *Stream) Output(stream string, p []byte) {
-	s.Publish(stream, append([]byte(nil), p...))
+	b, _ := json.Marshal(struct {
+		Text string `json:"text"`
+	}{string(p)})
+	s.Publish(stream, b)
 }
 
 // Publish appends an event of kind with data (kept as is: the caller
@@ -89,21 +98,30 @@ func (s *Stream) Close() {
 	}
 }
 
-// Next returns the held events from seq from on, waiting while there are
-// none and the stream is open. skipped counts the events from `from` on
-// that were dropped before this reader got them; closed says the stream
-// ended and nothing more will come after evs. The error is ctx's.
-func (s *Stream) Next(ctx context.Context, from int64) (evs []Event, skipped int64, closed bool, err error) {
+// Next returns held events from seq from on, waiting while there are
+// none and the stream is open: as many as fit in maxBytes of Data, and at
+// least one (maxBytes <= 0: all held), so what a reader holds while it
+// writes them is bounded, whatever the stream drops meanwhile. skipped
+// counts the events from `from` on that were dropped before this reader
+// got them; closed says the stream ended and nothing more will come after
+// evs (only when evs reach the end). The error is ctx's.
+func (s *Stream) Next(ctx context.Context, from int64, maxBytes int) (evs []Event, skipped int64, closed bool, err error) {
 	for {
 		s.mu.Lock()
 		if from < s.first {
 			skipped, from = s.first-from, s.first
 		}
 		if i := from - s.first; i < int64(len(s.events)) || s.closed {
+			var held []Event
 			if i < int64(len(s.events)) {
-				evs = append(evs, s.events[i:]...)
+				held = s.events[i:]
 			}
-			closed = s.closed
+			n := 0
+			for len(held) > 0 && (len(evs) == 0 || maxBytes <= 0 || n+len(held[0].Data) <= maxBytes) {
+				n += len(held[0].Data)
+				evs, held = append(evs, held[0]), held[1:]
+			}
+			closed = s.closed && len(held) == 0
 			s.mu.Unlock()
 			return evs, skipped, closed, nil
 		}

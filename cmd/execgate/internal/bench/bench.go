@@ -31,7 +31,7 @@ const (
 	SectionGateway  = "gateway"  // HTTP end to end, cold and warm, per concurrency
 	SectionOverhead = "overhead" // gateway with a no-op executor
 	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
-	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods
+	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods and stalled readers
 	SectionBridge   = "bridge"   // one code-mode tool call: direct, governed, from a jail
 )
 
@@ -67,6 +67,7 @@ type Report struct {
 	Overhead []*LoadResult
 	Memory   *MemoryReport
 	Output   *OutputReport
+	Readers  *ReadersReport
 	Bridge   *bridgebench.Result
 	Notes    []string
 }
@@ -158,6 +159,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(SectionOutput) {
 		if err := rep.outputFlood(ctx); err != nil {
+			return nil, err
+		}
+		if err := rep.readers(ctx); err != nil {
 			return nil, err
 		}
 	}

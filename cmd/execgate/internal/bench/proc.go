@@ -1,34 +1,18 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/execgate/execgate/internal/slowclient"
 )
 
 // selfRSSKB is this process's resident set (VmRSS) in KiB.
-func selfRSSKB() int64 { return rssKB(os.Getpid()) }
-
-// rssKB reads VmRSS of pid from /proc; 0 when the process is gone.
-func rssKB(pid int) int64 {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func selfRSSKB() int64 { return slowclient.RSSKB(os.Getpid()) }
 
 // sampleRSS records this process's peak RSS every 20 ms until stop closes,
 // then sends the peak.
@@ -79,7 +63,7 @@ func descendantsRSSKB(root int) int64 {
 	for len(stack) > 0 {
 		pid := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		sum += rssKB(pid)
+		sum += slowclient.RSSKB(pid)
 		stack = append(stack, children[pid]...)
 	}
 	return sum

@@ -77,6 +77,18 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
 		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d.\n\n", o.BudgetMB)
 	}
+	if o := r.Readers; o != nil {
+		fmt.Fprintf(w, "### Stalled readers: RSS of a separate `execgate serve` process (readers over loopback that never read past the response head)\n\n")
+		fmt.Fprintln(w, "| what | value |")
+		fmt.Fprintln(w, "|---|---:|")
+		fmt.Fprintf(w, "| stored result: %d stalled GET /v1/executions/{id} of one %.1f MiB result: RSS before / peak | %s / %s |\n",
+			o.ResultReaders, float64(o.ResultBytes)/(1<<20), mib(o.ResultIdleKB), mib(o.ResultPeakKB))
+		fmt.Fprintf(w, "| live output: %d stalled …/events streams of one run: admitted / 429 | %d / %d |\n", o.LiveReaders, o.LiveAdmitted, o.LiveRefused)
+		fmt.Fprintf(w, "| live output: RSS before / peak | %s / %s |\n", mib(o.LiveIdleKB), mib(o.LivePeakKB))
+		fmt.Fprintf(w, "| another tenant's probe run: before / during the live readers | %s / %s |\n", ms(o.ProbeIdle), ms(o.ProbeDuring))
+		fmt.Fprintf(w, "| bound: server.max_output_memory_mb + %d MiB | %d MiB |\n", ReadersConstantMB, o.BudgetMB+ReadersConstantMB)
+		fmt.Fprintf(w, "\nserver.tenant_max_result_readers = %d for the stored-result row (every reader held); server.tenant_max_live_readers at its default.\n\n", o.ResultReaders)
+	}
 	if b := r.Bridge; b != nil {
 		fmt.Fprintf(w, "### Tool bridge call round trip (code mode, %d calls per row after one warm-up, MCP server on loopback in-process)\n\n", r.Options.BridgeCalls)
 		b.Markdown(w)
