@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 // on the run's bridge list; the gateway's await loop pops it, answers with
 // the run's real bridge (grants, per-call policy, metering, the calls'
 // record) and RPUSHes the answer on the request's own list, which the
-// executor BLPOPs.
+// executor BLPOPs. Requests and answers are signed frames of the run
+// (frames.go): a request the gateway did not get from the executor it
+// confirmed, or got before, is refused and never served.
 
 // Bridge bounds on the wire.
 const (
@@ -37,33 +40,47 @@ const (
 )
 
 type bridgeRequest struct {
-	N     uint64          `json:"n"`
-	Op    string          `json:"op"` // search, describe, call
-	Query string          `json:"query,omitempty"`
-	Limit int             `json:"limit,omitempty"`
-	Name  string          `json:"name,omitempty"`
-	Args  json.RawMessage `json:"args,omitempty"`
+	frameHead                 // Seq numbers the run's requests from 1
+	Op        string          `json:"op"` // search, describe, call
+	Query     string          `json:"query,omitempty"`
+	Limit     int             `json:"limit,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Args      json.RawMessage `json:"args,omitempty"`
 	// FrameBytes is the size of the jail's request frame on the executor
-	// (the gateway charges the run for it, sandbox.RequestBytes).
+	// (the gateway charges the run for it, sandbox.RequestBytes); wireBytes
+	// is the size of the value read from the run's list (gateway side).
 	FrameBytes int `json:"frame_bytes,omitempty"`
+	wireBytes  int
 }
 
 type bridgeAnswer struct {
-	Tools  []sandbox.ToolInfo `json:"tools,omitempty"`
-	Tool   *sandbox.ToolInfo  `json:"tool,omitempty"`
-	Result json.RawMessage    `json:"result,omitempty"`
-	Error  *sandbox.ToolError `json:"error,omitempty"`
+	frameHead                    // Seq is the request's
+	Tools     []sandbox.ToolInfo `json:"tools,omitempty"`
+	Tool      *sandbox.ToolInfo  `json:"tool,omitempty"`
+	Result    json.RawMessage    `json:"result,omitempty"`
+	Error     *sandbox.ToolError `json:"error,omitempty"`
 }
 
-// serveBridge answers one request of run runID with b (gateway side).
-func (d *Dispatcher) serveBridge(ctx context.Context, b sandbox.Bridge, runID, raw string) {
+// openBridgeRequest verifies one value of the run's bridge list: signed
+// under the run's key by the executor the gateway confirmed, with a
+// sequence number not seen before (gateway side, the await loop).
+func (w *watch) openBridgeRequest(raw string) (bridgeRequest, error) {
 	var req bridgeRequest
-	if len(raw) > maxBridgeRequestWire || json.Unmarshal([]byte(raw), &req) != nil {
-		d.log.Warn("dispatch: dropping a malformed bridge request", "run_id", runID, "bytes", len(raw))
-		return // the executor's call times out: ToolUnavailable
+	if err := openFrame(w.sig, domainBridgeReq, raw, maxBridgeRequestWire, &req); err != nil {
+		return req, err
 	}
-	ctx = sandbox.WithRequestBytes(ctx, max(len(raw), min(req.FrameBytes, maxBridgeRequestWire)))
-	var ans bridgeAnswer
+	if err := req.check(w.runID, w.executor); err != nil {
+		return req, err
+	}
+	req.wireBytes = len(raw)
+	return req, w.bridgeSeq.take(req.Seq)
+}
+
+// serveBridge answers one verified request of the run with b (gateway
+// side).
+func (d *Dispatcher) serveBridge(ctx context.Context, b sandbox.Bridge, sig signer, req bridgeRequest) {
+	ctx = sandbox.WithRequestBytes(ctx, max(req.wireBytes, min(req.FrameBytes, maxBridgeRequestWire)))
+	ans := bridgeAnswer{frameHead: req.frameHead}
 	var err error
 	switch req.Op {
 	case "search":
@@ -83,31 +100,31 @@ func (d *Dispatcher) serveBridge(ctx context.Context, b sandbox.Bridge, runID, r
 		if !errors.As(err, &te) {
 			te = &sandbox.ToolError{Type: sandbox.ErrToolUnavailable, Message: "the tool bridge is unavailable"}
 		}
-		ans = bridgeAnswer{Error: te}
+		ans = bridgeAnswer{frameHead: req.frameHead, Error: te}
 	}
-	out, err := json.Marshal(ans)
+	out, err := sealFrame(sig, domainBridgeAnswer, ans)
 	if err == nil && len(out) > maxBridgeAnswerWire {
-		out, err = json.Marshal(bridgeAnswer{Error: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "the tool's answer is too large"}})
+		out, err = sealFrame(sig, domainBridgeAnswer, bridgeAnswer{frameHead: req.frameHead,
+			Error: &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "the tool's answer is too large"}})
 	}
 	if err != nil {
 		return
 	}
-	key := d.k.bridgeAnswer(runID, req.N)
-	pipe := d.rdb.TxPipeline()
-	pipe.RPush(ctx, key, out)
-	pipe.Expire(ctx, key, bridgeKeyTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
-		d.log.Warn("dispatch: answering a bridge request", "run_id", runID, "err", err)
+	if err := push(ctx, d.rdb, d.k.bridgeAnswer(req.RunID, req.Seq), out, bridgeKeyTTL); err != nil {
+		d.log.Warn("dispatch: answering a bridge request", "run_id", req.RunID, "err", err)
 	}
 }
 
 // remoteBridge is a dispatched run's Bridge on the executor: every call is
 // a request to the gateway that owns the run.
 type remoteBridge struct {
-	rdb   redis.UniversalClient
-	k     keys
-	runID string
-	n     atomic.Uint64
+	rdb      redis.UniversalClient
+	k        keys
+	sig      signer // the run's
+	runID    string
+	executor string
+	log      *slog.Logger
+	n        atomic.Uint64
 }
 
 var _ sandbox.Bridge = (*remoteBridge)(nil)
@@ -140,42 +157,49 @@ func (r *remoteBridge) Call(ctx context.Context, name string, args json.RawMessa
 }
 
 func (r *remoteBridge) ask(ctx context.Context, req bridgeRequest) (*bridgeAnswer, error) {
-	req.N = r.n.Add(1)
+	req.frameHead = frameHead{RunID: r.runID, Executor: r.executor, Seq: r.n.Add(1)}
 	req.FrameBytes = sandbox.RequestBytes(ctx)
-	b, err := json.Marshal(req)
+	b, err := sealFrame(r.sig, domainBridgeReq, req)
 	if err != nil {
-		return nil, fmt.Errorf("encoding a bridge request: %w", err)
+		return nil, err
 	}
 	if len(b) > maxBridgeRequestWire {
 		return nil, &sandbox.ToolError{Type: sandbox.ErrToolDenied, Message: "the call's arguments are too large"}
 	}
-	key := r.k.bridge(r.runID)
-	pipe := r.rdb.TxPipeline()
-	pipe.RPush(ctx, key, b)
-	pipe.Expire(ctx, key, bridgeKeyTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := push(ctx, r.rdb, r.k.bridge(r.runID), b, bridgeKeyTTL); err != nil {
 		return nil, fmt.Errorf("sending a bridge request: %w", err)
 	}
-	wait := bridgeCallTimeout
+	deadline := time.Now().Add(bridgeCallTimeout)
 	if dl, ok := ctx.Deadline(); ok {
-		wait = time.Until(dl)
+		deadline = dl
 	}
-	kv, err := r.rdb.BLPop(ctx, max(wait, time.Second), r.k.bridgeAnswer(r.runID, req.N)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the gateway did not answer the tool call in time"}
+	for {
+		// A value that does not verify is dropped and the wait goes on:
+		// only the gateway's signed answer to this request counts.
+		kv, err := r.rdb.BLPop(ctx, max(time.Until(deadline), time.Second), r.k.bridgeAnswer(r.runID, req.Seq)).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the gateway did not answer the tool call in time"}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("waiting for a bridge answer: %w", err)
+		}
+		var a bridgeAnswer
+		err = openFrame(r.sig, domainBridgeAnswer, kv[1], maxBridgeAnswerWire, &a)
+		if err == nil {
+			err = a.check(r.runID, r.executor)
+		}
+		if err == nil && a.Seq != req.Seq {
+			err = errors.New("answer to another request")
+		}
+		if err == nil {
+			if a.Error != nil {
+				return nil, a.Error
+			}
+			return &a, nil
+		}
+		recordRefusal(ctx, r.rdb, r.k, r.log, r.runID, "executor", r.executor, "bridge answer", err)
+		if time.Now().After(deadline) {
+			return nil, &sandbox.ToolError{Type: sandbox.ErrToolTimeout, Message: "the gateway did not answer the tool call in time"}
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("waiting for a bridge answer: %w", err)
-	}
-	if len(kv[1]) > maxBridgeAnswerWire {
-		return nil, &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "the tool's answer is too large"}
-	}
-	var a bridgeAnswer
-	if err := json.Unmarshal([]byte(kv[1]), &a); err != nil {
-		return nil, &sandbox.ToolError{Type: sandbox.ErrToolFailed, Message: "the gateway's answer is not valid"}
-	}
-	if a.Error != nil {
-		return nil, a.Error
-	}
-	return &a, nil
 }

@@ -102,12 +102,37 @@ func pushAndStrand(t *testing.T, rdb *redis.Client, job Job) {
 	}
 }
 
+// confirmAsGateway plays the gateway of a job pushed by hand: it waits for
+// the executor's start request and confirms it.
+func confirmAsGateway(t testing.TB, rdb redis.UniversalClient, key []byte, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	k := newKeys("execgate")
+	sig := signer{key}.forRun(runID)
+	kv, err := rdb.BLPop(ctx, 20*time.Second, k.start(runID)).Result()
+	if err != nil {
+		t.Fatalf("no start request for run %s: %v", runID, err)
+	}
+	var f startFrame
+	if err := openFrame(sig, domainStart, kv[1], maxStartFrame, &f); err != nil || f.RunID != runID {
+		t.Fatalf("start request %q: %v", kv[1], err)
+	}
+	v, err := sealFrame(sig, domainConfirm, confirmFrame{frameHead: f.frameHead, OK: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.RPush(ctx, k.confirm(runID, f.Executor), v).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestExecutorClaimsAnEntryADeadConsumerReadButNeverStarted(t *testing.T) {
 	rdb := newRedis(t)
 	job := testJob(newRunID())
 	pushAndStrand(t, rdb, job)
 	run := &countingRunner{}
 	startExecutor(t, rdb, testCfg(), run)
+	confirmAsGateway(t, rdb, testKey, job.RunID)
 
 	kv, err := rdb.BLPop(context.Background(), 10*time.Second, newKeys("execgate").reply(job.RunID)).Result()
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +46,8 @@ type Dispatcher struct {
 	id  string
 	log *slog.Logger
 	now func() time.Time
+
+	refused atomic.Int64 // frames refused (Refused)
 }
 
 // Options are the optional parts of a Dispatcher or an Executor.
@@ -108,9 +110,9 @@ func noExecutor(hint string, err error) *sandbox.UnavailableError {
 // Run dispatches spec and waits for its result. The error is a
 // *sandbox.UnavailableError when nothing ran (no executor, none started
 // it in time, the executor's sandbox refused it), a *quota.ExceededError
-// (kind max_queued) when the tenant's queue is full (nothing queued), or
-// ctx's when the caller went away (the run is then never started, or its
-// result dropped).
+// (kind max_queued) when the tenant's queue is full (nothing queued), or a
+// *sandbox.OutcomeUnknownError when an executor started it and its answer
+// was lost (the dispatch Redis lost data): it may have run.
 func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	fleet, err := d.Executors(ctx)
 	if err != nil {
@@ -173,11 +175,39 @@ func (d *Dispatcher) dequeue(job Job) {
 	_ = d.rdb.ZRem(ctx, d.k.queued(job.Spec.TenantID), job.RunID).Err()
 }
 
-// await waits for job's reply, serving its tool calls meanwhile, and
-// decides ExecutorLost and expiry (see the package doc).
+// watch is a gateway's view of one dispatched run while it waits for it.
+// The gateway alone decides which executor runs it: an executor runs
+// nothing before the gateway has confirmed its start request, and the
+// gateway confirms one executor per run, remembering which in memory —
+// not in Redis, whose data may be lost (a restart without persistence, a
+// failover to a lagging replica) — so "nothing was run" is said only when
+// this gateway never confirmed a start, and never will (it stops
+// listening when it answers).
+type watch struct {
+	runID       string
+	sig         signer // the run's (frames.go)
+	executor    string // the executor confirmed ("": none yet)
+	confirmedAt time.Time
+	leaseGone   time.Time // when the executor's lease on the run was first seen missing (zero: seen)
+	bridgeSeq   seqWindow
+	outputSeq   uint64
+	refused     int // frames of the run refused
+}
+
+// maxRefusalsRecorded bounds the refusals of one run logged and recorded
+// (all are counted).
+const maxRefusalsRecorded = 16
+
+// maxStartFrame bounds a start frame on the wire.
+const maxStartFrame = 1024
+
+// await waits for job's reply, confirming its start and serving its tool
+// calls and output meanwhile, and decides ExecutorLost, OutcomeUnknown and
+// expiry (see the package doc).
 func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (sandbox.Result, error) {
 	runID := job.RunID
-	listen := []string{d.k.reply(runID)}
+	w := &watch{runID: runID, sig: d.sig.forRun(runID)}
+	listen := []string{d.k.reply(runID), d.k.start(runID)}
 	var bridges sync.WaitGroup
 	var bsem chan struct{}
 	if job.Bridge {
@@ -192,34 +222,43 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 
 	poll := d.cfg.heartbeat()
 	expires := time.UnixMilli(job.ExpiresMS)
-	var executor string
-	var startedAt time.Time
 	for {
 		if ctx.Err() != nil {
-			return d.cancelled(ctx, job, spec)
+			return d.cancelled(ctx, w, job, spec)
 		}
 		kv, err := d.rdb.BLPop(ctx, max(poll, time.Second), listen...).Result() // go-redis rounds up to 1 s
 		switch {
+		case err == nil && kv[0] == d.k.start(runID):
+			d.confirm(ctx, w, kv[1])
+			continue
 		case err == nil && kv[0] == d.k.bridge(runID):
+			req, err := w.openBridgeRequest(kv[1])
+			if err != nil {
+				d.refuseFrame(w, "bridge", err)
+				continue
+			}
 			select {
 			case bsem <- struct{}{}:
 			case <-ctx.Done():
 				continue
 			}
 			bridges.Add(1)
-			go func(req string) {
+			go func() {
 				defer func() { <-bsem; bridges.Done() }()
-				d.serveBridge(bctx, spec.Bridge, runID, req)
-			}(kv[1])
+				d.serveBridge(bctx, spec.Bridge, w.sig, req)
+			}()
 			continue
 		case err == nil && kv[0] == d.k.output(runID):
-			deliverOutput(spec.Output, kv[1])
+			d.deliverOutput(w, spec.Output, kv[1])
 			continue
 		case err == nil:
-			if job.Output {
-				d.drainOutput(ctx, spec.Output, d.k.output(runID))
+			if res, err, ok := d.reply(w, job, spec, kv[1]); ok {
+				if job.Output {
+					d.drainOutput(ctx, w, spec.Output)
+				}
+				return res, err
 			}
-			return d.reply(job, spec, kv[1])
+			continue
 		case errors.Is(err, redis.Nil):
 		case ctx.Err() != nil:
 			continue // answered as cancelled above
@@ -230,65 +269,166 @@ func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (san
 			case <-ctx.Done():
 			}
 		}
-		// No reply within a beat: who holds the run?
-		if executor == "" {
-			who, err := d.rdb.Get(ctx, d.k.started(runID)).Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				if d.now().After(expires) {
-					ok, err := d.rdb.SetNX(ctx, d.k.started(runID), startedExpired, d.markerTTL(spec)).Result()
-					if err == nil && ok {
-						d.dequeue(job)
-						return sandbox.Result{}, noExecutor("no executor started the run within dispatch.queue_timeout_ms; it was not run", nil)
-					}
-				}
-				continue
-			case err != nil:
-				continue
-			case strings.HasPrefix(who, "gateway:"): // our own marker: it never ran
+		if w.executor == "" {
+			// No start confirmed, none will be once this returns: proof,
+			// whatever Redis kept, that the run never ran.
+			if d.now().After(expires) {
+				d.withdraw(job, startedExpired)
 				return sandbox.Result{}, noExecutor("no executor started the run within dispatch.queue_timeout_ms; it was not run", nil)
 			}
-			executor, startedAt = who, d.now()
-		}
-		alive, err := d.rdb.Exists(ctx, d.k.executor(executor)).Result()
-		if err != nil {
 			continue
 		}
-		if alive == 0 || d.now().Sub(startedAt) > time.Duration(spec.Limits.TimeoutMS)*time.Millisecond+runBudgetSlack {
-			// A reply may have landed just before the executor went.
-			if v, err := d.rdb.LPop(ctx, d.k.reply(runID)).Result(); err == nil {
-				return d.reply(job, spec, v)
-			}
-			d.log.Error("dispatch: executor lost during the run", "run_id", runID, "execution_id", spec.ExecutionID,
-				"tenant_id", spec.TenantID, "executor", executor, "heartbeat_alive", alive != 0)
-			return lostResult(spec, executor, d.now().Sub(startedAt)), nil
+		if res, err, done := d.held(ctx, w, job, spec); done {
+			return res, err
 		}
 	}
 }
 
-// reply decodes a reply value. A reply that does not verify is a lost run:
-// something ran, but what it answered cannot be trusted.
-func (d *Dispatcher) reply(job Job, spec sandbox.Spec, v string) (sandbox.Result, error) {
-	if int64(len(v)) > 2*maxReplyBytes(spec.Limits) {
-		return lostResult(spec, "", 0), nil
+// confirm answers one start request: the first executor that asks is
+// confirmed, any other is told no (gateway side).
+func (d *Dispatcher) confirm(ctx context.Context, w *watch, raw string) {
+	var f startFrame
+	err := openFrame(w.sig, domainStart, raw, maxStartFrame, &f)
+	if err == nil && f.RunID != w.runID {
+		err = errors.New("frame of another run")
 	}
-	payload, err := d.sig.open(domainReply, v)
-	var r Reply
 	if err == nil {
-		err = json.Unmarshal(payload, &r)
-	}
-	if err == nil && (r.RunID != job.RunID || r.V != WireVersion) {
-		err = errors.New("reply for another run")
+		err = validID(f.Executor)
 	}
 	if err != nil {
-		d.log.Error("dispatch: refusing a reply", "run_id", job.RunID, "err", err)
-		return lostResult(spec, "", 0), nil
+		d.refuseFrame(w, "start", err)
+		return
+	}
+	ok := w.executor == "" || w.executor == f.Executor
+	if w.executor == "" {
+		w.executor, w.confirmedAt = f.Executor, d.now()
+		d.log.Debug("dispatch: start confirmed", "run_id", w.runID, "executor", f.Executor)
+	} else if !ok {
+		d.log.Warn("dispatch: a second executor asked to start a run; refused", "run_id", w.runID, "executor", f.Executor, "confirmed", w.executor)
+	}
+	v, err := sealFrame(w.sig, domainConfirm, confirmFrame{frameHead: frameHead{RunID: w.runID, Executor: f.Executor}, OK: ok})
+	if err != nil {
+		return
+	}
+	if err := push(ctx, d.rdb, d.k.confirm(w.runID, f.Executor), v, bridgeKeyTTL); err != nil {
+		// The executor gives up without it and says so (a reply of
+		// nothing run); until then the run counts as started.
+		d.log.Warn("dispatch: confirming a start", "run_id", w.runID, "executor", f.Executor, "err", err)
+	}
+}
+
+// held looks at a confirmed run that has not answered within a beat: is
+// its executor still holding it (its lease on the run, renewed every
+// beat)? done when the run has an answer: its late reply, ExecutorLost (the
+// executor is gone, or the run took too long), or OutcomeUnknown (the
+// executor lives but no longer holds the run, and its reply never came:
+// Redis lost it).
+func (d *Dispatcher) held(ctx context.Context, w *watch, job Job, spec sandbox.Spec) (sandbox.Result, error, bool) {
+	n, err := d.rdb.Exists(ctx, d.k.running(w.runID)).Result()
+	if err != nil {
+		return sandbox.Result{}, nil, false // Redis is down: look again later
+	}
+	now := d.now()
+	ran := now.Sub(w.confirmedAt)
+	over := ran > time.Duration(spec.Limits.TimeoutMS)*time.Millisecond+runBudgetSlack
+	if !over {
+		if n > 0 {
+			w.leaseGone = time.Time{}
+			return sandbox.Result{}, nil, false
+		}
+		// Missing once proves little (Redis may have just lost it; the
+		// executor writes it again within a beat): missing for as long as
+		// an executor lives without a beat does.
+		if w.leaseGone.IsZero() {
+			w.leaseGone = now
+		}
+		if now.Sub(w.leaseGone) < d.cfg.deadAfter() {
+			return sandbox.Result{}, nil, false
+		}
+	}
+	// A reply may have landed just before.
+	if v, err := d.rdb.LPop(ctx, d.k.reply(w.runID)).Result(); err == nil {
+		if res, err, ok := d.reply(w, job, spec, v); ok {
+			return res, err, true
+		}
+	}
+	alive, err := d.rdb.Exists(ctx, d.k.executor(w.executor)).Result()
+	if err != nil {
+		return sandbox.Result{}, nil, false
+	}
+	// Whatever it still runs is stopped (the executor looks once a beat).
+	_ = d.rdb.Set(ctx, d.k.cancel(w.runID), "1", replyTTL).Err()
+	if alive == 0 || over {
+		d.log.Error("dispatch: executor lost during the run", "run_id", w.runID, "execution_id", spec.ExecutionID,
+			"tenant_id", spec.TenantID, "executor", w.executor, "heartbeat_alive", alive != 0)
+		return lostResult(spec, w.executor, ran), nil, true
+	}
+	d.log.Error("dispatch: outcome unknown: the run's executor lives but no longer holds the run, and its reply never came (the dispatch Redis lost data?)",
+		"run_id", w.runID, "execution_id", spec.ExecutionID, "tenant_id", spec.TenantID, "executor", w.executor)
+	return sandbox.Result{}, &sandbox.OutcomeUnknownError{Executor: w.executor,
+		Reason: "executor " + clip(w.executor, maxIDBytes) + " started the run, but its answer was lost (the dispatch Redis lost its data?); the run may have run, and is not run again"}, true
+}
+
+// withdraw leaves a marker so no executor takes the job, and gives up its
+// place in its tenant's queue. A courtesy: the run is never run whatever
+// Redis keeps, as no start of it is confirmed any more.
+func (d *Dispatcher) withdraw(job Job, marker string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := d.rdb.TxPipeline()
+	pipe.SetNX(ctx, d.k.started(job.RunID), marker, d.markerTTL(job.Spec.Limits))
+	pipe.Set(ctx, d.k.cancel(job.RunID), "1", replyTTL) // an executor waiting for a confirmation stops
+	pipe.ZRem(ctx, d.k.queued(job.Spec.TenantID), job.RunID)
+	_, _ = pipe.Exec(ctx)
+}
+
+// refuseFrame records a value of a run's lists that is not the run's
+// (gateway side): counted, and the first few logged and added to the
+// refused stream.
+func (d *Dispatcher) refuseFrame(w *watch, frame string, err error) {
+	d.refused.Add(1)
+	w.refused++
+	if w.refused > maxRefusalsRecorded {
+		return
+	}
+	recordRefusal(context.Background(), d.rdb, d.k, d.log, w.runID, "gateway", d.id, frame, err)
+}
+
+// Refused is how many frames (start requests, tool calls, output chunks,
+// replies) this gateway refused: forged, altered, replayed or not from
+// the executor it confirmed.
+func (d *Dispatcher) Refused() int64 { return d.refused.Load() }
+
+// reply decodes a reply value. ok is false when it is refused (forged,
+// altered, for another run, or not from the executor confirmed): the
+// gateway waits on for the genuine one.
+func (d *Dispatcher) reply(w *watch, job Job, spec sandbox.Spec, v string) (sandbox.Result, error, bool) {
+	var r Reply
+	var err error
+	if int64(len(v)) > 2*maxReplyBytes(spec.Limits) {
+		err = errFrameTooLarge
+	} else {
+		var payload []byte
+		if payload, err = d.sig.open(domainReply, v); err == nil {
+			err = json.Unmarshal(payload, &r)
+		}
+	}
+	switch {
+	case err != nil:
+	case r.RunID != job.RunID || r.V != WireVersion:
+		err = errors.New("reply for another run")
+	case w.executor == "" || r.Executor != w.executor:
+		err = errors.New("reply from an executor whose start was not confirmed")
+	}
+	if err != nil {
+		d.refuseFrame(w, "reply", err)
+		return sandbox.Result{}, nil, false
 	}
 	if r.Unavailable != nil {
-		return sandbox.Result{}, &sandbox.UnavailableError{Reason: r.Unavailable.Reason + " (executor " + r.Executor + ")", Hint: r.Unavailable.Hint, Log: r.Unavailable.Log}
+		return sandbox.Result{}, &sandbox.UnavailableError{Reason: r.Unavailable.Reason + " (executor " + r.Executor + ")", Hint: r.Unavailable.Hint, Log: r.Unavailable.Log}, true
 	}
 	if r.Result == nil {
-		return lostResult(spec, r.Executor, 0), nil
+		return lostResult(spec, r.Executor, 0), nil, true
 	}
 	res := *r.Result
 	res.DeniedSyscall = r.DeniedSyscall
@@ -297,43 +437,47 @@ func (d *Dispatcher) reply(job Job, spec sandbox.Spec, v string) (sandbox.Result
 	if rec, ok := spec.Bridge.(sandbox.ToolCallRecorder); ok && job.Bridge {
 		res.ToolCalls = rec.ToolCalls()
 	}
-	return res, nil
+	return res, nil, true
 }
 
 // cancelled ends a run whose caller went away or cancelled it
-// (Cancelled; Timeout when the caller's deadline passed). A run no executor
-// started never will: its marker says abandoned, and nothing was used. A
+// (Cancelled; Timeout when the caller's deadline passed). A run whose
+// start this gateway never confirmed never runs: nothing was used. A
 // started one is killed on its executor within a beat, and its reply —
 // with the usage the kernel measured — is awaited a little and answered;
 // the executor's word on the outcome is kept only for its usage. Without a
 // reply the whole cpu_ms reservation is charged, as for a lost executor: a
 // tenant cannot make a run free by cancelling it.
-func (d *Dispatcher) cancelled(ctx context.Context, job Job, spec sandbox.Spec) (sandbox.Result, error) {
+func (d *Dispatcher) cancelled(ctx context.Context, w *watch, job Job, spec sandbox.Spec) (sandbox.Result, error) {
 	typ := sandbox.ErrCancelled
 	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		typ = sandbox.ErrTimeout
 	}
+	if w.executor == "" {
+		d.withdraw(job, startedAbandoned)
+		return errorResult(typ, "the run was cancelled before any executor started it; it was not run"), nil
+	}
 	wait := 3*d.cfg.heartbeat() + 2*time.Second
 	bg, cancel := context.WithTimeout(context.Background(), wait+time.Second)
 	defer cancel()
-	pipe := d.rdb.TxPipeline()
-	nx := pipe.SetNX(bg, d.k.started(job.RunID), startedAbandoned, time.Hour)
-	pipe.Set(bg, d.k.cancel(job.RunID), "1", replyTTL)
-	pipe.ZRem(bg, d.k.queued(job.Spec.TenantID), job.RunID) // its max_queued place
-	_, _ = pipe.Exec(bg)
-	if ok, err := nx.Result(); err == nil && ok {
-		return errorResult(typ, "the run was cancelled before any executor started it; it was not run"), nil
-	}
-	var res sandbox.Result
-	kv, err := d.rdb.BLPop(bg, wait, d.k.reply(job.RunID)).Result()
-	if err == nil {
-		if job.Output {
-			d.drainOutput(bg, spec.Output, d.k.output(job.RunID))
+	_ = d.rdb.Set(bg, d.k.cancel(job.RunID), "1", replyTTL).Err()
+	res := lostResult(spec, "", 0)
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		kv, err := d.rdb.BLPop(bg, max(time.Until(deadline), time.Second), d.k.reply(job.RunID)).Result()
+		if err != nil {
+			break
 		}
-		res, err = d.reply(job, spec, kv[1])
-	}
-	if err != nil || res.Error == nil || res.Error.Type == ErrExecutorLost {
-		res = lostResult(spec, "", 0)
+		got, gerr, ok := d.reply(w, job, spec, kv[1])
+		if !ok {
+			continue
+		}
+		if job.Output {
+			d.drainOutput(bg, w, spec.Output)
+		}
+		if gerr == nil && got.Error != nil && got.Error.Type != ErrExecutorLost {
+			res = got
+		}
+		break
 	}
 	res.Status, res.Result = sandbox.StatusError, json.RawMessage("null")
 	res.Error = &sandbox.ErrorInfo{Type: typ, Message: "the run was cancelled by its caller and stopped on its executor"}
@@ -341,8 +485,12 @@ func (d *Dispatcher) cancelled(ctx context.Context, job Job, spec sandbox.Spec) 
 }
 
 // markerTTL keeps a started marker past any executor's look at the job.
-func (d *Dispatcher) markerTTL(spec sandbox.Spec) time.Duration {
-	return time.Duration(d.cfg.QueueTimeoutMS)*time.Millisecond + time.Duration(spec.Limits.TimeoutMS)*time.Millisecond + runBudgetSlack
+func (d *Dispatcher) markerTTL(l sandbox.Limits) time.Duration {
+	return markerTTL(d.cfg, l)
+}
+
+func markerTTL(cfg Config, l sandbox.Limits) time.Duration {
+	return time.Duration(cfg.QueueTimeoutMS)*time.Millisecond + time.Duration(l.TimeoutMS)*time.Millisecond + runBudgetSlack
 }
 
 // ErrExecutorLost is the outcome type of a run whose executor died (or

@@ -67,6 +67,9 @@ type Executor struct {
 	// Counters for /metrics and tests.
 	ran, refused, skipped atomic.Int64
 
+	mu   sync.Mutex          // guards held
+	held map[string]struct{} // run ids it runs: their leases are renewed every beat
+
 	startedMS int64
 	stop      context.CancelFunc // ends the read and heartbeat loops
 	loops     sync.WaitGroup     // the read and heartbeat loops
@@ -97,7 +100,8 @@ func NewExecutor(rdb redis.UniversalClient, cfg Config, key []byte, run Runner, 
 		return nil, fmt.Errorf("dispatch.executor_id: %w", err)
 	}
 	return &Executor{rdb: rdb, k: newKeys(opts.KeyPrefix), sig: signer{key}, cfg: cfg, id: id, run: run, opts: opts,
-		log: opts.Logger.With("executor", id), now: opts.Now, slots: make(chan struct{}, opts.Slots)}, nil
+		log: opts.Logger.With("executor", id), now: opts.Now, slots: make(chan struct{}, opts.Slots),
+		held: map[string]struct{}{}}, nil
 }
 
 // ID is the executor's id.
@@ -183,8 +187,29 @@ func (e *Executor) beat(ctx context.Context) error {
 	pipe.Set(ctx, e.k.executor(e.id), b, dead)
 	pipe.ZAdd(ctx, e.k.executors(), redis.Z{Score: float64(now.Add(dead).UnixMilli()), Member: e.id})
 	pipe.ZRemRangeByScore(ctx, e.k.executors(), "-inf", fmt.Sprint(now.UnixMilli()-1))
+	e.mu.Lock()
+	for runID := range e.held { // at most Slots
+		pipe.Set(ctx, e.k.running(runID), e.id, dead)
+	}
+	e.mu.Unlock()
 	_, err = pipe.Exec(ctx)
 	return err
+}
+
+// hold starts (or, with on false, ends) the executor's lease on a run it
+// runs: the gateway that owns the run takes a lease missing for 3 beats
+// as the run no longer held (see Dispatcher.held).
+func (e *Executor) hold(ctx context.Context, runID string, on bool) {
+	e.mu.Lock()
+	if on {
+		e.held[runID] = struct{}{}
+	} else {
+		delete(e.held, runID)
+	}
+	e.mu.Unlock()
+	if on {
+		_ = e.rdb.Set(ctx, e.k.running(runID), e.id, e.cfg.deadAfter()).Err() // else the next beat writes it
+	}
 }
 
 func (e *Executor) heartbeat(ctx context.Context) {
@@ -283,14 +308,27 @@ func (e *Executor) handle(m redis.XMessage) {
 		e.log.Info("dispatch: run already taken; not run", "run_id", job.RunID, "stream_id", m.ID)
 		return
 	}
+	rsig := e.sig.forRun(job.RunID)
+	switch e.confirmStart(ctx, job, rsig) {
+	case startRefused:
+		e.skipped.Add(1)
+		return
+	case startUnconfirmed:
+		e.skipped.Add(1)
+		e.sendReply(ctx, job, Reply{V: WireVersion, RunID: job.RunID, Executor: e.id, Unavailable: &Unavailable{
+			Reason: "the run's gateway did not confirm its start in time; it was not run"}})
+		return
+	}
+	e.hold(ctx, job.RunID, true)
 	e.log.Info("dispatch: run started", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID)
+	head := frameHead{RunID: job.RunID, Executor: e.id}
 	spec := job.Spec.spec()
 	if job.Bridge {
-		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, runID: job.RunID}
+		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, sig: rsig, runID: job.RunID, executor: e.id, log: e.log}
 	}
 	var out *remoteOutput
 	if job.Output {
-		out = newRemoteOutput(e.rdb, e.k.output(job.RunID))
+		out = newRemoteOutput(e.rdb, e.k.output(job.RunID), rsig, head)
 		spec.Output = out.write
 	}
 	start := e.now()
@@ -323,6 +361,13 @@ func (e *Executor) handle(m redis.XMessage) {
 	e.ran.Add(1)
 	e.log.Info("dispatch: ran", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID,
 		"status", res.Status, "error_type", res.ErrorType(), "ms", e.now().Sub(start).Milliseconds(), "unavailable", err != nil)
+	e.hold(ctx, job.RunID, false)
+	e.sendReply(ctx, job, r)
+}
+
+// sendReply pushes the signed reply on the run's reply list and ends the
+// executor's lease on the run, in one transaction.
+func (e *Executor) sendReply(ctx context.Context, job Job, r Reply) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		e.log.Error("dispatch: encoding a reply", "run_id", job.RunID, "err", err)
@@ -334,8 +379,73 @@ func (e *Executor) handle(m redis.XMessage) {
 	pipe := e.rdb.TxPipeline()
 	pipe.RPush(wctx, key, e.sig.seal(domainReply, b))
 	pipe.Expire(wctx, key, replyTTL)
+	pipe.Del(wctx, e.k.running(job.RunID))
 	if _, err := pipe.Exec(wctx); err != nil {
 		e.log.Error("dispatch: sending a reply", "run_id", job.RunID, "err", err)
+	}
+}
+
+type startAnswer int
+
+const (
+	startConfirmed   startAnswer = iota
+	startRefused                 // the gateway said no, or gave up on the run
+	startUnconfirmed             // no answer in time
+)
+
+// startWait is how long an executor waits for the gateway to confirm a
+// start before it gives the run up (not run).
+func (c Config) startWait() time.Duration { return max(10*time.Second, c.deadAfter()) }
+
+// confirmStart asks the run's gateway whether this executor may run it
+// and waits for its signed answer: the gateway confirms one executor per
+// run and remembers which, so whatever the dispatch Redis loses, a run is
+// never run twice and never run unknown to its gateway.
+func (e *Executor) confirmStart(ctx context.Context, job Job, sig signer) startAnswer {
+	head := frameHead{RunID: job.RunID, Executor: e.id}
+	f, err := sealFrame(sig, domainStart, startFrame{frameHead: head})
+	if err != nil {
+		return startUnconfirmed
+	}
+	if err := push(ctx, e.rdb, e.k.start(job.RunID), f, bridgeKeyTTL); err != nil {
+		e.log.Warn("dispatch: asking the gateway to confirm a start", "run_id", job.RunID, "err", err)
+	}
+	deadline := e.now().Add(e.cfg.startWait())
+	ck := e.k.confirm(job.RunID, e.id)
+	for {
+		kv, err := e.rdb.BLPop(ctx, time.Second, ck).Result()
+		switch {
+		case err == nil:
+			var c confirmFrame
+			err := openFrame(sig, domainConfirm, kv[1], maxStartFrame, &c)
+			if err == nil {
+				err = c.check(job.RunID, e.id)
+			}
+			if err == nil && c.OK {
+				return startConfirmed
+			}
+			if err == nil {
+				e.log.Info("dispatch: the gateway confirmed another executor; not run", "run_id", job.RunID)
+				return startRefused
+			}
+			recordRefusal(ctx, e.rdb, e.k, e.log, job.RunID, "executor", e.id, "confirm", err)
+		case errors.Is(err, redis.Nil):
+		case ctx.Err() != nil:
+			return startRefused
+		default:
+			select { // Redis is down: look again a beat later
+			case <-time.After(e.cfg.heartbeat()):
+			case <-ctx.Done():
+			}
+		}
+		if n, err := e.rdb.Exists(ctx, e.k.cancel(job.RunID)).Result(); err == nil && n > 0 {
+			e.log.Info("dispatch: the gateway gave the run up before confirming it; not run", "run_id", job.RunID)
+			return startRefused
+		}
+		if e.now().After(deadline) {
+			e.log.Warn("dispatch: the gateway did not confirm the start in time; not run", "run_id", job.RunID)
+			return startUnconfirmed
+		}
 	}
 }
 
@@ -367,6 +477,19 @@ func (e *Executor) verify(m redis.XMessage) (Job, string) {
 		return job, "expired"
 	}
 	return job, ""
+}
+
+// recordRefusal logs a frame of a run refused by who (an executor or a
+// gateway, id) and adds it to the refused stream.
+func recordRefusal(ctx context.Context, rdb redis.UniversalClient, k keys, log *slog.Logger, runID, who, id, frame string, err error) {
+	why := clip(err.Error(), maxReasonBytes)
+	log.Warn("dispatch: refused a frame", "run_id", runID, "frame", frame, "reason", why)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: k.refused(), MaxLen: maxRefusedLength, Approx: true,
+		Values: []string{"run_id", runID, who, id, "frame", frame, "reason", why, "at_ms", fmt.Sprint(time.Now().UnixMilli())},
+	}).Err()
 }
 
 // refuse drops an entry that must not run, and records why.
@@ -426,6 +549,4 @@ func (e *Executor) watchCancel(ctx context.Context, kill context.CancelFunc, run
 	}
 }
 
-func (e *Executor) markerTTL(job Job) time.Duration {
-	return time.Duration(e.cfg.QueueTimeoutMS)*time.Millisecond + time.Duration(job.Spec.Limits.TimeoutMS)*time.Millisecond + runBudgetSlack
-}
+func (e *Executor) markerTTL(job Job) time.Duration { return markerTTL(e.cfg, job.Spec.Limits) }

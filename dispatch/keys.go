@@ -27,6 +27,15 @@ func (k keys) queued(tenant string) string { return k.p + "{t:" + tenant + "}:qu
 func (k keys) cancel(runID string) string  { return k.run(runID) + "cancel" }
 func (k keys) bridge(runID string) string  { return k.run(runID) + "bridge" }
 func (k keys) output(runID string) string  { return k.run(runID) + "output" }
+
+// start is the run's start requests (executor → gateway), confirm:E the
+// gateway's answer to executor E, running the confirmed executor's lease
+// on the run (renewed every beat while it runs).
+func (k keys) start(runID string) string { return k.run(runID) + "start" }
+func (k keys) confirm(runID, executor string) string {
+	return k.run(runID) + "confirm:" + executor
+}
+func (k keys) running(runID string) string { return k.run(runID) + "running" }
 func (k keys) bridgeAnswer(runID string, n uint64) string {
 	return k.run(runID) + "bridge:" + strconv.FormatUint(n, 10)
 }

@@ -2,7 +2,7 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -15,7 +15,10 @@ import (
 // tool calls: the executor's remoteOutput RPUSHes each chunk the sandbox
 // keeps on the run's output list; the gateway's await loop pops them and
 // hands them to the run's own OutputFunc, and drains the list before it
-// answers, so every chunk reaches it before the envelope.
+// answers, so every chunk reaches it before the envelope. Chunks are
+// signed frames of the run (frames.go), numbered in order: a chunk the
+// gateway did not get from the executor it confirmed, or not after the
+// last one delivered, is refused and never reaches the caller.
 //
 // Bounds: the sandbox passes on only bytes its output caps keep (at most
 // output_bytes per stream), chunks wait in a buffer of maxOutputPending and
@@ -30,23 +33,31 @@ const (
 	outputPushTimeout = 2 * time.Second
 )
 
+// maxOutputChunkWire bounds one chunk on the wire (the sandbox hands on
+// pipe reads of at most 64 KiB; base64 and the frame's head).
+const maxOutputChunkWire = 256 << 10
+
 type outputChunk struct {
-	Stream string `json:"s"`
-	Data   []byte `json:"d"`
+	frameHead        // Seq numbers the run's chunks from 1, in order
+	Stream    string `json:"s"`
+	Data      []byte `json:"d"`
 }
 
-// remoteOutput sends a run's output chunks to its gateway (executor side).
+// remoteOutput sends a run's output chunks to its gateway (executor side),
+// each a signed frame of the run.
 type remoteOutput struct {
 	rdb     redis.UniversalClient
 	key     string
+	sig     signer
+	head    frameHead
 	ch      chan outputChunk
 	done    chan struct{}
 	mu      sync.Mutex
 	dropped int
 }
 
-func newRemoteOutput(rdb redis.UniversalClient, key string) *remoteOutput {
-	o := &remoteOutput{rdb: rdb, key: key, ch: make(chan outputChunk, maxOutputPending), done: make(chan struct{})}
+func newRemoteOutput(rdb redis.UniversalClient, key string, sig signer, head frameHead) *remoteOutput {
+	o := &remoteOutput{rdb: rdb, key: key, sig: sig, head: head, ch: make(chan outputChunk, maxOutputPending), done: make(chan struct{})}
 	go o.push()
 	return o
 }
@@ -65,12 +76,14 @@ func (o *remoteOutput) write(stream string, p []byte) {
 func (o *remoteOutput) push() {
 	defer close(o.done)
 	for c := range o.ch {
-		b, _ := json.Marshal(c)
+		o.head.Seq++
+		c.frameHead = o.head
+		b, err := sealFrame(o.sig, domainOutput, c)
+		if err != nil {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), outputPushTimeout)
-		pipe := o.rdb.Pipeline()
-		pipe.RPush(ctx, o.key, b)
-		pipe.Expire(ctx, o.key, bridgeKeyTTL)
-		if _, err := pipe.Exec(ctx); err != nil {
+		if err := push(ctx, o.rdb, o.key, b, bridgeKeyTTL); err != nil {
 			o.mu.Lock()
 			o.dropped++
 			o.mu.Unlock()
@@ -89,27 +102,48 @@ func (o *remoteOutput) close() int {
 	return o.dropped
 }
 
-// deliverOutput hands one chunk popped from the run's output list to fn
-// (gateway side); a malformed one is dropped.
-func deliverOutput(fn sandbox.OutputFunc, raw string) {
+// openOutput verifies one value of the run's output list: signed under
+// the run's key by the executor the gateway confirmed, numbered after the
+// last chunk delivered (gateway side).
+func (w *watch) openOutput(raw string) (outputChunk, error) {
 	var c outputChunk
-	if fn == nil || json.Unmarshal([]byte(raw), &c) != nil {
-		return
+	if err := openFrame(w.sig, domainOutput, raw, maxOutputChunkWire, &c); err != nil {
+		return c, err
+	}
+	if err := c.check(w.runID, w.executor); err != nil {
+		return c, err
+	}
+	if c.Seq <= w.outputSeq {
+		return c, errors.New("sequence number not after the last chunk's (a replay)")
 	}
 	if c.Stream != sandbox.StreamStdout && c.Stream != sandbox.StreamStderr {
+		return c, errors.New("unknown stream")
+	}
+	w.outputSeq = c.Seq
+	return c, nil
+}
+
+// deliverOutput hands one value popped from the run's output list to the
+// run's OutputFunc once it verifies; else it is refused.
+func (d *Dispatcher) deliverOutput(w *watch, fn sandbox.OutputFunc, raw string) {
+	c, err := w.openOutput(raw)
+	if err != nil {
+		d.refuseFrame(w, "output", err)
 		return
 	}
-	fn(c.Stream, c.Data)
+	if fn != nil {
+		fn(c.Stream, c.Data)
+	}
 }
 
 // drainOutput delivers what is left on the run's output list (gateway
 // side, before the answer).
-func (d *Dispatcher) drainOutput(ctx context.Context, fn sandbox.OutputFunc, key string) {
+func (d *Dispatcher) drainOutput(ctx context.Context, w *watch, fn sandbox.OutputFunc) {
 	for {
-		v, err := d.rdb.LPop(ctx, key).Result()
+		v, err := d.rdb.LPop(ctx, d.k.output(w.runID)).Result()
 		if err != nil {
 			return
 		}
-		deliverOutput(fn, v)
+		d.deliverOutput(w, fn, v)
 	}
 }

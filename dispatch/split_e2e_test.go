@@ -59,6 +59,35 @@ type splitEnv struct {
 	quotaExtra string
 	// toolsLimits, when set, is the tenant's tools.limits map.
 	toolsLimits string
+	// toolAllow is the math server's allow list (default "add").
+	toolAllow string
+	// dispatchRedis, when set, carries the runs instead of redis (which
+	// keeps the quota and the idempotency claims); rdb is then its client.
+	dispatchRedis *testenv.RedisServer
+	// queueTimeoutMS is dispatch.queue_timeout_ms (default 20000).
+	queueTimeoutMS int
+}
+
+// useDispatchRedis moves the runs to a Redis of their own (the quota and
+// the idempotency claims stay in e.redis).
+func (e *splitEnv) useDispatchRedis() {
+	e.dispatchRedis = testenv.Redis(e.t)
+	e.rdb = redis.NewClient(&redis.Options{Addr: e.dispatchRedis.Addr()})
+	e.t.Cleanup(func() { e.rdb.Close() })
+}
+
+// dispatchCfg is the dispatch section of a gateway or an executor.
+func (e *splitEnv) dispatchCfg(extra string) string {
+	url := e.redis.URL()
+	if e.dispatchRedis != nil {
+		url = e.dispatchRedis.URL()
+	}
+	qt := e.queueTimeoutMS
+	if qt == 0 {
+		qt = 20000
+	}
+	return fmt.Sprintf("dispatch: {redis_url: %s, spec_key_file: %s, heartbeat_ms: 300, queue_timeout_ms: %d%s}",
+		url, filepath.Join(e.dir, "spec.key"), qt, extra)
 }
 
 type proc struct {
@@ -125,6 +154,10 @@ func (e *splitEnv) startGateway() {
 func (e *splitEnv) startServer(role, sandboxCfg string) {
 	t := e.t
 	addr := freeAddr(t)
+	allow := e.toolAllow
+	if allow == "" {
+		allow = "add"
+	}
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 server: {role: `+role+`, max_concurrent_runs: 16, max_queue: 64, ready_cache_seconds: 1}
@@ -134,7 +167,7 @@ quota:
   backend: redis
   redis_url: %s
 audit: {file: %s}
-dispatch: {spec_key_file: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
+`+e.dispatchCfg("")+`
 tenants:
   - id: %s
     quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000`+e.quotaExtra+`}
@@ -144,8 +177,8 @@ tenants:
         - name: math
           url: %s
           headers: { Authorization: { file: %s } }
-          allow: [add]
-`+e.toolsLimitsLine(), addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, filepath.Join(e.dir, "spec.key"), splitTenant,
+          allow: [`+allow+`]
+`+e.toolsLimitsLine(), addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, splitTenant,
 		e.mcp.URL, filepath.Join(e.dir, "mcp-token"))
 	path := filepath.Join(e.dir, role+".yaml")
 	writeFile(t, path, cfg)
@@ -171,8 +204,8 @@ func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 state_dir: %s
 server: {role: executor, max_concurrent_runs: `+strconv.Itoa(slots)+`}
 sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
-dispatch: {redis_url: %s, spec_key_file: %s, executor_id: %s, heartbeat_ms: 300, queue_timeout_ms: 20000}
-`, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t), e.redis.URL(), filepath.Join(e.dir, "spec.key"), id)
+`+e.dispatchCfg(", executor_id: "+id)+`
+`, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t))
 	path := filepath.Join(e.dir, id+".yaml")
 	writeFile(t, path, cfg)
 	p := e.start(id, path, "http://"+addr)
@@ -547,47 +580,12 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		// POST /v1/execute with Accept: text/event-stream: the first line
 		// reaches the caller while the tool sleeps, before the envelope.
 		src := "import sys, time\ndef run(args, context):\n    print('one', flush=True)\n    time.sleep(1.5)\n    print('two', flush=True)\n    return 7\n"
-		b, _ := json.Marshal(map[string]any{"tenant_id": splitTenant, "source": src, "limits": map[string]any{"timeout_ms": 10000}})
-		req, _ := http.NewRequest(http.MethodPost, e.gwURL+"/v1/execute", bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+e.token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-			raw, _ := io.ReadAll(resp.Body)
-			t.Fatalf("%d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), raw)
-		}
-		var stdout string
-		var firstAt, envAt time.Time
-		var env envelope
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 8<<20)
-		event := ""
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: ") && event == "stdout":
-				var chunk struct{ Text string }
-				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &chunk); err != nil {
-					t.Fatalf("stdout data %q: %v", line, err)
-				}
-				if firstAt.IsZero() {
-					firstAt = time.Now()
-				}
-				stdout += chunk.Text
-			case strings.HasPrefix(line, "data: ") && event == "envelope":
-				envAt = time.Now()
-				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &env); err != nil {
-					t.Fatalf("envelope data %q: %v", line, err)
-				}
-			}
-		}
+		s := e.executeSSE(map[string]any{"source": src, "limits": map[string]any{"timeout_ms": 10000}})
+		first := s.until(t, "one")
+		firstAt := time.Now()
+		rest, env := s.end(t)
+		envAt := time.Now()
+		stdout := first + rest
 		if env.Status != "ok" || string(env.Result) != "7" || stdout != "one\ntwo\n" {
 			t.Fatalf("envelope %+v, stdout %q", env, stdout)
 		}
@@ -633,6 +631,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		good := job(okSource)
 		gb, _ := json.Marshal(good)
 		push(s.seal(domainJob, gb))
+		confirmAsGateway(t, e.rdb, e.key, good.RunID)
 
 		kv, err := e.rdb.BLPop(ctx, 20*time.Second, k.reply(good.RunID)).Result()
 		if err != nil {

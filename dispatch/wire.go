@@ -14,8 +14,9 @@ import (
 
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
-// share it).
-const WireVersion = 1
+// share it). 2: starts are confirmed by the gateway, and tool calls and
+// output chunks are signed frames of the run (frames.go).
+const WireVersion = 2
 
 // Bounds on what crosses Redis.
 const (

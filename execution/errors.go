@@ -35,6 +35,7 @@ const (
 	TypePolicyError        = "PolicyError"        // 500: policy undefined or erroring (deny, never allow)
 	TypeAuditError         = "AuditError"         // 500: the audit record could not be written; result withheld
 	TypeInternal           = "Internal"           // 500: a bug; details in the log under the execution id
+	TypeOutcomeUnknown     = "OutcomeUnknown"     // 502: dispatched, and the gateway cannot know whether it ran (split mode, dispatch state lost); its execution_id stays claimed, never run again
 	TypeSandboxUnavailable = "SandboxUnavailable" // 503: nsjail missing/broken; traceback has its log and a hint
 	TypeOverloaded         = "Overloaded"         // 503: the local run queue is full
 	TypeQuotaUnavailable   = "QuotaUnavailable"   // 503: quota backend down, failing closed
@@ -74,8 +75,16 @@ func (e *Error) Body() ErrorBody {
 // Expected says whether e describes the host's state rather than a bug: a
 // 5xx that is not logged as an error per request (metrics count them).
 func (e *Error) Expected() bool {
-	return e.Status < 500 || e.Type == TypeSandboxUnavailable || e.Type == TypeOverloaded || e.Type == TypeQuotaUnavailable
+	return e.Status < 500 || e.Type == TypeSandboxUnavailable || e.Type == TypeOverloaded || e.Type == TypeQuotaUnavailable ||
+		e.Type == TypeOutcomeUnknown // the dispatcher logs it as an error itself
 }
+
+// KeepsClaim says whether the refusal keeps its execution_id claimed, as
+// a run's answer does: the run may have run (OutcomeUnknown), so the id is
+// never run again and a repeat gets this answer.
+func (e *Error) KeepsClaim() bool { return keepsClaim(e.Type) }
+
+func keepsClaim(errType string) bool { return errType == TypeOutcomeUnknown }
 
 // BadRequest is a 400 naming the field at fault.
 func BadRequest(field, format string, args ...any) *Error {
@@ -138,6 +147,7 @@ func Refusal(err error) *Error {
 		unavail  *sandbox.UnavailableError
 		expired  *ResultExpiredError
 		claims   *ClaimsExhaustedError
+		unknown  *sandbox.OutcomeUnknownError
 	)
 	switch {
 	case errors.As(err, &forbid):
@@ -160,9 +170,20 @@ func Refusal(err error) *Error {
 		}
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded,
 			Message: fmt.Sprintf("the tenant's %s quota is exceeded", exceeded.Kind), RetryAfter: exceeded.RetryAfter, Err: err}
+	case errors.As(err, &unknown):
+		// 502, not 503: 503 says nothing was run (and clients retry it);
+		// this run may have run. Not 200: the gateway has no outcome to
+		// report, no usage, no output, only that it cannot know.
+		return &Error{Status: http.StatusBadGateway, Type: TypeOutcomeUnknown,
+			Message: "the gateway cannot know whether this run ran or how it ended: " + unknown.Reason +
+				"; its execution_id stays claimed (a repeat gets this answer), so check the run's effects before running it again under a new execution_id", Err: err}
 	case errors.As(err, &expired):
+		ran := "already ran"
+		if expired.Outcome == "error:"+TypeOutcomeUnknown {
+			ran = "was already dispatched"
+		}
 		return &Error{Status: http.StatusConflict, Type: TypeResultExpired, OriginalStatus: expired.Outcome,
-			Message: "this execution_id already ran within the idempotency window (outcome " + expired.Outcome +
+			Message: "this execution_id " + ran + " within the idempotency window (outcome " + expired.Outcome +
 				") but its stored response was dropped; it is not run again (use a new execution_id for a new run)", Err: err}
 	case errors.As(err, &claims):
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: claims.RetryAfter,

@@ -72,8 +72,9 @@ type Admitter interface {
 // Runner runs one tool inside the sandbox (*sandbox.Runner). Its only
 // errors are *sandbox.UnavailableError and, from a runner that queues (the
 // gateway role's dispatcher), *quota.ExceededError of kind max_queued:
-// nothing was run. The run's context carries its admission
-// (quota.FromContext).
+// nothing was run; and, from the dispatcher, *sandbox.OutcomeUnknownError:
+// the run may have run (502 OutcomeUnknown, its execution_id kept). The
+// run's context carries its admission (quota.FromContext).
 type Runner interface {
 	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 }

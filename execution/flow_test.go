@@ -83,6 +83,7 @@ func TestRefusalGivesEachErrorItsStatusAndType(t *testing.T) {
 		{name: "a dropped response", err: &ResultExpiredError{Outcome: "ok"}, status: 409, typ: TypeResultExpired, expected: true},
 		{name: "too many claims", err: &ClaimsExhaustedError{Max: 5, RetryAfter: time.Minute}, status: 429, typ: TypeQuotaExceeded, retryAfter: time.Minute, expected: true},
 		{name: "the quota backend down", err: fmt.Errorf("admit: %w", quota.ErrUnavailable), status: 503, typ: TypeQuotaUnavailable, expected: true},
+		{name: "a dispatched run whose outcome was lost", err: &sandbox.OutcomeUnknownError{Reason: "lost"}, status: 502, typ: TypeOutcomeUnknown, expected: true},
 		{name: "the sandbox down", err: &sandbox.UnavailableError{Reason: "no nsjail"}, status: 503, typ: TypeSandboxUnavailable, expected: true},
 		{name: "a full run queue", err: errOverloaded, status: 503, typ: TypeOverloaded, retryAfter: time.Second, expected: true},
 		{name: "no output memory", err: fmt.Errorf("%w: 1 byte", errOutputBudget), status: 503, typ: TypeOverloaded, retryAfter: time.Second, expected: true},

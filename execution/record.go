@@ -70,14 +70,16 @@ func (f *Flow) audit(ctx context.Context, x *state, status int, env *Envelope) e
 }
 
 // remember settles the request's idempotency claim: the response of a run
-// is kept for the window; a refusal leaves the id free for a retry.
+// (or of a run that may have run: OutcomeUnknown) is kept for the window; a
+// refusal leaves the id free for a retry.
 func (f *Flow) remember(ctx context.Context, x *state, status int, env *Envelope, body *EncodedEnvelope) {
 	if x.claimed == nil {
 		return
 	}
 	bg := context.WithoutCancel(ctx)
 	var err error
-	if status == http.StatusOK && !x.replayed {
+	keep := status == http.StatusOK || env.Error != nil && keepsClaim(env.Error.Type)
+	if keep && !x.replayed {
 		err = f.idem.Complete(bg, *x.claimed, StoredResponse{Fingerprint: Fingerprint(x.req), Status: status, Outcome: env.ExecutionStatus(), Body: body.Bytes()})
 	} else {
 		err = f.idem.Abandon(bg, *x.claimed)

@@ -348,6 +348,13 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 			x.quota = quotaRefusal(err)
 			f.d.Metrics.QuotaRefusal(tenant.ID, x.quota.Kind)
 		}
+		var unknown *sandbox.OutcomeUnknownError
+		if errors.As(err, &unknown) {
+			// It may have run: charged the whole reservation, as a lost
+			// executor's run is.
+			f.settleRun(ctx, adm, sandbox.Result{Usage: sandbox.Usage{CPUMS: spec.Limits.CPUMS}})
+			return sandbox.Result{}, err
+		}
 		if rerr := adm.Release(context.WithoutCancel(ctx)); rerr != nil {
 			f.log.WarnContext(ctx, "quota release failed", telemetry.KeyExecutionID, x.id, "err", rerr)
 		}

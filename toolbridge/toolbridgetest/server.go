@@ -306,3 +306,73 @@ type childTB struct{ testing.TB }
 func (childTB) Helper()                        {}
 func (childTB) Cleanup(func())                 {}
 func (childTB) Fatalf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...); os.Exit(2) }
+
+// MarkIn is the input of the mark tool AddMark adds; MarkOut its output.
+type MarkIn struct {
+	Key  string `json:"key"`
+	Hold bool   `json:"hold,omitempty"`
+}
+
+// MarkOut says how many times the key was marked, this call included.
+type MarkOut struct {
+	Key string `json:"key"`
+	N   int    `json:"n"`
+}
+
+// Marks counts the calls of the mark tool per key (a side effect a test
+// can count exactly), and holds the calls that ask for it until Release.
+type Marks struct {
+	mu      sync.Mutex // guards n, release
+	n       map[string]int
+	release map[string]chan struct{}
+}
+
+// AddMark adds a tool "mark" (key, hold) to s: each call counts once
+// under its key; with hold it answers only once the test calls Release
+// for the key (or the call is cancelled).
+func AddMark(s *Server) *Marks {
+	m := &Marks{n: map[string]int{}, release: map[string]chan struct{}{}}
+	mcp.AddTool(s.MCP, &mcp.Tool{Name: "mark", Description: "Record a side effect under a key."}, func(ctx context.Context, _ *mcp.CallToolRequest, in MarkIn) (*mcp.CallToolResult, MarkOut, error) {
+		s.count("mark")
+		m.mu.Lock()
+		m.n[in.Key]++
+		n, ch := m.n[in.Key], m.gateLocked(in.Key)
+		m.mu.Unlock()
+		if in.Hold {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+		}
+		return nil, MarkOut{Key: in.Key, N: n}, nil
+	})
+	return m
+}
+
+func (m *Marks) gateLocked(key string) chan struct{} {
+	ch, ok := m.release[key]
+	if !ok {
+		ch = make(chan struct{})
+		m.release[key] = ch
+	}
+	return ch
+}
+
+// Count is how many times key was marked.
+func (m *Marks) Count(key string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n[key]
+}
+
+// Release answers the held calls of key, and those to come.
+func (m *Marks) Release(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := m.gateLocked(key)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}

@@ -9,7 +9,7 @@ from execgate import Envelope, error_for
 
 REFUSALS = ["BadRequest", "Unauthenticated", "Forbidden", "PolicyDenied", "NotFound", "MethodNotAllowed",
             "ResultExpired", "PayloadTooLarge", "QuotaExceeded", "BudgetExhausted", "PolicyError", "AuditError",
-            "Internal", "SandboxUnavailable", "Overloaded", "QuotaUnavailable"]
+            "Internal", "OutcomeUnknown", "SandboxUnavailable", "Overloaded", "QuotaUnavailable"]
 RUN_ERRORS = ["ToolError", "InvalidSource", "EntrypointNotFound", "InvalidResult", "InvalidInput", "Timeout", "CPULimit",
               "MemoryLimit", "OutputLimit", "SyscallDenied", "DependencyError", "SandboxCrashed", "ProtocolMismatch", "ExecutorLost",
               "Cancelled"]
@@ -27,6 +27,15 @@ def test_every_refusal_type_has_a_request_error_class(name):
 def test_every_run_outcome_has_a_run_error_class(name):
     e = error_for(200, {"status": "error", "error": {"type": name, "message": "m"}})
     assert type(e) is getattr(execgate, name) and isinstance(e, execgate.RunError)
+
+
+def test_an_unknown_outcome_is_not_retried():
+    """502 OutcomeUnknown may have run: retrying (even under the same id) must not be the client's choice."""
+    from execgate.client import _RETRYABLE
+
+    e = error_for(502, {"status": "error", "error": {"type": "OutcomeUnknown", "message": "m"}})
+    assert type(e) is execgate.OutcomeUnknown and e.status_code == 502
+    assert "OutcomeUnknown" not in _RETRYABLE
 
 
 def test_an_unknown_type_falls_back_to_its_family():

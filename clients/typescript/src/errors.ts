@@ -69,6 +69,10 @@ export class BudgetExhausted extends RequestError {}
 export class PolicyError extends RequestError {}
 export class AuditError extends RequestError {}
 export class Internal extends RequestError {}
+/** 502: dispatched, may have run (tool calls included); the gateway cannot know its
+ * outcome (split mode, the dispatch Redis lost its data). Its execution_id stays
+ * claimed: a repeat gets this answer, never a second run. Never retried. */
+export class OutcomeUnknown extends RequestError {}
 export class SandboxUnavailable extends RequestError {}
 export class Overloaded extends RequestError {}
 export class QuotaUnavailable extends RequestError {}
@@ -96,7 +100,7 @@ type ErrorClass = new (message: string, d: ErrorDetails) => ExecgateError;
  * (checked by the compiler); DESIGN §14 types the document lacks yet too. */
 export const ERRORS = {
   BadRequest, Unauthenticated, Forbidden, PolicyDenied, NotFound, MethodNotAllowed, ResultExpired,
-  PayloadTooLarge, QuotaExceeded, BudgetExhausted, PolicyError, AuditError, Internal, SandboxUnavailable,
+  PayloadTooLarge, QuotaExceeded, BudgetExhausted, PolicyError, AuditError, Internal, OutcomeUnknown, SandboxUnavailable,
   Overloaded, QuotaUnavailable, ToolError, InvalidSource, EntrypointNotFound, InvalidResult, InvalidInput,
   Timeout, CPULimit, MemoryLimit, OutputLimit, SyscallDenied, DependencyError, SandboxCrashed,
   ProtocolMismatch, ExecutorLost, Cancelled,

@@ -605,7 +605,7 @@ export interface components {
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
          * @enum {string}
          */
-        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost" | "Cancelled";
+        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "OutcomeUnknown" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost" | "Cancelled";
         ErrorBody: {
             type: components["schemas"]["ErrorType"];
             message: string;
@@ -1070,6 +1070,17 @@ export interface components {
                 "application/json": components["schemas"]["Envelope"];
             };
         };
+        /** @description OutcomeUnknown (server.role gateway): the run was dispatched and an executor started it, and the gateway cannot know whether it ran or how it ended (the dispatch Redis lost its data: a restart without persistence, a crash, a failover to a lagging replica). It may have run, tool calls included; its execution_id stays claimed (a repeat within the idempotency window gets this answer, or 409 ResultExpired once the stored answer is dropped) and the whole cpu_ms reservation is charged. Not retried by the clients. */
+        EnvelopeOutcomeUnknown: {
+            headers: {
+                "X-Execution-Id": components["headers"]["X-Execution-Id"];
+                "X-Execution-Status": components["headers"]["X-Execution-Status"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Envelope"];
+            };
+        };
         /** @description SandboxUnavailable (traceback carries nsjail's log and a hint), Overloaded (local queue full) or QuotaUnavailable (quota backend down, failing closed). */
         EnvelopeUnavailable: {
             headers: {
@@ -1164,6 +1175,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description OutcomeUnknown (server.role gateway): the gateway cannot know whether the dispatched check ran (the dispatch Redis lost its data). */
+        OutcomeUnknown: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description SandboxUnavailable, Overloaded or QuotaUnavailable. */
         Unavailable: {
             headers: {
@@ -1236,6 +1256,7 @@ export interface operations {
             429: components["responses"]["EnvelopeTooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["EnvelopeServerError"];
+            502: components["responses"]["EnvelopeOutcomeUnknown"];
             503: components["responses"]["EnvelopeUnavailable"];
         };
     };
@@ -1268,6 +1289,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
+            502: components["responses"]["OutcomeUnknown"];
             503: components["responses"]["Unavailable"];
         };
     };

@@ -156,6 +156,16 @@ class Internal(RequestError):
     error_type = "Internal"
 
 
+class OutcomeUnknown(RequestError):
+    """[502] the run was dispatched and may have run (tool calls included), but
+    the gateway cannot know its outcome (split mode, the dispatch Redis lost its
+    data). Its execution_id stays claimed: a repeat gets this answer, never a
+    second run. Not retried; check the run's effects before running it again
+    under a new execution_id."""
+
+    error_type = "OutcomeUnknown"
+
+
 class SandboxUnavailable(RequestError):
     """[503] nsjail missing or broken; nothing was run"""
 
