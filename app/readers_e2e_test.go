@@ -53,7 +53,11 @@ type readersGateway struct {
 func startReadersGateway(t *testing.T, bin string, env ...string) *readersGateway {
 	t.Helper()
 	state := privateStateDir(t)
-	env = append(env, "EXECGATE_TENANTS="+readersTenants(t), fmt.Sprintf("EXECGATE_SERVER_MAX_OUTPUT_MEMORY_MB=%d", readersBudgetMB))
+	// One subject opens all the readers here: the per-subject connection
+	// cap and the refused-request limit (other tests) stay out of the way
+	// of the reader caps these tests measure.
+	env = append(env, "EXECGATE_TENANTS="+readersTenants(t), fmt.Sprintf("EXECGATE_SERVER_MAX_OUTPUT_MEMORY_MB=%d", readersBudgetMB),
+		"EXECGATE_SERVER_MAX_CONNS_PER_SUBJECT=2000", "EXECGATE_SERVER_REFUSALS_PER_MINUTE=-1")
 	p := serveEnv(t, "", env, bin, "--state-dir", state)
 	g := &readersGateway{serveProc: p, addr: strings.TrimPrefix(p.base, "http://")}
 	for _, tenant := range []string{"demo", "acme"} {

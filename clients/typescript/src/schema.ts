@@ -147,7 +147,10 @@ export interface paths {
         /**
          * An async execution's state and, once done, its envelope.
          * @description Only the owning tenant (or an admin, naming it with `tenant`) sees an execution;
-         *     for anyone else it does not exist (404).
+         *     for anyone else it does not exist (404). A tenant may have
+         *     `server.tenant_max_result_readers` reads of stored results in flight on a gateway
+         *     (429 `QuotaExceeded` beyond it, naming the key); the response must be taken within
+         *     10 s plus 1 s per MiB, or the connection is closed.
          */
         get: operations["getExecution"];
         put?: never;
@@ -184,7 +187,11 @@ export interface paths {
          *     `envelope` (the final envelope, as GET returns it), after which the stream ends.
          *     Events carry an `id`; `Last-Event-ID` resumes after it while the run is live on this
          *     gateway. Output is live on the gateway that runs the execution; on another replica,
-         *     and once done, the stream carries the log lines and the envelope only.
+         *     and once done, the stream carries the log lines and the envelope only. A tenant may
+         *     follow `server.tenant_max_live_readers` unfinished executions at once on a gateway,
+         *     and read `server.tenant_max_result_readers` finished ones (429 `QuotaExceeded`
+         *     beyond, naming the key); each write must be taken within 10 s plus 1 s per MiB, or
+         *     the stream is closed.
          */
         get: operations["executionEvents"];
         put?: never;
@@ -1047,7 +1054,7 @@ export interface components {
                 "application/json": components["schemas"]["Envelope"];
             };
         };
-        /** @description QuotaExceeded (rate, concurrency, or the tenant's execution_id claims within the idempotency window) or BudgetExhausted (daily CPU budget). */
+        /** @description QuotaExceeded (rate, concurrency, the tenant's execution_id claims within the idempotency window, too many refused requests of the subject (server.refusals_per_minute), or too many busy connections of the subject (server.max_conns_per_subject)) or BudgetExhausted (daily CPU budget). */
         EnvelopeTooManyRequests: {
             headers: {
                 "X-Execution-Id": components["headers"]["X-Execution-Id"];
@@ -1156,7 +1163,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description QuotaExceeded or BudgetExhausted. */
+        /** @description QuotaExceeded (among others: too many refused requests of the subject, server.refusals_per_minute, or too many busy connections of the subject, server.max_conns_per_subject) or BudgetExhausted. */
         TooManyRequests: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
@@ -1317,6 +1324,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
         };
     };
@@ -1423,6 +1431,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["ResultExpired"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1462,6 +1471,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1492,6 +1502,8 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["ResultExpired"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1554,6 +1566,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
         };
     };
@@ -1675,6 +1688,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1702,6 +1716,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1735,6 +1750,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1762,6 +1778,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1789,6 +1806,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
@@ -1816,6 +1834,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
         };
     };
@@ -1850,6 +1869,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
             503: components["responses"]["Unavailable"];
@@ -1881,6 +1901,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
             503: components["responses"]["Unavailable"];
         };
@@ -1912,6 +1933,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
         };
@@ -1948,6 +1970,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             500: components["responses"]["ServerError"];
         };
