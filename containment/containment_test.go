@@ -149,8 +149,9 @@ func startTool(t *testing.T, r *sandbox.Runner, j job) func() (sandbox.Result, e
 		Args:        args,
 		Network:     j.network,
 		// A job names the limits it is about; the rest are the platform's
-		// defaults, as the policy would decide them.
-		Limits:    j.limits.Or(limits.Default),
+		// defaults, as the policy would decide them (their times stretched
+		// on a slow host: defaultLimits).
+		Limits:    j.limits.Or(defaultLimits()),
 		Isolation: j.isolation,
 	}
 	type outcome struct {
@@ -361,17 +362,36 @@ func removeCgroupParents() {
 
 // ---- 1–7: process and kernel limits ----
 
+// defaultLimits are the platform's default limits with the wall and CPU
+// times a test leaves at their defaults stretched on a slow host
+// (allowance): a default is no limit the test is about.
+func defaultLimits() sandbox.Limits {
+	d := limits.Default
+	d.TimeoutMS = allowance(d.TimeoutMS, limits.Max.TimeoutMS)
+	d.CPUMS = allowance(d.CPUMS, limits.Max.CPUMS)
+	return d
+}
+
+// allowance is a wall or CPU time (ms) a test grants a tool that must get
+// somewhere before a limit stops it, stretched on a slow host
+// (testenv.TimeScale: the cgroup v2 VM under emulation) and kept within
+// the platform's maximum.
+func allowance(ms, max int64) int64 {
+	return min(ms*int64(testenv.TimeScale()), max)
+}
+
 // 1. A busy loop past the wall limit is a Timeout, not a MemoryLimit, and
 // neither it nor the child it started survives in any cgroup or on the host.
 func TestBusyLoopPastTheWallLimitIsATimeoutAndLeavesNoProcess(t *testing.T) {
 	t.Parallel()
 	r, cfg := newRunner(t, "busy")
 	marker := "containment-busy-" + randomHex(8)
+	timeout := allowance(1500, limits.Max.TimeoutMS)
 	wait := startTool(t, r, job{tool: "busy_loop", args: map[string]any{"marker": marker},
-		limits: sandbox.Limits{TimeoutMS: 1500, CPUMS: 30000, MemoryMB: 128}})
+		limits: sandbox.Limits{TimeoutMS: timeout, CPUMS: limits.Max.CPUMS, MemoryMB: 128}})
 	// While it runs, find the child on the host and remember its cgroups.
 	var cgroups []string
-	for deadline := time.Now().Add(10 * time.Second); len(cgroups) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second * testenv.TimeScale()); len(cgroups) == 0 && time.Now().Before(deadline); {
 		for _, pid := range hostProcsWith(marker) {
 			cgroups = append(cgroups, hostCgroupDirs(pid, r.Info())...)
 		}
@@ -382,8 +402,8 @@ func TestBusyLoopPastTheWallLimitIsATimeoutAndLeavesNoProcess(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
 	}
 	wantError(t, res, sandbox.ErrTimeout)
-	if res.Usage.WallMS < 1500 {
-		t.Errorf("wall %d ms < the 1500 ms limit", res.Usage.WallMS)
+	if res.Usage.WallMS < timeout {
+		t.Errorf("wall %d ms < the %d ms limit", res.Usage.WallMS, timeout)
 	}
 	if len(cgroups) == 0 {
 		t.Fatalf("never saw the tool's child (marker %s) on the host while it ran", marker)
@@ -449,7 +469,7 @@ func TestProcessCreationPastThePidsLimitFailsWithEAGAIN(t *testing.T) {
 	for _, mode := range []string{"fork", "subprocess", "ctypes", "multiprocessing"} {
 		t.Run(mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "fork_bomb", args: map[string]any{"mode": mode, "n": 500},
-				limits: sandbox.Limits{Pids: pids, TimeoutMS: 20000}})
+				limits: sandbox.Limits{Pids: pids, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(limits.Default.CPUMS, limits.Max.CPUMS)}})
 			var out struct {
 				Created int `json:"created"`
 				Errno   int `json:"errno"`

@@ -10,7 +10,6 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
-	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -26,7 +25,7 @@ func runJS(t *testing.T, r *sandbox.Runner, src string, args any, lim sandbox.Li
 		t.Fatal(err)
 	}
 	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js", TenantID: "containment",
-		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: lim.Or(limits.Default)})
+		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: lim.Or(defaultLimits())})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
 	}
