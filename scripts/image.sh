@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# scripts/image.sh build|check — the shipped image, built and run without a
+# Docker daemon or an image registry.
+#
+#   build  (on the host) a Debian 12 base made from Debian's archive with
+#          mmdebstrap (the host's own apt sources; package versions listed
+#          in .tools/vm/base-packages.txt), imported as
+#          localhost/execgate-base:bookworm; then the Dockerfile built with
+#          buildah against it (BASE=that base, BUILDER=prebuilt: bin/execgate
+#          built here CGO_ENABLED=0 -trimpath), saved as an OCI archive in
+#          .tools/vm/execgate-image.tar for the VM.
+#   check  (on a cgroup v2 host: the VM of scripts/vm-test.sh) loads the
+#          archive into a private podman store and runs the image:
+#          - --privileged: /readyz 200 and the README's probe ok through
+#            the published port, a JavaScript probe ok, the CA count inside
+#            a jail of the image > 0, and the rootfs built at image build
+#            time is the one serve uses (not rebuilt at start);
+#          - the capability set deploy/helm documents (CAP_SYS_ADMIN,
+#            seccomp and AppArmor unconfined, a writable cgroup2): the same
+#            probe ok;
+#          - unprivileged (podman's defaults): /readyz 503 and a run 503
+#            SandboxUnavailable with its hint, never an unjailed run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="$(realpath -m "$ROOT/.tools/vm")"
+BASE_TAG=localhost/execgate-base:bookworm
+IMAGE=localhost/execgate:test
+ARCHIVE="$OUT/execgate-image.tar"
+log() { printf '\033[1mimage:\033[0m %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+mkdir -p "$OUT"
+
+build() {
+  for t in mmdebstrap buildah podman; do command -v "$t" >/dev/null || die "missing $t (Debian package $t)"; done
+  if ! buildah images --quiet "$BASE_TAG" >/dev/null 2>&1; then
+    log "making the base from Debian's archive (mmdebstrap bookworm, minbase + python3, python3-venv, ca-certificates)"
+    sources=/etc/apt/sources.list.d/debian.sources
+    [ -r "$sources" ] || sources=/etc/apt/sources.list
+    mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+      --customize-hook='chroot "$1" dpkg-query -W -f="\${Package} \${Version}\n" > "'"$OUT"'/base-packages.txt"' \
+      bookworm "$OUT/base.tar" "$sources"
+    podman import --quiet "$OUT/base.tar" "$BASE_TAG" >/dev/null
+    rm -f "$OUT/base.tar"
+  fi
+  log "building bin/execgate (CGO_ENABLED=0 -trimpath) and the image $IMAGE with buildah"
+  CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/execgate ./cmd/execgate
+  buildah bud --quiet --network host --layers --build-arg BASE="$BASE_TAG" --build-arg BUILDER=prebuilt \
+    -t "$IMAGE" -f Dockerfile . >/dev/null
+  rm -f "$ARCHIVE"
+  podman save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE"
+  log "saved $(du -h "$ARCHIVE" | cut -f1) to $ARCHIVE"
+}
+
+# The check's podman: a private store on the VM's tmpfs, cgroupfs (no
+# systemd in the VM), events to a file.
+STORE="${TMPDIR:-/tmp}/execgate-podman"
+P=(podman --root "$STORE/root" --runroot "$STORE/run" --cgroup-manager cgroupfs --events-backend file)
+
+wait_ready() { # NAME PORT WANT: waits for /readyz to answer WANT
+  local code=""
+  for _ in $(seq 1 900); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$2/readyz" || true)
+    [ "$code" = "$3" ] && return 0
+    if [ "$("${P[@]}" inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" != true ]; then
+      "${P[@]}" logs "$1" 2>&1 | tail -30; die "$1 stopped before /readyz answered $3"
+    fi
+    sleep 1
+  done
+  "${P[@]}" logs "$1" 2>&1 | tail -30
+  die "$1: /readyz answered $code, not $3"
+}
+
+execute() { # PORT TOKEN BODY: prints the response, status line first
+  curl -s -i "http://127.0.0.1:$1/v1/execute" -H "Authorization: Bearer $2" -H 'Content-Type: application/json' -d "$3"
+}
+
+PY_PROBE='{"execution_id":"probe","tenant_id":"demo","source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}'
+JS_PROBE='{"tenant_id":"demo","language":"javascript","source":"export function run(args, context) {\n  return {ok: true, js: typeof Deno};\n}\n"}'
+
+jailed() { # NAME PORT: the probes through a running container
+  local name="$1" port="$2" token out
+  token=$("${P[@]}" exec "$name" execgate token --tenant demo)
+  out=$(execute "$port" "$token" "$PY_PROBE")
+  grep -q '^HTTP/1.1 200' <<<"$out" && grep -q '"status":"ok"' <<<"$out" && grep -q '"result":{"ok":true}' <<<"$out" ||
+    { echo "$out"; die "$name: the README's probe did not answer status ok"; }
+  out=$(execute "$port" "$token" "$JS_PROBE")
+  grep -q '"status":"ok"' <<<"$out" && grep -q '"js":"object"' <<<"$out" || { echo "$out"; die "$name: the JavaScript probe did not answer ok"; }
+  out=$("${P[@]}" exec "$name" execgate diagnose --json || true)
+  ca=$(/usr/bin/python3 -c 'import json,sys,re; c=[c for c in json.load(sys.stdin) if c["name"]=="CA certificates in jail"][0]; m=re.match(r"(\d+) ", c["detail"]); print(m.group(1) if c["status"]=="ok" and m else 0)' <<<"$out")
+  [ "${ca:-0}" -gt 0 ] || { echo "$out"; die "$name: no CA certificates inside a jail of the image"; }
+  log "$name: probe ok, JavaScript ok, $ca CA certificates inside the jail"
+}
+
+check() {
+  [ -r "$ARCHIVE" ] || die "no image archive at $ARCHIVE: run scripts/image.sh build on the host first"
+  [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || die "the image check runs on a cgroup v2 host (scripts/vm-test.sh)"
+  rm -rf "$STORE"; mkdir -p "$STORE"
+  "${P[@]}" load --quiet -i "$ARCHIVE" >/dev/null
+  trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv >/dev/null 2>&1 || true' EXIT
+  built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/rootfs/.execgate-manifest.json | cut -d' ' -f1)
+
+  log "podman run --privileged"
+  "${P[@]}" run -d --name eg-priv --privileged -p 127.0.0.1:18030:8010 "$IMAGE" >/dev/null
+  wait_ready eg-priv 18030 200
+  jailed eg-priv 18030
+  now=$("${P[@]}" exec eg-priv sha256sum /var/lib/execgate/rootfs/.execgate-manifest.json | cut -d' ' -f1)
+  [ "$built" = "$now" ] || die "serve rebuilt the rootfs at start (manifest $built at build, $now after start)"
+  log "eg-priv: serve used the rootfs built into the image (manifest sha256 ${built:0:12})"
+
+  log "podman run with the Helm chart's capability set (SYS_ADMIN, seccomp and AppArmor unconfined, cgroup2 read-write)"
+  "${P[@]}" run -d --name eg-caps --cap-add SYS_ADMIN --cap-add AUDIT_READ \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt unmask=ALL \
+    --cgroupns private --volume /sys/fs/cgroup:/sys/fs/cgroup:rw \
+    -p 127.0.0.1:18031:8010 "$IMAGE" >/dev/null
+  wait_ready eg-caps 18031 200
+  jailed eg-caps 18031
+
+  log "podman run unprivileged (its defaults)"
+  "${P[@]}" run -d --name eg-unpriv -p 127.0.0.1:18032:8010 "$IMAGE" >/dev/null
+  wait_ready eg-unpriv 18032 503
+  token=$("${P[@]}" exec eg-unpriv execgate token --tenant demo)
+  out=$(execute 18032 "$token" "$PY_PROBE")
+  grep -q '^HTTP/1.1 503' <<<"$out" && grep -q '"type":"SandboxUnavailable"' <<<"$out" && grep -q '"hint":"[^"]*privileged' <<<"$out" ||
+    { echo "$out"; die "eg-unpriv: a run was not refused 503 SandboxUnavailable with its hint"; }
+  log "eg-unpriv: /readyz 503, a run 503 SandboxUnavailable: $(grep -o '"hint":"[^"]*"' <<<"$out" | head -1)"
+  log "the image passed"
+}
+
+case "${1:-}" in
+build) build ;;
+check) check ;;
+*) echo "usage: $0 build|check"; exit 2 ;;
+esac

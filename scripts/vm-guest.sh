@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The v2 suites, run inside the VM that scripts/vm-test.sh boots (from the
+# repository root, as root, on a cgroup2-only hierarchy). Not meant to run
+# on a host: it refuses to unless /sys/fs/cgroup is cgroup2 with no v1
+# hierarchy anywhere.
+#
+# Go tests come as binaries built on the host ($EXECGATE_VM_OUT/bin); their
+# output goes through go tool test2json and scripts/gotest-report.py, so a
+# skip in a guarded package fails under CI=true as on the host.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${EXECGATE_VM_OUT:?set by scripts/vm-test.sh}"   # the test binaries (read-only here)
+RES="${EXECGATE_VM_RESULTS:-/tmp}"                     # read-write, seen by the host
+MOD=github.com/execgate/execgate
+BIN="$ROOT/bin/execgate"
+failed=()
+step() { printf '\n\033[1m== vm: %s\033[0m\n' "$*"; }
+fail() { printf 'vm: FAIL: %s\n' "$*"; failed+=("$1"); }
+
+if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || grep -q ' cgroup ' /proc/mounts; then
+  echo "vm-guest: /sys/fs/cgroup is not a cgroup2-only hierarchy: $(grep cgroup /proc/mounts | tr '\n' ';')"
+  exit 2
+fi
+step "host: $(uname -r), $(nproc) CPUs, cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers), own cgroup $(cat /proc/self/cgroup)"
+export TMPDIR="${TMPDIR:-/tmp}"
+mkdir -p "$TMPDIR"
+
+# gotests PKG RUN [SKIP]: runs the host-built test binary of PKG in PKG's
+# dir, the tests matching RUN (all when empty) but not SKIP.
+gotests() {
+  local pkg="$1" run="$2" skip="${3:-}" t0
+  t0=$(date +%s)
+  (cd "$pkg" && go tool test2json -p "$MOD/$pkg" -t "$OUT/bin/$pkg.test" -test.v=test2json -test.count=1 \
+    -test.timeout=45m ${run:+-test.run "$run"} ${skip:+-test.skip "$skip"}) >"$RES/$(echo "$pkg" | tr / -).json" 2>&1
+  echo "$pkg: $(( $(date +%s) - t0 ))s" >>"$RES/times.log"
+}
+
+step "go tests under CI=${CI:-}: containment, sandbox (cgroups, limits, level process), app (isolation)"
+# Everything in these packages that touches cgroups, limits or level
+# process. The rest of the sandbox suite (rendering, rootfs, imports, the
+# bridge's framing) does not depend on the hierarchy and runs on the host.
+SANDBOX_V2='^(TestProbeToolReturnsOK|TestRunOutcomes|TestCPULimitHoldsForAllProcessesTogether|TestJailIsolation|TestCancelledContextStopsTheRun|TestWarmPool|TestOneJailExhaustingPerUserLimitsDoesNotReachAnother|TestMultiprocessingPoolQueueLockAndSharedMemoryWork|TestJavaScriptRunsWithinThePidsLimit|TestJavaScriptProbeReturnsOK|TestProcess.*|TestZygote.*|TestCgroup.*|TestProbeCgroups.*|TestV2.*|TestSweep.*)$'
+APP_V2='^(TestTheDesignProbeRunsVerbatim|TestIsolationProcessIsGrantedByPolicy|TestServeRunsToolsOnAPrivateStateDir|TestAnEscapeSyscallIsInTheEnvelopeTheAuditRecordAndTheMetric|TestSandboxUnavailableStillServesAndRunsNothing|TestQuotaE2EProcessTracking)$'
+# Not here: the scan of every readable file for a gateway secret (no
+# cgroup in it) outlasts the 60 s platform maximum under emulation.
+gotests containment "" "^TestGatewaySecretIsNotFindableInTheJail$"
+gotests sandbox "$SANDBOX_V2"
+gotests app "$APP_V2"
+cat "$RES"/containment.json "$RES"/sandbox.json "$RES"/app.json | /usr/bin/python3 scripts/gotest-report.py || fail "go tests"
+cat "$RES/times.log"
+
+state=$(mktemp -d)
+step "execgate smoke (state dir $state)"
+"$BIN" smoke --state-dir "$state" || fail "smoke"
+
+step "execgate diagnose"
+"$BIN" diagnose --state-dir "$state" || fail "diagnose"
+
+step "the README's curl probe against execgate serve"
+scripts/vm-probe.sh "$BIN" "$state" || fail "serve probe"
+
+step "a systemd-style delegated cgroup (Delegate=yes: trusted.delegate), shared with another process"
+scripts/vm-cgroup-shapes.sh delegated "$BIN" || fail "delegated cgroup"
+
+step "a container-style cgroup namespace whose root execgate shares with an init and a sidecar"
+scripts/vm-cgroup-shapes.sh cgroupns "$BIN" || fail "cgroup namespace"
+
+if [ "${EXECGATE_VM_IMAGE:-1}" = 1 ]; then
+  step "the shipped image under podman (scripts/image.sh check)"
+  scripts/image.sh check || fail "image"
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "vm: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "vm: all v2 suites passed"
