@@ -63,9 +63,27 @@ if [ -x "$ROOT/bin/execgate" ]; then
   grep -q 'role: executor' <<<"$printed" || { echo "FAIL split executor config: not role executor"; exit 1; }
   ok "split executor config.yaml accepted by execgate's strict loader (role executor, no auth)"
 fi
-# The image build context must not carry the host's tools venv or binaries.
-for p in .git .tools bin; do
-  grep -qx "$p" "$ROOT/.dockerignore" || { echo "FAIL .dockerignore does not exclude $p"; exit 1; }
+# The image build context must not carry the host's tools venv or
+# binaries, but bin/execgate (the BUILDER=prebuilt stage takes it).
+for p in .git .tools 'bin/*' '!bin/execgate'; do
+  grep -qxF "$p" "$ROOT/.dockerignore" || { echo "FAIL .dockerignore lacks the line $p"; exit 1; }
 done
-ok ".dockerignore keeps .git, .tools and bin out of the image build context"
+ok ".dockerignore keeps .git, .tools and bin (but bin/execgate) out of the image build context"
+# The systemd units load: systemd-analyze verify, with ExecStart pointed at
+# this checkout's binary (the units name the installed path).
+if command -v systemd-analyze >/dev/null 2>&1; then
+  mkdir -p "$OUT/systemd"
+  for u in "$ROOT"/deploy/systemd/*.service; do
+    sed "s|/usr/local/bin/execgate|$ROOT/bin/execgate|" "$u" > "$OUT/systemd/$(basename "$u")"
+  done
+  verify=$(cd "$OUT/systemd" && systemd-analyze verify ./*.service 2>&1 || true)
+  # A host without systemd as PID 1 (a container, this VM's CI) still loads
+  # and checks the units; only lines naming them count.
+  bad=$(grep -E 'execgate(-gateway)?\.service' <<<"$verify" || true)
+  [ -z "$bad" ] || { echo "FAIL systemd units: $bad"; exit 1; }
+  grep -q '^Delegate=yes' "$ROOT/deploy/systemd/execgate.service" || { echo "FAIL execgate.service lacks Delegate=yes"; exit 1; }
+  ok "systemd units verified (systemd-analyze verify), execgate.service delegates its cgroup"
+else
+  echo "FAIL systemd-analyze is missing: the systemd units cannot be verified"; exit 1
+fi
 echo "deploy checks passed"
