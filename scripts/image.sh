@@ -46,8 +46,17 @@ build() {
   fi
   log "building bin/execgate (CGO_ENABLED=0 -trimpath) and the image $IMAGE with buildah"
   CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/execgate ./cmd/execgate
-  buildah bud --quiet --network host --layers --build-arg BASE="$BASE_TAG" --build-arg BUILDER=prebuilt \
-    -t "$IMAGE" -f Dockerfile . >/dev/null
+  # pip inside the build trusts what pip here trusts (a TLS-inspecting
+  # proxy's CA, when this host's pip is configured with one): the bundle is
+  # mounted for the build only.
+  cert="${PIP_CERT:-$("$ROOT/.tools/venv/bin/pip" config get global.cert 2>/dev/null || true)}"
+  certargs=()
+  if [ -n "$cert" ] && [ -r "$cert" ]; then
+    certargs=(--volume "$(realpath "$cert"):/run/execgate-build/ca.crt:ro" --build-arg PIP_CERT=/run/execgate-build/ca.crt)
+  fi
+  # chroot isolation: the RUN steps need no OCI runtime or cgroups here.
+  buildah bud --quiet --isolation chroot --network host --layers "${certargs[@]}" \
+    --build-arg BASE="$BASE_TAG" --build-arg BUILDER=prebuilt -t "$IMAGE" -f Dockerfile . >/dev/null
   rm -f "$ARCHIVE"
   podman save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE"
   log "saved $(du -h "$ARCHIVE" | cut -f1) to $ARCHIVE"
@@ -96,9 +105,13 @@ jailed() { # NAME PORT: the probes through a running container
 check() {
   [ -r "$ARCHIVE" ] || die "no image archive at $ARCHIVE: run scripts/image.sh build on the host first"
   [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || die "the image check runs on a cgroup v2 host (scripts/vm-test.sh)"
+  # The store on a tmpfs of its own: podman's overlay driver cannot stack on
+  # the VM's overlay root.
+  mountpoint -q "$STORE" && umount "$STORE"
   rm -rf "$STORE"; mkdir -p "$STORE"
+  mount -t tmpfs -o size=4g,mode=0700 execgate-podman "$STORE"
   "${P[@]}" load --quiet -i "$ARCHIVE" >/dev/null
-  trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv >/dev/null 2>&1 || true' EXIT
+  trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv >/dev/null 2>&1 || true; umount "$STORE" 2>/dev/null || true' EXIT
   built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/rootfs/.execgate-manifest.json | cut -d' ' -f1)
 
   log "podman run --privileged"

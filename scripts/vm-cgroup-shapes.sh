@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/vm-cgroup-shapes.sh delegated|cgroupns BIN: runs `BIN smoke` (a
+# scripts/vm-cgroup-shapes.sh delegated|cgroupns BIN [STATE_DIR]: runs `BIN smoke` (a
 # real jailed run, its cgroups made by execgate) in one of the cgroup v2
 # shapes production hosts give execgate, with other processes sharing its
 # cgroup, and checks where execgate put its tree. For the cgroup v2 VM
@@ -18,7 +18,8 @@
 set -euo pipefail
 shape="$1" BIN="$2"
 CG=/sys/fs/cgroup
-state=$(mktemp -d)
+# A state dir whose rootfs an earlier step built saves building it again.
+state="${3:-$(mktemp -d)}"
 enable() { for c in memory pids cpu; do echo "+$c" >"$1/cgroup.subtree_control"; done; }
 enable "$CG"
 case "$shape" in
@@ -50,6 +51,11 @@ sib=$(cat "$state/sibling")
 leaf=$(grep -l -x "$sib" "$base"/*.supervisor/cgroup.procs 2>/dev/null | head -1 || true)
 kill "$sib" 2>/dev/null || true
 echo "diagnose (before the first run): $(/usr/bin/python3 -c 'import json,sys; print([c["detail"] for c in json.load(open(sys.argv[1])) if c["name"]=="cgroups"][0])' "$state/diagnose.json")"
+diag=$(cat "$state/diagnose.json")
+case "$shape" in
+delegated) grep -q "runs below $base/execgate (its own cgroup, delegated (trusted.delegate))" <<<"$diag" || { echo "vm-cgroup-shapes: diagnose did not name the delegated cgroup"; exit 1; } ;;
+cgroupns) grep -q "moves the [0-9]* process(es) sharing its base cgroup" <<<"$diag" || { echo "vm-cgroup-shapes: diagnose did not say it moves the processes sharing the namespace root"; exit 1; } ;;
+esac
 [ -n "$leaf" ] || { echo "vm-cgroup-shapes: the process sharing $base was not moved into a leaf"; exit 1; }
 [ -d "$base/execgate" ] || { echo "vm-cgroup-shapes: execgate's tree is not in $base"; exit 1; }
 grep -qw memory "$base/cgroup.subtree_control" || { echo "vm-cgroup-shapes: $base does not delegate memory"; exit 1; }

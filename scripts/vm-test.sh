@@ -84,6 +84,7 @@ fi
 cmd="$(printf '%q ' "$@")"
 [ $# -eq 0 ] && cmd="scripts/vm-guest.sh"
 guest="cd $(printf '%q' "$ROOT") && mkdir -p /tmp/vmhome && export HOME=/tmp/vmhome GOCACHE=/tmp/vmhome/go-build \
+GOMODCACHE=$(printf '%q' "$(go env GOMODCACHE)") GOPROXY=off \
 CI=${CI:-} EXECGATE_TEST_TIME_SCALE=$scale EXECGATE_VM_ACCEL=$ACCEL_NAME EXECGATE_VM_IMAGE=${EXECGATE_VM_IMAGE:-1} \
 EXECGATE_VM_OUT=$(printf '%q' "$OUT") EXECGATE_VM_RESULTS=$(printf '%q' "$RES") PATH=$(printf '%q' "$TOOLS/bin:$PATH"); \
 $cmd; echo \$? > $(printf '%q' "$RES/status")"
