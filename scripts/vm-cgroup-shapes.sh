@@ -38,8 +38,11 @@ cgroupns)
   rmdir "$ctr"/execgate/* "$ctr"/execgate "$ctr"/*.supervisor 2>/dev/null || true
   mkdir -p "$ctr"
   bash -c 'echo $$ >"$1/cgroup.procs"; exec unshare --cgroup --mount --propagation private bash -c "
-    mount -t cgroup2 cgroup2 /sys/fs/cgroup
+    umount -l /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup || exit 1
     grep -q \"^0::/\$\" /proc/self/cgroup || { echo not at the namespace root; exit 1; }
+    # The root of the namespace is an ordinary cgroup (the root of the host
+    # has no cgroup.type): no internal processes once it delegates.
+    [ -e /sys/fs/cgroup/cgroup.type ] || { echo the cgroup2 mount is not the one of the namespace; exit 1; }
     sleep 600 & echo \$! >\"\$2/sibling\"
     \"\$1\" diagnose --json --state-dir \"\$2\" >\"\$2/diagnose.json\" || true
     \"\$1\" smoke --state-dir \"\$2\"" _ "$2" "$3"' _ "$ctr" "$BIN" "$state"
