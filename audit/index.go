@@ -262,19 +262,8 @@ func (x *tenantIndex) search(ctx context.Context, q Query) (SearchResult, error)
 			continue
 		}
 		res.ScannedBytes += int64(l.n)
-		var r Record
-		if err := json.Unmarshal(buf, &r); err != nil || !slices.Contains(q.Tenants, r.TenantID) {
-			res.Skipped++
-			continue
-		}
-		if !q.Since.IsZero() && r.Time.Before(q.Since.Add(-sinceSlack)) {
+		if q.take(&res, buf, q.Tenants) {
 			return res, nil
-		}
-		if q.match(&r) {
-			res.Records = append(res.Records, r)
-			if len(res.Records) >= q.Limit {
-				return res, nil
-			}
 		}
 	}
 	res.ScanLimitReached = older

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -62,6 +63,26 @@ type SearchResult struct {
 	ScanLimitReached bool `json:"scan_limit_reached"`
 	// Skipped counts lines that did not decode as records.
 	Skipped int `json:"skipped"`
+}
+
+// take decodes one record line (newest first) into res: counted as
+// skipped when it does not decode or, with tenants, belongs to none of
+// them; kept when it matches q. done: the search is over (the record is
+// older than q.Since allows, or q.Limit records are kept).
+func (q Query) take(res *SearchResult, line []byte, tenants []string) (done bool) {
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil || (tenants != nil && !slices.Contains(tenants, r.TenantID)) {
+		res.Skipped++
+		return false
+	}
+	if !q.Since.IsZero() && r.Time.Before(q.Since.Add(-sinceSlack)) {
+		return true
+	}
+	if q.match(&r) {
+		res.Records = append(res.Records, r)
+		return len(res.Records) >= q.Limit
+	}
+	return false
 }
 
 func (q Query) match(r *Record) bool {
@@ -171,19 +192,8 @@ func SearchFile(ctx context.Context, path string, q Query) (SearchResult, error)
 			if len(line) == 0 {
 				continue
 			}
-			var r Record
-			if err := json.Unmarshal(line, &r); err != nil {
-				res.Skipped++
-				continue
-			}
-			if !q.Since.IsZero() && r.Time.Before(q.Since.Add(-sinceSlack)) {
+			if q.take(&res, line, nil) {
 				return res, nil
-			}
-			if q.match(&r) {
-				res.Records = append(res.Records, r)
-				if len(res.Records) >= q.Limit {
-					return res, nil
-				}
 			}
 		}
 		if len(lines) > 0 && start == 1 {
