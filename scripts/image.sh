@@ -27,7 +27,11 @@ OUT="$(realpath -m "$ROOT/.tools/vm")"
 BASE_TAG=localhost/execgate-base:bookworm
 IMAGE=localhost/execgate:test
 ARCHIVE="$OUT/execgate-image.tar"
-log() { printf '\033[1mimage:\033[0m %s\n' "$*" >&2; }
+log() {
+  printf '\033[1mimage:\033[0m %s\n' "$*" >&2
+  # In the VM, also where the host can follow it as it happens.
+  [ -n "${EXECGATE_VM_RESULTS:-}" ] && printf '%s image: %s\n' "$(date +%T)" "$*" >>"$EXECGATE_VM_RESULTS/progress.log" || true
+}
 die() { log "FAIL: $*"; exit 1; }
 mkdir -p "$OUT"
 
@@ -67,15 +71,15 @@ build() {
 STORE="${TMPDIR:-/tmp}/execgate-podman"
 P=(podman --root "$STORE/root" --runroot "$STORE/run" --cgroup-manager cgroupfs --events-backend file)
 
-wait_ready() { # NAME PORT WANT: waits for /readyz to answer WANT
-  local code=""
-  for _ in $(seq 1 900); do
-    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$2/readyz" || true)
+wait_ready() { # NAME PORT WANT: waits (at most 480 s) for /readyz to answer WANT
+  local code="" deadline=$(( $(date +%s) + 480 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$2/readyz" || true)
     [ "$code" = "$3" ] && return 0
     if [ "$("${P[@]}" inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" != true ]; then
       "${P[@]}" logs "$1" 2>&1 | tail -30; die "$1 stopped before /readyz answered $3"
     fi
-    sleep 1
+    sleep 2
   done
   "${P[@]}" logs "$1" 2>&1 | tail -30
   die "$1: /readyz answered $code, not $3"
@@ -112,13 +116,13 @@ check() {
   mount -t tmpfs -o size=4g,mode=0700 execgate-podman "$STORE"
   "${P[@]}" load --quiet -i "$ARCHIVE" >/dev/null
   trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv >/dev/null 2>&1 || true; umount "$STORE" 2>/dev/null || true' EXIT
-  built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/rootfs/.execgate-manifest.json | cut -d' ' -f1)
+  built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/rootfs/etc/execgate/manifest.json | cut -d' ' -f1)
 
   log "podman run --privileged"
   "${P[@]}" run -d --name eg-priv --privileged -p 127.0.0.1:18030:8010 "$IMAGE" >/dev/null
   wait_ready eg-priv 18030 200
   jailed eg-priv 18030
-  now=$("${P[@]}" exec eg-priv sha256sum /var/lib/execgate/rootfs/.execgate-manifest.json | cut -d' ' -f1)
+  now=$("${P[@]}" exec eg-priv sha256sum /var/lib/execgate/rootfs/etc/execgate/manifest.json | cut -d' ' -f1)
   [ "$built" = "$now" ] || die "serve rebuilt the rootfs at start (manifest $built at build, $now after start)"
   log "eg-priv: serve used the rootfs built into the image (manifest sha256 ${built:0:12})"
 

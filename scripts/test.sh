@@ -41,13 +41,14 @@ if ! (cd clients/typescript && npm run -s check-schema && npm run -s build && np
   failed+=("typescript client")
 fi
 
-# The same suites on the unified cgroup v2 hierarchy, and the shipped
-# image: a nested VM (scripts/vm-test.sh) runs the containment suite, the
-# cgroup and level-process sandbox tests, the app's isolation tests,
-# smoke, the README's probe against serve, execgate in a systemd-delegated
-# cgroup and in a container's cgroup namespace, and the image under podman
-# (built here first by scripts/image.sh). It fails when the VM cannot boot.
-echo "== cgroup v2 VM and the image (scripts/vm-test.sh)"
+# The same suites on the unified cgroup v2 hierarchy: a nested VM
+# (scripts/vm-test.sh) runs the containment suite, the cgroup and
+# level-process sandbox tests, the app's isolation tests, smoke, the
+# README's probe against serve, and execgate in a systemd-delegated cgroup
+# and in a container's cgroup namespace (with EXECGATE_VM_IMAGE=1 also the
+# image, built here first by scripts/image.sh; not in the default run
+# yet). It fails when the VM cannot boot.
+echo "== cgroup v2 VM (scripts/vm-test.sh)"
 if ! ./scripts/vm-test.sh; then
   failed+=("cgroup v2 VM")
 fi

@@ -15,7 +15,10 @@ RES="${EXECGATE_VM_RESULTS:-/tmp}"                     # read-write, seen by the
 MOD=github.com/execgate/execgate
 BIN="$ROOT/bin/execgate"
 failed=()
-step() { printf '\n\033[1m== vm: %s\033[0m\n' "$*"; }
+step() {
+  printf '\n\033[1m== vm: %s\033[0m\n' "$*"
+  printf '%s %s\n' "$(date +%T)" "$*" >>"$RES/progress.log"
+}
 fail() { printf 'vm: FAIL: %s\n' "$*"; failed+=("$1"); }
 
 if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || grep -q ' cgroup ' /proc/mounts; then
@@ -69,7 +72,7 @@ scripts/vm-cgroup-shapes.sh delegated "$BIN" "$state" || fail "delegated cgroup"
 step "a container-style cgroup namespace whose root execgate shares with an init and a sidecar"
 scripts/vm-cgroup-shapes.sh cgroupns "$BIN" "$state" || fail "cgroup namespace"
 
-if [ "${EXECGATE_VM_IMAGE:-1}" = 1 ]; then
+if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then
   step "the shipped image under podman (scripts/image.sh check)"
   scripts/image.sh check || fail "image"
 fi
