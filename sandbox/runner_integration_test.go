@@ -105,7 +105,8 @@ func (l *logBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return stri
 func newRunner(t *testing.T, mod func(*sandbox.Config), opts ...sandbox.Option) *sandbox.Runner {
 	t.Helper()
 	needJail(t)
-	cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent}
+	cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent,
+		Zygotes: sandbox.ZygoteConfig{StartMS: stretch(sandbox.DefaultZygoteStartMS)}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -41,6 +41,11 @@ type ZygoteConfig struct {
 	// MaxRuns retires a zygote after this many runs (a new one is started
 	// on demand). Default 1000.
 	MaxRuns int `yaml:"max_runs" json:"max_runs"`
+	// StartMS bounds a zygote's start (nsjail, Python, imports, its first
+	// spare), milliseconds; a zygote not ready by then is stopped and the
+	// run is unavailable. Default 10000; raise it on a slow host (an
+	// emulated VM takes several seconds).
+	StartMS int64 `yaml:"start_ms" json:"start_ms"`
 }
 
 // Defaults for ZygoteConfig.
@@ -49,6 +54,7 @@ const (
 	DefaultZygoteMemoryMB = 4096
 	DefaultZygoteIdleMS   = 60000
 	DefaultZygoteMaxRuns  = 1000
+	DefaultZygoteStartMS  = 10000
 )
 
 // withDefaults returns c with zero fields defaulted.
@@ -65,6 +71,9 @@ func (c ZygoteConfig) withDefaults() ZygoteConfig {
 	if c.MaxRuns == 0 {
 		c.MaxRuns = DefaultZygoteMaxRuns
 	}
+	if c.StartMS == 0 {
+		c.StartMS = DefaultZygoteStartMS
+	}
 	return c
 }
 
@@ -79,6 +88,8 @@ func (c ZygoteConfig) Validate() error {
 		return fmt.Errorf("sandbox.zygotes.idle_ms: %d is negative", c.IdleMS)
 	case c.MaxRuns < 0:
 		return fmt.Errorf("sandbox.zygotes.max_runs: %d is negative", c.MaxRuns)
+	case c.StartMS < 0:
+		return fmt.Errorf("sandbox.zygotes.start_ms: %d is negative", c.StartMS)
 	}
 	return nil
 }

@@ -61,9 +61,6 @@ import (
 // cgroup v1). A zygote that dies ends its runs in flight as SandboxCrashed;
 // the next run starts a new one. Nothing is ever retried.
 
-// zygoteStartTimeout bounds a zygote's start (nsjail, Python, imports).
-const zygoteStartTimeout = 10 * time.Second
-
 // zygoteHandshakeTimeout bounds a fork request and the child's report.
 const zygoteHandshakeTimeout = 5 * time.Second
 
@@ -574,7 +571,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		spares: make(chan *spare, zygoteSpares), cgroups: make(chan *runCgroup, zygoteCgroups),
 	}
 	go z.read()
-	t := time.NewTimer(zygoteStartTimeout)
+	t := time.NewTimer(time.Duration(zs.cfg.StartMS) * time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-z.ready:

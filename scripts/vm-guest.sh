@@ -27,6 +27,9 @@ if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || grep -q ' cgroup ' /pro
 fi
 step "host: $(uname -r), $(nproc) CPUs, cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers), own cgroup $(cat /proc/self/cgroup)"
 export TMPDIR="${TMPDIR:-/tmp}"
+# A zygote's start (Python and the harness's imports) takes seconds under
+# emulation: the gateways started here get the stretched allowance too.
+export EXECGATE_SANDBOX_ZYGOTES_START_MS=$(( 10000 * ${EXECGATE_TEST_TIME_SCALE:-1} ))
 mkdir -p "$TMPDIR"
 
 # gotests PKG RUN [SKIP]: runs the host-built test binary of PKG in PKG's

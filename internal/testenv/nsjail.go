@@ -79,6 +79,8 @@ func SandboxConfig(t testing.TB) sandbox.Config {
 		WorkDir:     t.TempDir(),
 		Cgroups:     sandbox.DefaultCgroups,
 		KillGraceMS: sandbox.DefaultKillGraceMS,
+		// A zygote's start is an allowance, stretched on a slow host.
+		Zygotes: sandbox.ZygoteConfig{StartMS: sandbox.DefaultZygoteStartMS * int64(TimeScale())},
 	}
 }
 
