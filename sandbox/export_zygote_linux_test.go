@@ -158,3 +158,15 @@ func dyingOrKilled(tid string) bool {
 	}
 	return false
 }
+
+// ZygoteScoped reports whether a live zygote's runs get the Landlock scope
+// on abstract unix sockets (the kernel has it: Linux 6.12+); ok is false
+// when no zygote is live.
+func ZygoteScoped(r *Runner) (scoped, ok bool) {
+	r.zygotes.mu.Lock()
+	defer r.zygotes.mu.Unlock()
+	for _, z := range r.zygotes.m {
+		return z.scoped, true
+	}
+	return false, false
+}

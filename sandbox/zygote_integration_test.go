@@ -975,6 +975,14 @@ def run(args, context):
 			if a["child"] != "reached reached descriptor" {
 				t.Errorf("level %s: run A's own child: %v, want both of A's sockets reached and a descriptor passed", level, a["child"])
 			}
+			// A kernel without Landlock's abstract-socket scope (before
+			// 6.12, e.g. Debian 12's 6.1 in the cgroup v2 VM) cannot hold
+			// this at level process: the zygote says so and the runner
+			// warns (README: the documented gap).
+			if scoped, ok := sandbox.ZygoteScoped(r); level == sandbox.IsolationProcess && ok && !scoped {
+				t.Logf("level process on a kernel without the scope (the documented gap): run B: stream %v, datagram %v", b["stream"], b["dgram"])
+				return
+			}
 			for _, k := range []string{"stream", "dgram"} {
 				if b[k] == "reached" {
 					t.Errorf("level %s: run B reached run A's abstract %s socket", level, k)
