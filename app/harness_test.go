@@ -275,3 +275,12 @@ func writePolicyDir(t *testing.T, files map[string]string) string {
 func probe(tenant string) string {
 	return `{"execution_id":"probe","tenant_id":"` + tenant + `","source":"async def run(args, context):\n    return {\"ok\": True}\n","entrypoint":"run"}`
 }
+
+// stretchedLimits asks for the platform's default time limits (5 s wall
+// and CPU) stretched by testenv.TimeScale, within the demo tenant's 30 s
+// cap: a test of something else whose trivial run must not time out on an
+// emulated host (the cgroup v2 VM).
+func stretchedLimits() map[string]any {
+	ms := min(5000*int64(testenv.TimeScale()), 30000)
+	return map[string]any{"timeout_ms": ms, "cpu_ms": ms}
+}

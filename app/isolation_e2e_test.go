@@ -21,8 +21,11 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 		c.Tenants = append(c.Tenants, fast)
 	}})
 	src := "import os\ndef run(args, context):\n    return {\"pid\": os.getpid(), \"ppid\": os.getppid()}\n"
+	// The default 5 s is the allowance of a trivial run; an emulated host
+	// (the cgroup v2 VM) needs it stretched.
+	lim := stretchedLimits()
 
-	r := s.execute(s.token("fast"), map[string]any{"source": src, "isolation": "process"})
+	r := s.execute(s.token("fast"), map[string]any{"source": src, "isolation": "process", "limits": lim})
 	if r.status != http.StatusOK {
 		t.Fatalf("granted tenant: %d %s", r.status, r.body)
 	}
@@ -51,7 +54,7 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 	}
 
 	before := s.runs.Load()
-	r = s.execute(s.token("demo"), map[string]any{"source": src, "isolation": "process"})
+	r = s.execute(s.token("demo"), map[string]any{"source": src, "isolation": "process", "limits": lim})
 	if r.status != http.StatusForbidden || r.errType(t) != "PolicyDenied" {
 		t.Fatalf("tenant without process: %d %s, want 403 PolicyDenied", r.status, r.body)
 	}
@@ -64,7 +67,7 @@ func TestIsolationProcessIsGrantedByPolicy(t *testing.T) {
 		t.Fatalf("%d runs for a denied request", n-before)
 	}
 
-	r = s.execute(s.token("fast"), map[string]any{"source": src})
+	r = s.execute(s.token("fast"), map[string]any{"source": src, "limits": lim})
 	if r.status != http.StatusOK {
 		t.Fatalf("default level: %d %s", r.status, r.body)
 	}
