@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/tenancy"
@@ -58,19 +58,10 @@ func (s *Server) handleTools(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	var asked []string
-	if q := c.Query("tools"); q != "" {
-		asked = strings.Split(q, ",")
-		if len(asked) > maxListItems {
-			s.fail(c, badRequest("tools", "has %d tools; at most %d", len(asked), maxListItems))
-			return
-		}
-		for i, t := range asked {
-			if !toolGlobRe().MatchString(t) {
-				s.fail(c, badRequest(fmt.Sprintf("tools[%d]", i), "%q is not a tool name or glob", t))
-				return
-			}
-		}
+	asked, err := decode.ToolsQuery(c.Query("tools"))
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
 	dec, err := s.d.Policy.Decide(ctx, policy.BuildInput(tenant, p, policy.Request{Mode: "run", Tools: asked}))
 	if err != nil {
