@@ -9,9 +9,10 @@ import (
 	"github.com/execgate/execgate/tenancy"
 )
 
-// validatorSource is the fixed tool behind Validate (POST /v1/validate). It parses and
-// compiles the caller's source (compile of an AST runs nothing of it) and
-// looks for the entrypoint among the module's top-level names. It runs in
+// validatorSource is the fixed tool behind Validate (POST /v1/validate, the
+// MCP validate tool). It parses and compiles the caller's source (compile
+// of an AST runs nothing of it) and looks for the entrypoint among the
+// module's top-level names. It runs in
 // the jail like any tool: user-influenced text is never handled by a host
 // interpreter.
 const validatorSource = `import ast

@@ -35,7 +35,7 @@ func (s *Server) handleExecute(c *gin.Context) {
 }
 
 // decodeExecute is the strict decoder of an execute body under the
-// server's caps, for every transport.
+// server's caps, for every route that takes one.
 func (s *Server) decodeExecute(body []byte) (*ExecuteRequest, error) {
 	return decode.Execute(body, s.caps)
 }

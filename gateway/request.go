@@ -10,7 +10,7 @@ import (
 // every error naming the field, defaults filled. `execgate policy eval`
 // reads its input through it, so the CLI and the gateway cannot disagree
 // about a body.
-func DecodeExecuteRequest(cfg Config, body []byte) (*execution.Request, error) {
+func DecodeExecuteRequest(cfg Config, body []byte) (*ExecuteRequest, error) {
 	cfg = cfg.WithDefaults()
 	if int64(len(body)) > cfg.MaxBodyBytes {
 		return nil, execution.TooLarge("body", int64(len(body)), cfg.MaxBodyBytes)

@@ -132,9 +132,9 @@ type Server struct {
 	d      Deps
 	caps   decode.Caps
 	engine *gin.Engine
-	flow   *execution.Flow // the execute flow behind /v1/execute and /mcp
-	mcp    *mcpserver.Server
-	runs   *async.Runs // the async executions, on flow
+	flow   *execution.Flow   // the execute flow behind /v1/execute and /mcp
+	mcp    *mcpserver.Server // POST /mcp, on flow
+	runs   *async.Runs       // the async executions, on flow
 	ready  *readiness
 	// refusals rate-limits refused requests per subject (refusals.go).
 	refusals *refusalLimiter
