@@ -16,7 +16,7 @@ import (
 
 // Request is one execute request as decoded from POST /v1/execute (DESIGN
 // §4) or an MCP tool call; the transport decodes it strictly
-// (gateway/decode.go): unknown fields and wrong types are 400s naming the
+// (package decode): unknown fields and wrong types are 400s naming the
 // field.
 type Request struct {
 	ExecutionID  string          `json:"execution_id,omitempty"`
@@ -92,6 +92,13 @@ type EnvelopeToolCall struct {
 	DecisionID string `json:"decision_id"`
 	MS         int64  `json:"ms"`
 	Outcome    string `json:"outcome"`
+}
+
+// ErrorResponse is the body of an error that is not an envelope: on every
+// HTTP route but /v1/execute, and as an MCP tool's structured result.
+type ErrorResponse struct {
+	Status string    `json:"status"` // always "error"
+	Error  ErrorBody `json:"error"`
 }
 
 // ErrorBody is the error object of an envelope or an error response.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http" // status codes only: the contract gives each error type one status (DESIGN §4)
+	"strconv"
 	"time"
 
 	"github.com/execgate/execgate/quota"
@@ -208,4 +210,14 @@ func Refusal(err error) *Error {
 	default:
 		return &Error{Status: http.StatusInternalServerError, Type: TypeInternal, Message: "internal error", Err: err}
 	}
+}
+
+// RetryAfterSeconds renders d as a Retry-After value (the HTTP header, an
+// MCP result's retry_after_seconds): whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
 }

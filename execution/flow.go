@@ -5,21 +5,24 @@
 // (audit, metrics, trace, one log line), exactly once per execution_id
 // within the idempotency window.
 //
-// A transport (POST /v1/execute, the MCP tools in package gateway; later
-// the async API) authenticates the caller, hands Run a Call — who calls,
-// under which grants, and how to read and decode the request — and renders
-// the Outcome. Nothing here knows HTTP requests: a refusal is an *Error
+// A transport (POST /v1/execute in package gateway, the MCP tools in
+// package mcpserver, the async runs of package execution/async)
+// authenticates the caller, hands Run a Call — who calls, under which
+// grants, and how to read and decode the request — and renders the
+// Outcome. Nothing here knows HTTP requests: a refusal is an *Error
 // carrying the status the contract gives it, the envelope is the answer
 // whatever the transport, and Run is cancelled by its context alone, so a
 // run submitted now and awaited later (issue #15) is Run in a goroutine of
-// its own with its own context.
+// its own with its own context. Validate checks a tool's source (POST
+// /v1/validate, the MCP validate tool) with a fixed checker run through
+// the same queue and quota.
 //
 // How to add a transport:
 //  1. Authenticate the caller and check its route at the edge (gateway's
 //     access table).
 //  2. Build a Call: the principal, the /v1/execute row's grants, an id
-//     from NewID, a Body that reads under the body cap, and the gateway's
-//     strict decoder as Decode.
+//     from NewID, a Body that reads under the body cap, and the strict
+//     decoder (decode.Execute) as Decode.
 //  3. Run it; render Outcome.Envelope (or write Outcome.Body, the bytes
 //     /v1/execute sends and the idempotency store keeps), pass on
 //     RetryAfter, and call Release once the answer is sent.

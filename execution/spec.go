@@ -10,12 +10,12 @@ import (
 	"github.com/execgate/execgate/tenancy"
 )
 
-// RunSpec runs spec, which the gateway made itself rather than a policy
-// decided (POST /v1/validate's checker), for tenant: it takes a place in
+// runSpec runs spec, which the flow made itself rather than a policy
+// decided (Validate's checker), for tenant: it takes a place in
 // the run queue, the tenant's quota (reserving reserveCPUMS of its daily
 // budget) and a run slot like any run, and settles the CPU it used. It leaves no audit record;
 // the error is a refusal or the sandbox's (nothing was run).
-func (f *Flow) RunSpec(ctx context.Context, tenant tenancy.Tenant, spec sandbox.Spec, reserveCPUMS int64) (sandbox.Result, error) {
+func (f *Flow) runSpec(ctx context.Context, tenant tenancy.Tenant, spec sandbox.Spec, reserveCPUMS int64) (sandbox.Result, error) {
 	tk := f.queue.enter(tenant.ID)
 	if tk == nil {
 		return sandbox.Result{}, errOverloaded

@@ -85,6 +85,17 @@ var accessTable = []Access{
 	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, validate"},
 }
 
+// accessRow is the access table's row of method and path; a missing row
+// has no grants (every call refused).
+func accessRow(method, path string) Access {
+	for _, a := range accessTable {
+		if a.Method == method && a.Path == path {
+			return a
+		}
+	}
+	return Access{}
+}
+
 // AccessTable returns a copy of the access table.
 func AccessTable() []Access {
 	out := make([]Access, len(accessTable))

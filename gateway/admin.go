@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/tenancy"
@@ -93,12 +94,12 @@ func (s *Server) handlePutQuota(c *gin.Context) {
 	if !ok {
 		return
 	}
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	l, err := decodeQuota(body)
+	l, err := decode.Quota(body)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -160,12 +161,12 @@ func (s *Server) handleUsage(c *gin.Context) {
 // execute request as tenant_id with roles (default [executor]), and the
 // input it was made on. Nothing is run, nothing is admitted.
 func (s *Server) handleEvaluate(c *gin.Context) {
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	tenantID, roles, req, err := decodeEvaluate(body, s.caps)
+	tenantID, roles, req, err := decode.Evaluate(body, s.caps)
 	if err != nil {
 		s.fail(c, err)
 		return

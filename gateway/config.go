@@ -1,7 +1,11 @@
-// Package gateway is the HTTP edge (Gin): routes, authentication, the
-// access table, strict request decoding, OpenAPI, the admin API, the MCP
-// transport and the one place errors become HTTP. The execute flow itself
-// (decide, admit, run, settle, record) is package execution's.
+// Package gateway is the HTTP edge (Gin): routes, JWT authentication, the
+// access table, the connection caps and refusal limits, reading bodies
+// under their caps and deadlines, OpenAPI, the admin API, and the one
+// place errors become HTTP. Behind the edge it hands each route to its
+// domain: bodies to package decode, runs to the execute flow (package
+// execution) and its async runs (execution/async), POST /mcp to the MCP
+// server (package mcpserver), the code-mode stubs of GET /v1/tools to
+// toolbridge/stubs.
 package gateway
 
 import (
@@ -10,6 +14,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/webhook"
@@ -177,7 +182,7 @@ const (
 	DefaultIdempotencyWindowSeconds = 600
 	DefaultShutdownGraceSeconds     = 30
 	DefaultReadyCacheSeconds        = 10
-	DefaultMaxJSONDepth             = 64
+	DefaultMaxJSONDepth             = decode.DefaultMaxDepth
 	DefaultReadHeaderTimeoutSeconds = 10
 	DefaultReadBodyTimeoutSeconds   = 30
 	DefaultWriteTimeoutSeconds      = 300
@@ -423,6 +428,11 @@ func (c Config) maxConns(fdLimit int) int {
 		reserve = min(max(fdLimit/5, minConnFDReserve), fdLimit/2)
 	}
 	return max(fdLimit-reserve, 1)
+}
+
+// caps are the decoders' size limits (after WithDefaults).
+func (c Config) caps() decode.Caps {
+	return decode.Caps{Body: c.MaxBodyBytes, Source: c.MaxSourceBytes, Args: c.MaxArgsBytes, Depth: c.MaxJSONDepth}
 }
 
 // flowConfig are the execute flow's bounds (after WithDefaults).

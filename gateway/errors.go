@@ -3,10 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/execution"
@@ -44,10 +41,6 @@ func badRequest(field, format string, args ...any) *apiError {
 	return execution.BadRequest(field, format, args...)
 }
 
-func tooLarge(field string, size, limit int64) *apiError {
-	return execution.TooLarge(field, size, limit)
-}
-
 // toAPIError is where an error becomes HTTP: the edge's own refusals
 // (authentication, the body cap) here, every other through
 // execution.Refusal.
@@ -71,14 +64,4 @@ func toAPIError(err error) *apiError {
 	default:
 		return execution.Refusal(err)
 	}
-}
-
-// retryAfterSeconds renders d for a Retry-After header: whole seconds,
-// rounded up, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
 }

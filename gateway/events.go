@@ -249,7 +249,7 @@ func (s *Server) handleExecutionEvents(c *gin.Context) {
 func (s *Server) executeEvents(c *gin.Context) {
 	p, _ := tenancy.PrincipalFrom(c.Request.Context())
 	a, _ := c.Value(keyAccess).(Access)
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	id := c.GetString(keyExecutionID)
 	if err == nil { // the headers go first: name the request's id (the flow decodes it again)
 		if req, derr := s.decodeExecute(body); derr == nil && req.ExecutionID != "" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/tenancy"
@@ -58,7 +59,7 @@ func (s *Server) handleSubmitExecution(c *gin.Context) {
 	p, _ := tenancy.PrincipalFrom(ctx)
 	a, _ := c.Value(keyAccess).(Access)
 	id := c.GetString(keyExecutionID)
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	var (
 		req      *ExecuteRequest
 		tenant   tenancy.Tenant
@@ -66,7 +67,7 @@ func (s *Server) handleSubmitExecution(c *gin.Context) {
 		done     func(context.Context, async.Record)
 	)
 	if err == nil {
-		body, callback, err = s.splitAsyncFields(body)
+		body, callback, err = decode.SplitCallback(body, s.caps)
 	}
 	if err == nil {
 		req, err = s.decodeExecute(body)
@@ -115,38 +116,11 @@ func (s *Server) refuseSubmission(c *gin.Context, p tenancy.Principal, a Access,
 	})
 	defer out.Release()
 	if out.RetryAfter > 0 {
-		c.Header("Retry-After", retryAfterSeconds(out.RetryAfter))
+		c.Header("Retry-After", execution.RetryAfterSeconds(out.RetryAfter))
 	}
 	c.Header("X-Execution-Id", out.Envelope.ExecutionID)
 	c.Header("X-Execution-Status", out.Envelope.ExecutionStatus())
 	writeEnvelope(c, out.Status, out.Body)
-}
-
-// splitAsyncFields takes the fields only POST /v1/executions has
-// (callback_url) out of body, leaving an execute body for the strict
-// decoder.
-func (s *Server) splitAsyncFields(body []byte) ([]byte, string, error) {
-	if err := checkJSON(body, s.caps.depth); err != nil {
-		return nil, "", err
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) != nil {
-		return body, "", nil // not an object: the decoder says so
-	}
-	raw, ok := fields["callback_url"]
-	if !ok {
-		return body, "", nil
-	}
-	var callback string
-	if err := decodeString("callback_url", raw, &callback); err != nil {
-		return nil, "", err
-	}
-	delete(fields, "callback_url")
-	rest, err := json.Marshal(fields)
-	if err != nil {
-		return nil, "", err
-	}
-	return rest, callback, nil
 }
 
 // executionKey is the execution the request names, for the caller's tenant
@@ -162,7 +136,7 @@ func (s *Server) executionKey(c *gin.Context) (async.Key, error) {
 		target = p.TenantID
 	}
 	id := c.Param("id")
-	if !executionIDRe().MatchString(id) || len(target) > maxIDLen {
+	if !decode.ValidExecutionID(id) || len(target) > decode.MaxIDLen {
 		return async.Key{}, errNoExecution
 	}
 	return async.Key{TenantID: target, ExecutionID: id}, nil

@@ -2,14 +2,13 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
@@ -29,20 +28,8 @@ type Warmer interface {
 	Warm(ctx context.Context, spec sandbox.Spec, n int) (int, error)
 }
 
-// PrepareRequest is the body of POST /v1/prepare: one of requirements
-// (resolved) and requirements_lock (used as is), and how many jails to
-// keep warm for the environment (0 to maxPrepareWarm).
-type PrepareRequest struct {
-	TenantID         string   `json:"tenant_id,omitempty"`
-	Requirements     []string `json:"requirements,omitempty"`
-	RequirementsLock string   `json:"requirements_lock,omitempty"`
-	Warm             int64    `json:"warm,omitempty"`
-}
-
-// maxPrepareWarm bounds "warm" in a prepare request. The pool bounds it
-// further (at most sandbox.warm_pool jails per profile, and the tenant's
-// share of its places).
-const maxPrepareWarm = 2
+// PrepareRequest is the body of POST /v1/prepare (package decode's).
+type PrepareRequest = decode.PrepareRequest
 
 // PrepareResponse describes a prepared environment: run with
 // "environment_id" (or the same requirements) and nothing is installed.
@@ -63,102 +50,6 @@ type PrepareResponse struct {
 	MS            int64          `json:"ms"`
 }
 
-// maxLockField bounds requirements_lock in a request body.
-const maxLockField = 256 << 10
-
-// requirementsField decodes "requirements": PEP 508 strings without URLs,
-// paths, markers or options.
-func requirementsField(dst *[]string) func(string, json.RawMessage) error {
-	return func(p string, raw json.RawMessage) error {
-		if err := decodeStrings(p, raw, dst); err != nil {
-			return err
-		}
-		for i, r := range *dst {
-			if _, err := sandbox.NormalizeSpecs([]string{r}); err != nil {
-				return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a requirement like requests>=2.31 or six==1.16.0 (no URLs, paths, markers or options)", r)
-			}
-		}
-		return nil
-	}
-}
-
-// lockField decodes "requirements_lock": a lock in pip's hashes format.
-func lockField(dst *string) func(string, json.RawMessage) error {
-	return func(p string, raw json.RawMessage) error {
-		if err := decodeString(p, raw, dst); err != nil {
-			return err
-		}
-		if len(*dst) > maxLockField {
-			return tooLarge(p, int64(len(*dst)), maxLockField)
-		}
-		if _, err := sandbox.ParseLock(*dst); err != nil {
-			return badRequest(p, "%s", strings.TrimPrefix(err.Error(), sandbox.ErrInvalidLock.Error()+": "))
-		}
-		return nil
-	}
-}
-
-// environmentIDField decodes "environment_id".
-func environmentIDField(dst *string) func(string, json.RawMessage) error {
-	return func(p string, raw json.RawMessage) error {
-		if err := decodeString(p, raw, dst); err != nil {
-			return err
-		}
-		if !sandbox.ValidEnvironmentID(*dst) {
-			return badRequest(p, "must be the 64 hex digits POST /v1/prepare returned")
-		}
-		return nil
-	}
-}
-
-// checkDepsChoice allows at most one way of naming the packages.
-func checkDepsChoice(reqs []string, lock, envID string) error {
-	n := 0
-	for _, set := range []bool{len(reqs) > 0, lock != "", envID != ""} {
-		if set {
-			n++
-		}
-	}
-	if n > 1 {
-		return badRequest("requirements", "give at most one of requirements, requirements_lock and environment_id")
-	}
-	return nil
-}
-
-// decodePrepare decodes a POST /v1/prepare body strictly.
-func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
-	if err := checkJSON(body, c.depth); err != nil {
-		return nil, err
-	}
-	req := &PrepareRequest{}
-	err := decodeObject("", body, fieldFuncs{
-		"tenant_id": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.TenantID); err != nil {
-				return err
-			}
-			if req.TenantID == "" || len(req.TenantID) > maxIDLen {
-				return badRequest(p, "must be 1-%d characters", maxIDLen)
-			}
-			return nil
-		},
-		"requirements":      requirementsField(&req.Requirements),
-		"requirements_lock": lockField(&req.RequirementsLock),
-		"warm": func(p string, raw json.RawMessage) error {
-			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(req.Requirements) == 0 && req.RequirementsLock == "" {
-		return nil, badRequest("requirements", "give requirements or requirements_lock")
-	}
-	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, ""); err != nil {
-		return nil, err
-	}
-	return req, nil
-}
-
 // handlePrepare is POST /v1/prepare: resolve (or read the lock), check
 // every package with the tenant's policy (as a run asking for them would
 // be), install once, optionally keep jails warm for it, and answer
@@ -170,12 +61,12 @@ func (s *Server) handlePrepare(c *gin.Context) {
 	ctx := c.Request.Context()
 	start := time.Now()
 	p, _ := tenancy.PrincipalFrom(ctx)
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	req, err := decodePrepare(body, s.caps)
+	req, err := decode.Prepare(body, s.caps)
 	if err != nil {
 		s.fail(c, err)
 		return

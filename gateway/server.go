@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -14,8 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/auth"
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
+	"github.com/execgate/execgate/mcpserver"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
@@ -125,10 +130,11 @@ type Deps struct {
 type Server struct {
 	cfg    Config
 	d      Deps
-	caps   caps
+	caps   decode.Caps
 	engine *gin.Engine
-	flow   *execution.Flow // the execute flow behind /v1/execute and /mcp
-	runs   *async.Runs     // the async executions, on flow
+	flow   *execution.Flow   // the execute flow behind /v1/execute and /mcp
+	mcp    *mcpserver.Server // POST /mcp, on flow
+	runs   *async.Runs       // the async executions, on flow
 	ready  *readiness
 	// refusals rate-limits refused requests per subject (refusals.go).
 	refusals *refusalLimiter
@@ -173,7 +179,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s := &Server{
 		cfg:    cfg,
 		d:      d,
-		caps:   caps{body: cfg.MaxBodyBytes, source: cfg.MaxSourceBytes, args: cfg.MaxArgsBytes, depth: cfg.MaxJSONDepth},
+		caps:   cfg.caps(),
 		tracer: d.TracerProvider.Tracer(TracerName),
 		log:    d.Logger,
 		now:    d.Now,
@@ -190,6 +196,11 @@ func New(cfg Config, d Deps) (*Server, error) {
 		return nil, err
 	}
 	s.newRuns()
+	s.mcp = mcpserver.New(s.caps, mcpserver.Deps{
+		Flow: s.flow, Tenants: d.Tenants, Logger: d.Logger,
+		ExecuteGrants:  accessRow(http.MethodPost, "/v1/execute").Grants,
+		ValidateGrants: accessRow(http.MethodPost, "/v1/validate").Grants,
+	})
 	s.resultReaders = newTenantSlots(cfg.TenantMaxResultReaders, "tenant_max_result_readers")
 	s.liveReaders = newTenantSlots(cfg.TenantMaxLiveReaders, "tenant_max_live_readers")
 	s.engine = s.routes()
@@ -292,7 +303,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPut, "/v1/admin/tenants/:id/tools/servers/:name"}:    s.handlePutToolServer,
 		{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name"}: s.handleDeleteToolServer,
 		{http.MethodGet, "/v1/admin/audit"}:                              s.handleAudit,
-		{http.MethodPost, "/mcp"}:                                        s.mcpRoute(),
+		{http.MethodPost, "/mcp"}:                                        s.handleMCP,
 		{http.MethodPost, "/v1/executions"}:                              s.handleSubmitExecution,
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
 		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
@@ -315,6 +326,19 @@ func (s *Server) routes() *gin.Engine {
 		panic("gateway: route without an access table row: " + r.Method + " " + r.Path)
 	}
 	return e
+}
+
+// handleMCP is POST /mcp: the MCP server (package mcpserver) behind the
+// edge. Its access row was checked as for any route; the body is read
+// under the execute body cap plus the JSON-RPC framing.
+func (s *Server) handleMCP(c *gin.Context) {
+	p, _ := tenancy.PrincipalFrom(c.Request.Context())
+	if _, err := s.authorizeTenant(c, p, ""); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.caps.Body+mcpserver.FramingBytes)
+	s.mcp.ServeHTTP(c.Writer, c.Request)
 }
 
 // envelopeMode marks the execute route: errors render as an Envelope and
@@ -385,7 +409,7 @@ func (s *Server) fail(c *gin.Context, err error) {
 		s.log.ErrorContext(c.Request.Context(), "request failed", "path", c.FullPath(), "error_type", ae.Type, "err", ae.Error())
 	}
 	if ae.RetryAfter > 0 {
-		c.Header("Retry-After", retryAfterSeconds(ae.RetryAfter))
+		c.Header("Retry-After", execution.RetryAfterSeconds(ae.RetryAfter))
 	}
 	if c.GetBool(keyEnvelope) {
 		env := s.errorEnvelope(c, ae)
@@ -428,4 +452,22 @@ func writeJSON(c *gin.Context, status int, v any) {
 		b = []byte(`{"status":"error","error":{"type":"Internal","message":"encoding the response failed"}}`)
 	}
 	c.Data(status, "application/json; charset=utf-8", b)
+}
+
+// readBody reads at most limit bytes; over it is a 413.
+func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
+				Message: fmt.Sprintf("body: over the %d-byte cap", limit)}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The connection is closed after this answer (edge.go).
+			return nil, badRequest("body", "did not arrive within server.read_body_timeout_seconds")
+		}
+		return nil, badRequest("body", "could not be read: %v", err)
+	}
+	return body, nil
 }

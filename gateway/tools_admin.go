@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
@@ -45,12 +45,12 @@ func (s *Server) handlePutToolServer(c *gin.Context) {
 		return
 	}
 	name := c.Param("name")
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
+	body, err := readBody(c.Request, c.Writer, s.caps.Body)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	cfg, err := decodeToolServer(name, body)
+	cfg, err := decode.ToolServer(name, body)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -59,7 +59,7 @@ func (s *Server) handlePutToolServer(c *gin.Context) {
 	// every run: refuse it now (the message names the header, never a
 	// value). Other replicas report such a server in GET .../tools.
 	if err := s.d.Tools.CheckServer(cfg); err != nil {
-		s.fail(c, fieldError(err))
+		s.fail(c, decode.FieldError(err))
 		return
 	}
 	doc, err := json.Marshal(cfg)
@@ -112,87 +112,6 @@ func (s *Server) handleDeleteToolServer(c *gin.Context) {
 	s.log.InfoContext(ctx, "tool server deleted", "tenant_id", t.ID, "tool_server", name, "by", subject(ctx))
 	s.d.Tools.Refresh(ctx, t.ID)
 	s.writeTenantTools(c, t.ID)
-}
-
-// decodeToolServer decodes and checks a PUT body; errors name the field.
-func decodeToolServer(name string, body []byte) (toolconfig.Server, error) {
-	cfg := toolconfig.Server{Name: name}
-	if err := toolconfig.ValidateAPIName(name); err != nil {
-		return cfg, badRequest("name", "%v", err)
-	}
-	if err := checkJSON(body, DefaultMaxJSONDepth); err != nil {
-		return cfg, err
-	}
-	refused := func(why string) func(string, json.RawMessage) error {
-		return func(p string, _ json.RawMessage) error { return badRequest(p, "%s", why) }
-	}
-	err := decodeObject("", body, fieldFuncs{
-		"name": func(p string, r json.RawMessage) error {
-			var n string
-			if err := decodeString(p, r, &n); err != nil {
-				return err
-			}
-			if n != name {
-				return badRequest(p, "%q differs from the path's %q", n, name)
-			}
-			return nil
-		},
-		"url":     func(p string, r json.RawMessage) error { return decodeString(p, r, &cfg.URL) },
-		"command": refused("stdio servers are config-only; the API takes a url (the gateway never launches a program for an API caller)"),
-		"env":     refused("stdio servers are config-only; the API takes a url"),
-		"headers": func(p string, r json.RawMessage) error {
-			var hs map[string]json.RawMessage
-			if err := json.Unmarshal(r, &hs); err != nil || kindOf(r) != "an object" {
-				return badRequest(p, "must be an object of header name → {file} or {env}, got %s", kindOf(r))
-			}
-			if len(hs) > toolconfig.MaxHeaders {
-				return badRequest(p, "has %d headers; at most %d", len(hs), toolconfig.MaxHeaders)
-			}
-			cfg.Headers = make(map[string]toolconfig.Secret, len(hs))
-			for h, raw := range hs {
-				at := join(p, h)
-				if kindOf(raw) != "an object" {
-					// Never echo the value: it may be the secret itself.
-					return badRequest(at, "must be {\"file\": path} or {\"env\": variable} naming where the gateway reads the value; a literal value is refused (%s given)", kindOf(raw))
-				}
-				var sec toolconfig.Secret
-				err := decodeObject(at, raw, fieldFuncs{
-					"file": func(p string, r json.RawMessage) error { return decodeString(p, r, &sec.File) },
-					"env":  func(p string, r json.RawMessage) error { return decodeString(p, r, &sec.Env) },
-				})
-				if err != nil {
-					return err
-				}
-				cfg.Headers[h] = sec
-			}
-			return nil
-		},
-		"allow": func(p string, r json.RawMessage) error { return decodeStrings(p, r, &cfg.Allow) },
-		"timeout_ms": func(p string, r json.RawMessage) error {
-			return decodeInt(p, r, toolconfig.MaxTimeoutMS, &cfg.TimeoutMS)
-		},
-		"max_result_bytes": func(p string, r json.RawMessage) error {
-			return decodeInt(p, r, toolconfig.MaxResultBytesCap, &cfg.MaxResultBytes)
-		},
-		"tools_ttl_ms": func(p string, r json.RawMessage) error {
-			return decodeInt(p, r, toolconfig.MaxToolsTTLMS, &cfg.ToolsTTLMS)
-		},
-	})
-	if err != nil {
-		return cfg, err
-	}
-	if err := cfg.ValidateAPI(); err != nil {
-		return cfg, fieldError(err)
-	}
-	return cfg, nil
-}
-
-// fieldError is a 400 of the first problem of err ("field: why", as
-// toolconfig and the Hub word them).
-func fieldError(err error) *apiError {
-	msg := strings.SplitN(err.Error(), "\n", 2)[0]
-	field, why, _ := strings.Cut(msg, ": ")
-	return badRequest(field, "%s", why)
 }
 
 // writeTenantTools answers with the tenant's effective servers.

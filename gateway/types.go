@@ -26,36 +26,10 @@ type (
 	ErrorBody = execution.ErrorBody
 	// EnvelopeDecision is the part of the policy decision the caller sees.
 	EnvelopeDecision = execution.EnvelopeDecision
+	// ErrorResponse is the body of an error on every route but
+	// /v1/execute (which answers with an Envelope).
+	ErrorResponse = execution.ErrorResponse
 )
-
-// ErrorResponse is the body of an error on every route but /v1/execute
-// (which answers with an Envelope).
-type ErrorResponse struct {
-	Status string    `json:"status"` // always "error"
-	Error  ErrorBody `json:"error"`
-}
-
-// ValidateRequest is the body of POST /v1/validate.
-type ValidateRequest struct {
-	Source     string `json:"source"`
-	Entrypoint string `json:"entrypoint,omitempty"`
-	Language   string `json:"language,omitempty"` // python (default), javascript, typescript
-}
-
-// ValidateResponse says whether the source compiles and defines the
-// entrypoint. Nothing of the tool is run.
-type ValidateResponse struct {
-	Valid  bool            `json:"valid"`
-	Errors []SourceProblem `json:"errors"`
-}
-
-// SourceProblem is one problem found in a source; Line and Col are 1-based,
-// 0 when the problem is not tied to a position.
-type SourceProblem struct {
-	Line    int    `json:"line"`
-	Col     int    `json:"col"`
-	Message string `json:"message"`
-}
 
 // EvaluateRequest is the body of POST /v1/admin/policy/evaluate.
 type EvaluateRequest struct {

@@ -1,21 +1,18 @@
-package gateway
+package execution
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 
-	"github.com/gin-gonic/gin"
-
-	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/tenancy"
 )
 
-// validatorSource is the fixed tool behind POST /v1/validate. It parses and
-// compiles the caller's source (compile of an AST runs nothing of it) and
-// looks for the entrypoint among the module's top-level names. It runs in
+// validatorSource is the fixed tool behind Validate (POST /v1/validate, the
+// MCP validate tool). It parses and compiles the caller's source (compile
+// of an AST runs nothing of it) and looks for the entrypoint among the
+// module's top-level names. It runs in
 // the jail like any tool: user-influenced text is never handled by a host
 // interpreter.
 const validatorSource = `import ast
@@ -61,40 +58,40 @@ var validatorLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256
 // CPU on a loaded 2-core host), and Deno runs a few threads.
 var denoValidatorLimits = sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000, MemoryMB: 512, Pids: 32, OutputBytes: 1 << 20, TmpMB: 8}
 
-// handleValidate is POST /v1/validate: {source, entrypoint} → {valid,
-// errors}. It goes through the run queue and quota like a run (it is one).
-func (s *Server) handleValidate(c *gin.Context) {
-	ctx := c.Request.Context()
-	p, _ := tenancy.PrincipalFrom(ctx)
-	tenant, err := s.authorizeTenant(c, p, "")
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	body, err := readBody(c.Request, c.Writer, s.caps.body)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	req, err := decodeValidate(body, s.caps)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	resp, err := s.validate(ctx, tenant, req)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	writeJSON(c, http.StatusOK, resp)
+// ValidateRequest is a request to check a tool's source (POST
+// /v1/validate, the MCP validate tool).
+type ValidateRequest struct {
+	Source     string `json:"source"`
+	Entrypoint string `json:"entrypoint,omitempty"`
+	Language   string `json:"language,omitempty"` // python (default), javascript, typescript
 }
 
-func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *ValidateRequest) (*ValidateResponse, error) {
+// ValidateResponse says whether the source compiles and defines the
+// entrypoint. Nothing of the tool is run.
+type ValidateResponse struct {
+	Valid  bool            `json:"valid"`
+	Errors []SourceProblem `json:"errors"`
+}
+
+// SourceProblem is one problem found in a source; Line and Col are 1-based,
+// 0 when the problem is not tied to a position.
+type SourceProblem struct {
+	Line    int    `json:"line"`
+	Col     int    `json:"col"`
+	Message string `json:"message"`
+}
+
+// Validate checks req's source for tenant (decoded, defaults filled, the
+// caller authorised): the Python checker (validatorSource) or `deno check`
+// runs it in the jail like any tool, through the run queue and quota (it
+// is a run), and nothing of the tool is run. A checker that hit a limit is
+// an invalid answer saying so; the error is a refusal or the sandbox's.
+func (f *Flow) Validate(ctx context.Context, tenant tenancy.Tenant, req *ValidateRequest) (*ValidateResponse, error) {
 	args, err := json.Marshal(map[string]string{"source": req.Source, "entrypoint": req.Entrypoint})
 	if err != nil {
 		return nil, fmt.Errorf("encoding validator args: %w", err)
 	}
-	id := "validate-" + execution.NewID()
+	id := "validate-" + NewID()
 	spec := sandbox.Spec{
 		ExecutionID: id,
 		TenantID:    tenant.ID,
@@ -112,7 +109,7 @@ func (s *Server) validate(ctx context.Context, tenant tenancy.Tenant, req *Valid
 		spec.Mode, spec.Limits = sandbox.ModeValidate, denoValidatorLimits
 	}
 	// The quota reserves the Python checker's CPU for either checker.
-	res, err := s.flow.RunSpec(ctx, tenant, spec, validatorLimits.CPUMS)
+	res, err := f.runSpec(ctx, tenant, spec, validatorLimits.CPUMS)
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,18 @@
-package gateway
+// Package decode is the strict decoder of the API's request bodies, shared
+// by every transport (the HTTP routes, the MCP tools, `execgate policy
+// eval`): the execute request, validate, prepare, the admin quota and
+// policy dry-run bodies, and the tools query of GET /v1/tools. Every body
+// first passes CheckJSON (nesting, UTF-8, surrogates); unknown keys are
+// refused; every value is bounded; every error is an *execution.Error (400
+// BadRequest or 413 PayloadTooLarge) naming the field. Reading a body off
+// the wire (its byte cap, its deadline) is the transport's job.
+package decode
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +20,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -25,12 +31,19 @@ import (
 // is decoded on its own, recursively for nested objects. No error message
 // of encoding/json is string-matched.
 
-// caps are the size limits applied while decoding.
-type caps struct {
-	body   int64
-	source int
-	args   int
-	depth  int // JSON nesting (checkJSON); 0: DefaultMaxJSONDepth
+// Caps are the size limits a body is decoded under (server.max_*_bytes,
+// server.max_json_depth).
+type Caps struct {
+	// Body caps a whole body, in bytes. The decoders do not read it: the
+	// transport reads the body under it (an MCP tool call checks its
+	// arguments against it).
+	Body int64
+	// Source caps a tool's source, in bytes.
+	Source int
+	// Args caps a run's encoded args, in bytes.
+	Args int
+	// Depth caps JSON nesting (CheckJSON); <= 0: DefaultMaxDepth.
+	Depth int
 }
 
 // Value limits of an execute request.
@@ -41,8 +54,10 @@ const (
 	maxLimitPids    = 1 << 16          // pids
 	maxLimitOutput  = int64(1) << 34   // output_bytes
 	maxFixtureBytes = 1 << 20          // fixtures as a whole (also bounded by the body cap)
-	maxIDLen        = 128              // execution_id, tenant_id
 )
+
+// MaxIDLen bounds an execution_id or a tenant_id.
+const MaxIDLen = 128
 
 // The validation patterns compile on first use (sync.OnceValue), not at
 // package init: every execgate command links this package, and compiling
@@ -55,26 +70,12 @@ var (
 	egressHostRe  = lazyRegexp(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
 
+// ValidExecutionID reports whether id is an execution_id the execute
+// decoder accepts.
+func ValidExecutionID(id string) bool { return executionIDRe().MatchString(id) }
+
 func lazyRegexp(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
-}
-
-// readBody reads at most limit bytes; over it is a 413.
-func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
-				Message: fmt.Sprintf("body: over the %d-byte cap", limit)}
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The connection is closed after this answer (edge.go).
-			return nil, badRequest("body", "did not arrive within server.read_body_timeout_seconds")
-		}
-		return nil, badRequest("body", "could not be read: %v", err)
-	}
-	return body, nil
 }
 
 // fieldFuncs decode one key each; path is the JSON path of the key.
@@ -89,17 +90,17 @@ func decodeObject(path string, raw json.RawMessage, fs fieldFuncs) error {
 	}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
-		return badRequest(where, "is empty; want a JSON object")
+		return execution.BadRequest(where, "is empty; want a JSON object")
 	}
 	if !json.Valid(trimmed) {
-		return badRequest(where, "is not valid JSON")
+		return execution.BadRequest(where, "is not valid JSON")
 	}
 	if trimmed[0] != '{' {
-		return badRequest(where, "must be a JSON object")
+		return execution.BadRequest(where, "must be a JSON object")
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &m); err != nil {
-		return badRequest(where, "must be a JSON object")
+		return execution.BadRequest(where, "must be a JSON object")
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -109,7 +110,7 @@ func decodeObject(path string, raw json.RawMessage, fs fieldFuncs) error {
 	for _, k := range keys {
 		f, ok := fs[k]
 		if !ok {
-			return badRequest(join(path, k), "unknown field")
+			return execution.BadRequest(join(path, k), "unknown field")
 		}
 		v := m[k]
 		if isNull(v) {
@@ -164,7 +165,7 @@ func kindOf(raw json.RawMessage) string {
 
 func decodeString(path string, raw json.RawMessage, dst *string) error {
 	if err := json.Unmarshal(raw, dst); err != nil {
-		return badRequest(path, "must be a string, got %s", kindOf(raw))
+		return execution.BadRequest(path, "must be a string, got %s", kindOf(raw))
 	}
 	return nil
 }
@@ -172,10 +173,10 @@ func decodeString(path string, raw json.RawMessage, dst *string) error {
 func decodeStrings(path string, raw json.RawMessage, dst *[]string) error {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return badRequest(path, "must be an array of strings, got %s", kindOf(raw))
+		return execution.BadRequest(path, "must be an array of strings, got %s", kindOf(raw))
 	}
 	if len(items) > maxListItems {
-		return badRequest(path, "has %d items; at most %d", len(items), maxListItems)
+		return execution.BadRequest(path, "has %d items; at most %d", len(items), maxListItems)
 	}
 	out := make([]string, len(items))
 	for i, it := range items {
@@ -190,18 +191,18 @@ func decodeStrings(path string, raw json.RawMessage, dst *[]string) error {
 func decodeInt(path string, raw json.RawMessage, max int64, dst *int64) error {
 	t := bytes.TrimSpace(raw)
 	if kindOf(t) != "a number" {
-		return badRequest(path, "must be an integer, got %s", kindOf(t))
+		return execution.BadRequest(path, "must be an integer, got %s", kindOf(t))
 	}
 	n, err := strconv.ParseInt(string(t), 10, 64)
 	if err != nil {
 		// 1.5, 1e3 or out of int64 range.
-		return badRequest(path, "must be an integer, got %s", t)
+		return execution.BadRequest(path, "must be an integer, got %s", t)
 	}
 	if n < 0 {
-		return badRequest(path, "must be >= 0, got %d", n)
+		return execution.BadRequest(path, "must be >= 0, got %d", n)
 	}
 	if n > max {
-		return badRequest(path, "%d is over the maximum %d", n, max)
+		return execution.BadRequest(path, "%d is over the maximum %d", n, max)
 	}
 	*dst = n
 	return nil
@@ -213,29 +214,29 @@ func oneOf(path, v string, allowed ...string) error {
 			return nil
 		}
 	}
-	return badRequest(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	return execution.BadRequest(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
 }
 
-// decodeExecute checks (checkJSON), decodes and validates an execute
-// request body. Defaults are filled (ExecuteRequest.withDefaults).
-func decodeExecute(body []byte, c caps) (*ExecuteRequest, error) {
-	if err := checkJSON(body, c.depth); err != nil {
+// Execute checks (CheckJSON), decodes and validates an execute request
+// body. Defaults are filled (withRequestDefaults).
+func Execute(body []byte, c Caps) (*execution.Request, error) {
+	if err := CheckJSON(body, c.Depth); err != nil {
 		return nil, err
 	}
 	return decodeExecuteFields(body, c)
 }
 
-// decodeExecuteFields decodes an execute request body checkJSON accepted:
+// decodeExecuteFields decodes an execute request body CheckJSON accepted:
 // each field on its own (executeFields), then the defaults, then the rules
 // that tie fields together (checkExecute).
-func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
-	req := &ExecuteRequest{}
+func decodeExecuteFields(body []byte, c Caps) (*execution.Request, error) {
+	req := &execution.Request{}
 	var sawSource bool
 	if err := decodeObject("", body, executeFields(req, c, &sawSource)); err != nil {
 		return nil, err
 	}
 	if !sawSource || req.Source == "" {
-		return nil, badRequest("source", "is required")
+		return nil, execution.BadRequest("source", "is required")
 	}
 	withRequestDefaults(req)
 	if err := checkExecute(req); err != nil {
@@ -246,33 +247,25 @@ func decodeExecuteFields(body []byte, c caps) (*ExecuteRequest, error) {
 
 // executeFields decodes and validates each top-level field of an execute
 // request into req; sawSource records that source was present.
-func executeFields(req *ExecuteRequest, c caps, sawSource *bool) fieldFuncs {
+func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 	return fieldFuncs{
 		"execution_id": func(p string, raw json.RawMessage) error {
 			if err := decodeString(p, raw, &req.ExecutionID); err != nil {
 				return err
 			}
 			if !executionIDRe().MatchString(req.ExecutionID) {
-				return badRequest(p, "must be 1-%d characters of A-Z a-z 0-9 . _ : - starting with a letter or digit", maxIDLen)
+				return execution.BadRequest(p, "must be 1-%d characters of A-Z a-z 0-9 . _ : - starting with a letter or digit", MaxIDLen)
 			}
 			return nil
 		},
-		"tenant_id": func(p string, raw json.RawMessage) error {
-			if err := decodeString(p, raw, &req.TenantID); err != nil {
-				return err
-			}
-			if req.TenantID == "" || len(req.TenantID) > maxIDLen {
-				return badRequest(p, "must be 1-%d characters", maxIDLen)
-			}
-			return nil
-		},
+		"tenant_id":  tenantIDField(&req.TenantID),
 		"language":   languageField(&req.Language),
-		"source":     sourceField(&req.Source, c.source, sawSource),
+		"source":     sourceField(&req.Source, c.Source, sawSource),
 		"entrypoint": entrypointField(&req.Entrypoint),
 		"args": func(p string, raw json.RawMessage) error {
 			raw = bytes.TrimSpace(raw)
-			if len(raw) > c.args {
-				return tooLarge(p, int64(len(raw)), int64(c.args))
+			if len(raw) > c.Args {
+				return execution.TooLarge(p, int64(len(raw)), int64(c.Args))
 			}
 			req.Args = compact(raw)
 			return nil
@@ -310,14 +303,27 @@ func executeFields(req *ExecuteRequest, c caps, sawSource *bool) fieldFuncs {
 // checkExecute applies the rules between the fields of a decoded request
 // (defaults filled): fixtures only in test mode, egress hosts only with
 // the proxy, at most one way of asking for packages.
-func checkExecute(req *ExecuteRequest) error {
+func checkExecute(req *execution.Request) error {
 	if req.Fixtures != nil && req.Mode != "test" {
-		return badRequest("fixtures", `only allowed with mode "test"`)
+		return execution.BadRequest("fixtures", `only allowed with mode "test"`)
 	}
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
-		return badRequest("egress.allow", `only allowed with network_access "proxy"`)
+		return execution.BadRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
 	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
+}
+
+// tenantIDField decodes a tenant_id into dst: 1 to MaxIDLen bytes.
+func tenantIDField(dst *string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeString(p, raw, dst); err != nil {
+			return err
+		}
+		if *dst == "" || len(*dst) > MaxIDLen {
+			return execution.BadRequest(p, "must be 1-%d characters", MaxIDLen)
+		}
+		return nil
+	}
 }
 
 // languageField decodes the language into dst: one the sandbox runs.
@@ -331,9 +337,9 @@ func languageField(dst *string) func(string, json.RawMessage) error {
 }
 
 // egressField decodes {"allow": [host[:port] globs]} into *dst.
-func egressField(dst **EgressRequest) func(string, json.RawMessage) error {
+func egressField(dst **execution.EgressRequest) func(string, json.RawMessage) error {
 	return func(p string, raw json.RawMessage) error {
-		e := &EgressRequest{}
+		e := &execution.EgressRequest{}
 		*dst = e
 		return decodeObject(p, raw, fieldFuncs{
 			"allow": func(p string, raw json.RawMessage) error {
@@ -342,7 +348,7 @@ func egressField(dst **EgressRequest) func(string, json.RawMessage) error {
 				}
 				for i, h := range e.Allow {
 					if err := checkEgressHost(h); err != nil {
-						return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q %v", h, err)
+						return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q %v", h, err)
 					}
 				}
 				return nil
@@ -358,30 +364,74 @@ func toolsField(dst *[]string) func(string, json.RawMessage) error {
 			return err
 		}
 		if len(*dst) > maxListItems {
-			return badRequest(p, "has %d tools; at most %d", len(*dst), maxListItems)
+			return execution.BadRequest(p, "has %d tools; at most %d", len(*dst), maxListItems)
 		}
 		for i, name := range *dst {
 			if !toolGlobRe().MatchString(name) {
-				return badRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a tool name or glob (\"server.tool\", \"server.*\")", name)
+				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a tool name or glob (\"server.tool\", \"server.*\")", name)
 			}
 		}
 		return nil
 	}
 }
 
+// ToolsQuery decodes the tools parameter of GET /v1/tools: comma-separated
+// tool names or globs ("": none asked).
+func ToolsQuery(q string) ([]string, error) {
+	if q == "" {
+		return nil, nil
+	}
+	asked := strings.Split(q, ",")
+	if len(asked) > maxListItems {
+		return nil, execution.BadRequest("tools", "has %d tools; at most %d", len(asked), maxListItems)
+	}
+	for i, t := range asked {
+		if !toolGlobRe().MatchString(t) {
+			return nil, execution.BadRequest(fmt.Sprintf("tools[%d]", i), "%q is not a tool name or glob", t)
+		}
+	}
+	return asked, nil
+}
+
+// SplitCallback takes the fields only POST /v1/executions has
+// (callback_url) out of body, leaving an execute body for Execute.
+func SplitCallback(body []byte, c Caps) ([]byte, string, error) {
+	if err := CheckJSON(body, c.Depth); err != nil {
+		return nil, "", err
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return body, "", nil // not an object: the decoder says so
+	}
+	raw, ok := fields["callback_url"]
+	if !ok {
+		return body, "", nil
+	}
+	var callback string
+	if err := decodeString("callback_url", raw, &callback); err != nil {
+		return nil, "", err
+	}
+	delete(fields, "callback_url")
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return nil, "", err
+	}
+	return rest, callback, nil
+}
+
 // fixturesField decodes test-mode fixtures (variables, canned tool
 // returns) into *dst, within maxFixtureBytes.
-func fixturesField(dst **Fixtures) func(string, json.RawMessage) error {
+func fixturesField(dst **execution.Fixtures) func(string, json.RawMessage) error {
 	return func(p string, raw json.RawMessage) error {
 		if len(bytes.TrimSpace(raw)) > maxFixtureBytes {
-			return tooLarge(p, int64(len(raw)), maxFixtureBytes)
+			return execution.TooLarge(p, int64(len(raw)), maxFixtureBytes)
 		}
-		fx := &Fixtures{}
+		fx := &execution.Fixtures{}
 		*dst = fx
 		return decodeObject(p, raw, fieldFuncs{
 			"variables": func(p string, raw json.RawMessage) error {
 				if kindOf(raw) != "an object" {
-					return badRequest(p, "must be an object, got %s", kindOf(raw))
+					return execution.BadRequest(p, "must be an object, got %s", kindOf(raw))
 				}
 				fx.Variables = compact(raw)
 				return nil
@@ -389,14 +439,14 @@ func fixturesField(dst **Fixtures) func(string, json.RawMessage) error {
 			"tools": func(p string, raw json.RawMessage) error {
 				var m map[string]json.RawMessage
 				if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
-					return badRequest(p, "must be an object mapping tool names to return values, got %s", kindOf(raw))
+					return execution.BadRequest(p, "must be an object mapping tool names to return values, got %s", kindOf(raw))
 				}
 				if len(m) > maxListItems {
-					return badRequest(p, "has %d tools; at most %d", len(m), maxListItems)
+					return execution.BadRequest(p, "has %d tools; at most %d", len(m), maxListItems)
 				}
 				for name := range m {
 					if !toolNameRe().MatchString(name) {
-						return badRequest(p, "%q is not a valid tool name", name)
+						return execution.BadRequest(p, "%q is not a valid tool name", name)
 					}
 				}
 				fx.Tools = m
@@ -428,7 +478,7 @@ func entrypointField(dst *string) func(string, json.RawMessage) error {
 			return err
 		}
 		if !identifierRe().MatchString(*dst) {
-			return badRequest(p, "%q is not a Python identifier", *dst)
+			return execution.BadRequest(p, "%q is not a Python identifier", *dst)
 		}
 		return nil
 	}
@@ -436,13 +486,13 @@ func entrypointField(dst *string) func(string, json.RawMessage) error {
 
 func checkSource(path, src string, limit int) error {
 	if len(src) > limit {
-		return tooLarge(path, int64(len(src)), int64(limit))
+		return execution.TooLarge(path, int64(len(src)), int64(limit))
 	}
 	if !utf8.ValidString(src) {
-		return badRequest(path, "is not valid UTF-8")
+		return execution.BadRequest(path, "is not valid UTF-8")
 	}
 	if strings.IndexByte(src, 0) >= 0 {
-		return badRequest(path, "contains a NUL byte")
+		return execution.BadRequest(path, "contains a NUL byte")
 	}
 	return nil
 }
@@ -473,14 +523,14 @@ func decodeLimits(path string, raw json.RawMessage, l *policy.Limits) error {
 	})
 }
 
-// decodeValidate decodes a validate request body.
-func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
-	if err := checkJSON(body, c.depth); err != nil {
+// Validate decodes a validate request body.
+func Validate(body []byte, c Caps) (*execution.ValidateRequest, error) {
+	if err := CheckJSON(body, c.Depth); err != nil {
 		return nil, err
 	}
-	req := &ValidateRequest{}
+	req := &execution.ValidateRequest{}
 	err := decodeObject("", body, fieldFuncs{
-		"source":     sourceField(&req.Source, c.source, nil),
+		"source":     sourceField(&req.Source, c.Source, nil),
 		"entrypoint": entrypointField(&req.Entrypoint),
 		"language":   languageField(&req.Language),
 	})
@@ -488,19 +538,19 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 		return nil, err
 	}
 	if req.Source == "" {
-		return nil, badRequest("source", "is required")
+		return nil, execution.BadRequest("source", "is required")
 	}
 	d := policy.Request{Language: req.Language, Entrypoint: req.Entrypoint}.WithDefaults()
 	req.Language, req.Entrypoint = d.Language, d.Entrypoint
 	return req, nil
 }
 
-// decodeQuota decodes a tenant quota object (PUT .../quota).
-func decodeQuota(body []byte) (quota.Limits, error) {
+// Quota decodes a tenant quota object (PUT .../quota).
+func Quota(body []byte) (quota.Limits, error) {
 	var l quota.Limits
 	var rate, burst, conc, daily, queued int64
 	const maxQuota = 1 << 31
-	if err := checkJSON(body, DefaultMaxJSONDepth); err != nil {
+	if err := CheckJSON(body, DefaultMaxDepth); err != nil {
 		return l, err
 	}
 	err := decodeObject("", body, fieldFuncs{
@@ -515,15 +565,15 @@ func decodeQuota(body []byte) (quota.Limits, error) {
 	}
 	l = quota.Limits{RatePerMinute: int(rate), Burst: int(burst), Concurrency: int(conc), DailyCPUSeconds: daily, MaxQueued: int(queued)}
 	if err := l.Validate(); err != nil {
-		return l, badRequest("body", "%v", err)
+		return l, execution.BadRequest("body", "%v", err)
 	}
 	return l, nil
 }
 
-// decodeEvaluate decodes an admin dry-run body; the embedded execute
-// request is validated exactly like POST /v1/execute.
-func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *ExecuteRequest, err error) {
-	if err := checkJSON(body, c.depth); err != nil {
+// Evaluate decodes an admin dry-run body; the embedded execute request is
+// validated exactly like POST /v1/execute.
+func Evaluate(body []byte, c Caps) (tenant string, roles []string, req *execution.Request, err error) {
+	if err := CheckJSON(body, c.Depth); err != nil {
 		return "", nil, nil, err
 	}
 	var rawReq json.RawMessage
@@ -539,14 +589,14 @@ func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *Ex
 		return "", nil, nil, err
 	}
 	if tenant == "" {
-		return "", nil, nil, badRequest("tenant_id", "is required")
+		return "", nil, nil, execution.BadRequest("tenant_id", "is required")
 	}
 	if rawReq == nil {
-		return "", nil, nil, badRequest("request", "is required")
+		return "", nil, nil, execution.BadRequest("request", "is required")
 	}
 	req, err = decodeExecuteFields(rawReq, c)
 	if err != nil {
-		var ae *apiError
+		var ae *execution.Error
 		if errors.As(err, &ae) && !strings.HasPrefix(ae.Message, "request") {
 			cp := *ae
 			cp.Message = "request." + ae.Message
@@ -558,4 +608,13 @@ func decodeEvaluate(body []byte, c caps) (tenant string, roles []string, req *Ex
 		return "", nil, nil, err
 	}
 	return tenant, roles, req, nil
+}
+
+// withRequestDefaults fills what r left out with the policy's request
+// defaults (policy.Request.WithDefaults: language python, entrypoint run,
+// network none, mode run). The decoders call it once; nothing below
+// re-defaults.
+func withRequestDefaults(r *execution.Request) {
+	d := policy.Request{Language: r.Language, Entrypoint: r.Entrypoint, NetworkAccess: r.NetworkAccess, Mode: r.Mode, Isolation: r.Isolation}.WithDefaults()
+	r.Language, r.Entrypoint, r.NetworkAccess, r.Mode, r.Isolation = d.Language, d.Entrypoint, d.NetworkAccess, d.Mode, d.Isolation
 }

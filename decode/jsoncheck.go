@@ -1,4 +1,4 @@
-package gateway
+package decode
 
 import (
 	"encoding/json"
@@ -7,9 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/execgate/execgate/execution"
 )
 
-// checkJSON is the edge check every JSON request body passes before it is
+// DefaultMaxDepth is how deep a body's objects and arrays may nest when
+// the caps name no depth (server.max_json_depth's default).
+const DefaultMaxDepth = 64
+
+// CheckJSON is the edge check every JSON request body passes before it is
 // decoded (execute, validate, the admin quota and policy dry-run bodies):
 //
 //   - containers (objects and arrays) nest at most maxDepth levels, the body
@@ -25,14 +31,14 @@ import (
 // "body: is not valid JSON". The scan is one iterative pass over the bytes
 // (no recursion, no decoding), so its work is linear in the body and its
 // memory linear in maxDepth.
-func checkJSON(body []byte, maxDepth int) error {
+func CheckJSON(body []byte, maxDepth int) error {
 	if maxDepth <= 0 {
-		maxDepth = DefaultMaxJSONDepth
+		maxDepth = DefaultMaxDepth
 	}
 	s := &jsonScan{b: body, max: maxDepth}
 	s.ws()
 	if s.i == len(s.b) {
-		return badRequest("body", "is empty; want a JSON object")
+		return execution.BadRequest("body", "is empty; want a JSON object")
 	}
 	if err := s.run(); err != nil {
 		return err
@@ -68,7 +74,7 @@ var (
 )
 
 func (s *jsonScan) syntax() error {
-	return badRequest("body", "is not valid JSON (at byte %d)", s.i)
+	return execution.BadRequest("body", "is not valid JSON (at byte %d)", s.i)
 }
 
 func (s *jsonScan) ws() {
@@ -92,7 +98,7 @@ func (s *jsonScan) run() error {
 		switch c := s.b[s.i]; c {
 		case '{', '[':
 			if len(s.stack) >= s.max {
-				return badRequest(s.path(len(s.stack)), "nests deeper than %d levels (server.max_json_depth)", s.max)
+				return execution.BadRequest(s.path(len(s.stack)), "nests deeper than %d levels (server.max_json_depth)", s.max)
 			}
 			s.i++
 			s.stack = append(s.stack, jsonFrame{obj: c == '{'})
@@ -189,9 +195,9 @@ func (s *jsonScan) key() error {
 func (s *jsonScan) stringError(err error, path, what string) error {
 	switch {
 	case errors.Is(err, errJSONUTF8):
-		return badRequest(path, "%sholds invalid UTF-8 (at byte %d)", what, s.i)
+		return execution.BadRequest(path, "%sholds invalid UTF-8 (at byte %d)", what, s.i)
 	case errors.Is(err, errJSONSurrogate):
-		return badRequest(path, "%sholds an unpaired UTF-16 surrogate escape %s (at byte %d)", what, s.b[s.i:min(s.i+6, len(s.b))], s.i)
+		return execution.BadRequest(path, "%sholds an unpaired UTF-16 surrogate escape %s (at byte %d)", what, s.b[s.i:min(s.i+6, len(s.b))], s.i)
 	default:
 		return s.syntax()
 	}

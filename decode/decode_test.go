@@ -1,4 +1,4 @@
-package gateway
+package decode
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/execgate/execgate/execution"
 )
 
-var testCaps = caps{body: 1 << 20, source: 100, args: 50}
+var testCaps = Caps{Body: 1 << 20, Source: 100, Args: 50}
 
 func TestDecodeExecuteNamesTheField(t *testing.T) {
 	tests := []struct {
@@ -67,26 +67,26 @@ func TestDecodeExecuteNamesTheField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := decodeExecute([]byte(tt.body), testCaps)
+			req, err := Execute([]byte(tt.body), testCaps)
 			if tt.status == 0 {
 				if err != nil {
-					t.Fatalf("decodeExecute: %v", err)
+					t.Fatalf("Execute: %v", err)
 				}
 				if req.Language != "python" || req.Entrypoint == "" || req.NetworkAccess == "" || req.Mode == "" {
 					t.Fatalf("defaults not applied: %+v", req)
 				}
 				return
 			}
-			var ae *apiError
+			var ae *execution.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an apiError", err)
 			}
 			if ae.Status != tt.status || !strings.Contains(ae.Message, tt.message) {
 				t.Fatalf("got %d %q, want %d containing %q", ae.Status, ae.Message, tt.status, tt.message)
 			}
-			wantType := TypeBadRequest
+			wantType := execution.TypeBadRequest
 			if tt.status == http.StatusRequestEntityTooLarge {
-				wantType = TypePayloadTooLarge
+				wantType = execution.TypePayloadTooLarge
 			}
 			if ae.Type != wantType {
 				t.Fatalf("type = %s, want %s", ae.Type, wantType)
@@ -96,7 +96,7 @@ func TestDecodeExecuteNamesTheField(t *testing.T) {
 }
 
 func TestDecodeExecuteDefaultsAndCompaction(t *testing.T) {
-	req, err := decodeExecute([]byte(`{"source":"x","args":{ "b" : [1, 2] }}`), testCaps)
+	req, err := Execute([]byte(`{"source":"x","args":{ "b" : [1, 2] }}`), testCaps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,18 +106,18 @@ func TestDecodeExecuteDefaultsAndCompaction(t *testing.T) {
 	if req.Language != "python" || req.Entrypoint != "run" || req.NetworkAccess != "none" || req.Mode != "run" {
 		t.Errorf("defaults = %+v", req)
 	}
-	a, _ := decodeExecute([]byte(`{"source":"x","args":{"b":[1,2]}}`), testCaps)
+	a, _ := Execute([]byte(`{"source":"x","args":{"b":[1,2]}}`), testCaps)
 	if execution.Fingerprint(a) != execution.Fingerprint(req) {
 		t.Error("whitespace in args changed the idempotency fingerprint")
 	}
-	b, _ := decodeExecute([]byte(`{"source":"y","args":{"b":[1,2]}}`), testCaps)
+	b, _ := Execute([]byte(`{"source":"y","args":{"b":[1,2]}}`), testCaps)
 	if execution.Fingerprint(b) == execution.Fingerprint(req) {
 		t.Error("another source has the same fingerprint")
 	}
 }
 
 func TestDecodeQuota(t *testing.T) {
-	l, err := decodeQuota([]byte(`{"rate_per_minute":60,"burst":5,"concurrency":2,"daily_cpu_seconds":100,"max_queued":3}`))
+	l, err := Quota([]byte(`{"rate_per_minute":60,"burst":5,"concurrency":2,"daily_cpu_seconds":100,"max_queued":3}`))
 	if err != nil || l.RatePerMinute != 60 || l.Burst != 5 || l.Concurrency != 2 || l.DailyCPUSeconds != 100 || l.MaxQueued != 3 {
 		t.Fatalf("decodeQuota = %+v, %v", l, err)
 	}
@@ -127,22 +127,22 @@ func TestDecodeQuota(t *testing.T) {
 		`{"concurrency":"two"}`: "concurrency: must be an integer",
 		`{"max_queued":-1}`:     "max_queued: must be >= 0",
 	} {
-		if _, err := decodeQuota([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("decodeQuota(%s) = %v, want %q", body, err, want)
+		if _, err := Quota([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Quota(%s) = %v, want %q", body, err, want)
 		}
 	}
 }
 
 func TestDecodeEvaluatePrefixesTheNestedField(t *testing.T) {
-	_, _, _, err := decodeEvaluate([]byte(`{"tenant_id":"demo","request":{"source":"x","limits":{"pids":-1}}}`), testCaps)
+	_, _, _, err := Evaluate([]byte(`{"tenant_id":"demo","request":{"source":"x","limits":{"pids":-1}}}`), testCaps)
 	if err == nil || !strings.Contains(err.Error(), "request.limits.pids: must be >= 0") {
 		t.Fatalf("err = %v", err)
 	}
-	_, _, _, err = decodeEvaluate([]byte(`{"tenant_id":"demo"}`), testCaps)
+	_, _, _, err = Evaluate([]byte(`{"tenant_id":"demo"}`), testCaps)
 	if err == nil || !strings.Contains(err.Error(), "request: is required") {
 		t.Fatalf("err = %v", err)
 	}
-	tenant, roles, req, err := decodeEvaluate([]byte(`{"tenant_id":"demo","roles":["admin"],"request":{"source":"x"}}`), testCaps)
+	tenant, roles, req, err := Evaluate([]byte(`{"tenant_id":"demo","roles":["admin"],"request":{"source":"x"}}`), testCaps)
 	if err != nil || tenant != "demo" || len(roles) != 1 || req.Source != "x" {
 		t.Fatalf("decodeEvaluate = %q %v %+v %v", tenant, roles, req, err)
 	}
@@ -150,19 +150,19 @@ func TestDecodeEvaluatePrefixesTheNestedField(t *testing.T) {
 
 func TestDecodeAcceptsJavaScriptAndTypeScript(t *testing.T) {
 	for _, lang := range []string{"javascript", "typescript"} {
-		req, err := decodeExecute([]byte(`{"source":"export function run() {}","language":"`+lang+`"}`), testCaps)
+		req, err := Execute([]byte(`{"source":"export function run() {}","language":"`+lang+`"}`), testCaps)
 		if err != nil || req.Language != lang {
 			t.Errorf("%s: %+v, %v", lang, req, err)
 		}
-		v, err := decodeValidate([]byte(`{"source":"x","language":"`+lang+`"}`), testCaps)
+		v, err := Validate([]byte(`{"source":"x","language":"`+lang+`"}`), testCaps)
 		if err != nil || v.Language != lang {
 			t.Errorf("validate %s: %+v, %v", lang, v, err)
 		}
 	}
-	if v, err := decodeValidate([]byte(`{"source":"x"}`), testCaps); err != nil || v.Language != "python" {
+	if v, err := Validate([]byte(`{"source":"x"}`), testCaps); err != nil || v.Language != "python" {
 		t.Errorf("validate default language: %+v, %v", v, err)
 	}
-	if _, err := decodeValidate([]byte(`{"source":"x","language":"ruby"}`), testCaps); err == nil || !strings.Contains(err.Error(), "language") {
+	if _, err := Validate([]byte(`{"source":"x","language":"ruby"}`), testCaps); err == nil || !strings.Contains(err.Error(), "language") {
 		t.Errorf("validate ruby: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
-package gateway
+package decode
 
 import (
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/execution"
 )
 
 // nested returns n arrays nested in each other around inner.
@@ -45,18 +47,18 @@ func TestCheckJSONRefusesDeepNestingAndBadUnicodeByPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkJSON([]byte(tt.body), tt.depth)
+			err := CheckJSON([]byte(tt.body), tt.depth)
 			if tt.message == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
 				return
 			}
-			var ae *apiError
+			var ae *execution.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want a 400", err)
 			}
-			if ae.Status != http.StatusBadRequest || ae.Type != TypeBadRequest || !strings.HasPrefix(ae.Message, tt.message) {
+			if ae.Status != http.StatusBadRequest || ae.Type != execution.TypeBadRequest || !strings.HasPrefix(ae.Message, tt.message) {
 				t.Fatalf("got %d %s %q, want 400 BadRequest %q…", ae.Status, ae.Type, ae.Message, tt.message)
 			}
 		})
@@ -67,18 +69,18 @@ func TestCheckJSONRefusesDeepNestingAndBadUnicodeByPath(t *testing.T) {
 // dry run (whose paths start at the whole body: request.args…).
 func TestEveryBodyDecoderChecksTheJSON(t *testing.T) {
 	deep := nested(100, "")
-	c := caps{body: 1 << 20, source: 100, args: 1 << 16}
-	if _, err := decodeExecute([]byte(`{"source":"x","args":`+deep+`}`), c); err == nil || !strings.HasPrefix(err.(*apiError).Message, "args[0]") {
+	c := Caps{Body: 1 << 20, Source: 100, Args: 1 << 16}
+	if _, err := Execute([]byte(`{"source":"x","args":`+deep+`}`), c); err == nil || !strings.HasPrefix(err.(*execution.Error).Message, "args[0]") {
 		t.Errorf("execute: %v", err)
 	}
-	if _, err := decodeValidate([]byte("{\"source\":\"\xff\"}"), c); err == nil || !strings.HasPrefix(err.(*apiError).Message, "source: holds invalid UTF-8") {
+	if _, err := Validate([]byte("{\"source\":\"\xff\"}"), c); err == nil || !strings.HasPrefix(err.(*execution.Error).Message, "source: holds invalid UTF-8") {
 		t.Errorf("validate: %v", err)
 	}
-	_, _, _, err := decodeEvaluate([]byte(`{"tenant_id":"demo","request":{"source":"x","args":`+deep+`}}`), c)
-	if err == nil || !strings.HasPrefix(err.(*apiError).Message, "request.args[0]") {
+	_, _, _, err := Evaluate([]byte(`{"tenant_id":"demo","request":{"source":"x","args":`+deep+`}}`), c)
+	if err == nil || !strings.HasPrefix(err.(*execution.Error).Message, "request.args[0]") {
 		t.Errorf("evaluate: %v", err)
 	}
-	if _, err := decodeQuota([]byte(`{"burst":` + deep + `}`)); err == nil || !strings.Contains(err.(*apiError).Message, "nests deeper") {
+	if _, err := Quota([]byte(`{"burst":` + deep + `}`)); err == nil || !strings.Contains(err.(*execution.Error).Message, "nests deeper") {
 		t.Errorf("quota: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package stubs
 
 import (
 	"os"
@@ -32,7 +32,7 @@ func awkwardTools(addDescription, weirdDescription string) []toolbridge.Tool {
 
 func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
 	tools := awkwardTools("Add two numbers.\nSecond line.", `quotes """ and \ backslashes`)
-	stub := PythonStub(tools)
+	stub := Python(tools)
 	for _, want := range []string{
 		"class MathAddArgs(TypedDict):",
 		"    a: float  # first",
@@ -62,7 +62,7 @@ func TestPythonStubIsValidPythonForAwkwardTools(t *testing.T) {
 
 func TestTypeScriptStubTypeChecksAndTypesTheCalls(t *testing.T) {
 	tools := awkwardTools("Add two numbers. */ not a comment end", `quotes " and \ backslashes`)
-	stub := TypeScriptStub(tools)
+	stub := TypeScript(tools)
 	for _, want := range []string{
 		"export interface MathAddArgs {",
 		"  a: number;",

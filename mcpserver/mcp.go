@@ -1,27 +1,9 @@
-package gateway
-
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
-	"time"
-
-	"github.com/gin-gonic/gin"
-	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/execgate/execgate/execution"
-	"github.com/execgate/execgate/sandbox"
-	"github.com/execgate/execgate/telemetry"
-	"github.com/execgate/execgate/tenancy"
-)
-
-// POST /mcp is execgate as an MCP server (DESIGN §14), on the streamable
-// HTTP transport of the official Go SDK. Agents connect with one URL and
-// the same bearer token as the HTTP API.
+// Package mcpserver is execgate as an MCP server (DESIGN §14): the tools
+// execute_<language> and validate over the execute flow (package
+// execution), on the streamable HTTP transport of the official Go SDK. The
+// gateway mounts it at POST /mcp behind its edge (token, access row,
+// connection caps, refusal limit, body cap), so agents connect with one
+// URL and the same bearer token as the HTTP API.
 //
 // Stateless: every POST is a whole exchange (the SDK's Stateless mode, JSON
 // responses, no Mcp-Session-Id, GET and DELETE answer 405). Nothing is kept
@@ -32,20 +14,84 @@ import (
 //
 // The tools go through the same flow as the HTTP routes, in process:
 //
-//   - /mcp itself is a row of the access table (executor of its own
-//     tenant), checked before the SDK sees the request; the token is the
-//     one authenticate verified.
+//   - /mcp itself is a row of the gateway's access table (executor of its
+//     own tenant), checked before the SDK sees the request; the caller is
+//     the one the gateway authenticated (tenancy.PrincipalFrom).
 //   - execute_<language> runs the execute flow (execution.Flow.Run) with
-//     the /v1/execute row's grants: the same strict decoder and caps,
-//     policy, idempotency (an execution_id in the arguments), queue, quota,
-//     sandbox, settlement and one audit record under the caller's tenant.
-//   - validate calls the /v1/validate flow with that row's grants.
+//     the /v1/execute row's grants: the same strict decoder (package
+//     decode) and caps, policy, idempotency (an execution_id in the
+//     arguments), queue, quota, sandbox, settlement and one audit record
+//     under the caller's tenant.
+//   - validate calls the /v1/validate flow (execution.Flow.Validate) with
+//     that row's grants.
 //
 // A refusal (PolicyDenied, QuotaExceeded, a bad argument) and a run that
 // ended in error are tool errors (isError), not protocol errors, so the
 // agent sees them. The result carries the envelope (validate: its answer)
 // as structuredContent and a human-readable text part; a 429's Retry-After
 // is in the text and in _meta.retry_after_seconds.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/execgate/execgate/decode"
+	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
+	"github.com/execgate/execgate/tenancy"
+)
+
+// Flow runs and validates tools (*execution.Flow).
+type Flow interface {
+	Run(ctx context.Context, call execution.Call) *execution.Outcome
+	Validate(ctx context.Context, tenant tenancy.Tenant, req *execution.ValidateRequest) (*execution.ValidateResponse, error)
+}
+
+var _ Flow = (*execution.Flow)(nil)
+
+// Tenants authorises a caller for a tenant (*tenancy.Registry).
+type Tenants interface {
+	Authorize(p tenancy.Principal, target string, grants []tenancy.Grant) (tenancy.Tenant, error)
+}
+
+var _ Tenants = (*tenancy.Registry)(nil)
+
+// Deps are what a Server uses; all but Logger are required.
+type Deps struct {
+	Flow    Flow
+	Tenants Tenants
+	// ExecuteGrants and ValidateGrants are who may call execute_<language>
+	// and validate: the gateway's access rows of POST /v1/execute and POST
+	// /v1/validate (none: every call refused).
+	ExecuteGrants, ValidateGrants []tenancy.Grant
+	// Logger gets the unexpected failures of validate. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the MCP server: an http.Handler of the streamable HTTP
+// transport for an authenticated caller. It keeps nothing between requests
+// and is safe for concurrent use.
+type Server struct {
+	caps    decode.Caps
+	d       Deps
+	handler http.Handler
+}
+
+// FramingBytes is what the JSON-RPC envelope of a tool call may add to the
+// largest execute body (decode.Caps.Body) on the wire: the gateway reads
+// an MCP request under Body + FramingBytes.
+const FramingBytes = 64 << 10
 
 // mcpLanguages are the languages with an execute_<language> tool (DESIGN
 // §14: execute_python, execute_javascript; TypeScript is the javascript
@@ -58,10 +104,6 @@ var entrypointSketch = map[string]string{
 	"javascript": "export function run(args, context) (named or default export, sync or async)",
 }
 
-// mcpFramingBytes is what the JSON-RPC envelope of a tool call may add to
-// the largest execute body (server.max_body_bytes) on the wire.
-const mcpFramingBytes = 64 << 10
-
 // principalKey is where the verifier passes the caller to the tools
 // (TokenInfo.Extra).
 const principalKey = "execgate.principal"
@@ -70,9 +112,13 @@ const principalKey = "execgate.principal"
 // their spans, envelope trace_id and audit record join the request's trace.
 const spanContextKey = "execgate.span_context"
 
-// mcpRoute builds the MCP server and returns the Gin handler of POST /mcp.
-// It needs nothing of s until a call arrives.
-func (s *Server) mcpRoute() gin.HandlerFunc {
+// New builds the MCP server; caps are the execute body's (the arguments
+// of a tool call are decoded under them).
+func New(caps decode.Caps, d Deps) *Server {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	s := &Server{caps: caps, d: d}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "execgate", Title: "execgate code execution", Version: "v1"},
 		&mcp.ServerOptions{Instructions: "Run short tools in execgate's sandbox under your tenant's policy and quotas. " +
 			"A tool is Python source defining def run(args, context) (or async def); its return value must be JSON-serialisable."})
@@ -89,7 +135,7 @@ func (s *Server) mcpRoute() gin.HandlerFunc {
 
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
-	// The SDK hands TokenInfo to every tool call; authenticate already
+	// The SDK hands TokenInfo to every tool call; the gateway already
 	// verified the token, so the verifier only passes the caller on.
 	withCaller := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
 		p, ok := tenancy.PrincipalFrom(r.Context())
@@ -100,19 +146,14 @@ func (s *Server) mcpRoute() gin.HandlerFunc {
 			principalKey:   p,
 			spanContextKey: trace.SpanContextFromContext(r.Context()),
 		}}, nil
-	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true}) // exp was checked by authenticate
-	handler := withCaller(h)
-
-	return func(c *gin.Context) {
-		p, _ := tenancy.PrincipalFrom(c.Request.Context())
-		if _, err := s.authorizeTenant(c, p, ""); err != nil {
-			s.fail(c, err)
-			return
-		}
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.caps.body+mcpFramingBytes)
-		handler.ServeHTTP(c.Writer, c.Request)
-	}
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true}) // exp was checked by the gateway
+	s.handler = withCaller(h)
+	return s
 }
+
+// ServeHTTP serves one MCP exchange of the caller in r's context
+// (tenancy.WithPrincipal); without one it is 401 and no tool is called.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // executeTool is the execute_<language> tool.
 func executeTool(lang string) *mcp.Tool {
@@ -169,12 +210,12 @@ func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		out := s.flow.Run(ctx, execution.Call{
+		out := s.d.Flow.Run(ctx, execution.Call{
 			Principal: p,
-			Grants:    accessRow(http.MethodPost, "/v1/execute").Grants,
+			Grants:    s.d.ExecuteGrants,
 			ID:        execution.NewID(),
 			Body:      func() ([]byte, error) { return s.mcpExecuteBody(req.Params.Arguments, lang) },
-			Decode:    s.decodeExecute,
+			Decode:    func(body []byte) (*execution.Request, error) { return decode.Execute(body, s.caps) },
 		})
 		defer out.Release()
 		res := &mcp.CallToolResult{
@@ -183,7 +224,7 @@ func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
 			IsError:           out.Envelope.Status != sandbox.StatusOK,
 		}
 		if out.RetryAfter > 0 {
-			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(out.RetryAfter)}
+			res.Meta = mcp.Meta{"retry_after_seconds": execution.RetryAfterSeconds(out.RetryAfter)}
 		}
 		return res, nil
 	}
@@ -194,18 +235,18 @@ func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
 func (s *Server) mcpExecuteBody(args json.RawMessage, lang string) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(args, &fields); err != nil || fields == nil {
-		return nil, badRequest("arguments", "must be a JSON object")
+		return nil, execution.BadRequest("arguments", "must be a JSON object")
 	}
 	if _, ok := fields["language"]; ok {
-		return nil, badRequest("language", "is set by the tool (execute_%s); leave it out", lang)
+		return nil, execution.BadRequest("language", "is set by the tool (execute_%s); leave it out", lang)
 	}
 	fields["language"], _ = json.Marshal(lang)
 	body, err := json.Marshal(fields)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the execute body: %w", err)
 	}
-	if int64(len(body)) > s.caps.body {
-		return nil, tooLarge("arguments", int64(len(body)), s.caps.body)
+	if int64(len(body)) > s.caps.Body {
+		return nil, execution.TooLarge("arguments", int64(len(body)), s.caps.Body)
 	}
 	return body, nil
 }
@@ -218,18 +259,18 @@ func (s *Server) mcpValidate(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	}
 	resp, err := s.mcpValidateCall(ctx, p, req.Params.Arguments)
 	if err != nil {
-		ae := toAPIError(err)
+		ae := execution.Refusal(err)
 		if !ae.Expected() {
-			s.log.ErrorContext(ctx, "mcp validate failed", telemetry.KeyTenantID, p.TenantID, "error_type", ae.Type, "err", ae.Error())
+			s.d.Logger.ErrorContext(ctx, "mcp validate failed", telemetry.KeyTenantID, p.TenantID, "error_type", ae.Type, "err", ae.Error())
 		}
-		body := ErrorResponse{Status: "error", Error: ae.Body()}
+		body := execution.ErrorResponse{Status: "error", Error: ae.Body()}
 		res := &mcp.CallToolResult{
 			Content:           []mcp.Content{&mcp.TextContent{Text: errorText(&body.Error, ae.RetryAfter)}},
 			StructuredContent: body,
 			IsError:           true,
 		}
 		if ae.RetryAfter > 0 {
-			res.Meta = mcp.Meta{"retry_after_seconds": retryAfterSeconds(ae.RetryAfter)}
+			res.Meta = mcp.Meta{"retry_after_seconds": execution.RetryAfterSeconds(ae.RetryAfter)}
 		}
 		return res, nil
 	}
@@ -245,24 +286,25 @@ func (s *Server) mcpValidate(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: resp}, nil
 }
 
-func (s *Server) mcpValidateCall(ctx context.Context, p tenancy.Principal, args json.RawMessage) (*ValidateResponse, error) {
-	tenant, err := s.d.Tenants.Authorize(p, "", accessRow(http.MethodPost, "/v1/validate").Grants)
+// mcpValidateCall authorises, decodes and runs a validate call.
+func (s *Server) mcpValidateCall(ctx context.Context, p tenancy.Principal, args json.RawMessage) (*execution.ValidateResponse, error) {
+	tenant, err := s.d.Tenants.Authorize(p, "", s.d.ValidateGrants)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(args)) > s.caps.body {
-		return nil, tooLarge("arguments", int64(len(args)), s.caps.body)
+	if int64(len(args)) > s.caps.Body {
+		return nil, execution.TooLarge("arguments", int64(len(args)), s.caps.Body)
 	}
-	req, err := decodeValidate(args, s.caps)
+	req, err := decode.Validate(args, s.caps)
 	if err != nil {
 		return nil, err
 	}
-	return s.validate(ctx, tenant, req)
+	return s.d.Flow.Validate(ctx, tenant, req)
 }
 
 // mcpCaller is the caller of a tool call, and ctx joined to the HTTP
-// request's trace. No caller cannot happen behind mcpRoute; it is a
-// protocol error, never a run.
+// request's trace. No caller cannot happen behind the bearer-token check
+// of New; it is a protocol error, never a run.
 func mcpCaller(ctx context.Context, req *mcp.CallToolRequest) (tenancy.Principal, context.Context, error) {
 	if req.Extra == nil || req.Extra.TokenInfo == nil {
 		return tenancy.Principal{}, ctx, fmt.Errorf("no authenticated caller")
@@ -277,19 +319,8 @@ func mcpCaller(ctx context.Context, req *mcp.CallToolRequest) (tenancy.Principal
 	return p, tenancy.WithPrincipal(ctx, p), nil
 }
 
-// accessRow is the access table's row of method and path; a missing row
-// has no grants (every call refused).
-func accessRow(method, path string) Access {
-	for _, a := range accessTable {
-		if a.Method == method && a.Path == path {
-			return a
-		}
-	}
-	return Access{}
-}
-
 // envelopeText is the human-readable part of an execute tool result.
-func envelopeText(env *Envelope, retryAfter time.Duration) string {
+func envelopeText(env *execution.Envelope, retryAfter time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "execution %s: %s", env.ExecutionID, env.Status)
 	if env.Status == sandbox.StatusOK {
@@ -306,14 +337,14 @@ func envelopeText(env *Envelope, retryAfter time.Duration) string {
 }
 
 // errorText renders an error body for people.
-func errorText(e *ErrorBody, retryAfter time.Duration) string {
+func errorText(e *execution.ErrorBody, retryAfter time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", e.Type, e.Message)
 	for _, r := range e.Reasons {
 		b.WriteString("\n  - " + r)
 	}
 	if retryAfter > 0 {
-		b.WriteString("\nretry after " + retryAfterSeconds(retryAfter) + " s")
+		b.WriteString("\nretry after " + execution.RetryAfterSeconds(retryAfter) + " s")
 	}
 	if e.Traceback != "" {
 		b.WriteString("\n" + strings.TrimRight(e.Traceback, "\n"))
