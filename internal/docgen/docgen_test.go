@@ -4,8 +4,12 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated pages of docs/")
@@ -126,4 +130,88 @@ func TestEscapeTextKeepsCodeSpans(t *testing.T) {
 	if got != want {
 		t.Errorf("cell = %q, want %q", got, want)
 	}
+}
+
+// The defaults the doc comments state are the code's, wherever the code
+// sets them in a value this test can read without a host (config.Defaults
+// and the exported WithDefaults of the sections that have one): a comment
+// saying "Default 600" over a field that defaults to 300 fails.
+func TestDocumentedDefaultsAreTheCodes(t *testing.T) {
+	keys, err := ConfigKeys(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := config.Defaults()
+	eff.Server = eff.Server.WithDefaults()
+	eff.Quota = eff.Quota.WithDefaults()
+	eff.Dispatch = eff.Dispatch.WithDefaults()
+	eff.ToolsAPI = eff.ToolsAPI.WithDefaults()
+	root := reflect.ValueOf(eff)
+	checked := 0
+	for _, k := range keys {
+		want, ok := plainNumber(k.Default)
+		if !ok || strings.Contains(k.Path, "[]") {
+			continue
+		}
+		v, ok := byPath(root, strings.Split(k.Path, "."))
+		if !ok || !v.CanInt() || v.Int() == 0 {
+			continue // defaulted where this test cannot see (a host value, an unexported default)
+		}
+		checked++
+		if v.Int() != want {
+			t.Errorf("%s: the doc comment says default %q, the code's default is %d", k.Path, k.Default, v.Int())
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d defaults compared: the walk is broken", checked)
+	}
+}
+
+// plainNumber reads a default such as "600", "1 MiB" or "256 KiB".
+func plainNumber(s string) (int64, bool) {
+	f := strings.Fields(s)
+	if len(f) == 0 || len(f) > 2 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if len(f) == 2 {
+		switch f[1] {
+		case "KiB":
+			n <<= 10
+		case "MiB":
+			n <<= 20
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// byPath finds the field of v at a YAML path.
+func byPath(v reflect.Value, path []string) (reflect.Value, bool) {
+	for _, name := range path {
+		for v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return v, false
+			}
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			return v, false
+		}
+		found := false
+		for i := 0; i < v.NumField(); i++ {
+			if strings.Split(v.Type().Field(i).Tag.Get("yaml"), ",")[0] == name {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return v, false
+		}
+	}
+	return v, true
 }
