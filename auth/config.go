@@ -15,12 +15,14 @@ type Config struct {
 	// Audience is the required aud claim. Default "execgate".
 	Audience string `yaml:"audience" json:"audience"`
 	// HS256SecretFile is the dev HMAC key (HS256 only); the file's bytes with
-	// one trailing newline trimmed are the key. The embedded default
-	// generates one (0600) in the state dir.
+	// one trailing newline trimmed are the key. Empty: none, except in the
+	// embedded default, which generates one (0600) in the state dir.
 	HS256SecretFile string `yaml:"hs256_secret_file" json:"hs256_secret_file"`
 	// PublicKeys are PEM files (RSA → RS256, EC → ES256, Ed25519 → EdDSA).
+	// Default none.
 	PublicKeys []string `yaml:"public_keys" json:"public_keys"`
-	// JWKSURL is fetched and refreshed by keyfunc (unknown-kid refresh is rate-limited).
+	// JWKSURL is fetched and refreshed by keyfunc (unknown-kid refresh is
+	// rate-limited). Default none.
 	JWKSURL string `yaml:"jwks_url" json:"jwks_url"`
 	// LeewaySeconds is the clock skew allowed on exp/nbf/iat. Default 30.
 	LeewaySeconds int `yaml:"leeway_seconds" json:"leeway_seconds"`

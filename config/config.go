@@ -48,15 +48,31 @@ type Config struct {
 	// Default /var/lib/execgate as root, else ~/.local/state/execgate.
 	StateDir string `yaml:"state_dir" json:"state_dir"`
 
-	Server    gateway.Config   `yaml:"server" json:"server"`
-	Auth      auth.Config      `yaml:"auth" json:"auth"`
-	Sandbox   sandbox.Config   `yaml:"sandbox" json:"sandbox"`
-	Egress    egress.Config    `yaml:"egress" json:"egress"`
-	Quota     quota.Config     `yaml:"quota" json:"quota"`
-	Policy    policy.Config    `yaml:"policy" json:"policy"`
-	Audit     audit.Config     `yaml:"audit" json:"audit"`
+	// Server is the HTTP edge and the execute flow's local bounds: body
+	// and connection limits, run slots and queue, idempotency, async runs.
+	Server gateway.Config `yaml:"server" json:"server"`
+	// Auth says how bearer tokens are verified (DESIGN §5).
+	Auth auth.Config `yaml:"auth" json:"auth"`
+	// Sandbox is nsjail, the rootfs, cgroups, warm jails, zygotes and
+	// package environments.
+	Sandbox sandbox.Config `yaml:"sandbox" json:"sandbox"`
+	// Egress is the platform's side of network mode proxy: ranges opened
+	// on purpose and an upstream proxy.
+	Egress egress.Config `yaml:"egress" json:"egress"`
+	// Quota is the quota backend (memory or Redis) and the default quota
+	// of tenants that give none.
+	Quota quota.Config `yaml:"quota" json:"quota"`
+	// Policy adds Rego to the embedded default policies: directories or an
+	// OPA bundle server.
+	Policy policy.Config `yaml:"policy" json:"policy"`
+	// Audit is where the audit records go.
+	Audit audit.Config `yaml:"audit" json:"audit"`
+	// Telemetry is traces, metrics and logs.
 	Telemetry telemetry.Config `yaml:"telemetry" json:"telemetry"`
-	Tenants   []tenancy.Tenant `yaml:"tenants" json:"tenants"`
+	// Tenants are the configured tenants; a token of any other tenant is
+	// refused on every route. Default: the embedded default's one tenant
+	// demo when no config file is given, else none.
+	Tenants []tenancy.Tenant `yaml:"tenants" json:"tenants"`
 	// Dispatch joins gateways and executors (server.role gateway or
 	// executor); unused with role all.
 	Dispatch dispatch.Config `yaml:"dispatch" json:"dispatch"`

@@ -17,6 +17,7 @@ type Config struct {
 	// addresses (::ffff:0:0/96, ::/96 but ::1/128, NAT64, 6to4, Teredo) is
 	// refused by New.
 	AllowCIDRs []string `yaml:"allow_cidrs" json:"allow_cidrs"`
-	// UpstreamProxy chains every allowed connection through this HTTP proxy URL.
+	// UpstreamProxy chains every allowed connection through this HTTP
+	// proxy URL. Default none: the proxy dials the checked address itself.
 	UpstreamProxy string `yaml:"upstream_proxy" json:"upstream_proxy"`
 }

@@ -33,11 +33,13 @@ type Config struct {
 	MaxSourceBytes int `yaml:"max_source_bytes" json:"max_source_bytes"`
 	// MaxArgsBytes caps the encoded args. Default 256 KiB.
 	MaxArgsBytes int `yaml:"max_args_bytes" json:"max_args_bytes"`
-	// MaxConcurrentRuns is the local run slots; MaxQueue waiting requests
-	// beyond them get 503 Overloaded. Defaults: 2×CPUs and 64; a negative
-	// MaxQueue means no waiting room (0 waiting).
+	// MaxConcurrentRuns is the local run slots: runs of this process at
+	// once. Default 2×CPUs.
 	MaxConcurrentRuns int `yaml:"max_concurrent_runs" json:"max_concurrent_runs"`
-	MaxQueue          int `yaml:"max_queue" json:"max_queue"`
+	// MaxQueue is how many requests may wait for a run slot; beyond it they
+	// get 503 Overloaded. Default 64; a negative MaxQueue means no waiting
+	// room (0 waiting).
+	MaxQueue int `yaml:"max_queue" json:"max_queue"`
 	// TenantMaxRuns is how many of the MaxConcurrentRuns slots one tenant
 	// may hold at once, so a tenant busy with long runs always leaves slots
 	// to the others (runs are never preempted). Default 3/4 of the slots,
@@ -117,7 +119,7 @@ type Config struct {
 	MaxJSONDepth int `yaml:"max_json_depth" json:"max_json_depth"`
 
 	// The request edge (edge.go). Zero means the default.
-	//
+
 	// ReadHeaderTimeoutSeconds: the request header must arrive within it.
 	// Default 10.
 	ReadHeaderTimeoutSeconds int `yaml:"read_header_timeout_seconds" json:"read_header_timeout_seconds"`
@@ -156,14 +158,15 @@ type Config struct {
 	// idle connection of the subject holding the most. Default a fifth of
 	// the limit, at least 256 and at most half of it.
 	ConnFDReserve int `yaml:"conn_fd_reserve" json:"conn_fd_reserve"`
-	// RefusalsPerMinute and RefusalsBurst are each subject's token bucket
-	// of refused (4xx) requests, and each client address's for tokens
-	// that do not verify (refusals.go): past it the subject's requests are
-	// 429 QuotaExceeded before any other check, with one audit record per
-	// 10 s standing for them. Defaults 600 per minute and 300; a negative
-	// RefusalsPerMinute turns the limit off.
+	// RefusalsPerMinute is the rate of each subject's token bucket of
+	// refused (4xx) requests, and each client address's for tokens that do
+	// not verify (refusals.go): past it the subject's requests are 429
+	// QuotaExceeded before any other check, with one audit record per 10 s
+	// standing for them. Default 600; a negative value turns the limit off.
 	RefusalsPerMinute int `yaml:"refusals_per_minute" json:"refusals_per_minute"`
-	RefusalsBurst     int `yaml:"refusals_burst" json:"refusals_burst"`
+	// RefusalsBurst is the size of that bucket: refusals a subject may
+	// have at once before the rate applies. Default 300.
+	RefusalsBurst int `yaml:"refusals_burst" json:"refusals_burst"`
 }
 
 // Roles of a process (server.role).

@@ -108,6 +108,7 @@ type AuditObligations struct {
 // Config is the policy section of the config file.
 type Config struct {
 	// Dirs are extra policy directories layered on the embedded defaults.
+	// Default none.
 	Dirs []string `yaml:"dirs" json:"dirs"`
 	// Bundle, when set, loads policies from an OPA bundle server instead of
 	// (or on top of) directories.
@@ -135,10 +136,17 @@ func (c Config) CacheOption() int {
 
 // BundleConfig points at an OPA bundle server.
 type BundleConfig struct {
-	URL             string `yaml:"url" json:"url"`                           // full bundle URL
-	PollSeconds     int    `yaml:"poll_seconds" json:"poll_seconds"`         // default 30
-	VerificationKey string `yaml:"verification_key" json:"verification_key"` // PEM file path for signature verification
-	KeyID           string `yaml:"key_id" json:"key_id"`
+	// URL is the full URL of the bundle (a .tar.gz), polled with ETag.
+	// Required.
+	URL string `yaml:"url" json:"url"`
+	// PollSeconds is how often the bundle is polled. Default 30.
+	PollSeconds int `yaml:"poll_seconds" json:"poll_seconds"`
+	// VerificationKey is a PEM file with the key that verifies the
+	// bundle's signature. Default none: unsigned bundles are accepted,
+	// with a warning.
+	VerificationKey string `yaml:"verification_key" json:"verification_key"`
+	// KeyID is the key id the bundle's signature must name. Default none.
+	KeyID string `yaml:"key_id" json:"key_id"`
 }
 
 // Status describes the policies being served, for /readyz and the log.

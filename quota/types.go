@@ -36,7 +36,7 @@ type Limits struct {
 	// 60s/RatePerMinute). 0: unlimited.
 	RatePerMinute int `yaml:"rate_per_minute" json:"rate_per_minute"`
 	// Burst is how many requests may arrive at once; >= 1 when
-	// RatePerMinute > 0.
+	// RatePerMinute > 0. 0: no burst (only with RatePerMinute 0).
 	Burst int `yaml:"burst" json:"burst"`
 	// Concurrency is the number of runs in flight at once. 0: unlimited.
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
@@ -148,15 +148,18 @@ type Config struct {
 	// RedisURL is a redis:// or rediss:// URL. Standalone by default; with
 	// RedisCluster it is a cluster seed URL (more seeds as ?addr=h:p), with
 	// MasterName (or ?master_name=) a Sentinel URL. May carry a password
-	// (redacted by config print).
+	// (redacted by config print). Default none (needed by backend redis
+	// unless RedisAddrs is set).
 	RedisURL string `yaml:"redis_url" json:"redis_url"`
 	// RedisAddrs is used when RedisURL is empty: Sentinel addresses with
 	// MasterName, cluster seeds with RedisCluster or more than one address,
-	// else one standalone server.
+	// else one standalone server. Default none.
 	RedisAddrs []string `yaml:"redis_addrs" json:"redis_addrs"`
 	// MasterName selects Sentinel: the name of the monitored master.
+	// Default none: not Sentinel.
 	MasterName string `yaml:"master_name" json:"master_name"`
 	// RedisCluster forces Redis Cluster mode even with one seed address.
+	// Default false.
 	RedisCluster bool `yaml:"redis_cluster" json:"redis_cluster"`
 	// RedisPasswordFile holds the Redis (and Sentinel) password for
 	// RedisAddrs; one trailing newline is trimmed. Empty: no password (or

@@ -29,7 +29,8 @@ type Config struct {
 	WorkDir string `yaml:"work_dir" json:"work_dir"`
 	// Cgroups selects the cgroup version: "auto" (default: detect), "v1", "v2".
 	Cgroups string `yaml:"cgroups" json:"cgroups"`
-	// WarmPool is the number of pre-spawned jails per profile. 0 disables the pool.
+	// WarmPool is the number of pre-spawned jails per profile (at most 8
+	// profiles, shared fairly between tenants). Default 0: no pool.
 	WarmPool int `yaml:"warm_pool" json:"warm_pool"`
 	// KillGraceMS is added to the timeout for nsjail's own time_limit (its
 	// backstop if execgate itself dies), and is how long the runner waits
@@ -96,12 +97,13 @@ type Config struct {
 type PackageIndex struct {
 	// URL is a simple-API index (a private index or a mirror). Empty: PyPI.
 	URL string `yaml:"url" json:"url"`
-	// FindLinks are extra directories or URLs of wheels.
+	// FindLinks are extra directories or URLs of wheels. Default none.
 	FindLinks []string `yaml:"find_links" json:"find_links"`
-	// NoIndex uses FindLinks only (no index at all).
+	// NoIndex uses FindLinks only (no index at all). Default false.
 	NoIndex bool `yaml:"no_index" json:"no_index"`
 	// CredentialsFile holds "username:password" for URL (one line, read at
 	// every resolve and install, so a rotated secret needs no restart).
+	// Default none.
 	CredentialsFile string `yaml:"credentials_file" json:"credentials_file"`
 }
 

@@ -10,7 +10,8 @@
 #   - bin/execgate
 #   - with --test: the stock opa CLI, helm and kubernetes-validate (the
 #     deploy check), schemathesis, standardwebhooks (the webhook tests'
-#     reference verifier), the Python client's test
+#     reference verifier), MkDocs Material (the documentation site,
+#     mkdocs.yml), the Python client's test
 #     venv (clients/python/.venv) and the TypeScript client's node_modules,
 #     and the cgroup v2 VM and image tools (qemu-system-x86, linux-image-amd64,
 #     busybox-static, buildah, podman, mmdebstrap from apt; virtme-ng pinned
@@ -107,6 +108,16 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
   if ! "$TOOLS/venv/bin/python" -c "import standardwebhooks" 2>/dev/null; then
     log "installing standardwebhooks $STANDARDWEBHOOKS_VERSION"
     "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "standardwebhooks==$STANDARDWEBHOOKS_VERSION"
+  fi
+  # The documentation site (mkdocs.yml): MkDocs and Material, pinned; the
+  # build runs offline (no fonts or scripts from a CDN).
+  MKDOCS_VERSION="${MKDOCS_VERSION:-1.6.1}"
+  MKDOCS_MATERIAL_VERSION="${MKDOCS_MATERIAL_VERSION:-9.8.1}"
+  PYMDOWN_VERSION="${PYMDOWN_VERSION:-12.3}"
+  if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m,sys; sys.exit(m.version('mkdocs')!='$MKDOCS_VERSION' or m.version('mkdocs-material')!='$MKDOCS_MATERIAL_VERSION' or m.version('pymdown-extensions')!='$PYMDOWN_VERSION')" 2>/dev/null; then
+    log "installing mkdocs==$MKDOCS_VERSION mkdocs-material==$MKDOCS_MATERIAL_VERSION pymdown-extensions==$PYMDOWN_VERSION"
+    "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "mkdocs==$MKDOCS_VERSION" \
+      "mkdocs-material==$MKDOCS_MATERIAL_VERSION" "pymdown-extensions==$PYMDOWN_VERSION"
   fi
   # The client suites (scripts/test.sh): the Python client's own venv with
   # its pinned test extra, the TypeScript client's pinned dev dependencies.

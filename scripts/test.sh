@@ -16,6 +16,14 @@ opa test policies/ deploy/examples/policies/
 echo "== deploy: the Helm chart renders and validates (scripts/check-deploy.sh)"
 ./scripts/check-deploy.sh
 
+echo "== docs: the site builds with every link and anchor checked (mkdocs build --strict)"
+# The reference pages are generated from the code and checked by go test
+# (internal/docgen); the shell examples run in go test too
+# (internal/docexamples, against a real execgate serve).
+site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .tools/venv/bin/mkdocs build --strict --quiet --site-dir "$site"
+rm -rf "$site"
+
 echo "== go test ./..."
 # go test -json feeds scripts/gotest-report.py, which prints what plain
 # go test would, the count of tests run and skipped, and fails under CI=true

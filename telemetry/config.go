@@ -26,10 +26,10 @@ type Config struct {
 	// MaxTenantLabels bounds the tenant label's cardinality in metrics;
 	// tenants beyond it are counted under "other". Default (0) 100.
 	MaxTenantLabels int `yaml:"max_tenant_labels" json:"max_tenant_labels"`
-	// LogFormat is "json" (default) or "text"; LogLevel "info" (default),
-	// "debug", "warn" or "error".
+	// LogFormat is "json" (default) or "text".
 	LogFormat string `yaml:"log_format" json:"log_format"`
-	LogLevel  string `yaml:"log_level" json:"log_level"`
+	// LogLevel is "info" (default), "debug", "warn" or "error".
+	LogLevel string `yaml:"log_level" json:"log_level"`
 }
 
 // Defaults for zero Config fields.

@@ -48,10 +48,17 @@ type Grant struct {
 
 // Tenant is one configured tenant.
 type Tenant struct {
-	ID    string       `yaml:"id" json:"id"`
-	Plan  string       `yaml:"plan" json:"plan"`
+	// ID names the tenant: the tenant_id of its tokens. Required, unique.
+	ID string `yaml:"id" json:"id"`
+	// Plan is a label the policy sees as input.tenant.plan. Default none.
+	Plan string `yaml:"plan" json:"plan"`
+	// Quota is the tenant's quota; an admin override replaces it at run
+	// time. Absent: quota.defaults.
 	Quota quota.Limits `yaml:"quota" json:"quota"`
-	// Policy becomes input.tenant.data for the policy.
+	// Policy becomes input.tenant.data for the policy: the tenant's
+	// network modes, egress allow-list, packages, limits, tools, isolation
+	// levels, languages and callbacks (see the policy guide). Default
+	// empty: what the default policies allow a tenant that says nothing.
 	Policy map[string]any `yaml:"policy" json:"policy"`
 	// Tools are the tenant's MCP tool servers for code mode (header
 	// values are references to secret files or variables, never values).

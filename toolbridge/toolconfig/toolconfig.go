@@ -28,12 +28,13 @@ type Server struct {
 	// letters, digits, '_' and '-'. Required, unique per tenant.
 	Name string `yaml:"name" json:"name"`
 	// URL is the MCP streamable HTTP endpoint (http or https). Exactly one
-	// of URL and Command.
+	// of URL and Command. Default none.
 	URL string `yaml:"url" json:"url,omitempty"`
 	// Command starts a stdio MCP server (argv, absolute path first),
 	// launched by the gateway on first use and relaunched after it dies.
 	// It runs as the gateway's user with the working directory / and an
-	// environment of PATH and Env only (nothing of the gateway's).
+	// environment of PATH and Env only (nothing of the gateway's). Default
+	// none.
 	Command []string `yaml:"command" json:"command,omitempty"`
 	// Env is the environment of a Command server, each value read like a
 	// header's (secret file or variable of the gateway).
@@ -59,25 +60,32 @@ type Server struct {
 // file's bytes, one trailing newline trimmed) or Env (an environment
 // variable of the gateway).
 type Secret struct {
+	// File is the path of a file of the gateway holding the value (one
+	// trailing newline trimmed). Default none: Env.
 	File string `yaml:"file" json:"file,omitempty"`
-	Env  string `yaml:"env" json:"env,omitempty"`
+	// Env is the name of an environment variable of the gateway holding
+	// the value. Default none: File.
+	Env string `yaml:"env" json:"env,omitempty"`
 }
 
 // Limits bound one run's tool calls.
 type Limits struct {
 	// MaxCalls is the most calls (run requests, allowed or not) per run.
+	// Default 64.
 	MaxCalls int `yaml:"max_calls" json:"max_calls"`
-	// MaxConcurrent is the most calls in flight at once per run.
+	// MaxConcurrent is the most calls in flight at once per run. Default 4.
 	MaxConcurrent int `yaml:"max_concurrent" json:"max_concurrent"`
 	// MaxLookups is the most search and describe requests per run
 	// (answered or not; later ones are denied). They are not calls:
 	// MaxCalls does not count them. Default 128.
 	MaxLookups int `yaml:"max_lookups" json:"max_lookups"`
-	// MaxArgsBytes bounds one call's JSON arguments.
+	// MaxArgsBytes bounds one call's JSON arguments. Default 256 KiB.
 	MaxArgsBytes int64 `yaml:"max_args_bytes" json:"max_args_bytes"`
 	// MaxBytesIn bounds the arguments of all calls of a run together.
+	// Default 1 MiB.
 	MaxBytesIn int64 `yaml:"max_bytes_in" json:"max_bytes_in"`
 	// MaxBytesOut bounds the results of all calls of a run together.
+	// Default 8 MiB.
 	MaxBytesOut int64 `yaml:"max_bytes_out" json:"max_bytes_out"`
 }
 
