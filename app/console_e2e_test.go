@@ -480,7 +480,6 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	t.Run("a denied request shows the policy reasons", func(t *testing.T) {
 		b := b.on(t)
 		b.setField("pg-network", "host") // demo may use network none only
-		defer b.expectHTTP(http.StatusForbidden, "/v1/execute")()
 		b.run("def run(args, context):\n    return 1\n")
 		b.setField("pg-network", "none")
 		if got := b.text(`document.querySelector("#pg-status .badge").textContent`); got != "error: PolicyDenied" {

@@ -1,8 +1,8 @@
 // Policy lab, quotas, runs and health. Each page calls only the public API
 // with the signed-in token.
 
-import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt } from "./dom.js";
-import { request as playgroundRequest, egressTable } from "./playground.js";
+import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt, egressTable } from "./dom.js";
+import { request as playgroundRequest } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 
