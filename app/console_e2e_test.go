@@ -590,7 +590,8 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 
 	t.Run("an auditor finds a failed run and opens its decision, usage and trace id", func(t *testing.T) {
 		b := b.on(t)
-		b.signIn(s.token("demo", tenancy.RoleAuditor), "runs")
+		auditor := s.token("demo", tenancy.RoleAuditor)
+		b.signIn(auditor, "runs")
 		b.waitFor("the first search", `document.querySelector("#r-results p")`)
 		b.setField("r-type", "ToolError")
 		b.eval(`document.getElementById("r-results").replaceChildren(); true`, nil)
@@ -601,13 +602,53 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		if len(outcomes) != 1 || outcomes[0] != "ToolError" {
 			t.Fatalf("rows %v, want the one ToolError run", outcomes)
 		}
+		var failed []map[string]any
+		for _, rec := range s.auditLines() {
+			if o, _ := rec["outcome"].(map[string]any); o["error_type"] == "ToolError" {
+				failed = append(failed, rec)
+			}
+		}
+		if len(failed) != 1 {
+			t.Fatalf("%d ToolError audit records, want 1", len(failed))
+		}
+		traceID, _ := failed[0]["trace_id"].(string)
+		// The run's spans: a waterfall when the gateway kept them, else
+		// the note that they went to the collector (a 404 the page
+		// expects).
+		kept := s.tracesStatus(t, auditor, traceID)
+		if kept == http.StatusNotFound {
+			defer b.expectHTTP(http.StatusNotFound, "/v1/admin/traces/")()
+		}
 		b.do(chromedp.Click(chromedp.CSS(`#r-table tbody tr`)))
 		b.waitFor("the run's detail", `document.getElementById("r-trace")`)
-		if tr := b.text(`document.getElementById("r-trace").textContent`); len(tr) != 32 {
-			t.Fatalf("trace id %q", tr)
+		if tr := b.text(`document.getElementById("r-trace").textContent`); tr != traceID || len(tr) != 32 {
+			t.Fatalf("trace id %q, want the record's %q", tr, traceID)
+		}
+		switch kept {
+		case http.StatusNotFound:
+			b.waitFor("the collector note", `document.getElementById("r-spans-note")`)
+			if note := b.text(`document.getElementById("r-spans-note").textContent`); !strings.Contains(note, "exported to your collector") || !strings.Contains(note, traceID) {
+				t.Fatalf("spans note %q", note)
+			}
+		case http.StatusOK:
+			b.waitFor("the waterfall", `document.querySelector("#r-waterfall .span-row")`)
+		default:
+			t.Fatalf("GET /v1/admin/traces/%s answered %d to an auditor", traceID, kept)
 		}
 		b.noProblems()
 		b.screenshot("runs")
+	})
+
+	t.Run("a tenant-admin's run page does not ask for the trace it may not read", func(t *testing.T) {
+		b := b.on(t)
+		b.signIn(s.token("demo", tenancy.RoleTenantAdmin), "runs")
+		b.waitFor("the runs", `document.querySelector("#r-table tbody tr")`)
+		b.do(chromedp.Click(chromedp.CSS(`#r-table tbody tr`)))
+		b.waitFor("the spans note", `document.getElementById("r-spans-note")`)
+		if note := b.text(`document.getElementById("r-spans-note").textContent`); !strings.Contains(note, "shown to admin and auditor tokens") {
+			t.Fatalf("spans note %q", note)
+		}
+		b.noProblems() // a request refused with 403 would be one
 	})
 
 	t.Run("health shows every readyz check", func(t *testing.T) {
@@ -659,6 +700,24 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 			t.Fatal("the token or the last envelope survived signing out")
 		}
 	})
+}
+
+// tracesStatus is the HTTP status of GET /v1/admin/traces/{id} for tok:
+// 200 when the gateway kept the trace's spans, 404 when it did not (or, on
+// a gateway without the route, has no such route).
+func (s *server) tracesStatus(t *testing.T, tok, traceID string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.app.URL()+"/v1/admin/traces/"+traceID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // brokenRunner is a host that cannot create a jail.

@@ -80,6 +80,19 @@ func (b *browser) resetForm() {
 	}
 }
 
+// openRun opens execution id's page on the Runs page (signed in with a
+// role that searches the audit log).
+func (b *browser) openRun(id string) {
+	b.t.Helper()
+	b.waitFor("the first search", `document.querySelector("#r-results p")`)
+	b.setField("r-id", id)
+	b.eval(`document.getElementById("r-results").replaceChildren(); true`, nil)
+	b.do(chromedp.Click(chromedp.CSS(`#r-form button[type=submit]`)))
+	b.waitFor("the run", `document.querySelector("#r-table tbody tr")`)
+	b.do(chromedp.Click(chromedp.CSS(`#r-table tbody tr`)))
+	b.waitFor("the run's page", `document.getElementById("r-trace")`)
+}
+
 // auditRecord is the audit record of execution id (exactly one).
 func (s *server) auditRecord(t *testing.T, id string) map[string]any {
 	t.Helper()
@@ -194,6 +207,7 @@ def run(args, context):
 		b.resetForm()
 	})
 
+	var toolRunID string
 	t.Run("the tool-calls panel shows a real run's calls", func(t *testing.T) {
 		b := b.on(t)
 		b.setField("pg-timeout", "20000")
@@ -210,7 +224,7 @@ def run(args, context):
 		if got := b.text(status); got != "ok" {
 			t.Fatalf("status %q: %s", got, b.text(out))
 		}
-		toolRunID := b.text(`document.getElementById("pg-execution-id").textContent`)
+		toolRunID = b.text(`document.getElementById("pg-execution-id").textContent`)
 		var rows [][]string
 		b.eval(`[...document.querySelectorAll("#pg-tool-calls tbody tr")].map(tr => [...tr.children].map(td => td.textContent))`, &rows)
 		rec := s.auditRecord(t, toolRunID)
@@ -287,6 +301,25 @@ def run(args, context):
 		b.noProblems()
 		b.screenshot("playground-cancelled")
 		b.resetForm()
+	})
+
+	t.Run("an auditor sees the run's tool calls on its detail page", func(t *testing.T) {
+		b := b.on(t)
+		auditor := s.token("demo", tenancy.RoleAuditor)
+		if kept := s.tracesStatus(t, auditor, s.auditRecord(t, toolRunID)["trace_id"].(string)); kept == http.StatusNotFound {
+			defer b.expectHTTP(http.StatusNotFound, "/v1/admin/traces/")()
+		}
+		b.signIn(auditor, "runs")
+		b.openRun(toolRunID)
+		b.waitFor("the tool calls", `document.querySelector("#r-tool-calls tbody tr")`)
+		var rows []string
+		b.eval(`[...document.querySelectorAll("#r-tool-calls tbody tr")].map(tr => tr.dataset.tool + " " + tr.children[2].textContent)`, &rows)
+		if strings.Join(rows, ",") != "math.add ok,math.fail ToolFailed" {
+			t.Fatalf("tool calls on the run's page %v", rows)
+		}
+		b.waitFor("the trace", `document.getElementById("r-spans-note") || document.getElementById("r-waterfall")`)
+		b.noProblems()
+		b.screenshot("runs-tool-calls")
 	})
 
 	t.Run("behind a proxy that refuses the async routes, runs go through /v1/execute or polling, and the page says so", func(t *testing.T) {
