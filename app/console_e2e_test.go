@@ -5,15 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/execgate/execgate/internal/testenv"
@@ -31,6 +37,115 @@ type browser struct {
 	ctx   context.Context
 	base  string
 	shots string
+	watch *pageWatch
+}
+
+// pageWatch collects what the browser reports about the pages the test
+// visits that the test requires to be none: console errors and warnings,
+// uncaught exceptions, browser log entries (network, security, …) of level
+// error or warning, responses with an HTTP error status and requests that
+// failed. The only exceptions are HTTP error statuses a step declares it
+// expects (expectHTTP): a 403 PolicyDenied is the API's answer, not a
+// fault of the page.
+type pageWatch struct {
+	mu       sync.Mutex
+	problems []string
+	expected []*expectedHTTP
+	urls     map[network.RequestID]string
+}
+
+// expectedHTTP is an HTTP error status a step expects on a path prefix.
+type expectedHTTP struct {
+	status int64
+	path   string
+}
+
+func (w *pageWatch) expects(status int64, rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	for _, e := range w.expected {
+		if strings.HasPrefix(u.Path, e.path) && (status == 0 || status == e.status) {
+			return true
+		}
+	}
+	return false
+}
+
+// event is called for every event of the tab, on the goroutine that reads
+// them (chromedp.Listen): it only records.
+func (w *pageWatch) event(ev any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	add := func(format string, args ...any) { w.problems = append(w.problems, fmt.Sprintf(format, args...)) }
+	switch e := ev.(type) {
+	case *runtime.EventExceptionThrown:
+		d := e.ExceptionDetails
+		desc := d.Text
+		if d.Exception != nil {
+			desc += " " + d.Exception.Description
+		}
+		add("uncaught exception at %s:%d: %s", d.URL, d.LineNumber+1, desc)
+	case *runtime.EventConsoleAPICalled:
+		if e.Type != runtime.ConsoleAPICalledTypeError && e.Type != runtime.ConsoleAPICalledTypeWarning && e.Type != runtime.ConsoleAPICalledTypeAssert {
+			return
+		}
+		var parts []string
+		for _, a := range e.Args {
+			if len(a.Value) > 0 {
+				parts = append(parts, string(a.Value))
+			} else {
+				parts = append(parts, a.Description)
+			}
+		}
+		add("console.%s: %s", e.Type, strings.Join(parts, " "))
+	case *log.EventEntryAdded:
+		en := e.Entry
+		if en.Level != log.EntryLevelError && en.Level != log.EntryLevelWarning {
+			return
+		}
+		if en.Source == log.EntrySourceNetwork && w.expects(0, en.URL) {
+			return // the response itself was checked against its status
+		}
+		add("browser log (%s %s): %s %s", en.Source, en.Level, en.Text, en.URL)
+	case *network.EventRequestWillBeSent:
+		w.urls[e.RequestID] = e.Request.URL
+	case *network.EventResponseReceived:
+		if r := e.Response; r.Status >= 400 && !w.expects(r.Status, r.URL) {
+			add("HTTP %d for %s", r.Status, r.URL)
+		}
+	case *network.EventLoadingFailed:
+		// A request cancelled by a navigation (or by the page) is not a
+		// failure of the page.
+		if !e.Canceled {
+			add("request for %s failed: %s %s", w.urls[e.RequestID], e.ErrorText, e.BlockedReason)
+		}
+	}
+}
+
+// take returns the problems seen so far and forgets them.
+func (w *pageWatch) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.problems
+	w.problems = nil
+	return p
+}
+
+// expectHTTP declares that the calling step expects the API to answer
+// status on paths under path (the page renders it); the returned func ends
+// the expectation. Every other HTTP error status fails the test.
+func (b *browser) expectHTTP(status int64, path string) func() {
+	b.watch.mu.Lock()
+	defer b.watch.mu.Unlock()
+	e := &expectedHTTP{status, path}
+	b.watch.expected = append(b.watch.expected, e)
+	return func() {
+		b.watch.mu.Lock()
+		defer b.watch.mu.Unlock()
+		b.watch.expected = slices.DeleteFunc(b.watch.expected, func(x *expectedHTTP) bool { return x == e })
+	}
 }
 
 // chromiumPath finds the browser; without one the test skips, and fails
@@ -68,6 +183,10 @@ func newBrowser(t *testing.T, base string) *browser {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
+	watch := &pageWatch{urls: map[network.RequestID]string{}}
+	if err := chromedp.Listen(ctx, watch.event); err != nil {
+		t.Fatalf("starting Chromium (%s): %v", path, err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: pageProbe})
 		return err
@@ -82,7 +201,22 @@ func newBrowser(t *testing.T, base string) *browser {
 		t.Fatal(err)
 	}
 	t.Logf("console screenshots: %s", shots)
-	return &browser{t: t, ctx: ctx, base: base, shots: shots}
+	b := &browser{t: t, ctx: ctx, base: base, shots: shots, watch: watch}
+	// Whatever no step checked fails the test at its end: every page it
+	// visited is held to no console errors and no failed requests.
+	t.Cleanup(func() {
+		if p := watch.take(); len(p) > 0 {
+			t.Errorf("the browser reported problems on the pages visited:\n  %s", strings.Join(p, "\n  "))
+		}
+	})
+	return b
+}
+
+// on returns the browser for a subtest: its failures are the subtest's.
+func (b *browser) on(t *testing.T) *browser {
+	c := *b
+	c.t = t
+	return &c
 }
 
 // do runs actions with a deadline (the machine is shared and slow).
@@ -149,11 +283,17 @@ func (b *browser) problemsNoFail() []string {
 	return p
 }
 
-// noProblems fails the test on any uncaught error or CSP violation.
+// noProblems fails the test on any uncaught error or CSP violation in the
+// page, and on anything the browser reported (pageWatch) since the last
+// check.
 func (b *browser) noProblems() {
 	b.t.Helper()
-	if p := b.problemsNoFail(); len(p) > 0 {
-		b.t.Fatalf("problems on the page: %v", p)
+	p := b.problemsNoFail()
+	if w := b.watch.take(); len(w) > 0 {
+		p = append(p, w...)
+	}
+	if len(p) > 0 {
+		b.t.Fatalf("problems on the page:\n  %s", strings.Join(p, "\n  "))
 	}
 }
 
@@ -238,6 +378,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("an executor signs in, runs the probe and sees ok with the result tree", func(t *testing.T) {
+		b := b.on(t)
 		b.signIn(executor, "playground")
 		b.run("async def run(args, context):\n    return {\"ok\": True, \"nested\": {\"n\": [1, 2, 3]}}\n")
 		if got := b.text(`document.querySelector("#pg-status .badge").textContent`); got != "ok" {
@@ -281,6 +422,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("tool output is rendered as text, never as markup", func(t *testing.T) {
+		b := b.on(t)
 		b.run("def run(args, context):\n    print('<img id=\"xss\" src=x onerror=\"window.__pwned=1\">')\n    return '<b id=\"xss2\">'\n")
 		var injected bool
 		b.eval(`!!(document.getElementById("xss") || document.getElementById("xss2") || window.__pwned)`, &injected)
@@ -293,6 +435,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("a failing tool's error line is highlighted and linked from the traceback", func(t *testing.T) {
+		b := b.on(t)
 		b.run(failingTool)
 		if got := b.text(`document.querySelector("#pg-status .badge").textContent`); got != "error: ToolError" {
 			t.Fatalf("status badge %q, want error: ToolError", got)
@@ -321,6 +464,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("Validate marks a syntax error's line", func(t *testing.T) {
+		b := b.on(t)
 		b.setField("pg-source", "def run(args, context):\n    x = 1\n    return (x\n")
 		b.eval(`document.getElementById("pg-out").replaceChildren(); true`, nil)
 		b.do(chromedp.Click(chromedp.ID("pg-validate")))
@@ -334,6 +478,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("a denied request shows the policy reasons", func(t *testing.T) {
+		b := b.on(t)
 		b.setField("pg-network", "host") // demo may use network none only
 		b.run("def run(args, context):\n    return 1\n")
 		b.setField("pg-network", "none")
@@ -349,6 +494,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("test mode sends the fixtures and forces network none", func(t *testing.T) {
+		b := b.on(t)
 		b.eval(`document.getElementById("pg-test").click(); true`, nil)
 		b.setField("pg-network", "host") // test mode must override it
 		b.setField("pg-variables", `{"who": "fixture-value"}`)
@@ -372,6 +518,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("the policy lab shows the exact input and each deny reason, and diffs two role sets", func(t *testing.T) {
+		b := b.on(t)
 		b.signIn(s.token("demo", tenancy.RolePolicyAuthor), "policy")
 		b.setField("pl-request", `{"source": "def run(args, context):\n    return 1\n", "network_access": "host"}`)
 		b.setField("pl-roles-b", "admin")
@@ -407,6 +554,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("an admin edits a quota and the bar changes", func(t *testing.T) {
+		b := b.on(t)
 		admin := s.token("demo", tenancy.RoleAdmin)
 		b.signIn(admin, "quotas")
 		bar := `document.getElementById("q-demo-budget")`
@@ -441,7 +589,9 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("an auditor finds a failed run and opens its decision, usage and trace id", func(t *testing.T) {
-		b.signIn(s.token("demo", tenancy.RoleAuditor), "runs")
+		b := b.on(t)
+		auditor := s.token("demo", tenancy.RoleAuditor)
+		b.signIn(auditor, "runs")
 		b.waitFor("the first search", `document.querySelector("#r-results p")`)
 		b.setField("r-type", "ToolError")
 		b.eval(`document.getElementById("r-results").replaceChildren(); true`, nil)
@@ -452,16 +602,57 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		if len(outcomes) != 1 || outcomes[0] != "ToolError" {
 			t.Fatalf("rows %v, want the one ToolError run", outcomes)
 		}
+		var failed []map[string]any
+		for _, rec := range s.auditLines() {
+			if o, _ := rec["outcome"].(map[string]any); o["error_type"] == "ToolError" {
+				failed = append(failed, rec)
+			}
+		}
+		if len(failed) != 1 {
+			t.Fatalf("%d ToolError audit records, want 1", len(failed))
+		}
+		traceID, _ := failed[0]["trace_id"].(string)
+		// The run's spans: a waterfall when the gateway kept them, else
+		// the note that they went to the collector (a 404 the page
+		// expects).
+		kept := s.tracesStatus(t, auditor, traceID)
+		if kept == http.StatusNotFound {
+			defer b.expectHTTP(http.StatusNotFound, "/v1/admin/traces/")()
+		}
 		b.do(chromedp.Click(chromedp.CSS(`#r-table tbody tr`)))
 		b.waitFor("the run's detail", `document.getElementById("r-trace")`)
-		if tr := b.text(`document.getElementById("r-trace").textContent`); len(tr) != 32 {
-			t.Fatalf("trace id %q", tr)
+		if tr := b.text(`document.getElementById("r-trace").textContent`); tr != traceID || len(tr) != 32 {
+			t.Fatalf("trace id %q, want the record's %q", tr, traceID)
+		}
+		switch kept {
+		case http.StatusNotFound:
+			b.waitFor("the collector note", `document.getElementById("r-spans-note")`)
+			if note := b.text(`document.getElementById("r-spans-note").textContent`); !strings.Contains(note, "exported to your collector") || !strings.Contains(note, traceID) {
+				t.Fatalf("spans note %q", note)
+			}
+		case http.StatusOK:
+			b.waitFor("the waterfall", `document.querySelector("#r-waterfall .span-row")`)
+		default:
+			t.Fatalf("GET /v1/admin/traces/%s answered %d to an auditor", traceID, kept)
 		}
 		b.noProblems()
 		b.screenshot("runs")
 	})
 
+	t.Run("a tenant-admin's run page does not ask for the trace it may not read", func(t *testing.T) {
+		b := b.on(t)
+		b.signIn(s.token("demo", tenancy.RoleTenantAdmin), "runs")
+		b.waitFor("the runs", `document.querySelector("#r-table tbody tr")`)
+		b.do(chromedp.Click(chromedp.CSS(`#r-table tbody tr`)))
+		b.waitFor("the spans note", `document.getElementById("r-spans-note")`)
+		if note := b.text(`document.getElementById("r-spans-note").textContent`); !strings.Contains(note, "shown to admin and auditor tokens") {
+			t.Fatalf("spans note %q", note)
+		}
+		b.noProblems() // a request refused with 403 would be one
+	})
+
 	t.Run("health shows every readyz check", func(t *testing.T) {
+		b := b.on(t)
 		b.do(chromedp.Navigate(b.base + "/ui/#health"))
 		b.waitFor("the checks", `document.querySelector("#h-checks [data-check=sandbox]")`)
 		var checks []string
@@ -476,6 +667,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("a non-admin token does not see the admin pages and the API refuses them anyway", func(t *testing.T) {
+		b := b.on(t)
 		b.signIn(executor, "playground")
 		var visible []string
 		b.eval(`[...document.querySelectorAll("#nav a")].filter(a => !a.hidden).map(a => a.dataset.page)`, &visible)
@@ -484,6 +676,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 		}
 		b.do(chromedp.Navigate(b.base + "/ui/#quotas"))
 		b.waitFor("the refusal page", `!document.getElementById("page-denied").hidden`)
+		defer b.expectHTTP(http.StatusForbidden, "/v1/admin/")()
 		var statuses []int
 		b.eval(`Promise.all(["/v1/admin/tenants", "/v1/admin/audit", "/v1/admin/tenants/demo/usage"].map(p =>
 			fetch(p, {headers: {Authorization: "Bearer " + sessionStorage.getItem("execgate.token")}}).then(r => r.status)))`, &statuses)
@@ -496,6 +689,7 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 	})
 
 	t.Run("signing out forgets the token and the previous results", func(t *testing.T) {
+		b := b.on(t)
 		b.do(chromedp.Navigate(b.base + "/ui/#playground"))
 		b.run("def run(args, context):\n    return 1\n")
 		b.do(chromedp.Click(chromedp.ID("signout")))
@@ -506,6 +700,24 @@ func TestConsoleInAHeadlessBrowser(t *testing.T) {
 			t.Fatal("the token or the last envelope survived signing out")
 		}
 	})
+}
+
+// tracesStatus is the HTTP status of GET /v1/admin/traces/{id} for tok:
+// 200 when the gateway kept the trace's spans, 404 when it did not (or, on
+// a gateway without the route, has no such route).
+func (s *server) tracesStatus(t *testing.T, tok, traceID string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.app.URL()+"/v1/admin/traces/"+traceID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // brokenRunner is a host that cannot create a jail.
@@ -525,6 +737,7 @@ func (brokenRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
 func TestConsoleHealthShowsABrokenSandboxWithItsHint(t *testing.T) {
 	s := start(t, setup{runner: brokenRunner{}})
 	b := newBrowser(t, s.app.URL())
+	defer b.expectHTTP(http.StatusServiceUnavailable, "/readyz")() // not ready: the page shows why
 	b.signIn(s.token("demo", tenancy.RoleAuditor), "health")
 	b.waitFor("the checks", `document.querySelector("#h-checks [data-check=sandbox]")`)
 	if got := b.text(`document.querySelector("#h-summary .badge").textContent`); got != "not ready" {

@@ -8,7 +8,14 @@
 // The files are served with a strict Content-Security-Policy (same origin
 // only, no inline scripts or styles, no framing) and nosniff; the scripts
 // render every piece of tool output and API data as text.
+//
+// The icon is assets/favicon.svg (linked by the page) and the same drawing
+// as assets/favicon.ico, served at /favicon.ico too: a browser asks for that
+// on every document of the origin, and a 404 there is an error in its
+// console.
 package console
+
+//go:generate go run favicon_gen.go
 
 import (
 	"bytes"
@@ -26,12 +33,16 @@ var assets embed.FS
 // Prefix is where the console is served.
 const Prefix = "/ui/"
 
+// FaviconPath is the icon browsers ask every origin for; the console
+// serves it (the same file as /ui/favicon.ico).
+const FaviconPath = "/favicon.ico"
+
 // CSP is the console's Content-Security-Policy.
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Handler serves the console under Prefix: /ui/ is index.html, /ui/x the
-// asset x. Only GET and HEAD; anything else is 405.
+// asset x; and FaviconPath. Only GET and HEAD; anything else is 405.
 func Handler() http.Handler {
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -55,8 +66,11 @@ func Handler() http.Handler {
 			return
 		}
 		name := strings.TrimPrefix(path.Clean(r.URL.Path), Prefix)
-		if name == "/" || name == "" || name == path.Clean(Prefix) {
+		switch {
+		case name == "/" || name == "" || name == path.Clean(Prefix):
 			name = "index.html"
+		case r.URL.Path == FaviconPath:
+			name = "favicon.ico"
 		}
 		ct := contentType(name)
 		b, err := fs.ReadFile(sub, name)
@@ -79,6 +93,8 @@ func contentType(name string) string {
 		return "text/css; charset=utf-8"
 	case ".svg":
 		return "image/svg+xml"
+	case ".ico":
+		return "image/x-icon"
 	}
 	return ""
 }

@@ -22,7 +22,8 @@ func TestEveryAssetIsServedWithItsTypeAndTheSecurityHeaders(t *testing.T) {
 	for path, ctype := range map[string]string{
 		"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/dom.js": "text/javascript",
 		"/ui/editor.js": "text/javascript", "/ui/playground.js": "text/javascript", "/ui/pages.js": "text/javascript",
-		"/ui/console.css": "text/css",
+		"/ui/console.css": "text/css", "/ui/favicon.svg": "image/svg+xml", "/ui/favicon.ico": "image/x-icon",
+		console.FaviconPath: "image/x-icon",
 	} {
 		r := get(t, http.MethodGet, path)
 		if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), ctype) {
@@ -31,6 +32,21 @@ func TestEveryAssetIsServedWithItsTypeAndTheSecurityHeaders(t *testing.T) {
 		if r.Header.Get("Content-Security-Policy") != console.CSP || r.Header.Get("X-Content-Type-Options") != "nosniff" || r.Header.Get("X-Frame-Options") != "DENY" {
 			t.Errorf("%s: security headers %v", path, r.Header)
 		}
+	}
+}
+
+// Browsers ask every origin for /favicon.ico; a 404 there is an error in
+// the console of every page. It is an ICO holding a PNG, and the page links
+// the SVG.
+func TestTheFaviconIsServedAtTheRootAndLinkedByThePage(t *testing.T) {
+	r := get(t, http.MethodGet, console.FaviconPath)
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusOK || len(b) < 22+8 || string(b[:4]) != "\x00\x00\x01\x00" || string(b[22:26]) != "\x89PNG" {
+		t.Fatalf("%s: %d, %d bytes starting %q: want an ICO holding a PNG", console.FaviconPath, r.StatusCode, len(b), b[:min(len(b), 8)])
+	}
+	html, _ := io.ReadAll(get(t, http.MethodGet, "/ui/").Body)
+	if !strings.Contains(string(html), `<link rel="icon" href="/ui/favicon.svg" type="image/svg+xml">`) {
+		t.Fatal("index.html does not link the icon")
 	}
 }
 

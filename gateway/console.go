@@ -11,11 +11,12 @@ import (
 var consoleHandler = console.Handler()
 
 // serveConsole serves the web console (package console) for /ui and
-// /ui/...: static files outside the API, so they are not routes of the
-// access table or the OpenAPI document. It reports whether it did.
+// /ui/..., and its icon at /favicon.ico: static files outside the API, so
+// they are not routes of the access table or the OpenAPI document. It
+// reports whether it did.
 func serveConsole(c *gin.Context) bool {
 	p := c.Request.URL.Path
-	if p != "/ui" && !strings.HasPrefix(p, console.Prefix) {
+	if p != "/ui" && p != console.FaviconPath && !strings.HasPrefix(p, console.Prefix) {
 		return false
 	}
 	consoleHandler.ServeHTTP(c.Writer, c.Request)

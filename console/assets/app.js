@@ -9,7 +9,7 @@ import { initPolicy, loadQuotas, initRuns, searchRuns, initHealth, loadHealth } 
 // Which roles each page needs (the access table's grants for the routes it
 // calls; health reads the public /readyz).
 const PAGES = {
-  playground: { roles: ["executor"], why: "runs tools through POST /v1/execute, which needs the executor role" },
+  playground: { roles: ["executor"], why: "runs tools through POST /v1/executions (or /v1/execute), which need the executor role" },
   policy: { roles: ["admin", "tenant-admin", "policy-author"], why: "calls POST /v1/admin/policy/evaluate (admin, tenant-admin or policy-author)" },
   quotas: { roles: ["admin"], why: "lists and edits every tenant's quota (admin only)" },
   runs: { roles: ["admin", "tenant-admin", "auditor"], why: "searches the audit log through GET /v1/admin/audit (admin, tenant-admin or auditor)" },
@@ -62,7 +62,7 @@ function signIn(t) {
     inited = true;
     initPlayground();
     initPolicy(me);
-    initRuns();
+    initRuns(me);
     initHealth();
   }
 }

@@ -125,3 +125,28 @@ export function parseJSON(field, text) {
   if (!text.trim()) return undefined;
   try { return JSON.parse(text); } catch (e) { throw new Error(field + " is not valid JSON: " + e.message); }
 }
+
+// egressTable lists egress attempts (an envelope's or an audit record's).
+export function egressTable(list, dropped, id) {
+  return h("div", { class: "scroll-x", id }, h("table", {},
+    h("thead", {}, h("tr", {}, ["host", "port", "allowed", "reason", "ip"].map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, list.map((a) => h("tr", {}, h("td", { class: "mono" }, a.host), h("td", {}, a.port),
+      h("td", {}, badge(a.allowed ? "allowed" : "denied", a.allowed ? "ok" : "error")), h("td", {}, a.reason || ""), h("td", { class: "mono" }, a.ip || ""))))),
+  dropped ? h("p", { class: "muted small" }, dropped + " more attempts were dropped") : null);
+}
+
+// toolCallsTable lists a run's tool calls through the bridge: an
+// envelope's {tool, server, decision_id, ms, outcome}, or an audit
+// record's, which may add reason and bytes.
+export function toolCallsTable(list, dropped, id) {
+  const audit = list.some((c) => c.reason !== undefined || c.bytes_in !== undefined);
+  const cols = ["tool", "server", "outcome", "ms", "decision"].concat(audit ? ["reason", "bytes in / out"] : []);
+  return h("div", { class: "scroll-x", id }, h("table", {},
+    h("thead", {}, h("tr", {}, cols.map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, list.map((c) => h("tr", { dataset: { tool: String(c.tool) } },
+      h("td", { class: "mono nowrap" }, c.tool), h("td", {}, c.server || "—"),
+      h("td", {}, badge(c.outcome, c.outcome === "ok" ? "ok" : "error")),
+      h("td", {}, fmt(c.ms)), h("td", { class: "mono" }, c.decision_id || "—"),
+      audit ? [h("td", {}, c.reason || ""), h("td", {}, fmt(c.bytes_in ?? 0) + " / " + fmt(c.bytes_out ?? 0))] : null)))),
+  dropped ? h("p", { class: "muted small" }, dropped + " more calls were made (counted, not listed)") : null);
+}

@@ -1,6 +1,6 @@
 // The code editor: a transparent <textarea> over a highlighted <pre>, with
 // a line-number gutter. The tokenizer is a small hand-written one for
-// Python (and JavaScript): keywords, strings, numbers, comments,
+// Python, JavaScript and TypeScript: keywords, strings, numbers, comments,
 // decorators, builtins and called names. It only colours; it never has to
 // be right about the language.
 
@@ -10,11 +10,13 @@ const PY_BI = new Set("print len range dict list set tuple str int float bool op
 const JS_KW = new Set(("async await break case catch class const continue debugger default delete do else export extends false finally for " +
   "function if import in instanceof let new null return super switch this throw true try typeof undefined var void while with yield of").split(" "));
 const JS_BI = new Set("console JSON Math Object Array String Number Promise Date Error fetch".split(" "));
+const TS_KW = new Set([...JS_KW, ..."type interface enum implements private public protected readonly declare namespace abstract as satisfies keyof is infer".split(" ")]);
+const TS_BI = new Set([...JS_BI, ..."string number boolean unknown never any void object Record Partial Readonly Array".split(" ")]);
 
 // tokenize splits src into [class, text] pairs ("" = plain).
 export function tokenize(src, lang) {
-  const py = lang !== "javascript";
-  const kw = py ? PY_KW : JS_KW, bi = py ? PY_BI : JS_BI;
+  const py = lang === "python", ts = lang === "typescript";
+  const kw = py ? PY_KW : ts ? TS_KW : JS_KW, bi = py ? PY_BI : ts ? TS_BI : JS_BI;
   const out = [];
   let i = 0;
   const push = (cls, s) => out.push([cls, s]);

@@ -1,8 +1,8 @@
 // Policy lab, quotas, runs and health. Each page calls only the public API
 // with the signed-in token.
 
-import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt } from "./dom.js";
-import { request as playgroundRequest, egressTable } from "./playground.js";
+import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt, egressTable, toolCallsTable } from "./dom.js";
+import { request as playgroundRequest } from "./playground.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -176,7 +176,13 @@ function chart24h(runs) {
 
 // ---- Runs -----------------------------------------------------------------
 
-export function initRuns() {
+// Who may read a trace (GET /v1/admin/traces/{id}); other roles are not
+// sent to be refused.
+const TRACE_ROLES = ["admin", "auditor"];
+let readsTraces = false;
+
+export function initRuns(me) {
+  readsTraces = me.roles.some((r) => TRACE_ROLES.includes(r));
   $("r-form").addEventListener("submit", (e) => { e.preventDefault(); searchRuns(); });
 }
 
@@ -216,25 +222,120 @@ export async function searchRuns() {
 
 function showRun(rec) {
   const d = rec.decision;
+  const spans = h("div", { id: "r-spans", "aria-live": "polite" }, h("p", { class: "muted small" }, rec.trace_id ? "Looking for the trace…" : "No trace id was recorded."));
   clear($("r-detail"), h("h2", {}, "Run ", h("code", {}, rec.execution_id)),
     h("dl", { class: "kv" },
       h("dt", {}, "time"), h("dd", {}, rec.time),
       h("dt", {}, "tenant / subject"), h("dd", {}, rec.tenant_id + " / " + rec.subject + " (" + (rec.roles || []).join(", ") + ")"),
+      rec.language ? [h("dt", {}, "language"), h("dd", {}, rec.language)] : null,
       h("dt", {}, "outcome"), h("dd", {}, "HTTP " + rec.outcome.http_status + " · " + rec.outcome.status + (rec.outcome.error_type ? " · " + rec.outcome.error_type : "") + (rec.outcome.syscall ? " (" + rec.outcome.syscall + ")" : "")),
       h("dt", {}, "quota"), h("dd", {}, rec.quota.outcome + (rec.quota.kind ? " · " + rec.quota.kind : "")),
       h("dt", {}, "trace id"), h("dd", { id: "r-trace" }, rec.trace_id || "—"),
       h("dt", {}, "source sha256"), h("dd", {}, rec.source_sha256 || "—")),
     h("h3", {}, "Decision"),
-    d ? [h("div", { class: "row" }, badge(d.allow ? "allow" : "deny", d.allow ? "ok" : "error"), h("span", { class: "muted small" }, d.id + " · network " + d.network_access)),
-      d.reasons && d.reasons.length ? h("ul", { class: "reasons" }, d.reasons.map((x) => h("li", {}, x))) : null,
-      jsonTree(d.limits, 1)] : h("p", { class: "muted" }, "refused before policy ran"),
+    d ? [h("div", { class: "row" }, badge(d.allow ? "allow" : "deny", d.allow ? "ok" : "error"),
+      h("span", { class: "muted small" }, d.id + " · network " + d.network_access + (d.egress && d.egress.length ? " · egress " + d.egress.join(", ") : ""))),
+    d.reasons && d.reasons.length ? h("ul", { class: "reasons" }, d.reasons.map((x) => h("li", {}, x))) : null,
+    jsonTree(d.limits, 1)] : h("p", { class: "muted" }, "refused before policy ran"),
     h("h3", {}, "Usage"),
     h("p", {}, rec.usage.wall_ms + " ms wall · " + rec.usage.cpu_ms + " ms CPU · " + fmt(rec.usage.peak_memory_kb) + " KB peak"),
     d && d.limits ? [bar("wall time", rec.usage.wall_ms, d.limits.timeout_ms, "ms"), bar("CPU", rec.usage.cpu_ms, d.limits.cpu_ms, "ms")] : null,
+    rec.tool_calls && rec.tool_calls.length ? [h("h3", {}, "Tool calls"), toolCallsTable(rec.tool_calls, rec.tool_calls_dropped, "r-tool-calls")] : null,
     h("h3", {}, "Egress attempts"),
     rec.egress && rec.egress.length ? egressTable(rec.egress, rec.egress_dropped) : h("p", { class: "muted" }, "none"),
+    h("h3", {}, "Trace"), spans,
     rec.source ? [h("h3", {}, "Source (recorded by policy)"), h("pre", { class: "out" }, rec.source)] : null);
+  if (rec.trace_id && readsTraces) loadSpans(rec.trace_id, spans);
+  else if (rec.trace_id) clear(spans, h("p", { class: "muted small", id: "r-spans-note" }, "The spans of a trace are shown to " + TRACE_ROLES.join(" and ") + " tokens; look up trace " + rec.trace_id + " in your collector."));
 }
+
+// ---- Spans ----------------------------------------------------------------
+
+// At most this many spans are drawn (a trace is the gateway's own spans of
+// one request, a few dozen; the bound keeps a huge one from stalling the
+// page).
+const MAX_SPANS = 500;
+
+// loadSpans shows the run's spans when the gateway kept them (GET
+// /v1/admin/traces/{id}: only without an OTLP endpoint, for admin and
+// auditor); a 404 means they went to the collector.
+async function loadSpans(traceID, box) {
+  const r = await api("GET", "/v1/admin/traces/" + encodeURIComponent(traceID));
+  if (r.ok && r.body && Array.isArray(r.body.spans)) { clear(box, waterfall(r.body)); return; }
+  if (r.status === 404) {
+    clear(box, h("p", { class: "muted small", id: "r-spans-note" },
+      "Traces are exported to your collector: look up trace " + traceID + " there. (This gateway shows a run's spans here only when it keeps them, without an OTLP endpoint.)"));
+    return;
+  }
+  clear(box, h("p", { class: "muted small", id: "r-spans-note" }, "The trace could not be read: " + errorText(r.body, r.status)));
+}
+
+// timeMS is an RFC 3339 time in milliseconds since the epoch, keeping the
+// fraction below a millisecond (Date.parse drops it).
+export function timeMS(s) {
+  const m = /^(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$/i.exec(String(s));
+  if (!m) return Date.parse(s);
+  return Date.parse(m[1] + m[3]) + (m[2] ? Number("0" + m[2]) * 1000 : 0);
+}
+
+function statusText(st) {
+  if (!st) return "";
+  if (typeof st === "string") return st;
+  return String(st.code ?? "") + (st.description || st.message ? ": " + (st.description || st.message) : "");
+}
+
+// waterfall draws a trace's spans in tree order: each row its name
+// (indented by depth), duration, and a bar placed by its start and length
+// within the whole trace.
+export function waterfall(trace) {
+  const all = trace.spans.slice(0, MAX_SPANS).map((s) => ({ ...s, t0: timeMS(s.start), t1: timeMS(s.end) }));
+  const byID = new Map(all.map((s) => [s.span_id, s]));
+  const kids = new Map();
+  const roots = [];
+  for (const s of all) {
+    if (s.parent_span_id && byID.has(s.parent_span_id) && s.parent_span_id !== s.span_id) {
+      if (!kids.has(s.parent_span_id)) kids.set(s.parent_span_id, []);
+      kids.get(s.parent_span_id).push(s);
+    } else roots.push(s);
+  }
+  const byStart = (a, b) => a.t0 - b.t0;
+  const ordered = [];
+  const seen = new Set();
+  const walk = (s, depth) => {
+    if (seen.has(s.span_id)) return; // a cycle in hostile data
+    seen.add(s.span_id);
+    ordered.push([s, depth]);
+    for (const c of (kids.get(s.span_id) || []).sort(byStart)) walk(c, depth + 1);
+  };
+  roots.sort(byStart).forEach((s) => walk(s, 0));
+  const valid = all.filter((s) => Number.isFinite(s.t0) && Number.isFinite(s.t1));
+  const start = Math.min(...valid.map((s) => s.t0)), end = Math.max(...valid.map((s) => s.t1));
+  const total = Math.max(end - start, 0.001);
+  const rows = ordered.map(([s, depth]) => {
+    const off = Number.isFinite(s.t0) ? (100 * (s.t0 - start)) / total : 0;
+    const dur = typeof s.duration_ms === "number" ? s.duration_ms : Math.max(0, s.t1 - s.t0);
+    const width = Math.min(100 - off, (100 * dur) / total);
+    const st = statusText(s.status);
+    const failed = /error/i.test(st);
+    const fill = h("div", { class: "span-bar" + (failed ? " err" : "") });
+    fill.style.left = off.toFixed(3) + "%";
+    fill.style.width = Math.max(width, 0.2).toFixed(3) + "%";
+    const name = h("div", { class: "span-name" }, String(s.name), failed ? [" ", badge(st, "error")] : null);
+    name.style.paddingLeft = Math.min(depth, 12) * 0.9 + "rem";
+    const attrs = Object.entries(s.attributes || {});
+    return h("div", { class: "span-row", dataset: { span: String(s.name), offset: off.toFixed(3), width: width.toFixed(3), duration: String(dur), depth: String(depth) } },
+      name,
+      h("div", { class: "span-ms" }, fmtMS(dur)),
+      h("div", { class: "span-track", role: "img", "aria-label": s.name + ": starts at " + fmtMS(Number.isFinite(s.t0) ? s.t0 - start : 0) + ", lasts " + fmtMS(dur) }, fill),
+      attrs.length ? h("details", { class: "span-attrs" }, h("summary", {}, "attributes (" + attrs.length + ")" + (st && !failed && !/^unset$/i.test(st) ? " · status " + st : "")),
+        h("dl", { class: "kv" }, attrs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, typeof v === "string" ? v : JSON.stringify(v))]))) : null);
+  });
+  return h("div", { class: "waterfall", id: "r-waterfall" },
+    h("p", { class: "muted small" }, all.length + " spans · " + fmtMS(total) + " in all" + (trace.spans.length > MAX_SPANS ? " (the first " + MAX_SPANS + " of " + trace.spans.length + ")" : "")),
+    rows);
+}
+
+function fmtMS(ms) { return ms >= 100 ? Math.round(ms) + " ms" : ms >= 1 ? ms.toFixed(1) + " ms" : ms.toFixed(3) + " ms"; }
 
 // ---- Health ---------------------------------------------------------------
 
