@@ -80,6 +80,13 @@ if [ $# -eq 0 ]; then
     ./scripts/image.sh build
   fi
 fi
+# The image check's podman store (scripts/image.sh build loads the image
+# into it on the host) is an ext4 disk of the VM.
+disks=()
+if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then
+  [ -r "$OUT/podman-store.img" ] || die "no $OUT/podman-store.img: run scripts/image.sh build first"
+  disks=(--disk "$OUT/podman-store.img")
+fi
 
 # The guest's command line, quoted for its shell.
 cmd="$(printf '%q ' "$@")"
@@ -94,7 +101,7 @@ start=$(date +%s)
 set +e
 PATH="$TOOLS/venv/bin:$PATH" timeout "$VM_TIMEOUT" "$VNG" --run "$KERNEL" "${accel[@]}" --cpus "$VM_CPUS" --memory "$VM_MEMORY" \
   --append "systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all" \
-  --overlay-rwdir "$ROOT" --rwdir "$RES" --cwd "$ROOT" --exec "$guest" </dev/null
+  --overlay-rwdir "$ROOT" --rwdir "$RES" "${disks[@]}" --cwd "$ROOT" --exec "$guest" </dev/null
 vng_status=$?
 set -e
 took=$(( $(date +%s) - start ))
