@@ -479,12 +479,7 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 		return nil, err
 	}
 	req := &ValidateRequest{}
-	err := decodeObject("", body, fieldFuncs{
-		"source":     sourceField(&req.Source, c.source, nil),
-		"entrypoint": entrypointField(&req.Entrypoint),
-		"language":   languageField(&req.Language),
-	})
-	if err != nil {
+	if err := decodeObject("", body, validateFields(req, c)); err != nil {
 		return nil, err
 	}
 	if req.Source == "" {
@@ -493,6 +488,16 @@ func decodeValidate(body []byte, c caps) (*ValidateRequest, error) {
 	d := policy.Request{Language: req.Language, Entrypoint: req.Entrypoint}.WithDefaults()
 	req.Language, req.Entrypoint = d.Language, d.Entrypoint
 	return req, nil
+}
+
+// validateFields decodes and validates each field of a validate request
+// into req.
+func validateFields(req *ValidateRequest, c caps) fieldFuncs {
+	return fieldFuncs{
+		"source":     sourceField(&req.Source, c.source, nil),
+		"entrypoint": entrypointField(&req.Entrypoint),
+		"language":   languageField(&req.Language),
+	}
 }
 
 // decodeQuota decodes a tenant quota object (PUT .../quota).

@@ -131,7 +131,22 @@ func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
 		return nil, err
 	}
 	req := &PrepareRequest{}
-	err := decodeObject("", body, fieldFuncs{
+	if err := decodeObject("", body, prepareFields(req)); err != nil {
+		return nil, err
+	}
+	if len(req.Requirements) == 0 && req.RequirementsLock == "" {
+		return nil, badRequest("requirements", "give requirements or requirements_lock")
+	}
+	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, ""); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// prepareFields decodes and validates each field of a prepare request
+// into req.
+func prepareFields(req *PrepareRequest) fieldFuncs {
+	return fieldFuncs{
 		"tenant_id": func(p string, raw json.RawMessage) error {
 			if err := decodeString(p, raw, &req.TenantID); err != nil {
 				return err
@@ -146,17 +161,7 @@ func decodePrepare(body []byte, c caps) (*PrepareRequest, error) {
 		"warm": func(p string, raw json.RawMessage) error {
 			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	if len(req.Requirements) == 0 && req.RequirementsLock == "" {
-		return nil, badRequest("requirements", "give requirements or requirements_lock")
-	}
-	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, ""); err != nil {
-		return nil, err
-	}
-	return req, nil
 }
 
 // handlePrepare is POST /v1/prepare: resolve (or read the lock), check
