@@ -78,6 +78,18 @@ def test_wait_raises_the_runs_error_like_execute(gateway):
         c.cancel(slow)
 
 
+def test_an_admin_names_the_owning_tenant(gateway):
+    with client(gateway) as c:
+        eid = c.submit("def run(args, context):\n    return 7\n").execution_id
+        c.wait(eid, timeout=60)
+    with Client(gateway.url, token=gateway.token("limited", "admin")) as admin:
+        with pytest.raises(execgate.NotFound):
+            admin.get(eid)  # not an execution of the admin's own tenant
+        assert admin.get(eid, tenant="demo").envelope.result == 7
+        assert isinstance(list(admin.events(eid, tenant="demo"))[-1], EnvelopeEvent)
+        assert admin.cancel(eid, tenant="demo").done
+
+
 def test_an_unknown_execution_is_not_found(gateway):
     with client(gateway) as c, pytest.raises(execgate.NotFound):
         c.get("py-never-submitted")

@@ -89,6 +89,18 @@ describe("submit, get, wait", () => {
     await c.cancel(slow.execution_id);
   });
 
+  test("an admin names the owning tenant", async () => {
+    const c = client();
+    const { execution_id } = await c.submit("def run(args, context):\n    return 7\n");
+    await c.wait(execution_id, { timeout: 60 });
+    const admin = new Client({ baseUrl: gw.url, token: gw.token("limited", "admin") });
+    await rejects(admin.get(execution_id), execgate.NotFound); // not an execution of the admin's own tenant
+    assert.equal((await admin.get(execution_id, { tenant: "demo" })).envelope?.result, 7);
+    const evs = await collect(admin.events(execution_id, { tenant: "demo" }));
+    assert.equal(evs[evs.length - 1].type, "envelope");
+    assert.equal((await admin.cancel(execution_id, { tenant: "demo" })).status, "done");
+  });
+
   test("an unknown execution is NotFound", async () => {
     await rejects(client().get("ts-never-submitted"), execgate.NotFound);
   });

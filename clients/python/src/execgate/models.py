@@ -256,11 +256,10 @@ class ExecutionStatus:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecutionStatus":
         env = d.get("envelope")
-        status = str(d.get("status", ""))
         return cls(
             execution_id=str(d.get("execution_id", "")),
             tenant_id=str(d.get("tenant_id", "")),
-            status=status if status in ("queued", "running", "done") else "queued",  # type: ignore[arg-type]
+            status=str(d.get("status", "")),  # type: ignore[arg-type]  # kept as sent, a newer state too
             cancel_requested=bool(d.get("cancel_requested")),
             submitted_at=_time(d.get("submitted_at")),
             started_at=_time(d.get("started_at")),
