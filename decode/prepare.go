@@ -92,15 +92,7 @@ func Prepare(body []byte, c Caps) (*PrepareRequest, error) {
 		return nil, err
 	}
 	req := &PrepareRequest{}
-	err := decodeObject("", body, fieldFuncs{
-		"tenant_id":         tenantIDField(&req.TenantID),
-		"requirements":      requirementsField(&req.Requirements),
-		"requirements_lock": lockField(&req.RequirementsLock),
-		"warm": func(p string, raw json.RawMessage) error {
-			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
-		},
-	})
-	if err != nil {
+	if err := decodeObject("", body, prepareFields(req)); err != nil {
 		return nil, err
 	}
 	if len(req.Requirements) == 0 && req.RequirementsLock == "" {
@@ -110,4 +102,17 @@ func Prepare(body []byte, c Caps) (*PrepareRequest, error) {
 		return nil, err
 	}
 	return req, nil
+}
+
+// prepareFields decodes and validates each field of a prepare request
+// into req.
+func prepareFields(req *PrepareRequest) fieldFuncs {
+	return fieldFuncs{
+		"tenant_id":         tenantIDField(&req.TenantID),
+		"requirements":      requirementsField(&req.Requirements),
+		"requirements_lock": lockField(&req.RequirementsLock),
+		"warm": func(p string, raw json.RawMessage) error {
+			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
+		},
+	}
 }

@@ -573,6 +573,12 @@ export interface components {
              * @enum {string}
              */
             network_access?: "none" | "proxy" | "host";
+            /**
+             * @description The isolation level asked for: jail (a fresh nsjail per run) or process (a fresh process forked from the tenant's warm jail). Policy decides; a level the tenant is not granted is denied (403 PolicyDenied), never run at another one.
+             * @default jail
+             * @enum {string}
+             */
+            isolation?: "jail" | "process";
             /** @description Only with network_access proxy. */
             egress?: {
                 allow?: string[];

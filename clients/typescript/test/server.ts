@@ -1,6 +1,8 @@
 // Starts a real `bin/execgate serve` for the suite, as the Python suite's
 // conftest.py does: a temp state dir, clients/testdata/execgate.yaml
-// (tenants demo, limited, broke), the real nsjail sandbox. Tokens come from
+// (tenants demo, limited, broke; packages from clients/testdata/wheels;
+// tenant demo's MCP tool server "self" is the gateway's own /mcp), the real
+// nsjail sandbox. Tokens come from
 // `execgate token`. EXECGATE_BIN and EXECGATE_TEST_ROOTFS override the
 // binary and the shared rootfs dir.
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
@@ -41,8 +43,13 @@ export async function startGateway(): Promise<Gateway> {
   writeFileSync(join(state, "dev.key"), randomBytes(32).toString("hex"), { mode: 0o600 });
   const port = await freePort();
   const config = join(state, "execgate.yaml");
-  writeFileSync(config, readFileSync(join(REPO, "clients", "testdata", "execgate.yaml"), "utf8")
-    .replaceAll("{{PORT}}", String(port)).replaceAll("{{STATE}}", state).replaceAll("{{ROOTFS}}", rootfs));
+  const testdata = join(REPO, "clients", "testdata");
+  writeFileSync(config, readFileSync(join(testdata, "execgate.yaml"), "utf8")
+    .replaceAll("{{PORT}}", String(port)).replaceAll("{{STATE}}", state).replaceAll("{{ROOTFS}}", rootfs)
+    .replaceAll("{{TESTDATA}}", testdata));
+  // The header of tenant demo's tool server "self" (the gateway's own /mcp), read when serve starts.
+  const selfToken = execFileSync(bin, ["token", "--config", config, "--tenant", "demo", "--role", "executor"], { encoding: "utf8" }).trim();
+  writeFileSync(join(state, "self-mcp.token"), "Bearer " + selfToken, { mode: 0o600 });
   const log = openSync(join(state, "serve.log"), "w");
   const proc: ChildProcess = spawn(bin, ["serve", "--config", config], {
     stdio: ["ignore", log, log],
