@@ -28,6 +28,7 @@ import (
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // The gateway's secrets for this test process: one in the environment, one
@@ -794,7 +795,7 @@ func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
 func wantSyscallDenied(t *testing.T, res sandbox.Result, name string) {
 	t.Helper()
 	wantError(t, res, sandbox.ErrSyscallDenied)
-	if err := sandbox.SeccompAuditErr(); err != nil {
+	if err := seccomp.AuditErr(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Errorf("CI=true: the runner cannot read the kernel's seccomp audit records to name the syscall: %v", err)
 		} else {

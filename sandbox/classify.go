@@ -11,6 +11,7 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // Exit statuses: the one mapping from what nsjail returns to what happened.
@@ -157,7 +158,7 @@ type outcome struct {
 	// is V8 stopping at its heap limit.
 	Runtime jailRuntime
 	// DeniedSyscall names the syscall a seccomp kill was for, when the
-	// kernel's audit record said ("" otherwise; see audit_linux.go).
+	// kernel's audit record said ("" otherwise; see package seccomp).
 	DeniedSyscall string
 }
 
@@ -238,9 +239,9 @@ func syscallDeniedMessage(name string) string {
 		return "the tool was killed for a forbidden system call (seccomp); the kernel's audit record naming it was not available"
 	case "socket", "socketpair":
 		return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp; a socket family other than AF_UNIX, AF_INET, AF_INET6 or NETLINK_ROUTE)", name)
-	case deniedForeignArch:
+	case seccomp.DeniedForeignArch:
 		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through another architecture's entry, such as int 0x80: every such call is killed)"
-	case deniedX32:
+	case seccomp.DeniedX32:
 		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through the x32 ABI, its number with bit 30 set: every such call is killed)"
 	}
 	return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp)", name)

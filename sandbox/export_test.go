@@ -1,6 +1,9 @@
 package sandbox
 
-import "github.com/execgate/execgate/limits"
+import (
+	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/seccomp"
+)
 
 // Hooks for the external tests (package sandbox_test), which cannot be
 // internal because they use internal/testenv, which imports sandbox.
@@ -9,12 +12,12 @@ import "github.com/execgate/execgate/limits"
 func SetSeccompPolicy(r *Runner, policy string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seccomp = policy
+	r.seccompPolicy = policy
 	r.profiles = map[string]string{}
 }
 
 // SeccompPolicy is the shipped policy text.
-func SeccompPolicy() string { return seccompPolicy() }
+func SeccompPolicy() string { return seccomp.Policy() }
 
 // CgroupDirs lists the run-parent directories of r (one per hierarchy,
 // the CPU accounting one included).

@@ -15,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/execgate/execgate/jaillayout"
 	"golang.org/x/sys/unix"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // jail is one nsjail process: started (cold, or ahead of time for the warm
@@ -102,8 +104,8 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		return nil, err
 	}
 	cmd := r.nsjailCommand(cfgPath, lease, cg, fds)
-	// Under the ABI filter (abi_linux.go), or not at all.
-	if err := startConfined(cmd); err != nil {
+	// Under the ABI filter (package seccomp), or not at all.
+	if err := seccomp.StartConfined(cmd); err != nil {
 		var unavailable *UnavailableError
 		if errors.As(err, &unavailable) {
 			return nil, unavailable

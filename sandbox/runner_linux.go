@@ -19,6 +19,7 @@ import (
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // cgroupFSRoot is where the cgroup hierarchies are mounted.
@@ -44,8 +45,9 @@ type Runner struct {
 	version    string
 	cg         *cgroups
 	manifest   *jaillayout.Manifest
-	seccomp    string // the Kafel policy; tests swap in a broken one
-	log        *slog.Logger
+	// seccompPolicy is the Kafel policy; tests swap in a broken one.
+	seccompPolicy string
+	log           *slog.Logger
 
 	mu       sync.Mutex        // guards profiles
 	profiles map[string]string // profile key → rendered config file
@@ -147,18 +149,18 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		cfg:        cfg,
-		nsjail:     nsjail,
-		nsjailFile: nsjailFile,
-		nsjailExec: nsjailExec,
-		view:       v,
-		uids:       uids,
-		version:    nsjailVersion(nsjail),
-		cg:         cg,
-		manifest:   m,
-		seccomp:    seccompPolicy(),
-		log:        slog.Default().With("component", "sandbox"),
-		profiles:   map[string]string{},
+		cfg:           cfg,
+		nsjail:        nsjail,
+		nsjailFile:    nsjailFile,
+		nsjailExec:    nsjailExec,
+		view:          v,
+		uids:          uids,
+		version:       nsjailVersion(nsjail),
+		cg:            cg,
+		manifest:      m,
+		seccompPolicy: seccomp.Policy(),
+		log:           slog.Default().With("component", "sandbox"),
+		profiles:      map[string]string{},
 		deps: &depsInstaller{
 			dir:       cfg.DepsDir,
 			check:     func() error { return v.check(v.Deps) },
@@ -193,7 +195,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
 			"cgroup_version", cg.version)
 	}
-	if err := seccompAudit().err; err != nil {
+	if err := seccomp.AuditErr(); err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
 	}
 	r.zygotes = newZygotes(r, cfg.Zygotes)
@@ -375,8 +377,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	j.release()
 	if fin.outcome.childSignal() == syscall.SIGSYS {
-		if pid := violationPID(fin.outcome.Log); pid > 0 {
-			fin.outcome.DeniedSyscall = seccompAudit().syscallFor(pid, j.started, seccompRecordWait)
+		if pid := seccomp.ViolationPID(fin.outcome.Log); pid > 0 {
+			fin.outcome.DeniedSyscall = seccomp.SyscallFor(pid, j.started, seccompRecordWait)
 		}
 	}
 	v := classify(fin.outcome)
@@ -411,7 +413,7 @@ func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge,
 		Usage:     usage,
 	}
 	if res.ErrorType() == ErrSyscallDenied {
-		res.DeniedSyscall = deniedSyscallLabel(o.DeniedSyscall)
+		res.DeniedSyscall = seccomp.Label(o.DeniedSyscall)
 	}
 	if res.Result == nil {
 		res.Result = nullJSON
@@ -588,7 +590,7 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 		CgroupRoot:    r.cg.root,
 		CgroupParent:  r.cg.parent,
 		KillGraceMS:   grace,
-		Seccomp:       r.seccomp, // guarded by mu: tests swap it
+		Seccomp:       r.seccompPolicy, // guarded by mu: tests swap it
 	}
 }
 

@@ -4,14 +4,13 @@ package sandbox
 
 import (
 	"context"
-	"errors"
-	"runtime"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // errUnsupported: nsjail, namespaces and cgroups are Linux-only.
-var errUnsupported = errors.New("sandbox: jails need Linux (nsjail), not " + runtime.GOOS)
+var errUnsupported = unavailable.ErrUnsupported
 
 // Runner runs tools in nsjail; on this OS it cannot.
 type Runner struct {

@@ -27,10 +27,9 @@ package sandbox
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // Network is the network mode of a run.
@@ -214,9 +213,9 @@ type Result struct {
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`
 	// DeniedSyscall is set on a SyscallDenied outcome: the escape-class
-	// syscall the kernel's audit record named (seccomp.go, e.g. "unshare"),
-	// the ABI rule that killed it ("x32_abi", "foreign_arch":
-	// abi_linux.go), or "unknown". A bounded set: metrics may use it as a
+	// syscall the kernel's audit record named (package seccomp, e.g.
+	// "unshare"), the ABI rule that killed it ("x32_abi", "foreign_arch"),
+	// or "unknown". A bounded set: metrics may use it as a
 	// label.
 	DeniedSyscall string `json:"-"`
 }
@@ -231,33 +230,9 @@ func (r *Result) ErrorType() string {
 
 // UnavailableError means the jail could not be created: nsjail is missing, or
 // the host refused namespaces, mounts, cgroups or seccomp. Nothing was run.
-// The gateway maps it to 503 SandboxUnavailable.
-type UnavailableError struct {
-	Reason string   // one line: what failed
-	Log    []string // nsjail's own log lines, if it ran
-	Hint   string   // what the operator can do (privileges, seccomp, userns)
-	Err    error    // underlying error, if any
-}
-
-func (e *UnavailableError) Error() string {
-	msg := "sandbox unavailable: " + e.Reason
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// Detail renders the log lines and hint for a traceback or terminal.
-func (e *UnavailableError) Detail() string {
-	var b strings.Builder
-	for _, l := range e.Log {
-		b.WriteString(l)
-		b.WriteByte('\n')
-	}
-	if e.Hint != "" {
-		fmt.Fprintf(&b, "hint: %s\n", e.Hint)
-	}
-	return b.String()
-}
+// The gateway maps it to 503 SandboxUnavailable. Its fields are Reason (one
+// line: what failed), Log (nsjail's own log lines, if it ran), Hint (what
+// the operator can do) and Err (the underlying error); Detail renders Log
+// and Hint. The sandbox's rooms (cgroups, seccomp, zygote, uids, view)
+// return the same type.
+type UnavailableError = unavailable.Error

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // Level process: warm zygotes and the runs forked from them. A zygote is a
@@ -64,42 +65,6 @@ import (
 // zygoteHandshakeTimeout bounds a fork request and the child's report.
 const zygoteHandshakeTimeout = 5 * time.Second
 
-// Flags the zygote's seccomp policy lets through (and nothing else of
-// unshare and mount): execgate_zygote.py uses exactly these.
-const (
-	zygoteUnshareFlags  = "0x18020000" // CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC
-	zygoteTmpfsFlags    = "14"         // MS_NOSUID|MS_NODEV|MS_NOEXEC
-	zygoteRemountFlags  = "4143"       // MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC
-	zygoteUnshareCond   = "(flags & 0xffffffff) != " + zygoteUnshareFlags
-	zygoteMountCond     = "(flags & 0xffffffff) != " + zygoteTmpfsFlags + " && (flags & 0xffffffff) != " + zygoteRemountFlags
-	zygoteKafelMountArg = "source, target, fstype, flags, data"
-)
-
-// zygoteSeccompPolicy is the zygote's policy: level jail's, with unshare
-// and mount killing except for the flags above.
-func zygoteSeccompPolicy() string {
-	classes := make([]deniedSyscall, len(syscallClasses))
-	copy(classes, syscallClasses)
-	for i := 0; i < len(classes); i++ {
-		switch classes[i].name {
-		case "prctl":
-			// A child is dumpable for its id maps to be written
-			// (execgate_zygote.py), then denies itself this again.
-			classes = append(classes[:i], classes[i+1:]...)
-			i--
-		case "unshare":
-			classes[i].when = zygoteUnshareCond
-		case "mount":
-			classes[i].when = zygoteMountCond
-		}
-	}
-	args := map[string]string{"unshare": "flags", "mount": zygoteKafelMountArg}
-	for k, v := range kafelArgs {
-		args[k] = v
-	}
-	return kafelPolicy(classes, args)
-}
-
 // zygoteConfig turns a rendered level-jail config into the zygote's (the
 // differences are listed at the top of this file). Each replaced line must
 // be there exactly once, so a change to renderConfig cannot silently leave
@@ -119,7 +84,7 @@ func zygoteConfig(text string) (string, error) {
 			lines[i] = strings.Replace(l, "rw: false", "rw: true", 1)
 			found["proc"]++
 		case strings.HasPrefix(l, "seccomp_string: "):
-			lines[i] = "seccomp_string: " + q(zygoteSeccompPolicy())
+			lines[i] = "seccomp_string: " + q(seccomp.ZygotePolicy())
 			found["seccomp"]++
 		case l == "  arg: "+q(harness.Dir+"/"+harness.Entry):
 			lines[i] = "  arg: " + q(harness.Dir+"/"+harness.ZygoteEntry)
@@ -816,7 +781,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	o.MemoryLimitHit = stats.MemoryLimitHit
 	o.OOMKilled = stats.OOMKilled
 	if o.childSignal() == syscall.SIGSYS && p.hostPID > 0 {
-		o.DeniedSyscall = seccompAudit().syscallFor(p.hostPID, p.forked, seccompRecordWait)
+		o.DeniedSyscall = seccomp.SyscallFor(p.hostPID, p.forked, seccompRecordWait)
 	}
 	v := classify(o)
 	if v.Unavailable != nil {

@@ -1,10 +1,22 @@
-package sandbox
+package seccomp
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
+
+// readLog reads an nsjail log recorded for the sandbox's classifier tests.
+func readLog(t *testing.T, name string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "nsjail-logs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(data)), "\n")
+}
 
 func TestSeccompRecordsNameTheSyscallOfTheHarnessNsjailReported(t *testing.T) {
 	// Recorded on this project's build host (kernel 6.18, nsjail 3.6).
@@ -19,10 +31,10 @@ func TestSeccompRecordsNameTheSyscallOfTheHarnessNsjailReported(t *testing.T) {
 	if got := deniedSyscallName(r); got != "unshare" {
 		t.Errorf("name %q, want unshare", got)
 	}
-	if pid := violationPID(readLog(t, "sigsys.log")); pid != 16064 {
+	if pid := ViolationPID(readLog(t, "sigsys.log")); pid != 16064 {
 		t.Errorf("nsjail's violation pid = %d, want 16064", pid)
 	}
-	if pid := violationPID(readLog(t, "ok.log")); pid != 0 {
+	if pid := ViolationPID(readLog(t, "ok.log")); pid != 0 {
 		t.Errorf("a run without a violation has pid %d", pid)
 	}
 }
@@ -63,8 +75,8 @@ func TestSeccompRecordsTheToolCannotShapeAreParsedSafely(t *testing.T) {
 	for name, want := range map[string]string{"unshare": "unshare", "umount2": "umount2", "socketpair": "socketpair",
 		"syscall 0 (arch c000003e)": "unknown", "": "unknown", "reboot": "unknown",
 		"x32_abi": "x32_abi", "foreign_arch": "foreign_arch"} {
-		if got := deniedSyscallLabel(name); got != want {
-			t.Errorf("deniedSyscallLabel(%q) = %q, want %q", name, got, want)
+		if got := Label(name); got != want {
+			t.Errorf("Label(%q) = %q, want %q", name, got, want)
 		}
 	}
 }
@@ -80,7 +92,7 @@ func TestEverySyscallOfThePolicyHasOneClassAndOneNumber(t *testing.T) {
 			t.Errorf("%s has a condition but no argument names", s.name)
 		}
 	}
-	p := seccompPolicy()
+	p := Policy()
 	for _, want := range []string{"KILL_PROCESS { ptrace,", "ERRNO(1) { kcmp,", "ERRNO(38) { clone3,", "socket(domain, type, protocol) {"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("policy lacks %q:\n%s", want, p)

@@ -1,4 +1,10 @@
-package sandbox
+// Package seccomp is the jail's system-call policy: the table of denied
+// syscalls and their classes, the Kafel policy nsjail compiles from it (and
+// the zygote's variant), the x32/foreign-architecture filter every nsjail
+// starts under (StartConfined), and the watch of the kernel's audit
+// records that names the syscall of a seccomp kill (SyscallFor). It is the
+// only place that knows syscall numbers and Kafel.
+package seccomp
 
 import (
 	"fmt"
@@ -62,7 +68,8 @@ import (
 //
 // Kafel spells umount2 "umount". One unknown name makes the whole policy fail
 // to compile (nsjail exits 255 before running anything), which is why
-// TestSeccompPolicyCompiles runs this policy through the real nsjail.
+// TestSeccompPolicyCompiles (package sandbox) runs this policy through the
+// real nsjail.
 //
 // How to deny one more syscall:
 //  1. Decide its class with the table above and add it to syscallClasses
@@ -73,9 +80,9 @@ import (
 //     calls must come back as SyscallDenied naming the call.
 //  4. Update the table in README's security section.
 
-// x32SyscallBit is __X32_SYSCALL_BIT: an x86_64 syscall number with it set
+// X32SyscallBit is __X32_SYSCALL_BIT: an x86_64 syscall number with it set
 // is a call through the x32 ABI.
-const x32SyscallBit = 0x40000000
+const X32SyscallBit = 0x40000000
 
 // syscallClass is what the policy does with a syscall.
 type syscallClass int
@@ -199,8 +206,8 @@ var kafelArgs = map[string]string{
 	"prctl":       "option, value",
 }
 
-// seccompPolicy returns the Kafel policy text.
-func seccompPolicy() string { return kafelPolicy(syscallClasses, kafelArgs) }
+// Policy returns the Kafel policy text of level jail.
+func Policy() string { return kafelPolicy(syscallClasses, kafelArgs) }
 
 // kafelPolicy renders classes as a Kafel policy; args names the arguments
 // of the syscalls with conditions.

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // The ABI filter: a seccomp filter of execgate's own, under every nsjail
@@ -52,7 +54,7 @@ var abiFilter = []unix.SockFilter{
 	{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},                                     // 0: A = arch
 	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 3, K: unix.AUDIT_ARCH_X86_64}, // 1: not x86_64 → 5
 	{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},                                     // 2: A = nr
-	{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: 1, Jf: 0, K: x32SyscallBit},         // 3: x32 bit → 5
+	{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: 1, Jf: 0, K: X32SyscallBit},         // 3: x32 bit → 5
 	{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},                              // 4
 	{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_KILL_PROCESS},                       // 5
 }
@@ -77,10 +79,10 @@ var (
 	theSpawner  *spawner
 )
 
-// startConfined starts cmd under the ABI filter (cmd.Start on the spawner
+// StartConfined starts cmd under the ABI filter (cmd.Start on the spawner
 // thread). It fails, and starts nothing, when the filter cannot be
-// installed: nothing runs without it.
-func startConfined(cmd *exec.Cmd) error {
+// installed (an *unavailable.Error): nothing runs without it.
+func StartConfined(cmd *exec.Cmd) error {
 	spawnerOnce.Do(func() {
 		s := &spawner{reqs: make(chan spawnRequest)}
 		ready := make(chan error)
@@ -104,7 +106,7 @@ func (s *spawner) serve(ready chan<- error) {
 	runtime.LockOSThread() // never unlocked: see above
 	if err := confineThread(); err != nil {
 		// Returning while locked ends the thread, filter or not.
-		ready <- &UnavailableError{Reason: "confining the thread that starts nsjail", Hint: abiFilterHint, Err: err}
+		ready <- &unavailable.Error{Reason: "confining the thread that starts nsjail", Hint: abiFilterHint, Err: err}
 		return
 	}
 	ready <- nil

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"regexp"
@@ -92,11 +92,11 @@ func parseSeccompRecord(text string) (seccompRecord, bool) {
 	return r, got["pid"] && got["syscall"] && r.PID > 0
 }
 
-// violationPID is the host pid nsjail reports a seccomp kill for, 0 if its
-// log has none.
 var violationLine = regexp.MustCompile(`pid=(\d+) committed a syscall/seccomp violation`)
 
-func violationPID(log []string) int {
+// ViolationPID is the host pid nsjail reports a seccomp kill for, 0 if its
+// log has none.
+func ViolationPID(log []string) int {
 	for _, l := range log {
 		if m := violationLine.FindStringSubmatch(l); m != nil {
 			pid, _ := strconv.Atoi(m[1])
@@ -110,8 +110,8 @@ func violationPID(log []string) int {
 // a syscall's name: any call through another architecture's entry, and any
 // x86_64 call with the x32 bit set.
 const (
-	deniedForeignArch = "foreign_arch"
-	deniedX32         = "x32_abi"
+	DeniedForeignArch = "foreign_arch"
+	DeniedX32         = "x32_abi"
 )
 
 // deniedSyscallName names the syscall of record: the ABI rule that killed
@@ -120,9 +120,9 @@ const (
 func deniedSyscallName(rec seccompRecord) string {
 	switch {
 	case rec.Arch != auditArchX86_64:
-		return deniedForeignArch
-	case rec.Syscall&x32SyscallBit != 0:
-		return deniedX32
+		return DeniedForeignArch
+	case rec.Syscall&X32SyscallBit != 0:
+		return DeniedX32
 	case !rec.Compat:
 		if name := escapeSyscallName(rec.Syscall); name != "" {
 			return name
@@ -131,11 +131,11 @@ func deniedSyscallName(rec seccompRecord) string {
 	return "syscall " + strconv.Itoa(rec.Syscall) + " (arch " + rec.Arch + ")"
 }
 
-// deniedSyscallLabel maps a name from deniedSyscallName to the bounded set
-// Result.DeniedSyscall holds: an escape-class name, an ABI rule's, or
-// "unknown".
-func deniedSyscallLabel(name string) string {
-	if name == deniedForeignArch || name == deniedX32 {
+// Label maps a name from SyscallFor to the bounded set
+// sandbox.Result.DeniedSyscall holds: an escape-class name, an ABI rule's,
+// or "unknown".
+func Label(name string) string {
+	if name == DeniedForeignArch || name == DeniedX32 {
 		return name
 	}
 	for _, s := range syscallClasses {

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"encoding/binary"
@@ -115,8 +115,14 @@ func (w *seccompWatch) read(fd int) {
 	}
 }
 
-// syscallFor waits up to wait for the record of the seccomp kill of host
-// pid pid at or after since, and names its syscall; "" when there is none.
+// SyscallFor waits up to wait for the kernel's record of the seccomp kill
+// of host pid pid at or after since, and names its syscall (an
+// escape-class name, an ABI rule's, or "syscall <n> (arch <a>)"); "" when
+// there is none (or no access to the kernel's audit records: AuditErr).
+func SyscallFor(pid int, since time.Time, wait time.Duration) string {
+	return seccompAudit().syscallFor(pid, since, wait)
+}
+
 func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) string {
 	deadline := time.Now().Add(wait)
 	w.mu.Lock()
@@ -138,9 +144,9 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 	}
 }
 
-// SeccompAuditErr says why SyscallDenied outcomes cannot name the syscall
-// on this host (no access to the kernel's audit log); nil when they can.
-func SeccompAuditErr() error {
+// AuditErr says why SyscallDenied outcomes cannot name the syscall on this
+// host (no access to the kernel's audit log); nil when they can.
+func AuditErr() error {
 	w := seccompAudit()
 	w.mu.Lock()
 	defer w.mu.Unlock()
