@@ -11,6 +11,7 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -293,17 +294,12 @@ func hostHint(log []string) string {
 	case has("mount(", "pivot_root", "mount_setattr", "fsmount", "MS_REC") && has("Permission denied", "Operation not permitted"):
 		return "the host refused mounts inside a user namespace: run execgate privileged (docker --privileged) or with seccomp and AppArmor unconfined (--security-opt seccomp=unconfined --security-opt apparmor=unconfined); on Ubuntu 24.04 allow user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
 	case has("cgroup", "subtree_control", "memory.limit_in_bytes", "pids.max", "cpu.cfs"):
-		return cgroupHint
+		return cgroups.Hint
 	case has("clone(", "CLONE_NEW", "unshare(", "uid_map", "gid_map", "setgroups", "newuidmap"):
 		return "the host refused to create namespaces: allow user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1) or run execgate privileged (docker --privileged)"
 	}
 	return "nsjail could not create the jail; its log says why. Usual causes: not root or not privileged (docker --privileged), a seccomp or AppArmor profile (seccomp=unconfined), user namespaces disabled, cgroups not delegated"
 }
-
-// cgroupHint is shared with the cgroup setup.
-const cgroupHint = "the jail needs memory, pids and cpu cgroups it can create: run execgate as root with " +
-	"/sys/fs/cgroup mounted read-write (in a container: --privileged or --cgroupns=private with a writable " +
-	"cgroup2 mount; under systemd: Delegate=yes), or set sandbox.cgroups to the version the host has"
 
 func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
 	if truncated {

@@ -21,7 +21,7 @@ func SeccompPolicy() string { return seccomp.Policy() }
 
 // CgroupDirs lists the run-parent directories of r (one per hierarchy,
 // the CPU accounting one included).
-func CgroupDirs(r *Runner) []string { return r.cg.parentDirs() }
+func CgroupDirs(r *Runner) []string { return r.cg.ParentDirs() }
 
 // WarmIdle is the number of idle warm jails.
 func WarmIdle(r *Runner) int { return r.pool.idleCount() }
@@ -40,7 +40,7 @@ func ProbeRequest() []byte {
 func NsjailPath(r *Runner) string { return r.nsjail }
 
 // CgroupParentName is r's parent cgroup, relative to each hierarchy.
-func CgroupParentName(r *Runner) string { return r.cg.parent }
+func CgroupParentName(r *Runner) string { return r.cg.Parent() }
 
 // WarmProfiles counts the warm pool's profiles per tenant that registered
 // them ("" for the one warmed at start-up).

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -85,7 +84,7 @@ func ZygoteIDs(r *Runner) []string {
 func CgroupsReused(r *Runner) int64 { return r.zygotes.cgroupsKept.Load() }
 
 // CgroupVersion is the cgroup version the runner uses.
-func CgroupVersion(r *Runner) int { return r.cg.version }
+func CgroupVersion(r *Runner) int { return r.cg.Version() }
 
 // EndedWithEnvelope is how many level-process runs ended as soon as their
 // harness closed a complete envelope.
@@ -101,17 +100,7 @@ func LiveProcessesOfEndedRuns(r *Runner) []string {
 		r.zygotes.mu.Lock()
 		defer r.zygotes.mu.Unlock()
 		for cg := range r.zygotes.ended {
-			if cg.cg.version == 1 {
-				files = append(files, filepath.Join(cg.dirs[1], "tasks")) // pids
-				continue
-			}
-			// v2: the run's cgroup and the tool leaf below it.
-			filepath.WalkDir(cg.dirs[0], func(p string, d fs.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					files = append(files, filepath.Join(p, "cgroup.threads"))
-				}
-				return nil
-			})
+			files = append(files, cg.ThreadFiles()...)
 		}
 	}()
 	var live []string

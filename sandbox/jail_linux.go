@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
+	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -46,7 +46,7 @@ import (
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
-	cg      *runCgroup
+	cg      *cgroups.Run
 	stdin   *os.File // write end of the request pipe
 	readEnd []*os.File
 	// uid is the jail's host uid, held until the jail is gone (release).
@@ -83,16 +83,16 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 			undo.run()
 		}
 	}()
-	runID := newRunID()
+	runID := runid.New()
 	dir, cfgPath, err := r.jailConfig(p, warm, runID, &undo)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := r.cg.create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
+	cg, err := r.cg.Create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() { _ = cg.remove(time.Second) })
+	undo.add(func() { _ = cg.Remove(time.Second) })
 	// The jail's own host uid, held until the jail is gone (release).
 	lease, err := r.uids.acquire()
 	if err != nil {
@@ -236,10 +236,10 @@ func (f *jailFDs) closeChildEnds() {
 // nsjailCommand is nsjail for one jail: its config, the jail's host uid
 // (as nsjail's own credentials and in the id maps), its cgroups, and the
 // fds of the contract above.
-func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, fds *jailFDs) *exec.Cmd {
+func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *cgroups.Run, fds *jailFDs) *exec.Cmd {
 	args := []string{r.nsjail, "--config", cfgPath}
 	args = append(args, idMapArgs(lease.uid)...)
-	args = append(args, cg.nsjailArgs()...)
+	args = append(args, cg.NsjailArgs()...)
 	cmd := &exec.Cmd{
 		Path:       r.nsjailExec,
 		Args:       args,
@@ -264,11 +264,11 @@ func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, f
 			AmbientCaps: nsjailCaps,
 		},
 	}
-	if cg.into != nil {
+	if into := cg.Into(); into != nil {
 		// Born in the run's CPU accounting cgroup, with everything the
 		// jail will ever start: no process escapes the count.
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = int(cg.into.Fd())
+		cmd.SysProcAttr.CgroupFD = int(into.Fd())
 	}
 	return cmd
 }
@@ -341,7 +341,7 @@ func (j *jail) alive() bool {
 type finished struct {
 	outcome outcome
 	wall    time.Duration
-	stats   cgroupStats
+	stats   cgroups.Stats
 }
 
 // run hands req to the jail, waits for it to end (stopping it at the
@@ -366,7 +366,7 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	// jail's start-up is not the tool's), read from its cgroup while it
 	// runs, checked more often as the limit nears.
 	cpuLimit := time.Duration(j.prof.Limits.CPUMS) * time.Millisecond
-	cpuBase, watching := j.cg.cpuUsage()
+	cpuBase, watching := j.cg.CPUUsage()
 	var cpuTick <-chan time.Time // nil (never ready) without CPU accounting
 	cpuTimer := time.NewTimer(cpuPollDelay(cpuLimit))
 	defer cpuTimer.Stop()
@@ -387,7 +387,7 @@ wait:
 			j.stop(grace)
 			break wait
 		case <-cpuTick:
-			used, _ := j.cg.cpuUsage()
+			used, _ := j.cg.CPUUsage()
 			used -= cpuBase
 			if used > cpuLimit && j.alive() {
 				o.CPUKilled = true
@@ -405,7 +405,7 @@ wait:
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		o.Signal = ws.Signal()
 	}
-	if used, ok := j.cg.cpuUsage(); ok {
+	if used, ok := j.cg.CPUUsage(); ok {
 		o.CPUMS = (used - cpuBase).Milliseconds()
 	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
@@ -414,7 +414,7 @@ wait:
 	o.Envelope, o.EnvelopeTruncated = j.envelopeBytes()
 	o.Runtime = j.prof.Runtime
 	o.Limits = j.prof.Limits
-	stats := j.cg.stats()
+	stats := j.cg.Stats()
 	o.MemoryLimitHit = stats.MemoryLimitHit
 	o.OOMKilled = stats.OOMKilled
 	return finished{outcome: o, wall: wall, stats: stats}
@@ -487,7 +487,7 @@ func (j *jail) discard(grace time.Duration) error {
 	}
 	<-j.exited
 	j.collect(grace)
-	err := j.cg.remove(3 * time.Second)
+	err := j.cg.Remove(3 * time.Second)
 	j.release()
 	return err
 }
@@ -509,17 +509,6 @@ var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRI
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
 	return filepath.Join(j.dir, "egress", jaillayout.EgressSocketName)
-}
-
-// newRunID names a run's cgroup "run-<pid>-<random>": random so runners
-// sharing the parent cgroup never collide, and carrying the owner's pid so
-// a later runner can remove what a dead process left behind (sweep).
-func newRunID() string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
-	}
-	return fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // bridgePair returns the two ends of a jail's tool bridge socket: the

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,12 +17,11 @@ import (
 
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
-
-// cgroupFSRoot is where the cgroup hierarchies are mounted.
-const cgroupFSRoot = "/sys/fs/cgroup"
 
 // warmIdleMax is how long a warm jail may wait for a request before the
 // pool replaces it; nsjail's own time_limit for warm jails is raised by as
@@ -43,7 +41,7 @@ type Runner struct {
 	view       *view    // the jail's view of the rootfs, deps and jails dirs
 	uids       *uidPool // host uids, one per live jail
 	version    string
-	cg         *cgroups
+	cg         *cgroups.Manager
 	manifest   *jaillayout.Manifest
 	// seccompPolicy is the Kafel policy; tests swap in a broken one.
 	seccompPolicy string
@@ -108,14 +106,14 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	cg, err := detectCgroups(cfg.Cgroups, cgroupFSRoot, cfg.CgroupParent)
+	cg, err := cgroups.New(cfg.Cgroups, cfg.CgroupParent)
 	if err != nil {
 		return nil, err
 	}
-	if err := cg.setup(); err != nil {
+	if err := cg.Setup(); err != nil {
 		return nil, err
 	}
-	if n := cg.sweep(); n > 0 {
+	if n := cg.Sweep(); n > 0 {
 		slog.Default().Info("removed cgroups left by dead execgate processes", "component", "sandbox", "runs", n)
 	}
 	// WorkDir, its profiles and the deps dir may be private: the jail
@@ -191,9 +189,9 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
 		}
 	}
-	if cg.acct == acctNone {
+	if !cg.CPUAccounted() {
 		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
-			"cgroup_version", cg.version)
+			"cgroup_version", cg.Version())
 	}
 	if err := seccomp.AuditErr(); err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
@@ -207,13 +205,22 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	return r, nil
 }
 
+// ProbeCgroups detects the cgroups a runner with cfg would use (the rules
+// of NewRunner) and proves the parent cgroup usable, changing nothing
+// (cgroups.ProbeHost). A failure is an *UnavailableError whose Reason and
+// Hint say what to do.
+func ProbeCgroups(cfg Config) (cgroups.Probe, error) {
+	cfg = cfg.withDefaults()
+	return cgroups.ProbeHost(cfg.Cgroups, cfg.CgroupParent)
+}
+
 // Info describes the runner.
 func (r *Runner) Info() Info {
 	in := Info{
 		NsjailPath:      r.nsjail,
 		NsjailVersion:   r.version,
-		CgroupVersion:   r.cg.version,
-		CgroupRoot:      r.cg.root,
+		CgroupVersion:   r.cg.Version(),
+		CgroupRoot:      r.cg.Root(),
 		RootfsDir:       r.cfg.RootfsDir,
 		ViewDir:         r.view.dir,
 		UIDRange:        r.cfg.UIDRange,
@@ -221,7 +228,7 @@ func (r *Runner) Info() Info {
 		HarnessSHA256:   harness.Hash(),
 		ProtocolVersion: jaillayout.ProtocolVersion,
 		WarmPool:        r.cfg.WarmPool,
-		CPUAccounting:   r.cg.acct.String(),
+		CPUAccounting:   r.cg.Accounting(),
 	}
 	if r.pool != nil {
 		in.WarmIdle = r.pool.idleCount()
@@ -364,7 +371,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	j.watch(nil)
 	bsrv.stop()
 	bcancel()
-	if err := j.cg.remove(3 * time.Second); err != nil {
+	if err := j.cg.Remove(3 * time.Second); err != nil {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
 	var attempts []EgressAttempt
@@ -552,11 +559,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 func sweepDirs(jails, deps string, abandoned time.Duration) {
 	if entries, err := os.ReadDir(jails); err == nil {
 		for _, e := range entries {
-			m := runDirRE.FindStringSubmatch(e.Name())
-			if m == nil {
-				continue
-			}
-			if pid, err := strconv.Atoi(m[1]); err == nil && pid != os.Getpid() && !processAlive(pid) {
+			if runid.Orphaned(e.Name()) {
 				os.RemoveAll(filepath.Join(jails, e.Name()))
 			}
 		}
@@ -586,9 +589,9 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	return renderInput{
 		Profile:       p,
 		RootfsDir:     r.view.Rootfs,
-		CgroupVersion: r.cg.version,
-		CgroupRoot:    r.cg.root,
-		CgroupParent:  r.cg.parent,
+		CgroupVersion: r.cg.Version(),
+		CgroupRoot:    r.cg.Root(),
+		CgroupParent:  r.cg.Parent(),
 		KillGraceMS:   grace,
 		Seccomp:       r.seccompPolicy, // guarded by mu: tests swap it
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/execgate/execgate/sandbox/internal/runid"
 )
 
 // The jail's view of the host directories it uses.
@@ -183,7 +185,7 @@ func sweepViews(runtimeDir string) int {
 		if m == nil {
 			continue
 		}
-		if pid, err := strconv.Atoi(m[1]); err == nil && pid != os.Getpid() && !processAlive(pid) {
+		if pid, err := strconv.Atoi(m[1]); err == nil && runid.Gone(pid) {
 			if unmountView(filepath.Join(runtimeDir, e.Name())) == nil {
 				n++
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -135,7 +136,7 @@ type zygote struct {
 	fillers sync.WaitGroup
 	// cgroups holds finished runs' cgroups reset for the next spares
 	// (recycle, cgroup v1 only); stop removes what is left.
-	cgroups chan *runCgroup
+	cgroups chan *cgroups.Run
 
 	// Guarded by zygotes.mu:
 	inflight int
@@ -261,7 +262,7 @@ func (z *zygote) stop(r *Runner) {
 		for {
 			select {
 			case cg := <-z.cgroups:
-				_ = cg.remove(time.Second)
+				_ = cg.Remove(time.Second)
 				continue
 			default:
 			}
@@ -293,7 +294,7 @@ type zygotes struct {
 	// only while not closed, under mu.
 	removing sync.WaitGroup
 	// ended holds the cgroups of ended runs until recycle is done with them.
-	ended map[*runCgroup]struct{}
+	ended map[*cgroups.Run]struct{}
 	// cgroupsKept counts the runs' cgroups reset for another run (recycle).
 	cgroupsKept atomic.Int64
 	// endedEarly counts the runs that ended with their envelope
@@ -302,7 +303,7 @@ type zygotes struct {
 }
 
 func newZygotes(r *Runner, cfg ZygoteConfig) *zygotes {
-	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{}), ended: map[*runCgroup]struct{}{}}
+	zs := &zygotes{r: r, cfg: cfg.withDefaults(), m: map[zygoteKey]*zygote{}, starting: map[zygoteKey]chan struct{}{}, next: map[zygoteKey]*zygote{}, stopTic: make(chan struct{}), ended: map[*cgroups.Run]struct{}{}}
 	zs.wg.Add(1)
 	go zs.retireIdle()
 	return zs
@@ -533,7 +534,7 @@ func (zs *zygotes) start(key zygoteKey) (*zygote, error) {
 		key: key, j: j, ctl: ctl,
 		ready: make(chan struct{}), dead: make(chan struct{}),
 		replies: make(chan string, 1), exits: map[int]chan int{}, used: time.Now(),
-		spares: make(chan *spare, zygoteSpares), cgroups: make(chan *runCgroup, zygoteCgroups),
+		spares: make(chan *spare, zygoteSpares), cgroups: make(chan *cgroups.Run, zygoteCgroups),
 	}
 	go z.read()
 	t := time.NewTimer(time.Duration(zs.cfg.StartMS) * time.Millisecond)
@@ -599,7 +600,7 @@ const zygoteCgroups = 8
 // in the background, off the run's path: every process of the run is gone
 // or killed already (procRun.kill, or endedWithEnvelope), and reset waits
 // until nothing is left in it. close waits for these.
-func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
+func (zs *zygotes) recycle(z *zygote, cg *cgroups.Run, executionID string) {
 	zs.mu.Lock()
 	if zs.closed {
 		zs.mu.Unlock()
@@ -616,7 +617,7 @@ func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
 			zs.mu.Unlock()
 			zs.removing.Done()
 		}()
-		if cg.reset() && z.keepCgroup(cg) {
+		if cg.Reset() && z.keepCgroup(cg) {
 			zs.cgroupsKept.Add(1)
 			return
 		}
@@ -626,7 +627,7 @@ func (zs *zygotes) recycle(z *zygote, cg *runCgroup, executionID string) {
 
 // keepCgroup keeps a reset cgroup for z's next spare, unless z is stopped
 // or has enough.
-func (z *zygote) keepCgroup(cg *runCgroup) bool {
+func (z *zygote) keepCgroup(cg *cgroups.Run) bool {
 	z.fillMu.Lock()
 	defer z.fillMu.Unlock()
 	if z.stopped {
@@ -641,17 +642,17 @@ func (z *zygote) keepCgroup(cg *runCgroup) bool {
 }
 
 // runCgroup returns a reset cgroup of an earlier run of z, or a new one.
-func (r *Runner) runCgroup(z *zygote, l Limits) (*runCgroup, error) {
+func (r *Runner) runCgroup(z *zygote, l Limits) (*cgroups.Run, error) {
 	select {
 	case cg := <-z.cgroups:
 		return cg, nil
 	default:
-		return r.cg.create(newRunID(), l.MemoryMB<<20, l.Pids)
+		return r.cg.Create(runid.New(), l.MemoryMB<<20, l.Pids)
 	}
 }
 
-func (zs *zygotes) removeCgroup(cg *runCgroup, executionID string) {
-	if err := cg.remove(3 * time.Second); err != nil {
+func (zs *zygotes) removeCgroup(cg *cgroups.Run, executionID string) {
+	if err := cg.Remove(3 * time.Second); err != nil {
 		zs.r.log.Warn("removing a run's cgroup", "execution_id", executionID, "error", err)
 	}
 }
@@ -694,9 +695,8 @@ func (zs *zygotes) close() {
 // procRun is one run forked from a zygote.
 type procRun struct {
 	z       *zygote
-	cg      *runCgroup
-	procs   []string // the cgroup.procs files the run's processes are in
-	pid     int      // in the jail
+	cg      *cgroups.Run
+	pid     int // in the jail
 	hostPID int
 	pidfd   int // spare.pidfd, closed by finish
 	// forked is when the zygote was asked to fork: the kernel may stamp an
@@ -748,7 +748,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if err != nil {
 		p.kill()
 		p.finish(r, p.z.exitChan(p.pid))
-		_ = p.cg.remove(3 * time.Second)
+		_ = p.cg.Remove(3 * time.Second)
 		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
 	go func() {
@@ -762,8 +762,8 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	wall := time.Since(handoff)
 	bsrv.stop()
 	bcancel()
-	stats := p.cg.stats()
-	if used, ok := p.cg.cpuUsage(); ok {
+	stats := p.cg.Stats()
+	if used, ok := p.cg.CPUUsage(); ok {
 		o.CPUMS = used.Milliseconds()
 	}
 	r.zygotes.recycle(z, p.cg, spec.ExecutionID)
@@ -796,8 +796,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 type spare struct {
 	pid, hostPID int
 	pidfd        int // the process's pidfd (killPidfd); closed with the ends
-	cg           *runCgroup
-	procs        []string
+	cg           *cgroups.Run
 	exit         chan int
 	forked       time.Time
 	stdin        *os.File
@@ -834,7 +833,7 @@ func (sp *spare) discard(z *zygote) {
 	}
 	t.Stop()
 	z.forget(sp.pid)
-	_ = sp.cg.remove(time.Second)
+	_ = sp.cg.Remove(time.Second)
 }
 
 // prepareSpare creates a run's cgroup, has z fork a process for it and
@@ -853,9 +852,8 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { _ = cg.remove(time.Second) })
-	procs, err := cg.procsFiles()
-	if err != nil {
+	cleanup = append(cleanup, func() { _ = cg.Remove(time.Second) })
+	if err := cg.Prepare(); err != nil {
 		return nil, err
 	}
 	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
@@ -889,10 +887,8 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 		return nil, fmt.Errorf("opening the run's pidfd: %w", err)
 	}
 	cleanup = append(cleanup, func() { killPidfd(pidfd); syscall.Close(pidfd) })
-	for _, f := range procs {
-		if err := cg.write(f, strconv.Itoa(hostPID)); err != nil {
-			return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
-		}
+	if err := cg.Enter(hostPID); err != nil {
+		return nil, fmt.Errorf("moving the run into its cgroup: %w", err)
 	}
 	// In its cgroup: the child gets the run's descriptors and goes on with
 	// its setup (its tmpfs mounts, capabilities, seccomp); its harness then
@@ -923,7 +919,7 @@ func (r *Runner) prepareSpare(z *zygote, prof profile) (_ *spare, err error) {
 		f.Close()
 	}
 	return &spare{
-		pid: pid, hostPID: hostPID, pidfd: pidfd, cg: cg, procs: procs, exit: exit, forked: forked,
+		pid: pid, hostPID: hostPID, pidfd: pidfd, cg: cg, exit: exit, forked: forked,
 		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn,
 	}, nil
 }
@@ -939,7 +935,7 @@ func (r *Runner) takeSpare(z *zygote, prof profile) (*spare, error) {
 			case <-sp.exit: // killed while it waited (by a run of the same tenant)
 				z.forget(sp.pid)
 				sp.closeEnds()
-				_ = sp.cg.remove(time.Second)
+				_ = sp.cg.Remove(time.Second)
 				continue
 			default:
 				return sp, nil
@@ -1026,7 +1022,7 @@ func (r *Runner) forkRun(z *zygote, prof profile) (*procRun, error) {
 	}
 	l := prof.Limits
 	p := &procRun{
-		z: z, cg: sp.cg, procs: sp.procs, pid: sp.pid, hostPID: sp.hostPID, pidfd: sp.pidfd, forked: sp.forked,
+		z: z, cg: sp.cg, pid: sp.pid, hostPID: sp.hostPID, pidfd: sp.pidfd, forked: sp.forked,
 		stdin: sp.stdin, bridge: sp.bridge,
 		readEnd:     []*os.File{sp.stdout, sp.stderr, sp.result},
 		stdout:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
@@ -1097,7 +1093,7 @@ func (p *procRun) wait(ctx context.Context, r *Runner, l Limits, handoff time.Ti
 	timer := time.NewTimer(time.Duration(l.TimeoutMS)*time.Millisecond - time.Since(handoff))
 	defer timer.Stop()
 	cpuLimit := time.Duration(l.CPUMS) * time.Millisecond
-	cpuBase, watching := p.cg.cpuUsage()
+	cpuBase, watching := p.cg.CPUUsage()
 	var cpuTick <-chan time.Time
 	cpuTimer := time.NewTimer(cpuPollDelay(cpuLimit))
 	defer cpuTimer.Stop()
@@ -1131,7 +1127,7 @@ wait:
 			o.Cancelled, o.CancelErr = true, context.Cause(ctx)
 			break wait
 		case <-cpuTick:
-			used, _ := p.cg.cpuUsage()
+			used, _ := p.cg.CPUUsage()
 			if used-cpuBase > cpuLimit {
 				o.CPUKilled = true
 				break wait
@@ -1189,60 +1185,15 @@ wait:
 // the status the run gets; a signal that would have killed it in the
 // microseconds between its envelope and its exit is not seen.
 func (p *procRun) endedWithEnvelope() (ended, killed bool) {
-	if p.cg.cg.version != 1 || p.pidfd < 0 || p.envelope.truncated || !json.Valid(p.envelope.buf) {
+	if p.cg.Version() != 1 || p.pidfd < 0 || p.envelope.truncated || !json.Valid(p.envelope.buf) {
 		return false, false
-	}
-	dir := p.cg.dirs[1] // pids
-	harness := strconv.Itoa(p.hostPID)
-	// Only the harness, listed or gone already.
-	alone := func() bool {
-		procs, err := p.cg.read(filepath.Join(dir, "cgroup.procs"))
-		if err != nil {
-			return false
-		}
-		for _, pid := range strings.Fields(string(procs)) {
-			if pid != harness {
-				return false
-			}
-		}
-		return true
 	}
 	// The harness's work is done (its envelope is whole): it is killed
 	// whether or not the run can end now.
 	if err := unix.PidfdSendSignal(p.pidfd, syscall.SIGKILL, nil, 0); err != nil && err != syscall.ESRCH {
 		return false, false
 	}
-	if !alone() {
-		return false, true
-	}
-	threads := map[string]bool{}
-	if entries, err := os.ReadDir("/proc/" + harness + "/task"); err == nil {
-		for _, e := range entries {
-			threads[e.Name()] = true
-		}
-	}
-	data, err := p.cg.read(filepath.Join(dir, "tasks"))
-	if err != nil {
-		return false, true
-	}
-	tasks := strings.Fields(string(data))
-	listed := false
-	for _, tid := range tasks {
-		if !threads[tid] {
-			return false, true
-		}
-		listed = listed || tid == harness
-	}
-	charged, err := p.cg.read(filepath.Join(dir, "pids.current"))
-	if err != nil {
-		return false, true
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(charged)))
-	allowed := len(tasks)
-	if !listed {
-		allowed++ // the harness's zombie, until the zygote reaps it
-	}
-	return err == nil && n <= allowed, true
+	return p.cg.HoldsOnly(p.hostPID), true
 }
 
 // kill kills every process in the run's cgroup until none is left (a fork
@@ -1253,7 +1204,7 @@ func (p *procRun) kill() {
 	// nothing in the jail can move one), so one listing names them all.
 	deadline := time.Now().Add(3 * time.Second)
 	for delay := 100 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		pids := p.cg.pids(p.procs[:1])
+		pids := p.cg.Pids()
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}
@@ -1283,42 +1234,4 @@ func (p *procRun) finish(r *Runner, exit chan int) {
 	}
 	syscall.Close(p.pidfd)
 	p.pidfd = -1
-}
-
-// procsFiles are the cgroup.procs files a process joins the run's cgroup
-// through: one per v1 hierarchy (and the hybrid accounting one), or on v2
-// a leaf below the run's cgroup (which delegates its controllers, so it
-// cannot hold processes itself).
-func (rc *runCgroup) procsFiles() ([]string, error) {
-	if rc.cg.version == 2 {
-		leaf := filepath.Join(rc.dirs[0], "tool")
-		if err := os.Mkdir(leaf, 0o755); err != nil {
-			return nil, rc.cg.unavailable("creating the run's leaf cgroup", err)
-		}
-		return []string{filepath.Join(leaf, "cgroup.procs")}, nil
-	}
-	files := make([]string, len(rc.dirs))
-	for i, d := range rc.dirs {
-		files[i] = filepath.Join(d, "cgroup.procs")
-	}
-	return files, nil
-}
-
-// pids lists the processes in the run's cgroup.
-func (rc *runCgroup) pids(procs []string) []int {
-	seen := map[int]bool{}
-	var out []int
-	for _, f := range procs {
-		data, err := rc.read(f)
-		if err != nil {
-			continue
-		}
-		for _, s := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(s); err == nil && !seen[pid] {
-				seen[pid] = true
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/rootfs/jailverify"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -244,7 +245,7 @@ func diagCgroups(cfg sandbox.Config) diagCheck {
 }
 
 // cgroupCheck is the diagnose row of a cgroup probe.
-func cgroupCheck(p sandbox.CgroupProbe, err error) diagCheck {
+func cgroupCheck(p cgroups.Probe, err error) diagCheck {
 	c := diagCheck{Name: "cgroups", Required: true}
 	if err != nil {
 		c.Status, c.Detail, c.Hint = diagFail, err.Error(), "give execgate usable cgroups"

@@ -1,4 +1,4 @@
-package sandbox
+package cgroups
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {
@@ -49,8 +51,8 @@ func TestCgroupStats(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, dir, tt.files)
-			rc := &runCgroup{cg: &cgroups{version: tt.version}, dirs: []string{dir}, oomEvents: -1}
-			s := rc.stats()
+			rc := &Run{cg: &Manager{version: tt.version}, dirs: []string{dir}, oomEvents: -1}
+			s := rc.Stats()
 			if s.PeakBytes != tt.peak || s.MemoryLimitHit != tt.hit || s.OOMKilled != tt.oom {
 				t.Errorf("got %+v, want peak %d hit %t oom %t", s, tt.peak, tt.hit, tt.oom)
 			}
@@ -66,18 +68,18 @@ func TestCgroupCPUUsage(t *testing.T) {
 	})
 	tests := []struct {
 		name string
-		rc   *runCgroup
+		rc   *Run
 		want time.Duration
 		ok   bool
 	}{
-		{"cgroup v2 cpu.stat", &runCgroup{cpuFile: filepath.Join(dir, "cpu.stat"), cpuStat: true}, 1234567 * time.Microsecond, true},
-		{"cgroup v1 cpuacct.usage", &runCgroup{cpuFile: filepath.Join(dir, "cpuacct.usage")}, 987654321, true},
-		{"no accounting", &runCgroup{}, 0, false},
-		{"a vanished cgroup", &runCgroup{cpuFile: filepath.Join(dir, "gone", "cpu.stat"), cpuStat: true}, 0, false},
+		{"cgroup v2 cpu.stat", &Run{cpuFile: filepath.Join(dir, "cpu.stat"), cpuStat: true}, 1234567 * time.Microsecond, true},
+		{"cgroup v1 cpuacct.usage", &Run{cpuFile: filepath.Join(dir, "cpuacct.usage")}, 987654321, true},
+		{"no accounting", &Run{}, 0, false},
+		{"a vanished cgroup", &Run{cpuFile: filepath.Join(dir, "gone", "cpu.stat"), cpuStat: true}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := tt.rc.cpuUsage()
+			got, ok := tt.rc.CPUUsage()
 			tt.rc.closeFiles()
 			if got != tt.want || ok != tt.ok {
 				t.Errorf("got %v, %t; want %v, %t", got, ok, tt.want, tt.ok)
@@ -86,35 +88,23 @@ func TestCgroupCPUUsage(t *testing.T) {
 	}
 }
 
-func TestCPUPollDelayNarrowsNearTheLimit(t *testing.T) {
-	if d := cpuPollDelay(time.Hour); d != cpuPollMax {
-		t.Errorf("far from the limit: %v, want %v", d, cpuPollMax)
-	}
-	if d := cpuPollDelay(time.Millisecond); d != cpuPollMin {
-		t.Errorf("at the limit: %v, want %v", d, cpuPollMin)
-	}
-	if d := cpuPollDelay(-time.Second); d != cpuPollMin {
-		t.Errorf("past the limit: %v, want %v", d, cpuPollMin)
-	}
-}
-
 func TestCgroupNsjailArgs(t *testing.T) {
-	v1 := &runCgroup{cg: &cgroups{version: 1}, name: "execgate/run-1"}
+	v1 := &Run{cg: &Manager{version: 1}, name: "execgate/run-1"}
 	want1 := []string{"--cgroup_mem_parent", "execgate/run-1", "--cgroup_pids_parent", "execgate/run-1", "--cgroup_cpu_parent", "execgate/run-1"}
-	if got := v1.nsjailArgs(); !slices.Equal(got, want1) {
+	if got := v1.NsjailArgs(); !slices.Equal(got, want1) {
 		t.Errorf("v1: %v", got)
 	}
-	v2 := &runCgroup{cg: &cgroups{version: 2}, name: "execgate/run-1", dirs: []string{"/sys/fs/cgroup/execgate/run-1"}}
-	if got := v2.nsjailArgs(); !slices.Equal(got, []string{"--cgroupv2_mount", "/sys/fs/cgroup/execgate/run-1"}) {
+	v2 := &Run{cg: &Manager{version: 2}, name: "execgate/run-1", dirs: []string{"/sys/fs/cgroup/execgate/run-1"}}
+	if got := v2.NsjailArgs(); !slices.Equal(got, []string{"--cgroupv2_mount", "/sys/fs/cgroup/execgate/run-1"}) {
 		t.Errorf("v2: %v", got)
 	}
 }
 
 func TestDetectCgroupsWithoutHierarchiesIsUnavailable(t *testing.T) {
 	for _, mode := range []string{"auto", "v1", "v2"} {
-		_, err := detectCgroups(mode, t.TempDir(), "execgate")
-		var u *UnavailableError
-		if !errors.As(err, &u) || u.Hint != cgroupHint {
+		_, err := detectCgroupsWith(mode, t.TempDir(), "execgate", isFS)
+		var u *unavailable.Error
+		if !errors.As(err, &u) || u.Hint != Hint {
 			t.Errorf("%s: got %v", mode, err)
 		}
 	}
@@ -146,7 +136,7 @@ func TestRemoveCgroupDirGivesUpAtTheDeadline(t *testing.T) {
 
 func TestSweepRemovesOnlyDeadOwnersRuns(t *testing.T) {
 	root := t.TempDir()
-	c := &cgroups{version: 2, root: root, parent: "execgate"}
+	c := &Manager{version: 2, root: root, parent: "execgate"}
 	parent := filepath.Join(root, "execgate")
 	dead := exitedPID(t)
 	names := map[string]bool{ // name → should survive
@@ -161,7 +151,7 @@ func TestSweepRemovesOnlyDeadOwnersRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := c.sweep(); got != 1 {
+	if got := c.Sweep(); got != 1 {
 		t.Errorf("sweep removed %d runs, want 1", got)
 	}
 	for n, survive := range names {
@@ -282,7 +272,7 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 				}
 				return
 			}
-			var u *UnavailableError
+			var u *unavailable.Error
 			if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.detail) || u.Hint == "" {
 				t.Errorf("probe error = %v, want an UnavailableError with a hint, naming %q", err, tc.detail)
 			}

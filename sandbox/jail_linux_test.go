@@ -1,0 +1,18 @@
+package sandbox
+
+import (
+	"testing"
+	"time"
+)
+
+func TestCPUPollDelayNarrowsNearTheLimit(t *testing.T) {
+	if d := cpuPollDelay(time.Hour); d != cpuPollMax {
+		t.Errorf("far from the limit: %v, want %v", d, cpuPollMax)
+	}
+	if d := cpuPollDelay(time.Millisecond); d != cpuPollMin {
+		t.Errorf("at the limit: %v, want %v", d, cpuPollMin)
+	}
+	if d := cpuPollDelay(-time.Second); d != cpuPollMin {
+		t.Errorf("past the limit: %v, want %v", d, cpuPollMin)
+	}
+}
