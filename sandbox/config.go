@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
 // Config is the sandbox section of the execgate config file (DESIGN §13).
@@ -87,7 +89,7 @@ type Config struct {
 	ResolveCacheSeconds int64 `yaml:"resolve_cache_seconds" json:"resolve_cache_seconds"`
 	// Zygotes is the budget of warm zygotes for isolation level process
 	// (zygote.go).
-	Zygotes ZygoteConfig `yaml:"zygotes" json:"zygotes"`
+	Zygotes zygote.Config `yaml:"zygotes" json:"zygotes"`
 }
 
 // PackageIndex says where uv finds packages. Credentials stay with the

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/internal/runid"
+	"github.com/execgate/execgate/sandbox/internal/unixpair"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -217,7 +217,7 @@ func openJailFDs(undo *cleanups) (*jailFDs, error) {
 		pipes[i] = pipe{pr, pw}
 		undo.add(func() { pr.Close(); pw.Close() })
 	}
-	bridgeConn, bridgeChild, err := bridgePair()
+	bridgeConn, bridgeChild, err := unixpair.Open()
 	if err != nil {
 		return nil, &UnavailableError{Reason: "creating the tool bridge socket", Err: err}
 	}
@@ -368,7 +368,7 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	cpuLimit := time.Duration(j.prof.Limits.CPUMS) * time.Millisecond
 	cpuBase, watching := j.cg.CPUUsage()
 	var cpuTick <-chan time.Time // nil (never ready) without CPU accounting
-	cpuTimer := time.NewTimer(cpuPollDelay(cpuLimit))
+	cpuTimer := time.NewTimer(cgroups.CPUPollDelay(cpuLimit))
 	defer cpuTimer.Stop()
 	if watching {
 		cpuTick = cpuTimer.C
@@ -394,7 +394,7 @@ wait:
 				j.stop(grace)
 				break wait
 			}
-			cpuTimer.Reset(cpuPollDelay(cpuLimit - used))
+			cpuTimer.Reset(cgroups.CPUPollDelay(cpuLimit - used))
 		}
 	}
 	<-j.exited
@@ -418,19 +418,6 @@ wait:
 	o.MemoryLimitHit = stats.MemoryLimitHit
 	o.OOMKilled = stats.OOMKilled
 	return finished{outcome: o, wall: wall, stats: stats}
-}
-
-// CPU watch polling: often enough that a jail overshoots its CPU limit by
-// at most a few milliseconds per CPU, rarely while the limit is far away
-// (the jail cannot use more than every CPU of the host meanwhile).
-const (
-	cpuPollMin = 10 * time.Millisecond
-	cpuPollMax = 250 * time.Millisecond
-)
-
-// cpuPollDelay is how long the watch may wait with remaining CPU time left.
-func cpuPollDelay(remaining time.Duration) time.Duration {
-	return min(max(remaining/time.Duration(runtime.NumCPU()), cpuPollMin), cpuPollMax)
 }
 
 // stop asks nsjail to end the jail (SIGTERM: it kills the tool and removes
@@ -509,22 +496,4 @@ var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRI
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
 	return filepath.Join(j.dir, "egress", jaillayout.EgressSocketName)
-}
-
-// bridgePair returns the two ends of a jail's tool bridge socket: the
-// runner's (a net.Conn) and the jail's (passed as fd 5).
-func bridgePair() (net.Conn, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	parent := os.NewFile(uintptr(fds[0]), "bridge")
-	child := os.NewFile(uintptr(fds[1]), "bridge-jail")
-	conn, err := net.FileConn(parent) // dups the descriptor
-	parent.Close()
-	if err != nil {
-		child.Close()
-		return nil, nil, err
-	}
-	return conn, child, nil
 }

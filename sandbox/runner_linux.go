@@ -21,6 +21,7 @@ import (
 	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
 // warmIdleMax is how long a warm jail may wait for a request before the
@@ -62,7 +63,7 @@ type Runner struct {
 	importsUnchecked bool
 
 	// zygotes are the warm zygotes of isolation level process.
-	zygotes *zygotes
+	zygotes *zygote.Pool
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -196,7 +197,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err := seccomp.AuditErr(); err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
 	}
-	r.zygotes = newZygotes(r, cfg.Zygotes)
+	r.zygotes = zygote.New(cfg.Zygotes, cg, r.grace(), r.log)
 	if cfg.WarmPool > 0 {
 		r.pool = newPool(r, cfg.WarmPool)
 		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
@@ -241,7 +242,7 @@ func (r *Runner) Info() Info {
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() {
 		var errs []error
-		r.zygotes.close()
+		r.zygotes.Close()
 		if r.pool != nil {
 			errs = append(errs, r.pool.close())
 		}

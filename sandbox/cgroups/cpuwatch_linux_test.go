@@ -1,4 +1,4 @@
-package sandbox
+package cgroups
 
 import (
 	"testing"
@@ -6,13 +6,13 @@ import (
 )
 
 func TestCPUPollDelayNarrowsNearTheLimit(t *testing.T) {
-	if d := cpuPollDelay(time.Hour); d != cpuPollMax {
+	if d := CPUPollDelay(time.Hour); d != cpuPollMax {
 		t.Errorf("far from the limit: %v, want %v", d, cpuPollMax)
 	}
-	if d := cpuPollDelay(time.Millisecond); d != cpuPollMin {
+	if d := CPUPollDelay(time.Millisecond); d != cpuPollMin {
 		t.Errorf("at the limit: %v, want %v", d, cpuPollMin)
 	}
-	if d := cpuPollDelay(-time.Second); d != cpuPollMin {
+	if d := CPUPollDelay(-time.Second); d != cpuPollMin {
 		t.Errorf("past the limit: %v, want %v", d, cpuPollMin)
 	}
 }
