@@ -22,6 +22,7 @@ import (
 	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
 	"github.com/execgate/execgate/sandbox/zygote"
+	"github.com/execgate/execgate/sourcecheck"
 )
 
 // warmIdleMax is how long a warm jail may wait for a request before the
@@ -258,7 +259,7 @@ func (r *Runner) Close() error {
 // that happened to the tool, including a bad spec (InvalidInput) and
 // requirements that could not be installed (DependencyError), is in the
 // Result. A JavaScript or TypeScript source that imports anything, or does
-// not parse, is InvalidSource before any jail starts (imports.go).
+// not parse, is InvalidSource before any jail starts (package sourcecheck).
 //
 // Requirements are installed (or found in the cache) before the jail
 // starts. A run with packages takes a warm jail only when its environment
@@ -273,9 +274,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
 	if prof.Runtime.deno() && !r.importsUnchecked {
-		// Imports are refused before any jail starts (imports.go); the
+		// Imports are refused before any jail starts (sourcecheck); the
 		// import map in the jail is the second wall.
-		problems, err := checkImportsBounded(ctx, spec.Language, spec.Source)
+		problems, err := sourcecheck.Check(ctx, spec.Language, spec.Source)
 		if err != nil {
 			// As a run cancelled in its jail ends: Timeout.
 			return errorResult(ErrTimeout, "the run was cancelled while it waited for the import check: "+err.Error(), ""), nil

@@ -1,9 +1,13 @@
-package sandbox
+// Package sourcecheck refuses a JavaScript or TypeScript tool's source
+// before anything runs it: every import (of any kind) and every syntax
+// error, located by line and column, with esbuild's parser (pure Go). The
+// runner (package sandbox) checks a source before a jail starts, so the
+// import map inside the jail is the second wall.
+package sourcecheck
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -66,10 +70,9 @@ const maxSyntaxErrorText = 500
 // maxSpecifierText is how much of a refused specifier a message quotes.
 const maxSpecifierText = 80
 
-// sourceProblem is one reason a source is refused, at a 1-based line and
-// column (UTF-16 units, as V8 and the TypeScript checker count them; 0:
-// unknown).
-type sourceProblem struct {
+// Problem is one reason a source is refused, at a 1-based line and column
+// (UTF-16 units, as V8 and the TypeScript checker count them; 0: unknown).
+type Problem struct {
 	Line    int    `json:"line"`
 	Col     int    `json:"col"`
 	Message string `json:"message"`
@@ -120,11 +123,14 @@ var (
 	importCheckLarge = make(chan struct{}, 1)
 )
 
-// checkImportsBounded runs checkImports in a goroutine of its own, whose
-// stack (grown by deep nesting) is freed when it ends, in the lane of the
-// source's size. A panic in the parser refuses the source; a context that
-// ends while the run waits for its lane is returned as its error.
-func checkImportsBounded(ctx context.Context, language, src string) ([]sourceProblem, error) {
+// Check returns why src, a tool in language "javascript" or "typescript",
+// may not run: its imports and syntax errors, in source order, at most
+// maxImportProblems; nil when it has none. The parse runs in a goroutine
+// of its own, whose stack (grown by deep nesting) is freed when it ends,
+// in the lane of the source's size. A panic in the parser refuses the
+// source; a context that ends while the check waits for its lane is
+// returned as its error.
+func Check(ctx context.Context, language, src string) ([]Problem, error) {
 	lane := importCheckSmall
 	if len(src) > smallImportCheckBytes {
 		lane = importCheckLarge
@@ -135,11 +141,11 @@ func checkImportsBounded(ctx context.Context, language, src string) ([]sourcePro
 		return nil, ctx.Err()
 	}
 	defer func() { <-lane }()
-	done := make(chan []sourceProblem, 1)
+	done := make(chan []Problem, 1)
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				done <- []sourceProblem{{Message: fmt.Sprintf("the import check failed: %v", v)}}
+				done <- []Problem{{Message: fmt.Sprintf("the import check failed: %v", v)}}
 			}
 		}()
 		done <- checkImports(language, src)
@@ -150,12 +156,12 @@ func checkImportsBounded(ctx context.Context, language, src string) ([]sourcePro
 // checkImports returns why src (a tool in language javascript or
 // typescript) may not run: its imports and syntax errors, in source order;
 // nil when it has none.
-func checkImports(language, src string) []sourceProblem {
+func checkImports(language, src string) []Problem {
 	if len(src) > maxImportCheckBytes {
-		return []sourceProblem{{Message: fmt.Sprintf("the source is %d bytes; a %s tool is checked for imports up to %d bytes", len(src), language, maxImportCheckBytes)}}
+		return []Problem{{Message: fmt.Sprintf("the source is %d bytes; a %s tool is checked for imports up to %d bytes", len(src), language, maxImportCheckBytes)}}
 	}
 	loader, file := api.LoaderJS, "tool.js"
-	if language == LanguageTypeScript {
+	if language == "typescript" {
 		loader, file = api.LoaderTS, "tool.ts"
 	}
 	contents := src + importSentinel
@@ -190,8 +196,8 @@ func checkImports(language, src string) []sourceProblem {
 // importProblems turns one pass's errors into problems. The pass must have
 // reported the sentinel (or a syntax error): a pass that did not reach it
 // read the source differently than expected, and the source is refused.
-func importProblems(errs []api.Message, src string, sentinelLine int) []sourceProblem {
-	var problems []sourceProblem
+func importProblems(errs []api.Message, src string, sentinelLine int) []Problem {
+	var problems []Problem
 	sawSentinel := false
 	for _, m := range errs {
 		if m.ID == msgIDDynamicImport && m.Location != nil && m.Location.Line == sentinelLine {
@@ -201,9 +207,9 @@ func importProblems(errs []api.Message, src string, sentinelLine int) []sourcePr
 		problems = append(problems, importProblem(m, src, sentinelLine-1))
 	}
 	if problems == nil && !sawSentinel {
-		return []sourceProblem{{Message: "the import check could not read the source to its end"}}
+		return []Problem{{Message: "the import check could not read the source to its end"}}
 	}
-	slices.SortStableFunc(problems, func(a, b sourceProblem) int {
+	slices.SortStableFunc(problems, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
 	})
 	problems = slices.Compact(problems)
@@ -216,8 +222,8 @@ func importProblems(errs []api.Message, src string, sentinelLine int) []sourcePr
 // importProblem locates m in src (lastLine lines long): an error past the
 // end of src (in the sentinel, for an unterminated comment or template) is
 // reported at its end.
-func importProblem(m api.Message, src string, lastLine int) sourceProblem {
-	var p sourceProblem
+func importProblem(m api.Message, src string, lastLine int) Problem {
+	var p Problem
 	switch {
 	case m.PluginName == importPluginName:
 		p.Message = m.Text
@@ -258,32 +264,4 @@ func clipRunes(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// importRefusal is the result of a run refused by the import check: for
-// mode validate the verdict (valid false, the problems), otherwise
-// InvalidSource at the first problem.
-func importRefusal(mode string, problems []sourceProblem) Result {
-	if mode == ModeValidate {
-		verdict, _ := json.Marshal(struct {
-			Valid  bool            `json:"valid"`
-			Errors []sourceProblem `json:"errors"`
-		}{false, problems})
-		return Result{Status: StatusOK, Result: verdict}
-	}
-	first := problems[0]
-	msg := first.Message
-	if n := len(problems) - 1; n > 0 {
-		msg += fmt.Sprintf(" (and %d more)", n)
-	}
-	return Result{Status: StatusError, Result: json.RawMessage("null"), Error: &ErrorInfo{Type: ErrInvalidSource, Message: msg, Line: first.Line, Column: first.Col}}
-}
-
-// WithoutImportCheck runs JavaScript and TypeScript tools without the
-// import check, leaving the import map in the jail as the only wall. It is
-// for trusted probes that prove that wall holds (rootfs verify imports
-// node:fs and must see it refused in the jail); a runner serving tenants'
-// tools never takes it.
-func WithoutImportCheck() Option {
-	return func(r *Runner) { r.importsUnchecked = true }
 }
