@@ -65,7 +65,7 @@ type Config struct {
 	UIDRange string `yaml:"uid_range" json:"uid_range"`
 	// RuntimeDir is a root-owned directory every user can traverse (the
 	// jail's uid resolves its mount sources), where each runner mounts the
-	// jail's view of RootfsDir, DepsDir and WorkDir (view_linux.go) and
+	// jail's view of RootfsDir, DepsDir and WorkDir (package view) and
 	// where the uid leases live. Default "/run/execgate".
 	RuntimeDir string `yaml:"runtime_dir" json:"runtime_dir"`
 	// PackageIndex is where requirements are resolved and installed from

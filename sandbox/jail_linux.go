@@ -19,6 +19,7 @@ import (
 	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/internal/unixpair"
 	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/uids"
 )
 
 // jail is one nsjail process: started (cold, or ahead of time for the warm
@@ -50,7 +51,7 @@ type jail struct {
 	stdin   *os.File // write end of the request pipe
 	readEnd []*os.File
 	// uid is the jail's host uid, held until the jail is gone (release).
-	uid *uidLease
+	uid *uids.Lease
 	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at jaillayout.EgressDir. "" otherwise. Removed by release.
@@ -94,11 +95,11 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 	}
 	undo.add(func() { _ = cg.Remove(time.Second) })
 	// The jail's own host uid, held until the jail is gone (release).
-	lease, err := r.uids.acquire()
+	lease, err := r.uids.Acquire()
 	if err != nil {
 		return nil, err
 	}
-	undo.add(lease.release)
+	undo.add(lease.Release)
 	fds, err := openJailFDs(&undo)
 	if err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ func (r *Runner) jailConfig(p profile, warm bool, runID string, undo *cleanups) 
 		binds = append(binds, bind{Dst: jaillayout.EgressDir})
 	}
 	if p.Deps != "" {
-		// The set's directory as the view shows it (view_linux.go).
+		// The set's directory as the view shows it (package view).
 		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: true})
 	}
 	if len(binds) == 0 {
@@ -236,9 +237,9 @@ func (f *jailFDs) closeChildEnds() {
 // nsjailCommand is nsjail for one jail: its config, the jail's host uid
 // (as nsjail's own credentials and in the id maps), its cgroups, and the
 // fds of the contract above.
-func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *cgroups.Run, fds *jailFDs) *exec.Cmd {
+func (r *Runner) nsjailCommand(cfgPath string, lease *uids.Lease, cg *cgroups.Run, fds *jailFDs) *exec.Cmd {
 	args := []string{r.nsjail, "--config", cfgPath}
-	args = append(args, idMapArgs(lease.uid)...)
+	args = append(args, idMapArgs(lease.UID)...)
 	args = append(args, cg.NsjailArgs()...)
 	cmd := &exec.Cmd{
 		Path:       r.nsjailExec,
@@ -260,7 +261,7 @@ func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *cgroups.Run,
 			// capabilities it keeps are what it needs as a non-root
 			// parent: writing the uid/gid maps, reading its root-owned
 			// config, creating its cgroups.
-			Credential:  &syscall.Credential{Uid: lease.uid, Gid: lease.uid, Groups: []uint32{}},
+			Credential:  &syscall.Credential{Uid: lease.UID, Gid: lease.UID, Groups: []uint32{}},
 			AmbientCaps: nsjailCaps,
 		},
 	}
@@ -486,7 +487,7 @@ func (j *jail) release() {
 	if j.dir != "" {
 		os.RemoveAll(j.dir)
 	}
-	j.uid.release()
+	j.uid.Release()
 }
 
 // nsjailCaps are the capabilities nsjail keeps (ambient) while running as

@@ -34,7 +34,7 @@ type Info struct {
 	RootfsDir     string `json:"rootfs_dir"`
 	// ViewDir is where the runner mounted the jail's view of its host
 	// directories (the rootfs, deps and jails dirs, read-only), which is
-	// where nsjail finds them (view_linux.go).
+	// where nsjail finds them (package view).
 	ViewDir string `json:"view_dir"`
 	// UIDRange is sandbox.uid_range: each live jail runs as a host uid of
 	// its own from it.

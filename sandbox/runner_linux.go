@@ -21,6 +21,8 @@ import (
 	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/internal/runid"
 	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/uids"
+	"github.com/execgate/execgate/sandbox/view"
 	"github.com/execgate/execgate/sandbox/zygote"
 	"github.com/execgate/execgate/sourcecheck"
 )
@@ -40,8 +42,8 @@ type Runner struct {
 	// nsjail through it (openNsjail).
 	nsjailFile *os.File
 	nsjailExec string
-	view       *view    // the jail's view of the rootfs, deps and jails dirs
-	uids       *uidPool // host uids, one per live jail
+	view       *view.View // the jail's view of the rootfs, deps and jails dirs
+	uids       *uids.Pool // host uids, one per live jail
 	version    string
 	cg         *cgroups.Manager
 	manifest   *jaillayout.Manifest
@@ -104,10 +106,11 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	uids, err := newUIDPool(cfg.RuntimeDir, cfg.UIDRange)
+	lo, hi, err := ParseUIDRange(cfg.UIDRange) // checked by Validate
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sandbox.uid_range: %w", err)
 	}
+	leases := uids.New(cfg.RuntimeDir, lo, hi)
 	cg, err := cgroups.New(cfg.Cgroups, cfg.CgroupParent)
 	if err != nil {
 		return nil, err
@@ -138,14 +141,14 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, &UnavailableError{Reason: "opening nsjail " + nsjail, Hint: setupHint, Err: err}
 	}
-	v, err := openView(cfg.RuntimeDir, abs, cfg.DepsDir, filepath.Join(cfg.WorkDir, jailsDir))
+	v, err := view.Open(cfg.RuntimeDir, abs, cfg.DepsDir, filepath.Join(cfg.WorkDir, jailsDir))
 	if err != nil {
 		nsjailFile.Close()
 		return nil, err
 	}
-	if err := v.check(v.Rootfs); err != nil {
+	if err := v.Check(v.Rootfs); err != nil {
 		nsjailFile.Close()
-		_ = v.close()
+		_ = v.Close()
 		return nil, err
 	}
 	r := &Runner{
@@ -154,7 +157,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		nsjailFile:    nsjailFile,
 		nsjailExec:    nsjailExec,
 		view:          v,
-		uids:          uids,
+		uids:          leases,
 		version:       nsjailVersion(nsjail),
 		cg:            cg,
 		manifest:      m,
@@ -163,7 +166,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		profiles:      map[string]string{},
 		deps: &depsInstaller{
 			dir:       cfg.DepsDir,
-			check:     func() error { return v.check(v.Deps) },
+			check:     func() error { return v.Check(v.Deps) },
 			python:    cfg.PythonPath,
 			pyVersion: m.PythonVersion,
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
@@ -185,9 +188,9 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if r.egress != nil {
 		// A proxy-mode jail's egress directory is bound from below the
 		// jails dir.
-		if err := v.check(v.Jails); err != nil {
+		if err := v.Check(v.Jails); err != nil {
 			nsjailFile.Close()
-			_ = v.close()
+			_ = v.Close()
 			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
 		}
 	}
@@ -224,7 +227,7 @@ func (r *Runner) Info() Info {
 		CgroupVersion:   r.cg.Version(),
 		CgroupRoot:      r.cg.Root(),
 		RootfsDir:       r.cfg.RootfsDir,
-		ViewDir:         r.view.dir,
+		ViewDir:         r.view.Dir,
 		UIDRange:        r.cfg.UIDRange,
 		PythonVersion:   r.manifest.PythonVersion,
 		HarnessSHA256:   harness.Hash(),
@@ -247,7 +250,7 @@ func (r *Runner) Close() error {
 		if r.pool != nil {
 			errs = append(errs, r.pool.close())
 		}
-		errs = append(errs, r.view.close())
+		errs = append(errs, r.view.Close())
 		r.nsjailFile.Close()
 		r.closeErr = errors.Join(errs...)
 	})
@@ -599,35 +602,8 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	}
 }
 
-// checkSearchable makes sure the jail's uid can reach dir: nsjail mounts a
-// jail's directories as the jail's uid (some uid of sandbox.uid_range, the
-// owner of nothing on the host), so dir and every directory above it need
-// the search bit for others. shown names dir in the error (for a path of
-// the view, the directory it shows).
-func checkSearchable(dir, shown string) error {
-	for d := dir; ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return &UnavailableError{Reason: "jail path " + shown + ": " + err.Error(), Err: err}
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			name := d
-			if d == dir {
-				name = shown
-			}
-			return &UnavailableError{
-				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot reach %s", name, shown),
-				Hint:   "chmod o+x " + name,
-			}
-		}
-		if filepath.Dir(d) == d {
-			return nil
-		}
-	}
-}
-
 // checkBindSource refuses a bind source the jail cannot enter: through a
-// view (view_linux.go) only the directory's own mode matters, not its
+// view (package view) only the directory's own mode matters, not its
 // parents'. Used where no view exists yet (package environments prepared
 // by the gateway before any run).
 func checkBindSource(dir string) error {

@@ -1,4 +1,8 @@
-package sandbox
+// Package view mounts, once per runner, the jail's view of the host
+// directories it uses (the rootfs, the package environments and the jails'
+// own directories) read-only below a root-owned, traversable runtime
+// directory, and checks that the jail's uid can reach them there.
+package view
 
 import (
 	"crypto/sha256"
@@ -14,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/execgate/execgate/sandbox/internal/runid"
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // The jail's view of the host directories it uses.
@@ -42,9 +47,10 @@ import (
 //
 // The binds are not recursive: mounts below the sources are not part of
 // the view.
-type view struct {
-	key  string
-	dir  string
+type View struct {
+	key string
+	// Dir is the view's directory below the runtime directory.
+	Dir  string
 	refs int // guarded by viewsMu
 
 	// Host paths of the view's mounts, and what each shows.
@@ -54,14 +60,14 @@ type view struct {
 
 var (
 	viewsMu sync.Mutex // guards views and every view's refs
-	views   = map[string]*view{}
+	views   = map[string]*View{}
 )
 
 var viewDirRE = regexp.MustCompile(`^view-([0-9]+)-[0-9a-f]+$`)
 
-// openView returns the view of rootfs, deps and jails under runtimeDir,
-// mounting it unless this process already has it.
-func openView(runtimeDir, rootfs, deps, jails string) (*view, error) {
+// Open returns the view of rootfs, deps and jails under runtimeDir,
+// mounting it unless this process already has it. Close it when done.
+func Open(runtimeDir, rootfs, deps, jails string) (*View, error) {
 	h := sha256.Sum256([]byte(rootfs + "\x00" + deps + "\x00" + jails))
 	key := runtimeDir + "\x00" + hex.EncodeToString(h[:])
 	viewsMu.Lock()
@@ -75,9 +81,9 @@ func openView(runtimeDir, rootfs, deps, jails string) (*view, error) {
 		return v, nil
 	}
 	dir := filepath.Join(runtimeDir, fmt.Sprintf("view-%d-%s", os.Getpid(), hex.EncodeToString(h[:6])))
-	v := &view{
+	v := &View{
 		key:     key,
-		dir:     dir,
+		Dir:     dir,
 		refs:    1,
 		Rootfs:  filepath.Join(dir, "rootfs"),
 		Deps:    filepath.Join(dir, "deps"),
@@ -86,7 +92,7 @@ func openView(runtimeDir, rootfs, deps, jails string) (*view, error) {
 	}
 	if err := v.mount(rootfs, deps, jails); err != nil {
 		unmountView(dir)
-		return nil, &UnavailableError{
+		return nil, &unavailable.Error{
 			Reason: "mounting the jail's view of its directories under " + runtimeDir,
 			Hint:   "execgate mounts the rootfs, deps and work dirs read-only under sandbox.runtime_dir; it needs root and a host that allows mounts (in a container: --privileged)",
 			Err:    err,
@@ -101,27 +107,27 @@ func openView(runtimeDir, rootfs, deps, jails string) (*view, error) {
 func makeRuntimeDir(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return &UnavailableError{Reason: "creating sandbox.runtime_dir " + dir, Err: err}
+			return &unavailable.Error{Reason: "creating sandbox.runtime_dir " + dir, Err: err}
 		}
 		if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
-			return &UnavailableError{Reason: "creating sandbox.runtime_dir " + dir, Err: err}
+			return &unavailable.Error{Reason: "creating sandbox.runtime_dir " + dir, Err: err}
 		}
 	}
 	return checkSearchable(dir, dir)
 }
 
-func (v *view) mount(rootfs, deps, jails string) error {
-	if err := os.Mkdir(v.dir, 0o755); err != nil {
+func (v *View) mount(rootfs, deps, jails string) error {
+	if err := os.Mkdir(v.Dir, 0o755); err != nil {
 		return err
 	}
 	// A tmpfs of its own with private propagation: the binds below it are
 	// not copied into other mount namespaces, and unmounting it (detached)
 	// takes them all.
-	if err := unix.Mount("execgate-view", v.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=16,mode=0755"); err != nil {
-		return fmt.Errorf("mounting a tmpfs at %s: %w", v.dir, err)
+	if err := unix.Mount("execgate-view", v.Dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=16,mode=0755"); err != nil {
+		return fmt.Errorf("mounting a tmpfs at %s: %w", v.Dir, err)
 	}
-	if err := unix.Mount("", v.dir, "", unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making %s private: %w", v.dir, err)
+	if err := unix.Mount("", v.Dir, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making %s private: %w", v.Dir, err)
 	}
 	for _, m := range []struct{ src, dst string }{{rootfs, v.Rootfs}, {deps, v.Deps}, {jails, v.Jails}} {
 		if err := os.Mkdir(m.dst, 0o755); err != nil {
@@ -141,8 +147,8 @@ func (v *view) mount(rootfs, deps, jails string) error {
 	return nil
 }
 
-// close drops one reference; the last one unmounts the view.
-func (v *view) close() error {
+// Close drops one reference; the last one unmounts the view.
+func (v *View) Close() error {
 	viewsMu.Lock()
 	defer viewsMu.Unlock()
 	if v.refs <= 0 {
@@ -153,7 +159,7 @@ func (v *view) close() error {
 		return nil
 	}
 	delete(views, v.key)
-	return unmountView(v.dir)
+	return unmountView(v.Dir)
 }
 
 // unmountView detaches the view's tmpfs (and the binds on it) and removes
@@ -196,7 +202,7 @@ func sweepViews(runtimeDir string) int {
 
 // source returns the host directory a path of the view shows, for
 // messages: the operator knows the source, not the view.
-func (v *view) source(p string) string {
+func (v *View) source(p string) string {
 	for dst, src := range v.sources {
 		if p == dst {
 			return src
@@ -208,15 +214,42 @@ func (v *view) source(p string) string {
 	return p
 }
 
-// check makes sure the jail's uid can reach the view's path p: the
+// Check makes sure the jail's uid can reach the view's path p: the
 // runtime directory's components and the source directory itself (the root
 // of its bind, which the user may have made private). Errors name the
 // source.
-func (v *view) check(p string) error {
+func (v *View) Check(p string) error {
 	err := checkSearchable(p, v.source(p))
-	var ue *UnavailableError
+	var ue *unavailable.Error
 	if errors.As(err, &ue) {
 		ue.Reason = fmt.Sprintf("%s (the jail sees it through %s)", ue.Reason, p)
 	}
 	return err
+}
+
+// checkSearchable makes sure the jail's uid can reach dir: nsjail mounts a
+// jail's directories as the jail's uid (some uid of sandbox.uid_range, the
+// owner of nothing on the host), so dir and every directory above it need
+// the search bit for others. shown names dir in the error (for a path of
+// the view, the directory it shows).
+func checkSearchable(dir, shown string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return &unavailable.Error{Reason: "jail path " + shown + ": " + err.Error(), Err: err}
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			name := d
+			if d == dir {
+				name = shown
+			}
+			return &unavailable.Error{
+				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot reach %s", name, shown),
+				Hint:   "chmod o+x " + name,
+			}
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
 }
