@@ -327,6 +327,25 @@ func (j *jail) bridgeChannel() bridgeChannel {
 	return connChannel{j.bridge}
 }
 
+// warmJail is a jail waiting in the warm pool (package pool).
+type warmJail struct {
+	j     *jail
+	grace time.Duration
+}
+
+func (w warmJail) Alive() bool        { return w.j.alive() }
+func (w warmJail) Started() time.Time { return w.j.started }
+func (w warmJail) Discard() error     { return w.j.discard(w.grace) }
+
+// startWarm starts a jail of p for the warm pool.
+func (r *Runner) startWarm(p profile) (warmJail, error) {
+	j, err := r.startJail(p, true)
+	if err != nil {
+		return warmJail{}, err
+	}
+	return warmJail{j: j, grace: r.grace()}, nil
+}
+
 // alive reports whether nsjail is still running (a warm jail may have died
 // while it waited).
 func (j *jail) alive() bool {

@@ -85,6 +85,10 @@ type profile struct {
 	Zygote bool
 }
 
+// Env is the name of the profile's package environment directory ("" for
+// none).
+func (p profile) Env() string { return p.Deps }
+
 func (p profile) String() string {
 	l := p.Limits
 	s := fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",

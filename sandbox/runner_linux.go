@@ -20,17 +20,13 @@ import (
 	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/internal/runid"
+	"github.com/execgate/execgate/sandbox/pool"
 	"github.com/execgate/execgate/sandbox/seccomp"
 	"github.com/execgate/execgate/sandbox/uids"
 	"github.com/execgate/execgate/sandbox/view"
 	"github.com/execgate/execgate/sandbox/zygote"
 	"github.com/execgate/execgate/sourcecheck"
 )
-
-// warmIdleMax is how long a warm jail may wait for a request before the
-// pool replaces it; nsjail's own time_limit for warm jails is raised by as
-// much, since it counts from the jail's start, not from the request.
-const warmIdleMax = 60 * time.Second
 
 // Runner runs tools in nsjail. It is safe for concurrent use. Create it with
 // NewRunner; Close stops its warm jails.
@@ -57,10 +53,10 @@ type Runner struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	pool   *pool          // nil without a warm pool
-	egress EgressProxy    // nil: network mode proxy is refused
-	deps   *depsInstaller // installs requirements
-	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
+	pool   *pool.Pool[profile, warmJail] // nil without a warm pool
+	egress EgressProxy                   // nil: network mode proxy is refused
+	deps   *depsInstaller                // installs requirements
+	envs   *Environments                 // installs locks (Spec.Lock); WithEnvironments shares one
 	// importsUnchecked skips the import check of JavaScript and TypeScript
 	// sources (WithoutImportCheck): trusted probes of the import map only.
 	importsUnchecked bool
@@ -203,9 +199,9 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	}
 	r.zygotes = zygote.New(cfg.Zygotes, cg, r.grace(), r.log)
 	if cfg.WarmPool > 0 {
-		r.pool = newPool(r, cfg.WarmPool)
+		r.pool = pool.New(cfg.WarmPool, cfg.DepsDir, r.startWarm, r.log)
 		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
-		r.pool.want(p)
+		r.pool.Want(p)
 	}
 	return r, nil
 }
@@ -236,7 +232,7 @@ func (r *Runner) Info() Info {
 		CPUAccounting:   r.cg.Accounting(),
 	}
 	if r.pool != nil {
-		in.WarmIdle = r.pool.idleCount()
+		in.WarmIdle = r.pool.IdleCount()
 	}
 	return in
 }
@@ -248,7 +244,7 @@ func (r *Runner) Close() error {
 		var errs []error
 		r.zygotes.Close()
 		if r.pool != nil {
-			errs = append(errs, r.pool.close())
+			errs = append(errs, r.pool.Close())
 		}
 		errs = append(errs, r.view.Close())
 		r.nsjailFile.Close()
@@ -340,10 +336,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		prof.Deps = filepath.Base(depsDir)
 	}
 	var j *jail
+	warm := false
 	if r.pool != nil {
-		j = r.pool.take(spec.TenantID, prof)
+		var w warmJail
+		if w, warm = r.pool.Take(spec.TenantID, prof); warm {
+			j = w.j
+		}
 	}
-	warm := j != nil
 	if j == nil {
 		if j, err = r.startJail(prof, false); err != nil {
 			return Result{}, err
@@ -437,7 +436,7 @@ func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge,
 // waiting for runs of spec's profile: its language, network and limits
 // after defaults, and the package environment of spec.Lock (installed
 // first when it is not). The profile is registered to spec.TenantID and
-// counts against its share of the pool's places (pool_linux.go). It
+// counts against its share of the pool's places (package pool). It
 // returns how many jails it keeps: 0 without a warm pool or when every
 // place is pinned. A run takes one when it has the same profile: the same
 // environment, network and limits. A bad spec or an environment that
@@ -467,7 +466,7 @@ func (r *Runner) Warm(ctx context.Context, spec Spec, n int) (int, error) {
 		}
 		prof.Deps = filepath.Base(dir)
 	}
-	return r.pool.warm(spec.TenantID, prof, n), nil
+	return r.pool.Warm(spec.TenantID, prof, n), nil
 }
 
 // seccompRecordWait is how long a run waits for the kernel's audit record
@@ -589,7 +588,7 @@ func (r *Runner) renderInput(p profile, warm bool) renderInput {
 func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	grace := r.cfg.KillGraceMS
 	if warm {
-		grace += warmIdleMax.Milliseconds()
+		grace += pool.MaxIdle.Milliseconds()
 	}
 	return renderInput{
 		Profile:       p,

@@ -1,9 +1,25 @@
-package sandbox
+package pool
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// testProfile and testJail stand for the runner's profile and jail.
+type testProfile struct{ timeout int64 }
+
+func (p testProfile) String() string { return fmt.Sprint(p.timeout) }
+func (p testProfile) Env() string    { return "" }
+
+type testJail struct{}
+
+func (testJail) Alive() bool        { return true }
+func (testJail) Started() time.Time { return time.Now() }
+func (testJail) Discard() error     { return nil }
 
 func TestWarmPlacesGoToTheTenantHoldingFewest(t *testing.T) {
-	prof := func(timeout int64) profile { return profile{Network: NetworkNone, Limits: Limits{TimeoutMS: timeout}} }
+	prof := func(timeout int64) testProfile { return testProfile{timeout} }
 	// holders lists each registered profile's tenant in LRU order (oldest
 	// first); "*" is the pinned start-up profile.
 	for _, tc := range []struct {
@@ -20,9 +36,9 @@ func TestWarmPlacesGoToTheTenantHoldingFewest(t *testing.T) {
 		{"pinned places are never evicted", []string{"*", "*", "*", "*", "*", "*", "*", "*"}, "a", -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &pool{entries: map[profile]*warmEntry{}}
+			p := &Pool[testProfile, testJail]{entries: map[testProfile]*warmEntry[testJail]{}}
 			for i, h := range tc.holders {
-				e := &warmEntry{tenant: h, used: uint64(i + 1)}
+				e := &warmEntry[testJail]{tenant: h, used: uint64(i + 1)}
 				if h == "*" {
 					e.tenant, e.pinned = "", true
 				}
