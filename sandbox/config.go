@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -69,7 +70,7 @@ type Config struct {
 	// where the uid leases live. Default "/run/execgate".
 	RuntimeDir string `yaml:"runtime_dir" json:"runtime_dir"`
 	// PackageIndex is where requirements are resolved and installed from
-	// (deps_env.go). Zero: uv's default index (PyPI).
+	// (package environments). Zero: uv's default index (PyPI).
 	PackageIndex PackageIndex `yaml:"package_index" json:"package_index"`
 	// PythonPlatform is uv's --python-platform for resolving environments
 	// (wheels must fit the jail's libc and CPU). Default
@@ -121,9 +122,9 @@ const (
 	DefaultResolveCache = 600 // seconds
 )
 
-// withDefaults returns c with zero fields defaulted. RootfsDir has no
+// WithDefaults returns c with zero fields defaulted. RootfsDir has no
 // default here: the config package derives it from state_dir.
-func (c Config) withDefaults() Config {
+func (c Config) WithDefaults() Config {
 	if c.WorkDir == "" && c.RootfsDir != "" {
 		c.WorkDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runs")
 	}
@@ -191,7 +192,7 @@ func ParseUIDRange(s string) (lo, hi uint32, err error) {
 // Validate reports configuration errors, naming the key at fault.
 func (c Config) Validate() error {
 	var errs []error
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if c.RootfsDir == "" {
 		errs = append(errs, errors.New("sandbox.rootfs_dir: must not be empty"))
 	}
@@ -252,4 +253,13 @@ func validCgroupName(s string) bool {
 		}
 	}
 	return true
+}
+
+// defaultPlatform is uv's --python-platform for this machine's jails.
+func defaultPlatform() string {
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	return arch + "-manylinux_2_28"
 }

@@ -147,7 +147,7 @@ func checkDenoSpec(spec Spec) []error {
 	if spec.Network != NetworkNone {
 		errs = append(errs, fmt.Errorf("network: %s tools run with every Deno permission denied, so network %q is not available (none only)", spec.Language, spec.Network))
 	}
-	if len(spec.Requirements) > 0 {
+	if spec.Deps != "" {
 		errs = append(errs, fmt.Errorf("requirements: %s tools cannot install packages (imports are closed)", spec.Language))
 	}
 	if p := spec.Limits.Pids; p > 0 && p < denoMinPids {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/internal/atomicfile"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/cgroups"
@@ -55,8 +56,6 @@ type Runner struct {
 
 	pool   *pool.Pool[profile, warmJail] // nil without a warm pool
 	egress EgressProxy                   // nil: network mode proxy is refused
-	deps   *depsInstaller                // installs requirements
-	envs   *Environments                 // installs locks (Spec.Lock); WithEnvironments shares one
 	// importsUnchecked skips the import check of JavaScript and TypeScript
 	// sources (WithoutImportCheck): trusted probes of the import map only.
 	importsUnchecked bool
@@ -75,7 +74,7 @@ const jailsDir = "jails"
 // Config a plain error naming the key. Options add collaborators
 // (WithEgress for network mode proxy).
 func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,7 +97,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			Err:    ErrNotRoot,
 		}
 	}
-	m, err := checkRootfs(abs)
+	m, err := CheckRootfs(abs)
 	if err != nil {
 		return nil, err
 	}
@@ -160,26 +159,10 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		seccompPolicy: seccomp.Policy(),
 		log:           slog.Default().With("component", "sandbox"),
 		profiles:      map[string]string{},
-		deps: &depsInstaller{
-			dir:       cfg.DepsDir,
-			check:     func() error { return v.Check(v.Deps) },
-			python:    cfg.PythonPath,
-			pyVersion: m.PythonVersion,
-			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
-			index:     cfg.PackageIndex,
-			maxBytes:  cfg.DepsMaxMB << 20,
-			findUV:    func() (string, error) { return FindUV(cfg) },
-			getenv:    os.Getenv,
-			inflight:  map[string]*depsCall{},
-		},
 	}
 	for _, o := range opts {
 		o(r)
 	}
-	if r.envs == nil {
-		r.envs = newEnvironments(cfg, m.PythonVersion, nil)
-	}
-	r.envs.d.check = r.deps.check // this runner's jails reach the deps dir through its view
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
 	if r.egress != nil {
 		// A proxy-mode jail's egress directory is bound from below the
@@ -211,7 +194,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 // (cgroups.ProbeHost). A failure is an *UnavailableError whose Reason and
 // Hint say what to do.
 func ProbeCgroups(cfg Config) (cgroups.Probe, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return cgroups.ProbeHost(cfg.Cgroups, cfg.CgroupParent)
 }
 
@@ -255,14 +238,14 @@ func (r *Runner) Close() error {
 
 // Run runs spec once in a fresh jail. The error is non-nil only when the
 // jail could not be created (an *UnavailableError: nothing ran); everything
-// that happened to the tool, including a bad spec (InvalidInput) and
-// requirements that could not be installed (DependencyError), is in the
+// that happened to the tool, including a bad spec (InvalidInput), is in the
 // Result. A JavaScript or TypeScript source that imports anything, or does
 // not parse, is InvalidSource before any jail starts (package sourcecheck).
 //
-// Requirements are installed (or found in the cache) before the jail
-// starts. A run with packages takes a warm jail only when its environment
-// was warmed for its profile (Warm); otherwise it starts cold.
+// A run's packages are installed before it comes (package environments):
+// the runner binds Spec.Deps read-only and installs nothing. A run with
+// packages takes a warm jail only when its environment was warmed for its
+// profile (Warm); otherwise it starts cold.
 // Result.Usage.Warm says whether the run's jail was a warm one. In network mode
 // proxy, the run's egress session is started on the jail's socket at the
 // hand-off and closed when the jail is gone; Result.Egress lists every
@@ -303,37 +286,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 			Err:    ErrNoEgressProxy,
 		}
 	}
-	var depsDir string
-	if len(spec.Requirements) > 0 {
-		dir, failure, err := r.deps.ensure(ctx, spec.Requirements)
-		if err != nil {
-			return Result{}, err
-		}
-		if failure != nil {
-			failure.Message = clip(failure.Message, maxErrorText)
-			failure.Traceback = clip(failure.Traceback, maxErrorText)
-			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
-		}
-		depsDir = dir
-	}
-	if spec.Lock != "" {
-		env, err := r.envs.FromLock(spec.Lock)
-		if err != nil {
-			return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
-		}
-		dir, _, failure, err := r.envs.Prepare(ctx, env)
-		if err != nil {
-			return Result{}, err
-		}
-		if failure != nil {
-			failure.Message = clip(failure.Message, maxErrorText)
-			failure.Traceback = clip(failure.Traceback, maxErrorText)
-			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
-		}
-		depsDir = dir
-	}
-	if depsDir != "" {
-		prof.Deps = filepath.Base(depsDir)
+	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
 	var j *jail
 	warm := false
@@ -434,39 +388,37 @@ func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge,
 
 // Warm keeps up to n jails (at most the configured warm pool size)
 // waiting for runs of spec's profile: its language, network and limits
-// after defaults, and the package environment of spec.Lock (installed
-// first when it is not). The profile is registered to spec.TenantID and
+// after defaults, and the package environment bound from spec.Deps. The profile is registered to spec.TenantID and
 // counts against its share of the pool's places (package pool). It
 // returns how many jails it keeps: 0 without a warm pool or when every
 // place is pinned. A run takes one when it has the same profile: the same
-// environment, network and limits. A bad spec or an environment that
-// cannot be installed is an error (nothing is warmed).
+// environment, network and limits. A bad spec is an error (nothing is
+// warmed).
 func (r *Runner) Warm(ctx context.Context, spec Spec, n int) (int, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
-	if len(spec.Requirements) > 0 {
-		return 0, errors.New("invalid warm spec: warm an environment by its lock, not by pinned requirements")
+	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
+		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
 	if r.pool == nil || n <= 0 {
 		return 0, nil
 	}
-	if spec.Lock != "" {
-		env, err := r.envs.FromLock(spec.Lock)
-		if err != nil {
-			return 0, fmt.Errorf("invalid warm spec: %w", err)
-		}
-		dir, _, failure, err := r.envs.Prepare(ctx, env)
-		if err != nil {
-			return 0, err
-		}
-		if failure != nil {
-			return 0, fmt.Errorf("installing environment %s: %s", env.ID, failure.Message)
-		}
-		prof.Deps = filepath.Base(dir)
-	}
 	return r.pool.Warm(spec.TenantID, prof, n), nil
+}
+
+// depsName is the name, below sandbox.deps_dir, of a run's package
+// environment directory dir (Spec.Deps; "" for none): the runner binds
+// only what its view of the deps dir shows.
+func (r *Runner) depsName(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	if filepath.Dir(filepath.Clean(dir)) != filepath.Clean(r.cfg.DepsDir) {
+		return "", fmt.Errorf("deps: %q is not a directory of sandbox.deps_dir %s", dir, r.cfg.DepsDir)
+	}
+	return filepath.Base(dir), nil
 }
 
 // seccompRecordWait is how long a run waits for the kernel's audit record
@@ -547,7 +499,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	sum := sha256.Sum256([]byte(text))
 	path := filepath.Join(r.cfg.WorkDir, "profiles", hex.EncodeToString(sum[:12])+".cfg")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if err := writeAtomic(path, []byte(text), 0o600); err != nil {
+		if err := atomicfile.Write(path, []byte(text), 0o600); err != nil {
 			return "", &UnavailableError{Reason: "writing the nsjail config", Err: err}
 		}
 	}
@@ -601,27 +553,6 @@ func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	}
 }
 
-// checkBindSource refuses a bind source the jail cannot enter: through a
-// view (package view) only the directory's own mode matters, not its
-// parents'. Used where no view exists yet (package environments prepared
-// by the gateway before any run).
-func checkBindSource(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil // created 0755 by the install
-		}
-		return &UnavailableError{Reason: "jail path " + dir + ": " + err.Error(), Err: err}
-	}
-	if fi.Mode().Perm()&0o001 == 0 {
-		return &UnavailableError{
-			Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot enter it", dir),
-			Hint:   "chmod o+x " + dir,
-		}
-	}
-	return nil
-}
-
 // nsjailFD is the descriptor number nsjail's directory (or binary) has in
 // the child that executes it (jail_linux.go's fd contract).
 const nsjailFD = 6
@@ -666,28 +597,6 @@ func makeDir(dir string, mode os.FileMode) error {
 		return &UnavailableError{Reason: "creating " + dir, Err: err}
 	}
 	return nil
-}
-
-// writeAtomic writes data to path with mode through a temporary file in
-// the same directory and a rename, so readers see the old file or the new.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // runBridge is the Bridge serving spec's run: its fixtures in test mode

@@ -18,10 +18,10 @@
 // runner watches while the tool runs (RLIMIT_CPU only backs it up per
 // process). Network mode proxy needs an EgressProxy (WithEgress): the run's
 // session listens on a unix socket in the jail's own host directory, bound
-// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages (a
-// locked environment, Spec.Lock, or exact pins, Spec.Requirements) are
-// installed once per set, wheels only, into Config.DepsDir and bound
-// read-only into the jails that ask for them (deps_env.go, deps.go).
+// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages are
+// installed by package environments into Config.DepsDir before the run;
+// the runner binds the run's directory (Spec.Deps) read-only and installs
+// nothing.
 package sandbox
 
 import (
@@ -65,11 +65,15 @@ type Spec struct {
 	ToolFixtures json.RawMessage
 	Network      Network
 	Limits       Limits
-	Requirements []string // "pkg==ver"; installed into a deps dir before the run
-	// Lock is an environment's lock (deps_env.go: pip's hashes format);
-	// the environment is installed (or found) before the run and bound
-	// read-only at /opt/execgate/deps. Set at most one of Lock and
-	// Requirements.
+	// Deps is the directory of the run's package environment, installed
+	// below Config.DepsDir by package environments before the run, bound
+	// read-only at /opt/execgate/deps; "" for none. The runner installs
+	// nothing.
+	Deps string
+	// Lock is the lock of the run's environment (pip's hashes format), for
+	// a runner that installs it on another host (dispatch: the executor
+	// prepares it there and sets Deps). The sandbox runner refuses a Lock
+	// without Deps rather than run without the packages.
 	Lock        string
 	EgressAllow []string // host[:port] globs, enforced by the egress proxy in proxy mode
 	// Isolation is the run's isolation level, IsolationJail ("" too) or

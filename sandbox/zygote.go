@@ -42,7 +42,7 @@ func checkProcessSpec(spec Spec) error {
 		return fmt.Errorf("isolation process: language %q runs at level jail only", spec.Language)
 	case spec.Network == NetworkProxy:
 		return fmt.Errorf("isolation process: network proxy runs at level jail only (egress attempts could not be attributed to one run)")
-	case len(spec.Requirements) > 0 || spec.Lock != "":
+	case spec.Deps != "":
 		return fmt.Errorf("isolation process: runs with packages run at level jail only")
 	case spec.Mode != "run":
 		return fmt.Errorf("isolation process: mode %q runs at level jail only", spec.Mode)

@@ -1,4 +1,4 @@
-package sandbox_test
+package environments_test
 
 import (
 	"context"
@@ -17,12 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
-// envCounter is an EnvObserver counting events.
+// envCounter is an Observer counting events.
 type envCounter struct {
 	mu sync.Mutex // guards n
 	n  map[string]int
@@ -43,32 +44,48 @@ func (c *envCounter) get(ev string) int {
 	return c.n[ev]
 }
 
-// envConfig is a sandbox config resolving only from a local wheel
-// directory holding alpha 1.0 (→ beta==1.0), beta 1.0 and 2.0, and gamma
-// (→ alpha).
-func envConfig(t *testing.T) (sandbox.Config, string) {
+// newRunner is a runner of the shared test rootfs binding cfg's deps dir.
+func newRunner(t *testing.T, cfg sandbox.Config) *sandbox.Runner {
 	t.Helper()
-	wheels := testenv.WriteWheels(t, filepath.Join(t.TempDir(), "wheels"),
-		testenv.Wheel{Name: "alpha", Version: "1.0", Requires: []string{"beta==1.0"}},
-		testenv.Wheel{Name: "beta", Version: "1.0"},
-		testenv.Wheel{Name: "beta", Version: "2.0"},
-		testenv.Wheel{Name: "gamma", Version: "0.3", Requires: []string{"alpha>=1"}},
-		testenv.Wheel{Name: "huge", Version: "1.0", Pad: 3 << 20},
-	)
-	deps := filepath.Join(testenv.JailDir(t), "deps")
-	return sandbox.Config{
-		RootfsDir: testenv.Rootfs(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent, DepsDir: deps,
-		UVPath:       testenv.UV(t),
-		PackageIndex: sandbox.PackageIndex{FindLinks: []string{wheels}, NoIndex: true},
-	}, wheels
+	testenv.RequireRoot(t)
+	rc := testenv.SandboxConfig(t)
+	rc.DepsDir = cfg.DepsDir
+	r, err := sandbox.NewRunner(rc)
+	if err != nil {
+		t.Fatalf("NewRunner: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
 }
+
+func run(t *testing.T, r environments.Runner, spec sandbox.Spec) sandbox.Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+func dump(res sandbox.Result) string {
+	b, _ := json.MarshalIndent(res, "", "  ")
+	return string(b)
+}
+
+// envConfig is testenv.EnvConfig: environments resolving from local
+// wheels only.
+func envConfig(t *testing.T) (sandbox.Config, string) { return testenv.EnvConfig(t) }
 
 func TestEnvironmentsResolveLockAndInstallOnce(t *testing.T) {
 	cfg, wheels := envConfig(t)
 	var events envCounter
-	envs, err := sandbox.NewEnvironments(cfg, &events)
+	envs, err := environments.New(cfg, &events)
 	if err != nil {
-		t.Fatalf("NewEnvironments: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	ctx := context.Background()
 
@@ -148,9 +165,9 @@ func TestEnvironmentsResolveLockAndInstallOnce(t *testing.T) {
 func TestEnvironmentsReportWhatCannotBeBuilt(t *testing.T) {
 	cfg, _ := envConfig(t)
 	cfg.DepsMaxMB = 1
-	envs, err := sandbox.NewEnvironments(cfg, nil)
+	envs, err := environments.New(cfg, nil)
 	if err != nil {
-		t.Fatalf("NewEnvironments: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	ctx := context.Background()
 	t.Run("a package the index does not have is a DependencyError with uv's output", func(t *testing.T) {
@@ -189,18 +206,18 @@ func TestEnvironmentsReportWhatCannotBeBuilt(t *testing.T) {
 
 func TestRunWithALockImportsTheWholeSet(t *testing.T) {
 	cfg, _ := envConfig(t)
-	envs, err := sandbox.NewEnvironments(cfg, nil)
+	envs, err := environments.New(cfg, nil)
 	if err != nil {
-		t.Fatalf("NewEnvironments: %v", err)
+		t.Fatalf("New: %v", err)
 	}
-	r := newRunner(t, func(c *sandbox.Config) {
-		c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex
-	})
+	r := newRunner(t, cfg)
 	env, failure, err := envs.Resolve(context.Background(), []string{"alpha"})
 	if err != nil || failure != nil {
 		t.Fatalf("Resolve: %v %+v", err, failure)
 	}
-	res := run(t, r, sandbox.Spec{Lock: env.Lock,
+	// The runner binds what the cache installs: the lock is prepared on
+	// the way in (Installing), as an executor's runs are.
+	res := run(t, envs.Installing(r), sandbox.Spec{Lock: env.Lock,
 		Source: "import alpha, beta\n\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION, beta.__file__]\n",
 		Limits: limits.Default})
 	if res.Status != sandbox.StatusOK {
@@ -262,9 +279,9 @@ func TestAPrivateIndexsCredentialsStayWithTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.PackageIndex = sandbox.PackageIndex{URL: srv.URL + "/simple", CredentialsFile: creds}
-	envs, err := sandbox.NewEnvironments(cfg, nil)
+	envs, err := environments.New(cfg, nil)
 	if err != nil {
-		t.Fatalf("NewEnvironments: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	env, failure, err := envs.Resolve(context.Background(), []string{"alpha"})
 	if err != nil || failure != nil {
@@ -283,10 +300,8 @@ func TestAPrivateIndexsCredentialsStayWithTheGateway(t *testing.T) {
 	}
 	// The jail sees neither the credentials file nor the password in its
 	// environment or the installed files.
-	r := newRunner(t, func(c *sandbox.Config) {
-		c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex
-	})
-	res := run(t, r, sandbox.Spec{Lock: env.Lock, Args: json.RawMessage(`"` + creds + `"`), Source: `import os, alpha
+	r := newRunner(t, cfg)
+	res := run(t, envs.Installing(r), sandbox.Spec{Lock: env.Lock, Args: json.RawMessage(`"` + creds + `"`), Source: `import os, alpha
 
 def run(path, context):
     seen = [k + "=" + v for k, v in os.environ.items()]
@@ -314,7 +329,7 @@ def run(path, context):
 	// Without the credentials the index refuses: a DependencyError.
 	cfg.PackageIndex.CredentialsFile = ""
 	cfg.ResolveCacheSeconds = -1
-	anon, err := sandbox.NewEnvironments(cfg, nil)
+	anon, err := environments.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +346,7 @@ func TestEvictionKeepsTheCacheUnderItsCapAndIdsStillWork(t *testing.T) {
 	cfg, _ := envConfig(t)
 	cfg.DepsCacheMaxMB = 1 // the "huge" environment alone is 3 MiB
 	var events envCounter
-	envs, err := sandbox.NewEnvironments(cfg, &events)
+	envs, err := environments.New(cfg, &events)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package environments
 
 import (
 	"crypto/sha256"
@@ -7,45 +7,9 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 )
-
-// Environments (issue #17): resolved, locked, content-addressed package sets.
-//
-// A run's requirements are PEP 508 strings ("requests>=2,<3", "six==1.16.0",
-// "attrs[tests]"), not only exact pins. They are resolved by uv
-// (`uv pip compile --only-binary :all:`, for the rootfs's Python version and
-// Config.PythonPlatform) into a lock: every distribution of the complete set,
-// transitive dependencies included, pinned with ==, with its hashes, the
-// index it came from and what pulled it in (uv's "# via" and "# from"
-// annotations). The gateway hands the locked set to the policy, so every
-// package is checked, not only the requested ones.
-//
-// An environment is named by its lock: the environment id is the sha256 of
-// the recipe version, the Python version, the platform and the lock's
-// canonical lines (name==version and sorted hashes; comments ignored). It is
-// installed once, from the lock (`uv pip install --no-deps --require-hashes
-// --only-binary :all:`, so exactly the locked files and no package code
-// runs on the host), into <DepsDir>/<id>, and bound read-only into the jails
-// that use it. The lock is kept in <DepsDir>/.env/<id>.txt, so an id stays
-// usable (`environment_id`) even after its directory was evicted: it is
-// reinstalled from the lock.
-//
-// A caller may also pass a lock directly (pip's hashes format, as written by
-// `uv pip compile --generate-hashes` or pip-tools): every entry must be an
-// exact pin with at least one --hash; no options, URLs or markers.
-//
-// Layout of <DepsDir>:
-//
-//	<id>/               an installed environment (complete once under this name)
-//	<id>.lock           flock serialising installs of <id> across processes
-//	.env/<id>.txt       the lock of environment <id>
-//	.resolved/<key>.txt a resolution of a requirement list, reused for
-//	                    Config.ResolveCacheSeconds
-//	.cache/             uv's download cache
-//	.tmp-*              installs in progress (swept when abandoned)
 
 // LockedPackage is one distribution of an environment.
 type LockedPackage struct {
@@ -85,11 +49,14 @@ var ErrInvalidLock = errors.New("invalid requirements_lock")
 // envIDRE is an environment id.
 var envIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// platformRE is a uv platform ("x86_64-manylinux_2_28").
+var platformRE = regexp.MustCompile(`^[a-z0-9_]+-[a-z0-9_.-]+$`)
+
 // pythonVersionRE is a Python version as a rootfs manifest records it.
 var pythonVersionRE = regexp.MustCompile(`^3\.[0-9]{1,3}(\.[0-9]{1,3})?$`)
 
-// ValidEnvironmentID reports whether id has the form of an environment id.
-func ValidEnvironmentID(id string) bool { return envIDRE.MatchString(id) }
+// ValidID reports whether id has the form of an environment id.
+func ValidID(id string) bool { return envIDRE.MatchString(id) }
 
 // specRE is one requirement: a name, optional extras, optional version
 // specifiers; no URL, path, marker or option.
@@ -323,13 +290,4 @@ func resolveKey(pyVersion, platform, index string, specs []string) string {
 		h.Write([]byte(s + "\n"))
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// defaultPlatform is uv's --python-platform for this machine's jails.
-func defaultPlatform() string {
-	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]
-	if arch == "" {
-		arch = runtime.GOARCH
-	}
-	return arch + "-manylinux_2_28"
 }

@@ -1,4 +1,4 @@
-package sandbox
+package environments
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 // fakeUV writes a stand-in for uv that records each call in a file, finds
@@ -138,7 +140,7 @@ func TestDepsInstallerReportsFailures(t *testing.T) {
 			if err != nil || dir != "" || failure == nil {
 				t.Fatalf("got %q %+v %v, want a DependencyError", dir, failure, err)
 			}
-			if failure.Type != ErrDependencyError || !strings.Contains(failure.Message, tt.msg) || !strings.Contains(failure.Traceback, tt.tb) {
+			if failure.Type != sandbox.ErrDependencyError || !strings.Contains(failure.Message, tt.msg) || !strings.Contains(failure.Traceback, tt.tb) {
 				t.Errorf("failure %+v", failure)
 			}
 			if time.Since(start) > 20*time.Second {
@@ -159,42 +161,10 @@ func TestDepsInstallerWithoutUVIsUnavailable(t *testing.T) {
 		t.Skip("needs root, like the jail it prepares for")
 	}
 	d := newTestInstaller(t, "", time.Second)
-	d.findUV = func() (string, error) { return FindUV(Config{UVPath: "/nonexistent/uv"}) }
+	d.findUV = func() (string, error) { return sandbox.FindUV(sandbox.Config{UVPath: "/nonexistent/uv"}) }
 	_, _, err := d.ensure(context.Background(), []string{"pkg==1.0"})
-	var u *UnavailableError
+	var u *sandbox.UnavailableError
 	if !errors.As(err, &u) || !strings.Contains(u.Hint, "uv") {
 		t.Fatalf("got %v, want an *UnavailableError pointing at uv", err)
-	}
-}
-
-func TestSweepDirsRemovesOnlyWhatDeadProcessesLeft(t *testing.T) {
-	base := t.TempDir()
-	jails, deps := filepath.Join(base, "jails"), filepath.Join(base, "deps")
-	dead := "run-2147483646-abcdef" // above any pid_max: never alive
-	mine := fmt.Sprintf("run-%d-abcdef", os.Getpid())
-	for _, d := range []string{filepath.Join(jails, dead, "egress"), filepath.Join(jails, mine, "egress"),
-		filepath.Join(deps, ".tmp-old"), filepath.Join(deps, ".tmp-new"), filepath.Join(deps, "0123set")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(filepath.Join(deps, ".tmp-old"), old, old); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(filepath.Join(deps, "0123set"), old, old); err != nil {
-		t.Fatal(err)
-	}
-	sweepDirs(jails, deps, 10*time.Minute)
-	for p, want := range map[string]bool{
-		filepath.Join(jails, dead):      false,
-		filepath.Join(jails, mine):      true,
-		filepath.Join(deps, ".tmp-old"): false,
-		filepath.Join(deps, ".tmp-new"): true, // an install that may still be running
-		filepath.Join(deps, "0123set"):  true, // an installed set is kept, however old
-	} {
-		if _, err := os.Stat(p); (err == nil) != want {
-			t.Errorf("%s: exists %t, want %t", p, err == nil, want)
-		}
 	}
 }

@@ -1,6 +1,7 @@
-package sandbox
+package environments
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 // depsInstaller installs requirement sets into the cache. It is safe for
@@ -24,8 +27,8 @@ type depsInstaller struct {
 	python    string       // the host interpreter the rootfs was built from
 	pyVersion string
 	timeout   time.Duration
-	index     PackageIndex // where uv looks (deps_env.go)
-	maxBytes  int64        // an installed set's size cap; 0: none
+	index     sandbox.PackageIndex // where uv looks
+	maxBytes  int64                // an installed set's size cap; 0: none
 	findUV    func() (string, error)
 	getenv    func(string) string
 
@@ -37,16 +40,16 @@ type depsInstaller struct {
 type depsCall struct {
 	done    chan struct{}
 	dir     string
-	failure *ErrorInfo
+	failure *sandbox.ErrorInfo
 	err     error
 }
 
 // ensure returns the host directory holding pins (normalised), installing
 // it first when needed. A set that cannot be installed (the index has no
 // such version, no wheel for this interpreter, the index is unreachable)
-// is a *ErrorInfo of type DependencyError; a host that cannot install at
+// is a *sandbox.ErrorInfo of type DependencyError; a host that cannot install at
 // all (no uv, an unusable deps dir) is an *UnavailableError.
-func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *ErrorInfo, error) {
+func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *sandbox.ErrorInfo, error) {
 	args := append([]string{"--no-deps", "--"}, pins...) // exactly the pins the policy saw
 	dir, _, failure, err := d.ensureKey(ctx, depsKey(d.pyVersion, pins), strings.Join(pins, " "), args)
 	return dir, failure, err
@@ -55,7 +58,7 @@ func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *Err
 // ensureKey is ensure for any set: key names its directory, what describes
 // it in errors, args end uv's command line (after the common flags). led
 // says this call started the install (the others waited for it).
-func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []string) (dir string, led bool, failure *ErrorInfo, err error) {
+func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []string) (dir string, led bool, failure *sandbox.ErrorInfo, err error) {
 	final := filepath.Join(d.dir, key)
 	if isDir(final) {
 		return final, false, nil, nil
@@ -81,21 +84,21 @@ func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []
 	case <-c.done:
 		return c.dir, led, c.failure, c.err
 	case <-ctx.Done():
-		return "", led, &ErrorInfo{Type: ErrDependencyError, Message: "the caller went away while the requirements were being installed: " + ctx.Err().Error()}, nil
+		return "", led, &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError, Message: "the caller went away while the requirements were being installed: " + ctx.Err().Error()}, nil
 	}
 }
 
-func (d *depsInstaller) install(ctx context.Context, key, what string, extra []string) (string, *ErrorInfo, error) {
+func (d *depsInstaller) install(ctx context.Context, key, what string, extra []string) (string, *sandbox.ErrorInfo, error) {
 	final := filepath.Join(d.dir, key)
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
+		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
 	}
 	if err := d.check(); err != nil {
 		return "", nil, err
 	}
 	unlock, err := lockFile(ctx, final+".lock")
 	if err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: locking " + final, Err: err}
+		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: locking " + final, Err: err}
 	}
 	defer unlock()
 	if isDir(final) { // another process installed it while we waited
@@ -107,7 +110,7 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 	}
 	tmp, err := os.MkdirTemp(d.dir, ".tmp-"+key[:16]+"-")
 	if err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: creating a build directory", Err: err}
+		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating a build directory", Err: err}
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed into place
 	cache := filepath.Join(d.dir, ".cache")
@@ -130,16 +133,16 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 	}
 	_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
 	if err := sealDeps(tmp); err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: preparing " + tmp, Err: err}
+		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: preparing " + tmp, Err: err}
 	}
 	if d.maxBytes > 0 {
 		if size := treeSize(tmp); size > d.maxBytes {
-			return "", &ErrorInfo{Type: ErrDependencyError,
+			return "", &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError,
 				Message: fmt.Sprintf("installing %s: the environment is %d MiB, over the cap of %d MiB (sandbox.deps_max_mb)", what, size>>20, d.maxBytes>>20)}, nil
 		}
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return "", nil, &UnavailableError{Reason: "sandbox.deps_dir: moving the install into place", Err: err}
+		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: moving the install into place", Err: err}
 	}
 	return final, nil, nil
 }
@@ -148,20 +151,20 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 // process group. A non-zero exit or the timeout is a DependencyError with
 // uv's output (doing names the step); a uv that cannot start is an
 // *UnavailableError.
-func (d *depsInstaller) runUV(ctx context.Context, uv, doing string, args []string) (*ErrorInfo, error) {
+func (d *depsInstaller) runUV(ctx context.Context, uv, doing string, args []string) (*sandbox.ErrorInfo, error) {
 	_, failure, err := d.runUVOutput(ctx, uv, d.dir, doing, args)
 	return failure, err
 }
 
 // runUVOutput is runUV in directory dir, returning uv's stdout.
-func (d *depsInstaller) runUVOutput(ctx context.Context, uv, dir, doing string, args []string) (string, *ErrorInfo, error) {
+func (d *depsInstaller) runUVOutput(ctx context.Context, uv, dir, doing string, args []string) (string, *sandbox.ErrorInfo, error) {
 	env, err := d.uvEnv()
 	if err != nil {
 		return "", nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	out := &capture{max: maxInstallerOutput}
+	out := &installerOutput{max: maxInstallerOutput}
 	var stdout strings.Builder
 	cmd := exec.CommandContext(ctx, uv, args...)
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, io.MultiWriter(&stdout, out), out
@@ -175,15 +178,15 @@ func (d *depsInstaller) runUVOutput(ctx context.Context, uv, dir, doing string, 
 		var exitErr *exec.ExitError
 		switch {
 		case ctx.Err() != nil:
-			return "", &ErrorInfo{Type: ErrDependencyError,
+			return "", &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError,
 				Message:   fmt.Sprintf("%s timed out after %s", doing, d.timeout),
 				Traceback: out.text()}, nil
 		case errors.As(runErr, &exitErr):
-			return "", &ErrorInfo{Type: ErrDependencyError,
+			return "", &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError,
 				Message:   fmt.Sprintf("%s failed (uv exited with status %d)", doing, exitErr.ExitCode()),
 				Traceback: out.text()}, nil
 		default:
-			return "", nil, &UnavailableError{Reason: "running uv " + uv, Hint: uvSetupHint, Err: runErr}
+			return "", nil, &sandbox.UnavailableError{Reason: "running uv " + uv, Hint: uvSetupHint, Err: runErr}
 		}
 	}
 	return stdout.String(), nil, nil
@@ -209,12 +212,12 @@ func (d *depsInstaller) uvEnv() ([]string, error) {
 		if d.index.CredentialsFile != "" {
 			b, err := os.ReadFile(d.index.CredentialsFile)
 			if err != nil {
-				return nil, &UnavailableError{Reason: "sandbox.package_index.credentials_file", Err: err}
+				return nil, &sandbox.UnavailableError{Reason: "sandbox.package_index.credentials_file", Err: err}
 			}
 			user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
 			pu, err := url.Parse(u)
 			if !ok || err != nil {
-				return nil, &UnavailableError{Reason: "sandbox.package_index.credentials_file: want one line username:password, and url a URL"}
+				return nil, &sandbox.UnavailableError{Reason: "sandbox.package_index.credentials_file: want one line username:password, and url a URL"}
 			}
 			pu.User = url.UserPassword(user, pass)
 			u = pu.String()
@@ -318,4 +321,32 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 		case <-t.C:
 		}
 	}
+}
+
+// uvSetupHint is what an operator does when uv cannot run.
+const uvSetupHint = "install uv with scripts/setup.sh (it links .tools/bin/uv), or set sandbox.uv_path / " + sandbox.EnvUV
+
+// installerOutput keeps the first max bytes of uv's output and counts the
+// rest, reporting everything as written so uv is never blocked or failed.
+type installerOutput struct {
+	max   int
+	buf   []byte
+	total int64
+}
+
+func (o *installerOutput) Write(p []byte) (int, error) {
+	o.total += int64(len(p))
+	if room := o.max - len(o.buf); room > 0 {
+		o.buf = append(o.buf, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+// text returns what was kept, marking a cut.
+func (o *installerOutput) text() string {
+	s := string(bytes.TrimSpace(o.buf))
+	if cut := o.total - int64(len(o.buf)); cut > 0 {
+		s += fmt.Sprintf("\n…[%d more bytes of installer output cut]", cut)
+	}
+	return s
 }

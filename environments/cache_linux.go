@@ -1,7 +1,8 @@
-package sandbox
+package environments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,9 +12,12 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/execgate/execgate/internal/atomicfile"
+	"github.com/execgate/execgate/sandbox"
 )
 
-// EnvObserver receives what operators graph about environments (the
+// Observer receives what operators graph about environments (the
 // telemetry package implements it): event is one of
 //
 //	resolved        uv resolved a requirement list (d: how long)
@@ -24,21 +28,21 @@ import (
 //	evicted         an idle environment was removed for the cache cap
 //
 // Calls must be cheap and must not block.
-type EnvObserver interface {
+type Observer interface {
 	EnvironmentEvent(event string, d time.Duration)
 }
 
-// Environments resolves requirement lists into locks and installs locks
-// into the deps cache (deps_env.go). It is safe for concurrent use; several
-// Environments (and processes) may share one DepsDir: installs are
+// Cache resolves requirement lists into locks and installs locks into the
+// deps cache (see the package doc). It is safe for concurrent use; several
+// Caches (and processes) may share one deps dir: installs are
 // serialised per environment by a lock file, resolutions are single-flight
 // within the process.
-type Environments struct {
+type Cache struct {
 	d          *depsInstaller
 	platform   string
 	resolveTTL time.Duration // <0: never reuse a resolution
 	cacheMax   int64         // bytes; <0: no cap
-	obs        EnvObserver
+	obs        Observer
 	now        func() time.Time
 	resolving  singleflight.Group
 }
@@ -48,41 +52,42 @@ type Environments struct {
 // platform's longest timeout), so a jail never loses its bound directory.
 const evictIdle = 15 * time.Minute
 
-// NewEnvironments reads the rootfs manifest (for the Python version) and
-// returns the environments of cfg.DepsDir. It needs no root; uv is looked
+// New reads the rootfs manifest (for the Python version) and returns the
+// environments of cfg.DepsDir (the sandbox section: deps_dir, uv_path,
+// package_index, python_platform, deps_*). It needs no root; uv is looked
 // up when first needed. obs may be nil.
-func NewEnvironments(cfg Config, obs EnvObserver) (*Environments, error) {
-	cfg = cfg.withDefaults()
+func New(cfg sandbox.Config, obs Observer) (*Cache, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := checkRootfs(cfg.RootfsDir)
+	m, err := sandbox.CheckRootfs(cfg.RootfsDir)
 	if err != nil {
 		return nil, err
 	}
-	return newEnvironments(cfg, m.PythonVersion, obs), nil
+	return newCache(cfg, m.PythonVersion, obs), nil
 }
 
-// NewEnvironmentsFor returns environments that resolve for another host's
+// NewFor returns environments that resolve for another host's
 // jails: Python pythonVersion ("3.11.2") on uv's platform ("x86_64-
 // manylinux_2_28"), as a gateway resolves for its executors (which install
 // the lock themselves). It reads no rootfs; cfg.DepsDir keeps the resolve
 // cache.
-func NewEnvironmentsFor(cfg Config, pythonVersion, platform string, obs EnvObserver) (*Environments, error) {
+func NewFor(cfg sandbox.Config, pythonVersion, platform string, obs Observer) (*Cache, error) {
 	if !pythonVersionRE.MatchString(pythonVersion) {
 		return nil, fmt.Errorf("python version %q is not like 3.11.2", clip(pythonVersion, 32))
 	}
 	if !platformRE.MatchString(platform) {
 		return nil, fmt.Errorf("python platform %q is not a uv platform like x86_64-manylinux_2_28", clip(platform, 64))
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	cfg.PythonPlatform = platform
-	return newEnvironments(cfg, pythonVersion, obs), nil
+	return newCache(cfg, pythonVersion, obs), nil
 }
 
-func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environments {
+func newCache(cfg sandbox.Config, pyVersion string, obs Observer) *Cache {
 	ttl := time.Duration(cfg.ResolveCacheSeconds) * time.Second
-	return &Environments{
+	return &Cache{
 		d: &depsInstaller{
 			dir:       cfg.DepsDir,
 			check:     func() error { return checkBindSource(cfg.DepsDir) },
@@ -91,7 +96,7 @@ func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environment
 			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
 			index:     cfg.PackageIndex,
 			maxBytes:  cfg.DepsMaxMB << 20,
-			findUV:    func() (string, error) { return FindUV(cfg) },
+			findUV:    func() (string, error) { return sandbox.FindUV(cfg) },
 			getenv:    os.Getenv,
 			inflight:  map[string]*depsCall{},
 		},
@@ -105,16 +110,16 @@ func newEnvironments(cfg Config, pyVersion string, obs EnvObserver) *Environment
 
 // Target is the Python version and uv platform e resolves for (an
 // executor announces them to its gateways).
-func (e *Environments) Target() (pythonVersion, platform string) { return e.d.pyVersion, e.platform }
+func (e *Cache) Target() (pythonVersion, platform string) { return e.d.pyVersion, e.platform }
 
-func (e *Environments) event(ev string, d time.Duration) {
+func (e *Cache) event(ev string, d time.Duration) {
 	if e.obs != nil {
 		e.obs.EnvironmentEvent(ev, d)
 	}
 }
 
 // indexID describes the configured index (without credentials) for keys.
-func (e *Environments) indexID() string {
+func (e *Cache) indexID() string {
 	i := e.d.index
 	return fmt.Sprintf("url=%s find_links=%s no_index=%t", redactURL(i.URL), strings.Join(i.FindLinks, ","), i.NoIndex)
 }
@@ -125,7 +130,7 @@ func (e *Environments) indexID() string {
 // platform, conflicts, the index unreachable) is a DependencyError with
 // uv's output; bad strings are a plain error (wrapping ErrInvalidLock is not
 // used here: the caller names the field).
-func (e *Environments) Resolve(ctx context.Context, reqs []string) (Environment, *ErrorInfo, error) {
+func (e *Cache) Resolve(ctx context.Context, reqs []string) (Environment, *sandbox.ErrorInfo, error) {
 	specs, err := NormalizeSpecs(reqs)
 	if err != nil {
 		return Environment{}, nil, err
@@ -144,7 +149,7 @@ func (e *Environments) Resolve(ctx context.Context, reqs []string) (Environment,
 	}
 	type answer struct {
 		env     Environment
-		failure *ErrorInfo
+		failure *sandbox.ErrorInfo
 	}
 	v, err, _ := e.resolving.Do(key, func() (any, error) {
 		start := e.now()
@@ -164,9 +169,9 @@ func (e *Environments) Resolve(ctx context.Context, reqs []string) (Environment,
 	return a.env, a.failure, nil
 }
 
-func (e *Environments) resolve(ctx context.Context, specs []string) (Environment, *ErrorInfo, error) {
+func (e *Cache) resolve(ctx context.Context, specs []string) (Environment, *sandbox.ErrorInfo, error) {
 	if err := os.MkdirAll(e.d.dir, 0o755); err != nil {
-		return Environment{}, nil, &UnavailableError{Reason: "sandbox.deps_dir: creating " + e.d.dir, Err: err}
+		return Environment{}, nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating " + e.d.dir, Err: err}
 	}
 	uv, err := e.d.findUV()
 	if err != nil {
@@ -174,12 +179,12 @@ func (e *Environments) resolve(ctx context.Context, specs []string) (Environment
 	}
 	work, err := os.MkdirTemp(e.d.dir, ".tmp-resolve-")
 	if err != nil {
-		return Environment{}, nil, &UnavailableError{Reason: "sandbox.deps_dir: creating a resolve directory", Err: err}
+		return Environment{}, nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating a resolve directory", Err: err}
 	}
 	defer os.RemoveAll(work)
 	in := filepath.Join(work, requirementsIn)
 	if err := os.WriteFile(in, []byte(strings.Join(specs, "\n")+"\n"), 0o600); err != nil {
-		return Environment{}, nil, &UnavailableError{Reason: "sandbox.deps_dir: writing " + in, Err: err}
+		return Environment{}, nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: writing " + in, Err: err}
 	}
 	args := []string{"pip", "compile",
 		"--no-config", "--no-python-downloads",
@@ -200,14 +205,14 @@ func (e *Environments) resolve(ctx context.Context, specs []string) (Environment
 	}
 	env, perr := e.FromLock(out)
 	if perr != nil {
-		return Environment{}, &ErrorInfo{Type: ErrDependencyError, Message: "resolving " + strings.Join(specs, " ") + ": uv's lock could not be read: " + perr.Error(), Traceback: clip(out, maxInstallerOutput)}, nil
+		return Environment{}, &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError, Message: "resolving " + strings.Join(specs, " ") + ": uv's lock could not be read: " + perr.Error(), Traceback: clip(out, maxInstallerOutput)}, nil
 	}
 	return env, nil, nil
 }
 
 // FromLock reads a lock (ParseLock) into its environment. The error wraps
 // ErrInvalidLock.
-func (e *Environments) FromLock(lock string) (Environment, error) {
+func (e *Cache) FromLock(lock string) (Environment, error) {
 	pkgs, err := ParseLock(lock)
 	if err != nil {
 		return Environment{}, err
@@ -216,8 +221,8 @@ func (e *Environments) FromLock(lock string) (Environment, error) {
 }
 
 // Lookup returns the environment of a prepared (or previously used) id.
-func (e *Environments) Lookup(id string) (Environment, bool, error) {
-	if !ValidEnvironmentID(id) {
+func (e *Cache) Lookup(id string) (Environment, bool, error) {
+	if !ValidID(id) {
 		return Environment{}, false, nil
 	}
 	b, err := os.ReadFile(filepath.Join(e.d.dir, ".env", id+".txt"))
@@ -225,7 +230,7 @@ func (e *Environments) Lookup(id string) (Environment, bool, error) {
 		return Environment{}, false, nil
 	}
 	if err != nil {
-		return Environment{}, false, &UnavailableError{Reason: "sandbox.deps_dir: reading environment " + id, Err: err}
+		return Environment{}, false, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: reading environment " + id, Err: err}
 	}
 	env, err := e.FromLock(string(b))
 	if err != nil || env.ID != id {
@@ -238,7 +243,7 @@ func (e *Environments) Lookup(id string) (Environment, bool, error) {
 // Prepare installs env (when not installed yet) and returns its directory;
 // hit says it was already there. Concurrent calls for one environment
 // install it once. A failed install is a DependencyError.
-func (e *Environments) Prepare(ctx context.Context, env Environment) (dir string, hit bool, failure *ErrorInfo, err error) {
+func (e *Cache) Prepare(ctx context.Context, env Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
 	final := filepath.Join(e.d.dir, env.ID)
 	if isDir(final) {
 		e.touch(final)
@@ -247,7 +252,7 @@ func (e *Environments) Prepare(ctx context.Context, env Environment) (dir string
 	}
 	lockPath := filepath.Join(e.d.dir, ".env", env.ID+".txt")
 	if err := writeFileAtomic(lockPath, []byte(env.Lock)); err != nil {
-		return "", false, nil, &UnavailableError{Reason: "sandbox.deps_dir: writing the lock of " + env.ID, Err: err}
+		return "", false, nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: writing the lock of " + env.ID, Err: err}
 	}
 	start := e.now()
 	names := make([]string, len(env.Packages))
@@ -274,14 +279,14 @@ func (e *Environments) Prepare(ctx context.Context, env Environment) (dir string
 }
 
 // touch marks an environment used now (its mtime orders eviction).
-func (e *Environments) touch(dir string) {
+func (e *Cache) touch(dir string) {
 	now := e.now()
 	_ = os.Chtimes(dir, now, now)
 }
 
 // evict removes the least recently used environments idle for evictIdle
 // until the installed environments fit cacheMax, never keep.
-func (e *Environments) evict(keep string) {
+func (e *Cache) evict(keep string) {
 	if e.cacheMax < 0 {
 		return
 	}
@@ -297,7 +302,7 @@ func (e *Environments) evict(keep string) {
 	var dirs []envDir
 	var total int64
 	for _, ent := range entries {
-		if !ent.IsDir() || !ValidEnvironmentID(ent.Name()) {
+		if !ent.IsDir() || !ValidID(ent.Name()) {
 			continue
 		}
 		fi, err := ent.Info()
@@ -327,17 +332,97 @@ func (e *Environments) evict(keep string) {
 	}
 }
 
-// writeFileAtomic writes data to path (0644) through writeAtomic, creating
+// writeFileAtomic writes data to path (0644) through atomicfile, creating
 // the parent directory.
 func writeFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(path, data, 0o644)
+	return atomicfile.Write(path, data, 0o644)
 }
 
-// WithEnvironments makes the runner install Spec.Lock through e (sharing
-// its observer and single-flight state with the gateway's prepare).
-func WithEnvironments(e *Environments) Option {
-	return func(r *Runner) { r.envs = e }
+// checkBindSource refuses a bind source the jail cannot enter: through a
+// view (sandbox/view) only the directory's own mode matters, not its
+// parents'. Used where no view exists yet (package environments prepared
+// by the gateway before any run).
+func checkBindSource(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil // created 0755 by the install
+		}
+		return &sandbox.UnavailableError{Reason: "jail path " + dir + ": " + err.Error(), Err: err}
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		return &sandbox.UnavailableError{
+			Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot enter it", dir),
+			Hint:   "chmod o+x " + dir,
+		}
+	}
+	return nil
+}
+
+// PreparePins installs the exact pins reqs ("name==version", see the
+// package doc) when they are not installed yet, and returns their
+// directory. Bad pins are an error naming the first; a set that cannot be
+// installed is a DependencyError.
+func (e *Cache) PreparePins(ctx context.Context, reqs []string) (string, *sandbox.ErrorInfo, error) {
+	pins, err := normalizeRequirements(reqs)
+	if err != nil {
+		return "", nil, err
+	}
+	return e.d.ensure(ctx, pins)
+}
+
+// Runner runs a spec in a sandbox (*sandbox.Runner).
+type Runner interface {
+	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+}
+
+// Installing returns r with e installing each spec's environment: a spec
+// carrying a Lock but no Deps (a run decided on another host: a
+// dispatching gateway's) gets its lock prepared here and bound; a lock
+// that cannot be read is InvalidInput, one that cannot be installed a
+// DependencyError, and nothing runs.
+func (e *Cache) Installing(r Runner) Runner { return installing{e: e, r: r} }
+
+type installing struct {
+	e *Cache
+	r Runner
+}
+
+func (in installing) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	if spec.Lock == "" || spec.Deps != "" {
+		return in.r.Run(ctx, spec)
+	}
+	env, err := in.e.FromLock(spec.Lock)
+	if err != nil {
+		return refusal(sandbox.ErrInvalidInput, "invalid run spec: "+err.Error()), nil
+	}
+	dir, _, failure, err := in.e.Prepare(ctx, env)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if failure != nil {
+		failure.Message = clip(failure.Message, maxErrorText)
+		failure.Traceback = clip(failure.Traceback, maxErrorText)
+		return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
+	}
+	spec.Deps = dir
+	return in.r.Run(ctx, spec)
+}
+
+// maxErrorText caps a DependencyError's message and traceback, as the
+// runner caps a tool's.
+const maxErrorText = 64 << 10
+
+func refusal(typ, msg string) sandbox.Result {
+	return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: &sandbox.ErrorInfo{Type: typ, Message: msg}}
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…[truncated]"
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package sandbox
+package environments
 
 import (
 	"crypto/sha256"
@@ -8,41 +8,6 @@ import (
 	"sort"
 	"strings"
 )
-
-// Requirements (DESIGN §3 --requirements, §4 DependencyError).
-//
-// The gateway and `execgate run` resolve requirements into locked
-// environments and pass Spec.Lock (deps_env.go). Spec.Requirements, below,
-// is the older direct form for callers of this package: exact pins,
-// installed without resolution.
-//
-// A run may ask for third-party packages as exact pins, "name==version"
-// (extras allowed: "name[extra]==version"). Nothing else is accepted: no
-// ranges, URLs, paths, markers or installer options, so the set installed
-// is exactly the set the policy saw.
-//
-// A set is installed once, on the host, by uv into
-// <DepsDir>/<sha256 of the sorted, normalised pins and the interpreter
-// version>, and bound read-only at /opt/execgate/deps into every jail that
-// asks for the same set; the harness appends that directory to sys.path.
-// The install is safe to run outside the jail because no package code runs:
-//
-//   - wheels only (--only-binary :all:): no sdist, so no setup.py or build
-//     backend is ever executed;
-//   - no dependency resolution (--no-deps): every installed distribution is
-//     one the request named (and the policy allowed);
-//   - installing a wheel unpacks files and writes metadata; bytecode is
-//     compiled by the host interpreter's compiler, which does not import
-//     the modules;
-//   - .pth files a wheel may ship are never processed: the jail's
-//     interpreter runs without site (-S) and the deps directory is a plain
-//     sys.path entry.
-//
-// Concurrent runs asking for the same set wait for one install (within the
-// process, and across processes through a lock file); the set appears under
-// its final name with one atomic rename, so a directory under its final name
-// is always complete. A failed install leaves nothing behind and is reported
-// as DependencyError with uv's output.
 
 const (
 	// maxRequirements bounds the pins of one run.
