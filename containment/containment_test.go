@@ -691,7 +691,7 @@ var escapeSyscalls = []escapeCase{
 	{"unshare from a thread", map[string]any{"name": "unshare", "ns": "user", "thread": true}, "unshare"},
 	// Any call through the 32-bit entry (int 0x80, its own numbers),
 	// whatever it is, and any x86_64 number with the x32 bit set, kills
-	// the process (a filter of execgate's own, sandbox/abi_linux.go), from
+	// the process (a filter of execgate's own, sandbox/seccomp/abi_linux.go), from
 	// the main thread or from a thread.
 	{"ia32_unshare", nil, "foreign_arch"},
 	{"ia32_getpid", nil, "foreign_arch"},

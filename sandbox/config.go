@@ -14,6 +14,10 @@ import (
 
 // Config is the sandbox section of the execgate config file (DESIGN §13).
 // Zero values mean "use the default" as documented per field.
+// The package keys (uv_path, deps_timeout_ms, package_index,
+// python_platform, deps_max_mb, deps_cache_max_mb, resolve_cache_seconds)
+// are read by package environments; the runner reads deps_dir only, which
+// its view binds.
 type Config struct {
 	// NsjailPath is the nsjail binary. Empty: $EXECGATE_NSJAIL, then the
 	// project tools link (.tools/bin/nsjail beside the binary's parent

@@ -81,7 +81,7 @@ type profile struct {
 	// own (render binds), but warm jails are kept per Deps like per limits.
 	Deps string
 	// Zygote marks the profile of a level-process zygote: its config is
-	// this profile's, changed by zygoteConfig (zygote_linux.go).
+	// this profile's, changed by zygoteConfig (zygote.go).
 	Zygote bool
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/execgate/execgate/sandbox/zygote"
 )
 
-// Level process (zygote_linux.go): the containment list of CONTAINMENT 38,
+// Level process (package sandbox/zygote): the containment list of CONTAINMENT 38,
 // each through the real nsjail, rootfs, seccomp and cgroups.
 
 // runProc runs spec at level process for tenant "t1".
