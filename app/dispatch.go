@@ -18,9 +18,9 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/dispatch"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/jaillayout"
-	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 )
 
@@ -64,7 +64,7 @@ func (a *App) newDispatcher(ctx context.Context, metrics *telemetry.Metrics) (*d
 	if err != nil {
 		return nil, nil, gateway.Check{}, err
 	}
-	var obs sandbox.EnvObserver
+	var obs environments.Observer
 	if metrics != nil {
 		obs = metrics
 	}
@@ -125,10 +125,10 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		if err != nil {
 			return nil, err
 		}
-		runner = sb.Runner
-		if sb.Environments != nil {
-			python, platform = sb.Environments.Target()
-		}
+		// A job carries its environment's lock: the executor installs it
+		// in its own cache on the way in, and the runner binds it.
+		runner = sb.Environments.Installing(sb.Runner)
+		python, platform = sb.Environments.Target()
 	}
 	slots := cfg.Server.WithDefaults().MaxConcurrentRuns
 	rdb, err := newDispatchRedis(cfg, slots)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
@@ -45,9 +46,10 @@ type SandboxOptions struct {
 // into it. Close releases the runner.
 type Sandbox struct {
 	Runner *sandbox.Runner
-	// Environments is the package environment cache the runner installs
-	// locks through; the gateway's prepare shares it.
-	Environments *sandbox.Environments
+	// Environments is the package environment cache runs' packages are
+	// installed in before they reach the runner (which binds them); the
+	// flow and the gateway's prepare share it.
+	Environments *environments.Cache
 	// Proxy is the egress proxy (nil without SandboxOptions.Egress).
 	Proxy *egress.Proxy
 	// EgressErr is why the runner serves no network mode proxy although
@@ -93,7 +95,7 @@ func NewSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 		return s, err
 	}
 	s.Environments = envs
-	opts := []sandbox.Option{sandbox.WithEnvironments(envs)}
+	var opts []sandbox.Option
 	if s.Proxy != nil {
 		opts = append(opts, sandbox.WithEgress(s.Proxy))
 	}
@@ -102,7 +104,7 @@ func NewSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 		// A host that cannot serve network mode proxy (e.g. a work dir the
 		// jail user cannot reach) can still run everything else: proxy runs
 		// are refused as SandboxUnavailable and /readyz names the reason.
-		if plain, perr := sandbox.NewRunner(o.Sandbox, sandbox.WithEnvironments(envs)); perr == nil {
+		if plain, perr := sandbox.NewRunner(o.Sandbox); perr == nil {
 			s.EgressErr = err
 			log.Warn("network mode proxy is unavailable; runs asking for it are refused", "err", err)
 			r, err = plain, nil
@@ -116,14 +118,14 @@ func NewSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 }
 
 // newEnvironments is the package environment cache of sc, observed by
-// metrics (nil: none): the one NewSandbox wires into its runner, and the
-// one an App with an injected Runner still prepares through.
-func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*sandbox.Environments, error) {
-	var obs sandbox.EnvObserver
+// metrics (nil: none): the one NewSandbox assembles, and the one an App
+// with an injected Runner still prepares through.
+func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*environments.Cache, error) {
+	var obs environments.Observer
 	if metrics != nil {
 		obs = metrics
 	}
-	return sandbox.NewEnvironments(sc, obs)
+	return environments.New(sc, obs)
 }
 
 // Close stops the runner's warm jails.

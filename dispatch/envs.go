@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -25,10 +26,10 @@ import (
 type Environments struct {
 	d   *Dispatcher
 	cfg sandbox.Config
-	obs sandbox.EnvObserver
+	obs environments.Observer
 
-	mu sync.Mutex                       // guards by
-	by map[string]*sandbox.Environments // python+platform → its resolver
+	mu sync.Mutex                     // guards by
+	by map[string]*environments.Cache // python+platform → its resolver
 }
 
 // envTTL is how long a prepared environment's lock is kept unused.
@@ -46,14 +47,14 @@ const lookupTimeout = 2 * time.Second
 // d; cfg is the gateway's sandbox section (deps_dir keeps uv's resolve
 // cache; package_index, python_platform are not used: the executors
 // announce their platform). obs may be nil.
-func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs sandbox.EnvObserver) *Environments {
-	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*sandbox.Environments{}}
+func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs environments.Observer) *Environments {
+	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*environments.Cache{}}
 }
 
 // target is the resolver for the live executors' Python and platform.
 // Executors announcing different ones (a rootfs upgrade half rolled out)
 // are refused: a lock resolved for one may not install on the other.
-func (e *Environments) target(ctx context.Context) (*sandbox.Environments, error) {
+func (e *Environments) target(ctx context.Context) (*environments.Cache, error) {
 	fleet, err := e.d.Executors(ctx)
 	if err != nil {
 		return nil, noExecutor("the dispatch Redis is unreachable", err)
@@ -78,7 +79,7 @@ func (e *Environments) target(ctx context.Context) (*sandbox.Environments, error
 	if r := e.by[key]; r != nil {
 		return r, nil
 	}
-	r, err := sandbox.NewEnvironmentsFor(e.cfg, py, plat, e.obs)
+	r, err := environments.NewFor(e.cfg, py, plat, e.obs)
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Reason: "an executor's announcement: " + err.Error()}
 	}
@@ -90,59 +91,59 @@ func (e *Environments) target(ctx context.Context) (*sandbox.Environments, error
 }
 
 // Resolve resolves reqs for the executors' Python and platform.
-func (e *Environments) Resolve(ctx context.Context, reqs []string) (sandbox.Environment, *sandbox.ErrorInfo, error) {
+func (e *Environments) Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
 	r, err := e.target(ctx)
 	if err != nil {
-		return sandbox.Environment{}, nil, err
+		return environments.Environment{}, nil, err
 	}
 	return r.Resolve(ctx, reqs)
 }
 
 // FromLock reads a caller's lock. Without a live executor it is only
 // parsed (no environment id; the run is refused for want of an executor).
-func (e *Environments) FromLock(lock string) (sandbox.Environment, error) {
+func (e *Environments) FromLock(lock string) (environments.Environment, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	if r, err := e.target(ctx); err == nil {
 		return r.FromLock(lock)
 	}
-	pkgs, err := sandbox.ParseLock(lock)
+	pkgs, err := environments.ParseLock(lock)
 	if err != nil {
-		return sandbox.Environment{}, err
+		return environments.Environment{}, err
 	}
-	return sandbox.Environment{Lock: sandbox.RenderLock(pkgs), Packages: pkgs}, nil
+	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs}, nil
 }
 
 // Lookup finds an environment prepared (or run) through any gateway, for
 // the executors' current Python and platform.
-func (e *Environments) Lookup(id string) (sandbox.Environment, bool, error) {
-	if !sandbox.ValidEnvironmentID(id) {
-		return sandbox.Environment{}, false, nil
+func (e *Environments) Lookup(id string) (environments.Environment, bool, error) {
+	if !environments.ValidID(id) {
+		return environments.Environment{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	lock, err := e.d.rdb.GetEx(ctx, e.d.k.env(id), envTTL).Result()
 	if errors.Is(err, redis.Nil) {
-		return sandbox.Environment{}, false, nil
+		return environments.Environment{}, false, nil
 	}
 	if err != nil {
-		return sandbox.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
+		return environments.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
 	}
 	r, err := e.target(ctx)
 	if err != nil {
-		return sandbox.Environment{}, false, err
+		return environments.Environment{}, false, err
 	}
 	env, err := r.FromLock(lock)
 	if err != nil || env.ID != id {
 		// Resolved for another Python or platform (the executors' rootfs changed).
-		return sandbox.Environment{}, false, nil
+		return environments.Environment{}, false, nil
 	}
 	return env, true, nil
 }
 
 // Prepare keeps env's lock for Lookup; the executors install it when a
 // run needs it (dir is empty: nothing is installed here).
-func (e *Environments) Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
+func (e *Environments) Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
 	if env.ID == "" {
 		return "", false, nil, nil
 	}

@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -89,15 +90,15 @@ type Auditor interface {
 }
 
 // Environments resolves requirements into locked environments and installs
-// them (*sandbox.Environments). Resolve and Prepare report what cannot be
+// them (*environments.Cache). Resolve and Prepare report what cannot be
 // built as a DependencyError (*sandbox.ErrorInfo); their error is an
 // *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
 // requirement string.
 type Environments interface {
-	Resolve(ctx context.Context, reqs []string) (sandbox.Environment, *sandbox.ErrorInfo, error)
-	FromLock(lock string) (sandbox.Environment, error)
-	Lookup(id string) (sandbox.Environment, bool, error)
-	Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
+	Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
+	FromLock(lock string) (environments.Environment, error)
+	Lookup(id string) (environments.Environment, bool, error)
+	Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
 }
 
 // Bridges makes the governed tool bridge of a run (*toolbridge.Hub).
@@ -294,7 +295,7 @@ type state struct {
 	claimed *IdempotencyKey
 	// bridge is the run's governed tool bridge (nil: none, or test mode).
 	bridge *toolbridge.Run
-	env    *sandbox.Environment // the packages the run installs; nil: none
+	env    *environments.Environment // the packages the run installs; nil: none
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/decode"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
@@ -17,7 +18,7 @@ import (
 )
 
 // Environments resolves requirements into locked environments and installs
-// them (*sandbox.Environments); the execute flow and POST /v1/prepare share
+// them (*environments.Cache); the execute flow and POST /v1/prepare share
 // it.
 type Environments = execution.Environments
 
@@ -34,9 +35,9 @@ type PrepareRequest = decode.PrepareRequest
 // PrepareResponse describes a prepared environment: run with
 // "environment_id" (or the same requirements) and nothing is installed.
 type PrepareResponse struct {
-	EnvironmentID string                  `json:"environment_id"`
-	Lock          string                  `json:"lock"`
-	Packages      []sandbox.LockedPackage `json:"packages"`
+	EnvironmentID string                       `json:"environment_id"`
+	Lock          string                       `json:"lock"`
+	Packages      []environments.LockedPackage `json:"packages"`
 	// Cached says the environment was already installed.
 	Cached bool `json:"cached"`
 	// Warm is how many jails the gateway keeps waiting for runs of the
@@ -86,6 +87,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		return
 	}
 	var hit bool
+	var dir string // where the environment is installed (none on a dispatching gateway)
 	if failure == nil {
 		// An install is work done for the tenant: it takes a rate token and
 		// a concurrency slot while it lasts (no CPU is charged).
@@ -94,7 +96,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 			s.fail(c, err)
 			return
 		}
-		_, hit, failure, err = s.d.Environments.Prepare(ctx, *env)
+		dir, hit, failure, err = s.d.Environments.Prepare(ctx, *env)
 		_ = adm.Release(context.WithoutCancel(ctx))
 		if err != nil {
 			s.fail(c, err)
@@ -113,7 +115,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}
 	if req.Warm > 0 && s.d.Warmer != nil {
-		spec := sandbox.Spec{TenantID: tenant.ID, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
+		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
 		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
 			s.fail(c, err)
 			return
@@ -127,7 +129,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // run (no limits or network asked) needing it would be asked, and returns
 // the decision: its limits and network are those of the jails warmed for
 // env.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *sandbox.Environment) (policy.Decision, error) {
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *environments.Environment) (policy.Decision, error) {
 	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env)})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {

@@ -258,9 +258,9 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 		return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
 	}
 	if env != nil {
-		spec.Lock = env.Lock
+		spec.Lock = env.Lock // installed on the way in (Installing), bound by the runner
 	}
-	return sb.Runner.Run(ctx, spec)
+	return sb.Environments.Installing(sb.Runner).Run(ctx, spec)
 }
 
 // reportRun prints the outcome of a run and turns it into the exit status.
