@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,6 +41,10 @@ func TestRenderConfigGolden(t *testing.T) {
 	deno.Profile.Runtime = runtimeDeno
 	denoCheck := base
 	denoCheck.Profile.Runtime = runtimeDenoCheck
+	denoProxy := proxy
+	denoProxy.Profile.Runtime = runtimeDeno
+	denoProxy.Profile.Deps = "0123abcd"
+	denoProxy.Binds = []bind{proxy.Binds[0], {Src: "/var/lib/execgate/deps/0123abcd", Dst: jaillayout.DepsDir}}
 	tests := []struct {
 		name string
 		in   renderInput
@@ -49,6 +54,7 @@ func TestRenderConfigGolden(t *testing.T) {
 		{"deno-check-none-v1-defaults", denoCheck},
 		{"host-v1-defaults", host},
 		{"proxy-v1-binds", proxy},
+		{"deno-proxy-v1-deps", denoProxy},
 		{"none-v2-large", v2},
 	}
 	for _, tt := range tests {
@@ -163,7 +169,7 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 
 // The Deno profile's needs (64 GiB of address space for V8, its cache
 // directory) are granted to it alone: the Python profile is not loosened,
-// and no Deno command carries an --allow-* flag.
+// and no Deno command of network mode none carries an --allow-* flag.
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
@@ -186,5 +192,60 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if strings.Contains(got, "--allow") || strings.Contains(got, "-A\"") {
 			t.Errorf("%s profile grants a Deno permission:\n%s", rt, got)
 		}
+	}
+}
+
+// Deno's grants follow the profile: network none grants nothing; proxy
+// grants the network (the jail's namespace holds only the relay) and the
+// egress socket's path, nothing else; host grants the network; a package
+// environment swaps the harness's import map and cache for its own and
+// turns npm resolution on (its packages are npm: targets of the map).
+func TestDenoFlagsFollowTheProfile(t *testing.T) {
+	grants := func(flags []string) []string {
+		var out []string
+		for _, f := range flags {
+			if strings.HasPrefix(f, "--allow") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		p          profile
+		wantGrants []string
+		wantMap    string
+		wantNoNPM  bool
+		wantDir    string
+	}{
+		{"none", profile{Runtime: runtimeDeno, Network: NetworkNone}, nil, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"proxy", profile{Runtime: runtimeDeno, Network: NetworkProxy},
+			[]string{"--allow-net", "--allow-read=" + jaillayout.EgressSocket, "--allow-write=" + jaillayout.EgressSocket}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"host", profile{Runtime: runtimeDeno, Network: NetworkHost}, []string{"--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"none with packages", profile{Runtime: runtimeDeno, Network: NetworkNone, Deps: "abc"}, nil, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := denoFlags(tc.p)
+			if got := grants(flags); strings.Join(got, " ") != strings.Join(tc.wantGrants, " ") {
+				t.Errorf("grants %q, want %q", got, tc.wantGrants)
+			}
+			if !slices.Contains(flags, "--import-map="+tc.wantMap) {
+				t.Errorf("flags %q lack the import map %s", flags, tc.wantMap)
+			}
+			if slices.Contains(flags, "--no-npm") != tc.wantNoNPM {
+				t.Errorf("flags %q: --no-npm present = %t, want %t", flags, !tc.wantNoNPM, tc.wantNoNPM)
+			}
+			for _, f := range []string{"--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt"} {
+				if !slices.Contains(flags, f) {
+					t.Errorf("flags %q lack %s", flags, f)
+				}
+			}
+			env := denoEnv(tc.p)
+			for _, want := range []string{"DENO_DIR=" + tc.wantDir, "DENO_TLS_CA_STORE=system", "SSL_CERT_FILE=" + jaillayout.CABundlePath} {
+				if !slices.Contains(env, want) {
+					t.Errorf("env %q lacks %s", env, want)
+				}
+			}
+		})
 	}
 }

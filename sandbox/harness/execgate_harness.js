@@ -1,8 +1,11 @@
 // execgate JavaScript/TypeScript harness (protocol 1).
 //
 // Runs as Deno's main module inside the jail, with every Deno permission
-// denied (no --allow-* flag at all) and an import map that blocks every
-// file:, node:, npm:, jsr: and remote specifier (execgate_deno.py starts it).
+// denied but the network in network modes proxy and host (sandbox/language.go
+// denoFlags), and an import map that blocks every file:, node:, npm:, jsr:
+// and remote specifier (a package environment's adds its packages' bare
+// names). In network mode proxy it relays 127.0.0.1:3128 to the run's egress
+// socket (startEgressRelay).
 // Deno cannot open file descriptors beyond 0, 1 and 2 without permissions, so
 // this harness frames what it writes on stdout:
 //
@@ -59,6 +62,10 @@ const exit = Deno.exit;
 const now = Date.now;
 const isFinite = Number.isFinite;
 const origConsole = globalThis.console;
+const listen = Deno.listen;
+const connect = Deno.connect;
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const errorOut = (text) => void stderrWrite(encoder.encode(text));
 
 function writeAll(bytes) {
   let off = 0;
@@ -179,6 +186,44 @@ function installConsole() {
   URL.createObjectURL = () => {
     throw new TypeError("URL.createObjectURL is not available to tools (blob: imports are blocked)");
   };
+}
+
+// ---- network mode proxy: the egress relay ----
+
+// Where the relay listens inside the jail (HTTP_PROXY and HTTPS_PROXY name
+// it; sandbox/render.go egressProxyURL).
+const EGRESS_LISTEN = { hostname: "127.0.0.1", port: 3128 };
+
+// startEgressRelay serves EGRESS_LISTEN and relays every connection to the
+// egress proxy's unix socket at path (bound read-only into the jail by the
+// runner), both ways, each direction's end passed on as a half-close. A
+// connection the proxy does not accept is closed: the tool sees an error,
+// never a fake success. The relay runs on the tool's event loop, before the
+// tool loads; a tool that stalls the loop stalls only its own traffic.
+function startEgressRelay(path) {
+  const listener = listen({ ...EGRESS_LISTEN, transport: "tcp" });
+  (async () => {
+    for await (const conn of listener) relay(conn, path);
+  })().catch((e) => errorOut(`execgate harness: the egress relay stopped: ${describe(e)}\n`));
+}
+
+async function relay(conn, path) {
+  let up;
+  try {
+    up = await connect({ transport: "unix", path });
+  } catch {
+    try {
+      conn.close();
+    } catch { /* already closed */ }
+    return;
+  }
+  const pass = (from, to) => from.readable.pipeTo(to.writable).catch(() => {});
+  await Promise.allSettled([pass(conn, up), pass(up, conn)]);
+  for (const c of [conn, up]) {
+    try {
+      c.close();
+    } catch { /* already closed */ }
+  }
 }
 
 // ---- envelope ----
@@ -641,6 +686,13 @@ async function main() {
   if (!req || req.protocol_version !== PROTOCOL_VERSION) {
     emit("error", null, errorInfo("ProtocolMismatch", `the harness speaks protocol ${PROTOCOL_VERSION}, the request has ${req?.protocol_version}`), []);
     return;
+  }
+  if (req.egress_socket) {
+    try {
+      startEgressRelay(String(req.egress_socket));
+    } catch (e) {
+      errorOut(`execgate harness: the egress relay could not start on ${EGRESS_LISTEN.hostname}:${EGRESS_LISTEN.port}: ${describe(e)}\n`);
+    }
   }
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
   globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
