@@ -302,7 +302,8 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 
 // checkExecute applies the rules between the fields of a decoded request
 // (defaults filled): fixtures only in test mode, egress hosts only with
-// the proxy, at most one way of asking for packages.
+// the proxy, at most one way of asking for packages, packages of the
+// request's language.
 func checkExecute(req *execution.Request) error {
 	if req.Fixtures != nil && req.Mode != "test" {
 		return execution.BadRequest("fixtures", `only allowed with mode "test"`)
@@ -310,7 +311,10 @@ func checkExecute(req *execution.Request) error {
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
 		return execution.BadRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
-	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID); err != nil {
+		return err
+	}
+	return checkPackages(req.Language, req.Requirements, req.RequirementsLock)
 }
 
 // tenantIDField decodes a tenant_id into dst: 1 to MaxIDLen bytes.

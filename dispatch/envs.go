@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/environments/npm"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -27,6 +28,9 @@ type Environments struct {
 	d   *Dispatcher
 	cfg sandbox.Config
 	obs environments.Observer
+	// npm resolves npm requirements (they do not depend on the executors'
+	// Python; the platform of optional dependencies is this host's).
+	npm *environments.Cache
 
 	mu sync.Mutex                     // guards by
 	by map[string]*environments.Cache // python+platform → its resolver
@@ -48,7 +52,13 @@ const lookupTimeout = 2 * time.Second
 // cache; package_index, python_platform are not used: the executors
 // announce their platform). obs may be nil.
 func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs environments.Observer) *Environments {
-	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*environments.Cache{}}
+	return &Environments{d: d, cfg: cfg, obs: obs, npm: environments.NewNPM(cfg, obs), by: map[string]*environments.Cache{}}
+}
+
+// ResolveNPM resolves npm requirements (JavaScript and TypeScript runs) on
+// this gateway: the executors install the lock.
+func (e *Environments) ResolveNPM(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
+	return e.npm.ResolveNPM(ctx, reqs)
 }
 
 // target is the resolver for the live executors' Python and platform.
@@ -102,6 +112,9 @@ func (e *Environments) Resolve(ctx context.Context, reqs []string) (environments
 // FromLock reads a caller's lock. Without a live executor it is only
 // parsed (no environment id; the run is refused for want of an executor).
 func (e *Environments) FromLock(lock string) (environments.Environment, error) {
+	if npm.IsLock(lock) {
+		return e.npm.FromLock(lock)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	if r, err := e.target(ctx); err == nil {
@@ -111,7 +124,7 @@ func (e *Environments) FromLock(lock string) (environments.Environment, error) {
 	if err != nil {
 		return environments.Environment{}, err
 	}
-	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs}, nil
+	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs, Ecosystem: environments.EcosystemPython}, nil
 }
 
 // Lookup finds an environment prepared (or run) through any gateway, for
@@ -129,9 +142,11 @@ func (e *Environments) Lookup(id string) (environments.Environment, bool, error)
 	if err != nil {
 		return environments.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
 	}
-	r, err := e.target(ctx)
-	if err != nil {
-		return environments.Environment{}, false, err
+	r := e.npm
+	if !npm.IsLock(lock) {
+		if r, err = e.target(ctx); err != nil {
+			return environments.Environment{}, false, err
+		}
 	}
 	env, err := r.FromLock(lock)
 	if err != nil || env.ID != id {

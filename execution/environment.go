@@ -12,20 +12,33 @@ import (
 // errNoEnvironments: requirements asked of a gateway without environments.
 var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
 
-// Environment finds the environment a request names by one of its
-// requirements, requirements_lock and environment_id (nil when it names
-// none). A list that cannot be resolved is a DependencyError (the
-// *sandbox.ErrorInfo), not an error.
-func (f *Flow) Environment(ctx context.Context, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
+// Environment finds the environment a request in language names by one
+// of its requirements, requirements_lock and environment_id (nil when it
+// names none): Python packages for python, npm packages for javascript
+// and typescript. A list that cannot be resolved is a DependencyError (the
+// *sandbox.ErrorInfo), not an error; a lock or an environment of the other
+// language's is a bad request.
+func (f *Flow) Environment(ctx context.Context, language string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
 	if f.d.Environments == nil {
 		return nil, nil, errNoEnvironments
 	}
+	want := environments.EcosystemOf(language)
+	mismatch := func(field string, env environments.Environment) error {
+		if env.Ecosystem == want {
+			return nil
+		}
+		return BadRequest(field, "holds %s packages; a %s run takes %s packages", ecosystemName(env.Ecosystem), language, ecosystemName(want))
+	}
 	switch {
 	case len(reqs) > 0:
-		env, failure, err := f.d.Environments.Resolve(ctx, reqs)
+		resolve := f.d.Environments.Resolve
+		if want == environments.EcosystemNPM {
+			resolve = f.d.Environments.ResolveNPM
+		}
+		env, failure, err := resolve(ctx, reqs)
 		if err != nil {
 			var u *sandbox.UnavailableError
 			if errors.As(err, &u) {
@@ -42,6 +55,9 @@ func (f *Flow) Environment(ctx context.Context, reqs []string, lock, envID strin
 		if err != nil {
 			return nil, nil, BadRequest("requirements_lock", "%v", err)
 		}
+		if err := mismatch("requirements_lock", env); err != nil {
+			return nil, nil, err
+		}
 		return &env, nil, nil
 	default:
 		env, ok, err := f.d.Environments.Lookup(envID)
@@ -51,18 +67,38 @@ func (f *Flow) Environment(ctx context.Context, reqs []string, lock, envID strin
 		if !ok {
 			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared (POST /v1/prepare makes one)", envID)
 		}
+		if err := mismatch("environment_id", env); err != nil {
+			return nil, nil, err
+		}
 		return &env, nil, nil
 	}
 }
 
-// PolicyPackages is the resolved set as the policy sees it.
+// ecosystemName names an ecosystem in messages.
+func ecosystemName(eco string) string {
+	if eco == environments.EcosystemNPM {
+		return "npm (JavaScript)"
+	}
+	return "Python"
+}
+
+// NPMPackagePrefix marks an npm package in the policy's input (and in the
+// packages data the policy checks it against): "npm:left-pad".
+const NPMPackagePrefix = "npm:"
+
+// PolicyPackages is the resolved set as the policy sees it: npm packages
+// named with NPMPackagePrefix ("npm:left-pad"), Python ones as they are.
 func PolicyPackages(env *environments.Environment) []policy.Package {
 	if env == nil {
 		return nil
 	}
+	prefix := ""
+	if env.Ecosystem == environments.EcosystemNPM {
+		prefix = NPMPackagePrefix
+	}
 	out := make([]policy.Package, len(env.Packages))
 	for i, p := range env.Packages {
-		out[i] = policy.Package{Name: p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
+		out[i] = policy.Package{Name: prefix + p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
 	}
 	return out
 }

@@ -90,12 +90,14 @@ type Auditor interface {
 }
 
 // Environments resolves requirements into locked environments and installs
-// them (*environments.Cache). Resolve and Prepare report what cannot be
+// them (*environments.Cache): Python requirements (Resolve) and npm ones
+// (ResolveNPM); FromLock reads either lock. Resolve and Prepare report what cannot be
 // built as a DependencyError (*sandbox.ErrorInfo); their error is an
 // *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
 // requirement string.
 type Environments interface {
 	Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
+	ResolveNPM(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
 	FromLock(lock string) (environments.Environment, error)
 	Lookup(id string) (environments.Environment, bool, error)
 	Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
@@ -360,7 +362,7 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	if status, env, err := f.claim(ctx, x, tenant); env != nil || err != nil {
 		return status, env, err
 	}
-	pkgs, failure, err := f.Environment(ctx, req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	pkgs, failure, err := f.Environment(ctx, req.Language, req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
 		return 0, nil, err
 	}

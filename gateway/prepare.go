@@ -77,10 +77,10 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	env, failure, err := s.flow.Environment(ctx, req.Requirements, req.RequirementsLock, "")
+	env, failure, err := s.flow.Environment(ctx, req.Language, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
 	if err == nil && failure == nil {
-		dec, err = s.preparePolicy(ctx, tenant, p, req.Requirements, env)
+		dec, err = s.preparePolicy(ctx, tenant, p, req.Language, req.Requirements, env)
 	}
 	if err != nil {
 		s.fail(c, err)
@@ -115,7 +115,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}
 	if req.Warm > 0 && s.d.Warmer != nil {
-		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
+		spec := sandbox.Spec{TenantID: tenant.ID, Language: req.Language, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
 		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
 			s.fail(c, err)
 			return
@@ -129,8 +129,8 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // run (no limits or network asked) needing it would be asked, and returns
 // the decision: its limits and network are those of the jails warmed for
 // env.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *environments.Environment) (policy.Decision, error) {
-	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env)})
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, language string, reqs []string, env *environments.Environment) (policy.Decision, error) {
+	in := policy.BuildInput(tenant, p, policy.Request{Language: language, Requirements: reqs, Packages: execution.PolicyPackages(env)})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {
 		return dec, fmt.Errorf("%w: %w", execution.ErrPolicy, err)

@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/execgate/execgate/internal/hostbin"
 	"github.com/execgate/execgate/jaillayout"
@@ -233,4 +237,40 @@ func importRefusal(mode string, problems []sourcecheck.Problem) Result {
 // tools never takes it.
 func WithoutImportCheck() Option {
 	return func(r *Runner) { r.importsUnchecked = true }
+}
+
+// maxImportMapBytes bounds the import map read from a package environment.
+const maxImportMapBytes = 4 << 20
+
+// envPackages are the packages a JavaScript package environment at dir
+// (its host directory) lets a tool import: the bare names its import map
+// (jaillayout.DepsImportMap, written by package environments/npm) maps to
+// npm: specifiers. An error when it has no readable import map.
+func envPackages(dir string) ([]string, error) {
+	f, err := os.Open(filepath.Join(dir, path.Base(jaillayout.DepsImportMap)))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxImportMapBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxImportMapBytes {
+		return nil, fmt.Errorf("its import map is over %d bytes", maxImportMapBytes)
+	}
+	var m struct {
+		Imports map[string]string `json:"imports"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("its import map does not read: %w", err)
+	}
+	var out []string
+	for k, v := range m.Imports {
+		if !strings.HasSuffix(k, "/") && strings.HasPrefix(v, "npm:") {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

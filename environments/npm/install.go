@@ -365,11 +365,15 @@ func writeRegistryFiles(root string, pkgs []Package) error {
 		byName[p.Name] = append(byName[p.Name], p)
 	}
 	for name, versions := range byName {
+		// "_deno.packumentFormat": "full" marks the document complete:
+		// without it `deno check` (mode validate) fetches it again,
+		// --cached-only or not (measured on Deno 2.9.8).
 		doc := struct {
 			Name     string                 `json:"name"`
 			DistTags map[string]string      `json:"dist-tags"`
 			Versions map[string]versionInfo `json:"versions"`
-		}{Name: name, DistTags: map[string]string{}, Versions: map[string]versionInfo{}}
+			Format   string                 `json:"_deno.packumentFormat"`
+		}{Name: name, DistTags: map[string]string{}, Versions: map[string]versionInfo{}, Format: "full"}
 		for _, p := range versions {
 			info := readPackageJSON(filepath.Join(root, filepath.FromSlash(name), p.Version, "package.json"))
 			info.Name, info.Version = name, p.Version

@@ -96,7 +96,7 @@ function format(args) {
   return parts.join(" ");
 }
 
-function installConsole() {
+function installConsole(packages) {
   const counts = new Map();
   const timers = new Map();
   let indent = "";
@@ -165,8 +165,28 @@ function installConsole() {
   // (Deno[Deno.internal].core.writeSync(1, bytes)) and Node's
   // process.stdout. A raw write would break the framing or forge a frame
   // (a bridge request, an envelope), so both go before the tool loads.
-  for (const [obj, key, what] of [[Deno, Deno.internal, "Deno[Deno.internal]"], [globalThis, "process", "process"]]) {
+  // npm packages need Node's process (process.env.NODE_ENV, nextTick): in
+  // a run with packages it stays, its env empty and its stdout written
+  // through the framing (a Node stream writes through _write and _writev).
+  const gone = [[Deno, Deno.internal, "Deno[Deno.internal]"]];
+  if (!packages) gone.push([globalThis, "process", "process"]);
+  for (const [obj, key, what] of gone) {
     if (!delete obj[key] || obj[key] !== undefined) throw new Error(`the harness could not remove ${what}`);
+  }
+  if (packages) {
+    // process.env is an empty object of its own: packages that read
+    // NODE_ENV or list the environment work, and nothing of the jail's
+    // environment is read (Deno.env stays denied).
+    Object.defineProperty(globalThis.process, "env", { value: {}, writable: true, enumerable: true, configurable: true });
+    const out = globalThis.process.stdout;
+    out._write = (chunk, encoding, cb) => {
+      writeStdout(typeof chunk === "string" ? encoder.encode(chunk) : chunk);
+      cb();
+    };
+    out._writev = (chunks, cb) => {
+      for (const c of chunks) writeStdout(typeof c.chunk === "string" ? encoder.encode(c.chunk) : c.chunk);
+      cb();
+    };
   }
   // alert/confirm/prompt write to stdout and wait on stdin.
   const noPrompt = () => {
@@ -696,7 +716,7 @@ async function main() {
   }
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
   globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
-  installConsole();
+  installConsole(req.deps === true);
   // An error thrown or a promise rejected outside the tool's awaited path
   // ends the run as the tool's error rather than as Deno's.
   globalThis.addEventListener("error", (ev) => {

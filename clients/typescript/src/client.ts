@@ -54,7 +54,7 @@ export const REQUEST_FIELDS = {
     "environment_id", "network_access", "isolation", "egress", "limits", "mode", "tools", "fixtures", "callback_url",
   ],
   validate: ["source", "entrypoint", "language"],
-  prepare: ["tenant_id", "requirements", "requirements_lock", "warm"],
+  prepare: ["tenant_id", "language", "requirements", "requirements_lock", "warm"],
 } as const satisfies {
   execute: readonly (keyof ExecuteRequest)[];
   submit: readonly (keyof ExecutionRequest)[];

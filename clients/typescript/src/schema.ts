@@ -490,7 +490,7 @@ export interface components {
             /** @description Must equal the token's tenant. */
             tenant_id?: string;
             /**
-             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied (but the network in network_access proxy and host), imports closed but for the run's npm packages (by bare name); the tool exports run(args, context).
              * @default python
              * @enum {string}
              */
@@ -501,9 +501,9 @@ export interface components {
             entrypoint?: string;
             /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
             args?: unknown;
-            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"); for language javascript and typescript, npm packages with exact versions (e.g. "left-pad@1.3.0", "@scope/pkg@2.0.0"), importable by bare name. Resolved with every transitive dependency; each resolved package goes through the tenant's package policy (npm ones named "npm:<name>"). At most one of requirements, requirements_lock and environment_id. */
             requirements?: string[];
-            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. For javascript and typescript, an npm lock as POST /v1/prepare returns it (first line "# execgate npm lock 1", then name@version sha512-... per package). */
             requirements_lock?: string;
             /** @description An environment from POST /v1/prepare. */
             environment_id?: string;
@@ -551,7 +551,7 @@ export interface components {
             /** @description Must equal the token's tenant. */
             tenant_id?: string;
             /**
-             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied (but the network in network_access proxy and host), imports closed but for the run's npm packages (by bare name); the tool exports run(args, context).
              * @default python
              * @enum {string}
              */
@@ -562,9 +562,9 @@ export interface components {
             entrypoint?: string;
             /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
             args?: unknown;
-            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"); for language javascript and typescript, npm packages with exact versions (e.g. "left-pad@1.3.0", "@scope/pkg@2.0.0"), importable by bare name. Resolved with every transitive dependency; each resolved package goes through the tenant's package policy (npm ones named "npm:<name>"). At most one of requirements, requirements_lock and environment_id. */
             requirements?: string[];
-            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. For javascript and typescript, an npm lock as POST /v1/prepare returns it (first line "# execgate npm lock 1", then name@version sha512-... per package). */
             requirements_lock?: string;
             /** @description An environment from POST /v1/prepare. */
             environment_id?: string;
@@ -639,6 +639,12 @@ export interface components {
         };
         PrepareRequest: {
             tenant_id?: string;
+            /**
+             * @description Whose packages these are. python resolves PEP 508 requirements from the package index; javascript and typescript resolve npm packages with exact versions (name@version) from the npm registry.
+             * @default python
+             * @enum {string}
+             */
+            language?: "python" | "javascript" | "typescript";
             requirements?: string[];
             requirements_lock?: string;
             /**

@@ -479,11 +479,14 @@ class Client:
         requirements_lock: Optional[str] = None,
         warm: Optional[int] = None,
         tenant_id: Optional[str] = None,
+        language: Optional[str] = None,
     ) -> PreparedEnvironment:
         """Resolve, check and install a package environment ahead of runs
-        (POST /v1/prepare); name it in runs with ``environment_id``. A
+        (POST /v1/prepare); name it in runs with ``environment_id``.
+        ``language`` says whose packages: ``"python"`` (default, PEP 508)
+        or ``"javascript"``/``"typescript"`` (npm, ``"left-pad@1.3.0"``). A
         denied package raises ``PolicyDenied``; requirements that cannot be
-        resolved raise ``DependencyError`` (422, uv's output in
+        resolved raise ``DependencyError`` (422, the resolver's output in
         ``traceback``)."""
         body = self._core.prepare_body(_fields(locals()))
         return PreparedEnvironment.from_dict(self._send("POST", "/v1/prepare", body).json())
@@ -739,6 +742,7 @@ class AsyncClient:
         requirements_lock: Optional[str] = None,
         warm: Optional[int] = None,
         tenant_id: Optional[str] = None,
+        language: Optional[str] = None,
     ) -> PreparedEnvironment:
         """See ``Client.prepare``."""
         body = self._core.prepare_body(_fields(locals()))
