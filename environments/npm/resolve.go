@@ -69,7 +69,7 @@ type resolution struct {
 	reg      *Registry
 	platform Platform
 	docs     map[string]*packument
-	failed   map[string]error // packuments that could not be fetched
+	failed   map[string]error  // packuments that could not be fetched
 	chosen   map[string][]node // name → versions chosen, in the order chosen
 	count    int
 }
