@@ -14,33 +14,12 @@ import (
 	"github.com/execgate/execgate/sandbox"
 )
 
-// jsPackages is a small npm world: a CommonJS package using a Node
-// builtin and an ES module dependency, a scoped ES module with a subpath,
-// and a package whose install script would leave a file behind.
-func jsPackages() []testenv.NPMPackage {
-	return []testenv.NPMPackage{
-		{Name: "shout", Version: "1.2.0", Main: "index.js", Dependencies: map[string]string{"upper": "^2.0.0"},
-			Files: map[string]string{"index.js": `
-const util = require("util");
-const upper = require("upper");
-module.exports = function shout(s) { return util.format("%s!", upper.default(s)); };
-module.exports.env = () => Object.keys(process.env).length + ":" + String(process.env.NODE_ENV);
-module.exports.say = (s) => { process.stdout.write("said " + s + "\n"); return s; };
-`}},
-		{Name: "upper", Version: "2.1.0", Type: "module", Files: map[string]string{"index.js": `export default (s) => s.toUpperCase();`}},
-		{Name: "@tools/math", Version: "0.3.0", Type: "module", Main: "index.js",
-			Files: map[string]string{"index.js": `export const add = (a, b) => a + b;`, "lib/mul.js": `export const mul = (a, b) => a * b;`}},
-		{Name: "scripted", Version: "1.0.0", Main: "index.js", Scripts: map[string]string{"postinstall": "node -e \"require('fs').writeFileSync('/tmp/execgate-postinstall-ran', 'x')\"", "preinstall": "touch /tmp/execgate-preinstall-ran"},
-			Files: map[string]string{"index.js": "module.exports = 'no script ran';"}},
-	}
-}
-
 // npmEnvironment resolves reqs against a loopback registry serving
-// jsPackages and installs them into a deps dir the jail can reach; it
+// testenv.NPMFixtures and installs them into a deps dir the jail can reach; it
 // returns the runner config's deps dir and the environment's directory.
 func npmEnvironment(t *testing.T, reqs ...string) (depsDir, dir string) {
 	t.Helper()
-	reg := testenv.StartNPMRegistry(t, jsPackages()...)
+	reg := testenv.StartNPMRegistry(t, testenv.NPMFixtures()...)
 	cfg := sandbox.Config{RootfsDir: rootfsDir(t), DepsDir: filepath.Join(testenv.JailDir(t), "deps"), NPMRegistry: sandbox.NPMRegistry{URL: reg.URL}}
 	envs := environments.NewNPM(cfg, nil)
 	env, failure, err := envs.ResolveNPM(context.Background(), reqs)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
@@ -74,7 +75,7 @@ type InstallOptions struct {
 	// the packages' own modules load.
 	DenoDir string
 	// TarballCache, when not empty, is a directory of verified tarballs
-	// named by their SHA-512 (hex), reused across installs.
+	// named by name@version and digest (cacheKey), reused across installs.
 	TarballCache string
 	Limits       Limits
 }
@@ -130,8 +131,14 @@ func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir 
 	if err != nil || len(want) != sha512.Size {
 		return "", fmt.Errorf("%s: integrity %q is not sha512", p.Key(), clip(p.Integrity, 40))
 	}
+	// A cached tarball is named by the package and version as well as
+	// its digest: it was downloaded for exactly that name@version and
+	// verified, so a lock pairing another name with its digest never finds
+	// it (and cannot have a denied package's bytes installed under an
+	// allowed name).
+	cacheName := cacheKey(p) + ".tgz"
 	if cache != "" {
-		cached := filepath.Join(cache, hex.EncodeToString(want)+".tgz")
+		cached := filepath.Join(cache, cacheName)
 		if ok, _ := fileHasSum(cached, want); ok {
 			return cached, nil
 		}
@@ -163,12 +170,19 @@ func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir 
 	if cache == "" {
 		return f.Name(), nil
 	}
-	final := filepath.Join(cache, hex.EncodeToString(want)+".tgz")
+	final := filepath.Join(cache, cacheName)
 	if err := os.Rename(f.Name(), final); err != nil {
 		os.Remove(f.Name())
 		return "", err
 	}
 	return final, nil
+}
+
+// cacheKey names p's tarball in the tarball cache: the SHA-256 of its
+// name@version and integrity.
+func cacheKey(p Package) string {
+	sum := sha256.Sum256([]byte(p.Key() + " " + p.Integrity))
+	return hex.EncodeToString(sum[:])
 }
 
 // fileHasSum reports whether the file at p has SHA-512 sum.

@@ -145,6 +145,31 @@ func TestInstallReusesVerifiedTarballsFromItsCache(t *testing.T) {
 	}
 }
 
+// A lock that pairs a package's name with another package's digest does
+// not get the cached bytes of that other package: the cache is keyed by
+// name@version too, and the registry's tarball for the name does not match.
+func TestATarballCachedForOnePackageIsNeverInstalledAsAnother(t *testing.T) {
+	reg := testenv.StartNPMRegistry(t,
+		testenv.NPMPackage{Name: "denied", Version: "1.0.0", Files: map[string]string{"index.js": "evil"}},
+		testenv.NPMPackage{Name: "allowed", Version: "1.0.0", Files: map[string]string{"index.js": "fine"}})
+	denied, err := resolve(t, reg, "denied@1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	if _, err := install(t, reg, denied, npm.InstallOptions{TarballCache: cache}); err != nil {
+		t.Fatal(err)
+	}
+	forged := []npm.Package{{Name: "allowed", Version: "1.0.0", Integrity: denied[0].Integrity, Requested: true}}
+	dir, err := install(t, reg, forged, npm.InstallOptions{TarballCache: cache})
+	if err == nil || !strings.Contains(err.Error(), "not the locked") {
+		t.Fatalf("got %v, want the forged lock refused", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "deno", "npm", "registry.npmjs.org", "allowed", "1.0.0", "index.js")); err == nil {
+		t.Fatalf("installed %q as allowed@1.0.0", b)
+	}
+}
+
 // tarball builds a gzipped tar of raw entries.
 func tarball(t *testing.T, entries ...tar.Header) []byte {
 	t.Helper()

@@ -230,3 +230,27 @@ func peerMeta(optional []string) map[string]any {
 	}
 	return m
 }
+
+// NPMFixtures are a small npm world for tests: a CommonJS package using a Node
+// builtin and an ES module dependency, a scoped ES module with a subpath,
+// and a package whose install scripts would leave files behind
+// (/tmp/execgate-preinstall-ran, /tmp/execgate-postinstall-ran) if anything
+// ran them.
+func NPMFixtures() []NPMPackage {
+	return []NPMPackage{
+		{Name: "shout", Version: "1.2.0", Main: "index.js", Dependencies: map[string]string{"upper": "^2.0.0"},
+			Files: map[string]string{"index.js": `
+const util = require("util");
+const upper = require("upper");
+module.exports = function shout(s) { return util.format("%s!", upper.default(s)); };
+module.exports.env = () => Object.keys(process.env).length + ":" + String(process.env.NODE_ENV);
+module.exports.say = (s) => { process.stdout.write("said " + s + "\n"); return s; };
+`}},
+		{Name: "upper", Version: "2.1.0", Type: "module", Files: map[string]string{"index.js": `export default (s) => s.toUpperCase();`}},
+		{Name: "@tools/math", Version: "0.3.0", Type: "module", Main: "index.js",
+			Files: map[string]string{"index.js": `export const add = (a, b) => a + b;`, "lib/mul.js": `export const mul = (a, b) => a * b;`}},
+		{Name: "scripted", Version: "1.0.0", Main: "index.js", Scripts: map[string]string{"postinstall": "node -e \"require('fs').writeFileSync('/tmp/execgate-postinstall-ran', 'x')\"", "preinstall": "touch /tmp/execgate-preinstall-ran"},
+			Files: map[string]string{"index.js": "module.exports = 'no script ran';"}},
+	}
+}
+
