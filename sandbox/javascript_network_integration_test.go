@@ -195,3 +195,16 @@ func TestJavaScriptNetworkProxy(t *testing.T) {
 		check(t, res)
 	})
 }
+
+// Network mode host (granted by policy to admins only): a JavaScript tool
+// uses the host's network, as a Python one does.
+func TestJavaScriptNetworkHostReachesTheHost(t *testing.T) {
+	port := backend(t, "hello from the host")
+	r := newJSRunner(t, nil)
+	res := runJS(t, r, sandbox.LanguageJavaScript, `export async function run(args) { const r = await fetch(args.url); return r.status + " " + await r.text() }`,
+		func(s *sandbox.Spec) {
+			s.Network = sandbox.NetworkHost
+			s.Args = mustJSON(t, map[string]string{"url": fmt.Sprintf("http://127.0.0.1:%d/x", port)})
+		})
+	wantOK(t, res, `"200 hello from the host /x"`)
+}
