@@ -253,4 +253,3 @@ module.exports.say = (s) => { process.stdout.write("said " + s + "\n"); return s
 			Files: map[string]string{"index.js": "module.exports = 'no script ran';"}},
 	}
 }
-
