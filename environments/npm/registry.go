@@ -26,13 +26,13 @@ type Registry struct {
 	Client *http.Client
 }
 
-// Bounds on what a registry may send.
-const (
+// Bounds on what a registry may send (variables for tests).
+var (
 	// maxPackumentBytes bounds one package's metadata (the abbreviated
 	// document; the largest common packages are a few MiB).
-	maxPackumentBytes = 32 << 20
+	maxPackumentBytes int64 = 32 << 20
 	// maxTarballBytes bounds one package's tarball as downloaded.
-	maxTarballBytes = 64 << 20
+	maxTarballBytes int64 = 64 << 20
 )
 
 // ErrNotFound: the registry has no such package.
@@ -148,29 +148,29 @@ func (r *Registry) get(ctx context.Context, path, accept string, max int64, w io
 		return fmt.Errorf("fetching %s%s: %w", r.Redacted(), path, err)
 	}
 	if n > max {
-		return fmt.Errorf("fetching %s%s: more than %d MiB", r.Redacted(), path, max>>20)
+		return fmt.Errorf("fetching %s%s: more than %s", r.Redacted(), path, sizeText(max))
 	}
 	return nil
 }
 
-// packument fetches name's abbreviated metadata.
-func (r *Registry) packument(ctx context.Context, name string) (*packument, error) {
+// packument fetches name's abbreviated metadata, and its size.
+func (r *Registry) packument(ctx context.Context, name string) (*packument, int64, error) {
 	var b bytes.Buffer
 	err := r.get(ctx, escapeName(name), "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8", maxPackumentBytes, &b)
 	if errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("package %s: %w", name, ErrNotFound)
+		return nil, 0, fmt.Errorf("package %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var p packument
 	if err := json.Unmarshal(b.Bytes(), &p); err != nil {
-		return nil, fmt.Errorf("package %s: the registry's metadata is not readable: %w", name, err)
+		return nil, 0, fmt.Errorf("package %s: the registry's metadata is not readable: %w", name, err)
 	}
 	if p.Name != name {
-		return nil, fmt.Errorf("package %s: the registry answered with the metadata of %q", name, clip(p.Name, 80))
+		return nil, 0, fmt.Errorf("package %s: the registry answered with the metadata of %q", name, clip(p.Name, 80))
 	}
-	return &p, nil
+	return &p, int64(b.Len()), nil
 }
 
 // tarball writes name@version's tarball to w.
@@ -180,4 +180,12 @@ func (r *Registry) tarball(ctx context.Context, name, version string, w io.Write
 		return fmt.Errorf("%s@%s: the registry has no tarball at %s: %w", name, version, TarballPath(name, version), ErrNotFound)
 	}
 	return err
+}
+
+// sizeText is n bytes in MiB when it is a whole number of them.
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

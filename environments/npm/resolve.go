@@ -51,6 +51,16 @@ func fits(list []string, ours string) bool {
 // maxFetchers bounds the registry requests one resolution has in flight.
 const maxFetchers = 8
 
+// maxResolveBytes bounds the metadata one resolution holds (every
+// packument it fetched, kept until it ends): a requirement whose
+// dependencies pull in hundreds of packages with long histories is
+// refused rather than held in memory.
+var maxResolveBytes int64 = 128 << 20
+
+// resolveSlots bounds the resolutions of this process in flight, so what
+// they hold together stays below a few times maxResolveBytes whoever asks.
+var resolveSlots = make(chan struct{}, 2)
+
 // edge is a dependency to resolve: name and the range (or tag) asked for,
 // by parent (name@version; "" for a requirement).
 type edge struct {
@@ -69,6 +79,7 @@ type resolution struct {
 	reg      *Registry
 	platform Platform
 	docs     map[string]*packument
+	bytes    int64             // the metadata held in docs
 	failed   map[string]error  // packuments that could not be fetched
 	chosen   map[string][]node // name → versions chosen, in the order chosen
 	count    int
@@ -84,6 +95,12 @@ type resolution struct {
 // npm: aliases (no git, file, link or URL dependencies). The error names
 // the package and the chain that asked for it.
 func Resolve(ctx context.Context, reg *Registry, platform Platform, reqs []Requirement) ([]Package, error) {
+	select {
+	case resolveSlots <- struct{}{}:
+		defer func() { <-resolveSlots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	res := &resolution{reg: reg, platform: platform, docs: map[string]*packument{}, failed: map[string]error{}, chosen: map[string][]node{}}
 	var level []edge
 	for _, r := range reqs {
@@ -128,12 +145,13 @@ func (res *resolution) fetch(ctx context.Context, level []edge) error {
 	}
 	sort.Strings(names)
 	docs := make([]*packument, len(names))
+	sizes := make([]int64, len(names))
 	errs := make([]error, len(names))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(maxFetchers)
 	for i, name := range names {
 		g.Go(func() error {
-			docs[i], errs[i] = res.reg.packument(gctx, name)
+			docs[i], sizes[i], errs[i] = res.reg.packument(gctx, name)
 			return nil
 		})
 	}
@@ -146,9 +164,12 @@ func (res *resolution) fetch(ctx context.Context, level []edge) error {
 	for i, name := range names {
 		if errs[i] != nil {
 			res.failed[name] = errs[i]
-		} else {
-			res.docs[name] = docs[i]
+			continue
 		}
+		if res.bytes += sizes[i]; res.bytes > maxResolveBytes {
+			return fmt.Errorf("the metadata of the dependencies comes to more than %s (at %s)", sizeText(maxResolveBytes), name)
+		}
+		res.docs[name] = docs[i]
 	}
 	return nil
 }

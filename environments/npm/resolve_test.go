@@ -2,6 +2,7 @@ package npm_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -179,4 +180,48 @@ func TestRequirementsAreExactVersionsOfValidNames(t *testing.T) {
 	if _, err := npm.ParseRequirements([]string{"a@1.0.0", "a@2.0.0"}); err == nil || !strings.Contains(err.Error(), "names a again") {
 		t.Errorf("a package named twice: %v", err)
 	}
+}
+
+// What a registry sends is bounded: one package's metadata, one tarball,
+// and the metadata one resolution holds in all.
+func TestRegistryAnswersAreBounded(t *testing.T) {
+	reg := testenv.StartNPMRegistry(t,
+		testenv.NPMPackage{Name: "a", Version: "1.0.0", Dependencies: map[string]string{"b": "1.0.0", "c": "1.0.0"}},
+		testenv.NPMPackage{Name: "b", Version: "1.0.0", Files: map[string]string{"big.txt": randomText(64 << 10)}},
+		testenv.NPMPackage{Name: "c", Version: "1.0.0"},
+	)
+	t.Run("metadata in all", func(t *testing.T) {
+		defer npm.SetBounds(600, 1<<20, 1<<20)()
+		_, err := resolve(t, reg, "a@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), "metadata of the dependencies comes to more than") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("one package's metadata", func(t *testing.T) {
+		defer npm.SetBounds(1<<20, 100, 1<<20)()
+		_, err := resolve(t, reg, "a@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), "more than 100 bytes") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("one tarball", func(t *testing.T) {
+		pkgs, err := resolve(t, reg, "b@1.0.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer npm.SetBounds(1<<20, 1<<20, 1<<10)()
+		err = npm.Install(context.Background(), &npm.Registry{URL: reg.URL}, pkgs, t.TempDir(), npm.InstallOptions{BaseImportMap: []byte(baseMap)})
+		if err == nil || !strings.Contains(err.Error(), "more than 1024 bytes") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// randomText is n bytes that do not compress.
+func randomText(n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(rand.Text())
+	}
+	return b.String()[:n]
 }

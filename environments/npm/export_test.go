@@ -1,0 +1,8 @@
+package npm
+
+// SetBounds changes the metadata and tarball caps for one test.
+func SetBounds(resolveBytes, packumentBytes, tarballBytes int64) (restore func()) {
+	r, p, t := maxResolveBytes, maxPackumentBytes, maxTarballBytes
+	maxResolveBytes, maxPackumentBytes, maxTarballBytes = resolveBytes, packumentBytes, tarballBytes
+	return func() { maxResolveBytes, maxPackumentBytes, maxTarballBytes = r, p, t }
+}
