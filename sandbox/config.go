@@ -122,7 +122,7 @@ type PackageIndex struct {
 // NPMRegistry says where npm packages come from. They are downloaded by
 // the gateway (or executor), never in a jail; the token never reaches one.
 type NPMRegistry struct {
-	// URL is the registry (npm's URL layout: a mirror or a private
+	// URL is the registry (laid out like npm's: a mirror or a private
 	// registry). Empty: https://registry.npmjs.org/.
 	URL string `yaml:"url" json:"url"`
 	// TokenFile holds a bearer token sent to URL (one line, read at every

@@ -25,6 +25,9 @@ func TestConfigValidate(t *testing.T) {
 		{"the uid range is FIRST-LAST", Config{RootfsDir: "/r", UIDRange: "100000"}, "sandbox.uid_range"},
 		{"a one-uid range is fine", Config{RootfsDir: "/r", UIDRange: "200000-200000"}, ""},
 		{"the runtime dir must be absolute", Config{RootfsDir: "/r", RuntimeDir: "run/execgate"}, "sandbox.runtime_dir"},
+		{"a private npm registry is fine", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "https://npm.example.com/repository/npm/"}}, ""},
+		{"the npm registry ends in a slash", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "https://npm.example.com/npm"}}, "sandbox.npm_registry.url"},
+		{"the npm registry is http(s)", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "file:///srv/npm/"}}, "sandbox.npm_registry.url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
