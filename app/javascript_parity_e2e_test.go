@@ -154,16 +154,7 @@ func TestJavaScriptProxyModeThroughTheGateway(t *testing.T) {
 	port := backend.Listener.Addr().(*net.TCPAddr).Port
 	allowed := fmt.Sprintf("api.test:%d", port)
 	rootfs := testenv.RootfsTrusting(t, ca.PEM)
-	res := &loopbackResolver{hosts: map[string]bool{"api.test": true, "denied.test": true}}
-	s := start(t, setup{realSandbox: true, egressResolver: res, mutate: func(c *config.Config) {
-		c.Sandbox.RootfsDir = rootfs
-		c.Egress.AllowCIDRs = []string{"127.0.0.1/32"}
-		nt := config.DemoTenant()
-		nt.ID = "net"
-		nt.Policy["network"] = []any{"none", "proxy"}
-		nt.Policy["egress_allow"] = []any{allowed}
-		c.Tenants = append(c.Tenants, nt)
-	}})
+	s, _ := proxyServer(t, allowed, func(c *config.Config) { c.Sandbox.RootfsDir = rootfs })
 	const tool = `export async function run(args) {
   const get = async (u) => { try { const r = await fetch(u); return r.status + " " + await r.text() } catch (e) { return "failed " + e.message } };
   return {allowed: await get(args.allowed), denied: await get(args.denied)};

@@ -1654,6 +1654,56 @@ func (d *recordingDialer) seen() []string {
 	return append([]string(nil), d.dialed...)
 }
 
+// proxyWorld is what a network-proxy test runs against: a backend on the
+// host's loopback (port) the allow-list can name, a listener (other) and a
+// UDP socket the jail must not reach, and a runner whose egress proxy
+// resolves the test names (api.test, other.test to 127.0.0.1;
+// metadata.test to 169.254.169.254; private.test to 10.0.0.1) and dials
+// only the backend (dialer records every address asked for).
+type proxyWorld struct {
+	r               *sandbox.Runner
+	dialer          *recordingDialer
+	port, otherPort int
+	other           net.Listener
+	otherAccepted   <-chan net.Conn
+	udp             net.PacketConn
+}
+
+func newProxyWorld(t *testing.T, group string, backend http.HandlerFunc) *proxyWorld {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: backend}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	w := &proxyWorld{port: ln.Addr().(*net.TCPAddr).Port}
+	w.other, w.otherAccepted = listenLoopback(t)
+	w.otherPort = w.other.Addr().(*net.TCPAddr).Port
+	if w.udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.udp.Close() })
+	w.dialer = &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", w.port)}
+	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
+		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1",
+			"metadata.test": "169.254.169.254", "private.test": "10.0.0.1"},
+		Dial: w.dialer.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testenv.SandboxConfig(t)
+	cfg.CgroupParent = cgroupPrefix + "-" + group
+	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
+	if w.r, err = sandbox.NewRunner(cfg, sandbox.WithEgress(proxy)); err != nil {
+		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
+	}
+	t.Cleanup(func() { w.r.Close() })
+	return w
+}
+
 // 25–26. Network proxy: the run's egress proxy is the only way out. An
 // allow-listed host works, through plain HTTP and CONNECT; a host, port or
 // IP literal off the list, and names resolving to metadata or private
@@ -1665,44 +1715,13 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex // guards paths
 	var paths []string
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w := newProxyWorld(t, "proxy", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		paths = append(paths, r.URL.Path)
 		mu.Unlock()
 		fmt.Fprintf(w, "backend says hello at %s", r.URL.Path)
-	})}
-	go srv.Serve(backend)
-	t.Cleanup(func() { srv.Close() })
-	port := backend.Addr().(*net.TCPAddr).Port
-	other, otherAccepted := listenLoopback(t)
-	otherPort := other.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Close() })
-
-	dialer := &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", port)}
-	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
-		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1",
-			"metadata.test": "169.254.169.254", "private.test": "10.0.0.1"},
-		Dial: dialer.dial,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testenv.SandboxConfig(t)
-	cfg.CgroupParent = cgroupPrefix + "-proxy"
-	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
-	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
-	if err != nil {
-		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
-	}
-	t.Cleanup(func() { r.Close() })
+	r, dialer, port, otherPort, udp, other, otherAccepted := w.r, w.dialer, w.port, w.otherPort, w.udp, w.other, w.otherAccepted
 
 	args, _ := json.Marshal(map[string]any{"port": port, "other_port": otherPort, "udp_port": udp.LocalAddr().(*net.UDPAddr).Port})
 	res, err := r.Run(context.Background(), sandbox.Spec{

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
@@ -157,39 +156,10 @@ func TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied(t *testing.T) {
 func TestJavaScriptNetworkProxyIsTheOnlyWayOut(t *testing.T) {
 	testenv.Deno(t)
 	t.Parallel()
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w := newProxyWorld(t, "js-proxy", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "backend says hello at %s", r.URL.Path)
-	})}
-	go srv.Serve(backend)
-	t.Cleanup(func() { srv.Close() })
-	port := backend.Addr().(*net.TCPAddr).Port
-	other, otherAccepted := listenLoopback(t)
-	otherPort := other.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Close() })
-	dialer := &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", port)}
-	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
-		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1", "metadata.test": "169.254.169.254"},
-		Dial:     dialer.dial,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testenv.SandboxConfig(t)
-	cfg.CgroupParent = cgroupPrefix + "-js-proxy"
-	cfg.WorkDir = testenv.JailDir(t)
-	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
-	if err != nil {
-		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
-	}
-	t.Cleanup(func() { r.Close() })
+	r, dialer, port, otherPort, udp, other, otherAccepted := w.r, w.dialer, w.port, w.otherPort, w.udp, w.other, w.otherAccepted
 
 	src := fmt.Sprintf(`
 export async function run() {

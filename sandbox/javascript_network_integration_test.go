@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
@@ -57,32 +56,19 @@ func tlsBackend(t *testing.T, cert tls.Certificate, body string) int {
 	return srv.Listener.Addr().(*net.TCPAddr).Port
 }
 
-// jsProxyRunner is a runner with an egress proxy resolving the test names
-// to the host's loopback, over a rootfs whose CA bundle is caPEM alone.
+// jsProxyRunner is proxyRunner over a rootfs whose CA bundle is caPEM
+// alone.
 func jsProxyRunner(t *testing.T, caPEM []byte, mod func(*sandbox.Config)) *sandbox.Runner {
 	t.Helper()
 	testenv.Nsjail(t)
 	testenv.Deno(t)
-	p, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}},
-		egress.Options{Resolver: testResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1", "untrusted.test": "127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := sandbox.Config{RootfsDir: testenv.RootfsTrusting(t, caPEM), WorkDir: testenv.JailDir(t), CgroupParent: cgroupParent}
-	if mod != nil {
-		mod(&cfg)
-	}
-	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(p))
-	if err != nil {
-		t.Fatalf("NewRunner: %v\n%s", err, detail(err))
-	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Errorf("Close: %v", err)
+	rootfs := testenv.RootfsTrusting(t, caPEM)
+	return proxyRunner(t, func(c *sandbox.Config) {
+		c.RootfsDir = rootfs
+		if mod != nil {
+			mod(c)
 		}
-		assertNoCgroupsLeft(t, r)
 	})
-	return r
 }
 
 // A JavaScript tool in network mode proxy reaches an allow-listed host over
