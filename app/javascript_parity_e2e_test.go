@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
@@ -19,7 +20,7 @@ import (
 // npmServer is a gateway with a real sandbox whose npm packages come from
 // a loopback registry serving testenv.NPMFixtures. Tenant demo may install
 // all of them; tenant acme all but upper (a dependency of shout).
-func npmServer(t *testing.T) (*server, *testenv.NPMRegistry) {
+func npmServer(t *testing.T, mods ...func(*config.Config)) (*server, *testenv.NPMRegistry) {
 	t.Helper()
 	testenv.Deno(t)
 	reg := testenv.StartNPMRegistry(t, testenv.NPMFixtures()...)
@@ -33,8 +34,36 @@ func npmServer(t *testing.T) (*server, *testenv.NPMRegistry) {
 			}
 			c.Tenants[i].Policy["packages"] = map[string]any{"allow": allow, "deny": []any{}}
 		}
+		for _, m := range mods {
+			m(c)
+		}
 	}})
 	return s, reg
+}
+
+// POST /v1/prepare with language javascript and warm keeps a started Deno
+// jail of the environment, which a run naming it takes.
+func TestJavaScriptPrepareWithWarmStartsRunsWarm(t *testing.T) {
+	s, _ := npmServer(t, func(c *config.Config) { c.Sandbox.WarmPool = 1 })
+	if s.sandbox == nil {
+		t.Fatal("the harness built no sandbox runner")
+	}
+	demo := s.token("demo")
+	r := s.do(http.MethodPost, "/v1/prepare", demo, map[string]any{"language": "typescript", "requirements": []string{"@tools/math@0.3.0"}, "warm": 1})
+	if r.status != http.StatusOK || r.json(t)["warm"] != float64(1) {
+		t.Fatalf("prepare: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["environment_id"].(string)
+	waitFor(t, "a warm jail of the environment", 30*time.Second, func() bool { return s.sandbox.Info().WarmIdle >= 2 })
+	r = s.execute(demo, map[string]any{"language": "typescript", "environment_id": id,
+		"source": "import { add } from \"@tools/math\";\nexport function run(): number { return add(40, 2) }\n"})
+	env := r.json(t)
+	if r.status != http.StatusOK || env["status"] != "ok" || env["result"] != float64(42) {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if env["usage"].(map[string]any)["warm"] != true {
+		t.Fatalf("the run did not take the warm jail: %s", r.body)
+	}
 }
 
 const shoutTool = `import shout from "shout";
