@@ -285,7 +285,7 @@ func (a *App) startPolicy(ctx, bg context.Context, sighup bool) error {
 		return fmt.Errorf("loading policies: %w", err)
 	}
 	a.policy = eng
-	if watch := cfg.Policy.Watch; (watch == nil && (len(cfg.Policy.Dirs) > 0 || cfg.Policy.Bundle != nil)) || (watch != nil && *watch) {
+	if cfg.Policy.WatchEnabled() {
 		go func() {
 			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
 				a.log.Error("policy watch stopped", "err", err)

@@ -164,6 +164,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// WithDefaults returns c as the runner uses it: zero fields, the zygotes'
+// included, set to their defaults (NsjailPath and UVPath stay as given:
+// FindNsjail and FindUV resolve them).
+func (c Config) WithDefaults() Config {
+	c = c.withDefaults()
+	c.Zygotes = c.Zygotes.withDefaults()
+	return c
+}
+
 // ParseUIDRange parses sandbox.uid_range, "FIRST-LAST" (inclusive), refusing 0 (host root)
 // and the invalid id 2^32-1.
 func ParseUIDRange(s string) (lo, hi uint32, err error) {

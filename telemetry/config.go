@@ -58,7 +58,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if c.ServiceName == "" {
 		c.ServiceName = DefaultServiceName
 	}

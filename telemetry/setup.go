@@ -44,7 +44,7 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	slog.SetDefault(NewLogger(cfg, os.Stderr))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		slog.Warn("opentelemetry", "err", err)
