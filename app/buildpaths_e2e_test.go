@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +19,9 @@ import (
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/telemetry/otlptest"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -54,11 +58,18 @@ func TestEveryBuildOfTheBinaryTrimsPaths(t *testing.T) {
 	}
 }
 
-// A span the built binary exports carries no path of the machine it was
-// built on: redisotel's code.filepath is module-relative.
-func TestSpansOfTheBuiltBinaryCarryNoBuildPaths(t *testing.T) {
+// builtGateway is `execgate serve` of a built binary in role gateway
+// (decides and dispatches: no sandbox needed) with the Redis quota backend.
+type builtGateway struct {
+	base  string
+	admin string // an admin token of tenant demo
+	proc  *exec.Cmd
+	out   *testenv.SyncBuffer // its stdout and stderr
+}
+
+func startBuiltGateway(t *testing.T, env []string, args ...string) *builtGateway {
+	t.Helper()
 	redis := testenv.Redis(t)
-	otlp := otlptest.NewReceiver(t)
 	bin := testenv.BuildExecgate(t)
 	dir := t.TempDir()
 	listen := obsFreeAddr(t)
@@ -68,7 +79,7 @@ func TestSpansOfTheBuiltBinaryCarryNoBuildPaths(t *testing.T) {
 		"spec.key": hex.EncodeToString(key) + "\n",
 		"config.yaml": fmt.Sprintf(`listen: %q
 state_dir: %q
-server: { role: gateway }       # decides and dispatches: no sandbox needed
+server: { role: gateway }
 auth: { hs256_secret_file: %q }
 quota: { backend: redis, redis_url: %q }
 dispatch: { spec_key_file: %q }
@@ -94,22 +105,42 @@ tenants: [{ id: demo }]
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := exec.Command(bin, append([]string{"serve", "--config", filepath.Join(dir, "config.yaml")}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	g := &builtGateway{base: "http://" + listen, admin: tok}
+	g.proc, g.out = obsStart(t, cmd, g.base)
+	return g
+}
 
-	cmd := exec.Command(bin, "serve", "--config", filepath.Join(dir, "config.yaml"))
-	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
-	proc, _ := obsStart(t, cmd, "http://"+listen)
-	req, _ := http.NewRequest(http.MethodGet, "http://"+listen+"/v1/admin/tenants/demo/usage", nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
+// get sends GET path with the admin token and returns the status and body.
+func (g *builtGateway) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, g.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+g.admin)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("usage: %d", resp.StatusCode)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// stop ends the gateway with SIGTERM (its exporters flush).
+func (g *builtGateway) stop() {
+	_ = g.proc.Process.Signal(syscall.SIGTERM)
+	_ = g.proc.Wait()
+}
+
+// A span the built binary exports carries no path of the machine it was
+// built on: redisotel's code.filepath is module-relative.
+func TestSpansOfTheBuiltBinaryCarryNoBuildPaths(t *testing.T) {
+	otlp := otlptest.NewReceiver(t)
+	g := startBuiltGateway(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.URL, "OTEL_BSP_SCHEDULE_DELAY=100"})
+	if status, body := g.get(t, "/v1/admin/tenants/demo/usage"); status != http.StatusOK {
+		t.Fatalf("usage: %d %s", status, body)
 	}
-	_ = proc.Process.Signal(syscall.SIGTERM) // flushes the exporter
-	_ = proc.Wait()
+	g.stop() // flushes the exporter
 
 	forbidden := []string{testenv.RepoRoot(t), runtime.GOROOT()}
 	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil && strings.TrimSpace(string(out)) != "" {
@@ -134,5 +165,44 @@ tenants: [{ id: demo }]
 	}
 	if files == 0 {
 		t.Fatalf("no exported span has code.filepath (%d spans): the test no longer sees what it checks", len(otlp.Spans()))
+	}
+}
+
+// serve --traces stdout writes each span as a JSON line, and without an
+// OTLP endpoint the gateway serves a trace's spans from memory.
+func TestServeTracesToStdoutAndFromMemory(t *testing.T) {
+	g := startBuiltGateway(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="}, "--traces", "stdout")
+	defer g.stop()
+	if status, body := g.get(t, "/v1/admin/tenants/demo/usage"); status != http.StatusOK {
+		t.Fatalf("usage: %d %s", status, body)
+	}
+	var edge telemetry.Span
+	deadline := time.Now().Add(30 * time.Second)
+	for edge.TraceID == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no span line for the request on stdout:\n%s", g.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for _, l := range strings.Split(g.out.String(), "\n") {
+			var s telemetry.Span
+			if json.Unmarshal([]byte(l), &s) == nil && s.Name == "GET /v1/admin/tenants/:id/usage" {
+				edge = s
+			}
+		}
+	}
+	if edge.DurationMS <= 0 || edge.TenantID != "demo" || edge.Kind != "server" {
+		t.Fatalf("the request's span line: %+v", edge)
+	}
+	status, body := g.get(t, "/v1/admin/traces/"+edge.TraceID)
+	var tr gateway.TraceResponse
+	if status != http.StatusOK || json.Unmarshal(body, &tr) != nil {
+		t.Fatalf("GET the trace: %d %s", status, body)
+	}
+	names := map[string]bool{}
+	for _, s := range tr.Spans {
+		names[s.Name] = true
+	}
+	if !names["GET /v1/admin/tenants/:id/usage"] || !names["auth"] {
+		t.Fatalf("the kept spans of the trace: %v", names)
 	}
 }

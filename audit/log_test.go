@@ -41,8 +41,8 @@ func records() map[string]audit.Record {
 			ExecutionID: "ok-1", TenantID: "demo", Subject: "alice", Roles: []string{"executor"},
 			Decision: allow, Quota: audit.Quota{Outcome: audit.QuotaAdmitted},
 			Language: "python", SourceSHA256: sha(probe),
-			Outcome:      audit.Outcome{HTTPStatus: 200, Status: "ok"},
-			Usage:        sandbox.Usage{WallMS: 41, CPUMS: 30, PeakMemoryKB: 9000},
+			Outcome: audit.Outcome{HTTPStatus: 200, Status: "ok"},
+			Usage:   sandbox.Usage{WallMS: 41, CPUMS: 30, PeakMemoryKB: 9000},
 			Egress: []sandbox.EgressAttempt{
 				{Host: "api.example.com", Port: 443, Allowed: true, IP: "93.184.216.34"},
 				{Host: "169.254.169.254", Port: 80, Allowed: false, Reason: "metadata address"},

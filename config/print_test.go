@@ -35,6 +35,7 @@ var zeroIsTheValue = map[string]string{
 	"policy.bundle":                          "no bundle",
 	"policy.watch":                           "nothing to watch without dirs or a bundle",
 	"telemetry.tracing":                      "no OTLP endpoint in the environment",
+	"telemetry.traces_stdout":                "spans are not written to stdout",
 	"tenants":                                "none configured: every token is refused",
 	"tenants[*].quota.max_queued":            "0: unbounded",
 	"tenants[*].policy.*":                    "the tenant's policy data, given as is",
