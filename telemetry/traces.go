@@ -120,7 +120,7 @@ func attrValue(v attribute.Value) any {
 	case attribute.STRING:
 		return clipString(v.AsString(), maxAttrValueBytes)
 	default:
-		return clipString(v.Emit(), maxAttrValueBytes)
+		return clipString(v.String(), maxAttrValueBytes)
 	}
 }
 
