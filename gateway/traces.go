@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/telemetry"
-	"github.com/execgate/execgate/tenancy"
 )
 
 // Traces keeps the recent spans of each tenant's traces (*telemetry.SpanRing,
@@ -36,29 +35,18 @@ func (s *Server) handleTraces(c *gin.Context) {
 			return
 		}
 	}
-	id, err := trace.TraceIDFromHex(c.Param("trace_id"))
-	if err != nil || len(c.Param("trace_id")) != 32 {
+	id, idErr := trace.TraceIDFromHex(c.Param("trace_id"))
+	if idErr != nil || id.String() != c.Param("trace_id") {
 		s.fail(c, badRequest("trace_id", "must be 32 lowercase hex digits (an envelope's or audit record's trace_id)"))
 		return
 	}
-	p, _ := tenancy.PrincipalFrom(c.Request.Context())
-	target := c.Query("tenant")
-	a, _ := c.Value(keyAccess).(Access)
-	if target == "" {
-		if _, err := s.d.Tenants.AuthorizeAll(p, a.Grants); err != nil {
-			target = p.TenantID // a tenant-scoped role: its own tenant
-		}
+	target, err := s.queryTenant(c)
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
 	var tenants []string // nil: every tenant
 	if target != "" {
-		if _, err := s.authorizeTenant(c, p, target); err != nil {
-			s.fail(c, err)
-			return
-		}
-		if _, err := s.d.Tenants.Lookup(target); err != nil {
-			s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "tenant " + quoteID(target) + " is not configured", Err: err})
-			return
-		}
 		tenants = []string{target}
 	}
 	if s.d.Traces == nil {

@@ -9,9 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/execgate/execgate/toolbridge"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
-	"github.com/execgate/execgate/toolbridge/toolconfig"
 )
 
 // A descriptor the gateway inherited from its parent without close-on-exec
@@ -28,18 +26,7 @@ func TestStdioServerGetsOnlyItsStdio(t *testing.T) {
 	}
 	defer syscall.Close(fd)
 
-	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {Servers: []toolconfig.Server{{
-		Name:           "local",
-		Command:        []string{os.Args[0], "-test.run=^$"},
-		Env:            map[string]toolconfig.Secret{toolbridgetest.StdioEnv: {Env: "PATH"}},
-		TimeoutMS:      30000,
-		MaxResultBytes: 64 << 10,
-	}}}}, toolbridge.Options{Policy: newEngine(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hub.Close()
-	r := hub.NewRun(toolbridge.RunInfo{TenantID: "acme", Granted: []string{"local.*"}})
+	r := stdioRun(t, "PATH")
 	out, err := r.Call(context.Background(), "local.fds", json.RawMessage(`{}`))
 	if err != nil {
 		t.Fatal(err)
