@@ -362,7 +362,9 @@ type versionInfo struct {
 	Dependencies         map[string]string `json:"dependencies,omitempty"`
 	OptionalDependencies map[string]string `json:"optionalDependencies,omitempty"`
 	PeerDependencies     map[string]string `json:"peerDependencies,omitempty"`
-	PeerDependenciesMeta json.RawMessage   `json:"peerDependenciesMeta,omitempty"`
+	PeerDependenciesMeta map[string]struct {
+		Optional bool `json:"optional"`
+	} `json:"peerDependenciesMeta,omitempty"`
 	OS                   stringList        `json:"os,omitempty"`
 	CPU                  stringList        `json:"cpu,omitempty"`
 	Dist                 struct {
@@ -372,12 +374,19 @@ type versionInfo struct {
 }
 
 // writeRegistryFiles writes each package name's registry.json below root
-// (one directory per name), listing its locked versions.
+// (one directory per name), listing its locked versions. An optional
+// dependency (or optional peer) the lock does not hold, one the resolver
+// left out for another platform or could not have, is left out of its
+// dependent's entry too: Deno would otherwise look for it in the cache and
+// fail the import (measured on Deno 2.9.8: "npm package not found in
+// cache", even for an optional dependency), where the package's own code
+// expects to do without it.
 func writeRegistryFiles(root string, pkgs []Package) error {
 	byName := map[string][]Package{}
 	for _, p := range pkgs {
 		byName[p.Name] = append(byName[p.Name], p)
 	}
+	locked := func(name string) bool { return len(byName[name]) > 0 }
 	for name, versions := range byName {
 		// "_deno.packumentFormat": "full" marks the document complete:
 		// without it `deno check` (mode validate) fetches it again,
@@ -391,6 +400,18 @@ func writeRegistryFiles(root string, pkgs []Package) error {
 		for _, p := range versions {
 			info := readPackageJSON(filepath.Join(root, filepath.FromSlash(name), p.Version, "package.json"))
 			info.Name, info.Version = name, p.Version
+			for dep := range info.OptionalDependencies {
+				if !locked(dep) {
+					delete(info.OptionalDependencies, dep)
+					delete(info.Dependencies, dep)
+				}
+			}
+			for dep := range info.PeerDependencies {
+				if info.PeerDependenciesMeta[dep].Optional && !locked(dep) {
+					delete(info.PeerDependencies, dep)
+					delete(info.PeerDependenciesMeta, dep)
+				}
+			}
 			info.Dist.Tarball = cacheTarballURL + TarballPath(name, p.Version)
 			info.Dist.Integrity = p.Integrity
 			doc.Versions[p.Version] = info

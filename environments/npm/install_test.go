@@ -274,3 +274,33 @@ func TestLocksRoundTripAndRefuseWhatTheyCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// Optional dependencies (and optional peers) the lock does not hold are
+// left out of their dependent's registry.json, so Deno does not look for
+// them; a dependency that is locked stays.
+func TestRegistryFilesLeaveOutOptionalsThatAreNotLocked(t *testing.T) {
+	reg := testenv.StartNPMRegistry(t, testenv.NPMFixtures()...)
+	pkgs, err := resolve(t, reg, "shout@1.2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(pkgs); got != "shout@1.2.0 upper@2.1.0<-shout@1.2.0" {
+		t.Fatalf("resolved %s: the optionals should be left out", got)
+	}
+	dir, err := install(t, reg, pkgs, npm.InstallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "deno", "npm", "registry.npmjs.org", "shout", "registry.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"shout-darwin", "shout-missing", "shout-plugin"} {
+		if strings.Contains(string(b), name) {
+			t.Errorf("registry.json names %s: %s", name, b)
+		}
+	}
+	if !strings.Contains(string(b), `"upper":"^2.0.0"`) {
+		t.Errorf("registry.json lost the locked dependency: %s", b)
+	}
+}

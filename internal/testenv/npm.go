@@ -232,13 +232,18 @@ func peerMeta(optional []string) map[string]any {
 }
 
 // NPMFixtures are a small npm world for tests: a CommonJS package using a Node
-// builtin and an ES module dependency, a scoped ES module with a subpath,
+// builtin and an ES module dependency (and optional dependencies and an
+// optional peer that are not installed), a scoped ES module with a subpath,
 // and a package whose install scripts would leave files behind
 // (/tmp/execgate-preinstall-ran, /tmp/execgate-postinstall-ran) if anything
 // ran them.
 func NPMFixtures() []NPMPackage {
 	return []NPMPackage{
 		{Name: "shout", Version: "1.2.0", Main: "index.js", Dependencies: map[string]string{"upper": "^2.0.0"},
+			// Left out (another os; not on the registry), as npm would:
+			// the package must still import.
+			OptionalDependencies: map[string]string{"shout-darwin": "1.2.0", "shout-missing": "1.0.0"},
+			PeerDependencies:     map[string]string{"shout-plugin": "^1.0.0"}, OptionalPeers: []string{"shout-plugin"},
 			Files: map[string]string{"index.js": `
 const util = require("util");
 const upper = require("upper");
@@ -246,6 +251,7 @@ module.exports = function shout(s) { return util.format("%s!", upper.default(s))
 module.exports.env = () => Object.keys(process.env).length + ":" + String(process.env.NODE_ENV);
 module.exports.say = (s) => { process.stdout.write("said " + s + "\n"); return s; };
 `}},
+		{Name: "shout-darwin", Version: "1.2.0", OS: []string{"darwin"}, Files: map[string]string{"index.js": "module.exports = 'darwin'"}},
 		{Name: "upper", Version: "2.1.0", Type: "module", Files: map[string]string{"index.js": `export default (s) => s.toUpperCase();`}},
 		{Name: "@tools/math", Version: "0.3.0", Type: "module", Main: "index.js",
 			Files: map[string]string{"index.js": `export const add = (a, b) => a + b;`, "lib/mul.js": `export const mul = (a, b) => a * b;`}},
