@@ -365,9 +365,9 @@ type versionInfo struct {
 	PeerDependenciesMeta map[string]struct {
 		Optional bool `json:"optional"`
 	} `json:"peerDependenciesMeta,omitempty"`
-	OS                   stringList        `json:"os,omitempty"`
-	CPU                  stringList        `json:"cpu,omitempty"`
-	Dist                 struct {
+	OS   stringList `json:"os,omitempty"`
+	CPU  stringList `json:"cpu,omitempty"`
+	Dist struct {
 		Tarball   string `json:"tarball"`
 		Integrity string `json:"integrity"`
 	} `json:"dist"`
