@@ -95,7 +95,7 @@ func Install(ctx context.Context, reg *Registry, pkgs []Package, dir string, opt
 	g.SetLimit(maxInstallWorkers)
 	for _, p := range pkgs {
 		g.Go(func() error {
-			tgz, err := fetchVerified(gctx, reg, p, opts.TarballCache, dir)
+			tgz, err := fetchVerified(gctx, reg, p, opts.TarballCache, dir, b)
 			if err != nil {
 				return err
 			}
@@ -124,9 +124,9 @@ func Install(ctx context.Context, reg *Registry, pkgs []Package, dir string, opt
 }
 
 // fetchVerified returns the path of p's tarball, checked against its
-// integrity: from the cache when there, else downloaded (into the cache,
-// or a temporary file in tmpDir).
-func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir string) (string, error) {
+// integrity and taken from b's tarball bytes: from the cache when there,
+// else downloaded (into the cache, or a temporary file in tmpDir).
+func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir string, b *budget) (string, error) {
 	want, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(p.Integrity, "sha512-"))
 	if err != nil || len(want) != sha512.Size {
 		return "", fmt.Errorf("%s: integrity %q is not sha512", p.Key(), clip(p.Integrity, 40))
@@ -139,7 +139,10 @@ func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir 
 	cacheName := cacheKey(p) + ".tgz"
 	if cache != "" {
 		cached := filepath.Join(cache, cacheName)
-		if ok, _ := fileHasSum(cached, want); ok {
+		if size, ok, _ := fileHasSum(cached, want); ok {
+			if err := b.takeTarball(size); err != nil {
+				return "", fmt.Errorf("%s: %w", p.Key(), err)
+			}
 			return cached, nil
 		}
 	}
@@ -155,9 +158,13 @@ func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir 
 		return "", err
 	}
 	h := sha512.New()
-	err = reg.tarball(ctx, p.Name, p.Version, io.MultiWriter(f, h))
+	cw := &countingWriter{w: io.MultiWriter(f, h)}
+	err = reg.tarball(ctx, p.Name, p.Version, cw)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = b.takeTarball(cw.n)
 	}
 	if err != nil {
 		os.Remove(f.Name())
@@ -185,31 +192,48 @@ func cacheKey(p Package) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// fileHasSum reports whether the file at p has SHA-512 sum.
-func fileHasSum(p string, sum []byte) (bool, error) {
+// fileHasSum reports whether the file at p has SHA-512 sum, and its size.
+func fileHasSum(p string, sum []byte) (int64, bool, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	defer f.Close()
 	h := sha512.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return false, err
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, false, err
 	}
-	return string(h.Sum(nil)) == string(sum), nil
+	return n, string(h.Sum(nil)) == string(sum), nil
 }
 
-// budget is what is left of an environment's bytes and files; shared by
-// the extractions of one install.
+// countingWriter counts what it passes on.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// budget is what is left of an environment's bytes and files, and of the
+// bytes of its tarballs; shared by the downloads and extractions of one
+// install. The tarballs get a cap of their own, MaxBytes as well: what a
+// tarball holds past its end (or in entries that are not extracted) is
+// downloaded and kept in the tarball cache without being extracted.
 type budget struct {
-	mu       sync.Mutex // guards bytes and files
-	capBytes bool       // false: bytes are not counted
+	mu       sync.Mutex // guards bytes, files and tarballs
+	capBytes bool       // false: bytes and tarballs are not counted
 	bytes    int64
 	files    int64
+	tarballs int64
 }
 
 func newBudget(l Limits) *budget {
-	b := &budget{capBytes: l.MaxBytes > 0, bytes: l.MaxBytes, files: int64(l.MaxFiles)}
+	b := &budget{capBytes: l.MaxBytes > 0, bytes: l.MaxBytes, files: int64(l.MaxFiles), tarballs: l.MaxBytes}
 	if b.files <= 0 {
 		b.files = DefaultMaxFiles
 	}
@@ -230,9 +254,21 @@ func (b *budget) take(bytes, files int64) error {
 	return nil
 }
 
+// takeTarball takes a tarball's size from what the tarballs may come to.
+func (b *budget) takeTarball(size int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.capBytes && size > b.tarballs {
+		return errTarballsTooLarge
+	}
+	b.tarballs -= size
+	return nil
+}
+
 var (
-	errTooLarge     = errors.New("the environment's files are over the size cap (sandbox.deps_max_mb)")
-	errTooManyFiles = errors.New("the environment has too many files")
+	errTarballsTooLarge = errors.New("the packages' tarballs come to more than the size cap (sandbox.deps_max_mb)")
+	errTooLarge         = errors.New("the environment's files are over the size cap (sandbox.deps_max_mb)")
+	errTooManyFiles     = errors.New("the environment has too many files")
 )
 
 // extractFile extracts the gzipped tarball at tgz into dst (created),

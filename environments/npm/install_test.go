@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,6 +274,21 @@ func TestLocksRoundTripAndRefuseWhatTheyCannotHold(t *testing.T) {
 		if _, err := npm.ParseLock(bad); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A chain of MaxDepth packages is allowed, one more is not.
+	chain := func(n int) []npm.Package {
+		out := []npm.Package{{Name: "c01", Version: "1.0.0", Integrity: i1, Requested: true}}
+		for i := 2; i <= n; i++ {
+			out = append(out, npm.Package{Name: fmt.Sprintf("c%02d", i), Version: "1.0.0", Integrity: i1, Parent: out[i-2].Key()})
+		}
+		return out
+	}
+	if _, err := npm.ParseLock(npm.RenderLock(chain(npm.MaxDepth))); err != nil {
+		t.Errorf("a chain of %d: %v", npm.MaxDepth, err)
+	}
+	_, err = npm.ParseLock(npm.RenderLock(chain(npm.MaxDepth + 1)))
+	if !errors.Is(err, npm.ErrInvalidLock) || !strings.Contains(err.Error(), fmt.Sprintf("c%02d@1.0.0 is more than %d packages below a requested one", npm.MaxDepth+1, npm.MaxDepth-1)) {
+		t.Errorf("a chain of %d: %v", npm.MaxDepth+1, err)
 	}
 }
 

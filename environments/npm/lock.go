@@ -46,6 +46,12 @@ const (
 	MaxPackages = 512
 	// MaxLockBytes bounds a lock's text.
 	MaxLockBytes = 256 << 10
+	// MaxDepth bounds how deep a package sits below a requested one: the
+	// names of its chain (Chain), the requested package's own included.
+	// Every package's chain goes into the policy's input, so a deeper one
+	// would multiply a lock's size there (512 packages in one chain make
+	// 131,328 names of a 256 KiB lock).
+	MaxDepth = 32
 	// maxNameLen is npm's limit on a package name.
 	maxNameLen = 214
 )
@@ -224,8 +230,34 @@ func ParseLock(text string) ([]Package, error) {
 	if !requested {
 		return nil, fmt.Errorf("%w: no requested package (a line without \"# via\")", ErrInvalidLock)
 	}
+	if p, ok := tooDeep(pkgs); ok {
+		return nil, fmt.Errorf("%w: %s is more than %d packages below a requested one (or its parents loop)", ErrInvalidLock, p.Key(), MaxDepth-1)
+	}
 	sortPackages(pkgs)
 	return pkgs, nil
+}
+
+// tooDeep finds a package whose chain (Chain) is longer than MaxDepth,
+// walking at most MaxDepth parents from each.
+func tooDeep(pkgs []Package) (Package, bool) {
+	byKey := make(map[string]Package, len(pkgs))
+	for _, q := range pkgs {
+		byKey[q.Key()] = q
+	}
+	for _, p := range pkgs {
+		cur, n := p, 1
+		for !cur.Requested && cur.Parent != "" {
+			next, ok := byKey[cur.Parent]
+			if !ok {
+				break
+			}
+			if n++; n > MaxDepth {
+				return p, true
+			}
+			cur = next
+		}
+	}
+	return Package{}, false
 }
 
 // Chain is how p was pulled in, as package names from a requested package

@@ -3,6 +3,7 @@ package npm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -57,6 +58,25 @@ const maxFetchers = 8
 // refused rather than held in memory.
 var maxResolveBytes int64 = 128 << 20
 
+// Bounds on the work of one resolution, besides MaxPackages and MaxDepth
+// (variables for tests). A package's metadata names its dependencies, so
+// whoever publishes it chooses how many packages a resolution looks up:
+// each bound is checked before the requests it would cost are made.
+var (
+	// maxPackuments bounds the packages whose metadata one resolution
+	// fetches: the packages it chooses, and the optional dependencies it
+	// looks up and leaves out (another platform's, missing ones).
+	maxPackuments = 2 * MaxPackages
+	// maxEdges bounds the dependency entries of the chosen packages in
+	// all (each is matched against what is chosen, and reported when it
+	// fails).
+	maxEdges = 64 * MaxPackages
+)
+
+// boundError is the error of a bound above: it is never skipped as an
+// optional dependency's failure is.
+type boundError struct{ error }
+
 // resolveSlots bounds the resolutions of this process in flight, so what
 // they hold together stays below a few times maxResolveBytes whoever asks.
 var resolveSlots = make(chan struct{}, 2)
@@ -66,6 +86,7 @@ var resolveSlots = make(chan struct{}, 2)
 type edge struct {
 	name, spec, parent string
 	optional           bool
+	depth              int // 1 for a requirement
 }
 
 // node is a chosen version.
@@ -82,7 +103,9 @@ type resolution struct {
 	bytes    int64             // the metadata held in docs
 	failed   map[string]error  // packuments that could not be fetched
 	chosen   map[string][]node // name → versions chosen, in the order chosen
-	count    int
+	count    int               // packages chosen
+	fetched  int               // packuments asked for
+	edges    int               // dependency entries of the chosen packages
 }
 
 // Resolve finds the complete set of packages reqs need: each requirement's
@@ -104,7 +127,7 @@ func Resolve(ctx context.Context, reg *Registry, platform Platform, reqs []Requi
 	res := &resolution{reg: reg, platform: platform, docs: map[string]*packument{}, failed: map[string]error{}, chosen: map[string][]node{}}
 	var level []edge
 	for _, r := range reqs {
-		level = append(level, edge{name: r.Name, spec: r.Version})
+		level = append(level, edge{name: r.Name, spec: r.Version, depth: 1})
 	}
 	for len(level) > 0 {
 		if err := res.fetch(ctx, level); err != nil {
@@ -114,7 +137,7 @@ func Resolve(ctx context.Context, reg *Registry, platform Platform, reqs []Requi
 		for _, e := range level {
 			more, err := res.visit(e)
 			if err != nil {
-				if e.optional {
+				if e.optional && !errors.As(err, new(boundError)) {
 					continue // npm skips an optional dependency it cannot install
 				}
 				return nil, err
@@ -136,10 +159,15 @@ func Resolve(ctx context.Context, reg *Registry, platform Platform, reqs []Requi
 // fetch gets the packuments of the edges' packages not fetched yet.
 func (res *resolution) fetch(ctx context.Context, level []edge) error {
 	var names []string
+	seen := map[string]bool{}
 	for _, e := range level {
 		name, _, err := target(e)
-		if err != nil || res.docs[name] != nil || res.failed[name] != nil || slices.Contains(names, name) {
+		if err != nil || res.docs[name] != nil || res.failed[name] != nil || seen[name] {
 			continue
+		}
+		seen[name] = true
+		if res.fetched++; res.fetched > maxPackuments {
+			return boundError{fmt.Errorf("the dependencies name more than %d packages to look up (at %s)", maxPackuments, name)}
 		}
 		names = append(names, name)
 	}
@@ -167,7 +195,7 @@ func (res *resolution) fetch(ctx context.Context, level []edge) error {
 			continue
 		}
 		if res.bytes += sizes[i]; res.bytes > maxResolveBytes {
-			return fmt.Errorf("the metadata of the dependencies comes to more than %s (at %s)", sizeText(maxResolveBytes), name)
+			return boundError{fmt.Errorf("the metadata of the dependencies comes to more than %s (at %s)", sizeText(maxResolveBytes), name)}
 		}
 		res.docs[name] = docs[i]
 	}
@@ -237,15 +265,22 @@ func (res *resolution) visit(e edge) ([]edge, error) {
 		return nil, res.fail(e, fmt.Sprintf("%s@%s has no sha512 integrity in the registry's metadata (%q)", name, v.text, clip(m.Dist.Integrity, 40)))
 	}
 	if res.count++; res.count > MaxPackages {
-		return nil, res.fail(e, fmt.Sprintf("the dependencies come to more than %d packages", MaxPackages))
+		return nil, boundError{res.fail(e, fmt.Sprintf("the dependencies come to more than %d packages", MaxPackages))}
+	}
+	if e.depth > MaxDepth {
+		return nil, boundError{res.fail(e, fmt.Sprintf("%s@%s is more than %d packages below a requested one", name, v.text, MaxDepth-1))}
 	}
 	pkg := Package{Name: name, Version: v.text, Integrity: m.Dist.Integrity, Requested: e.parent == "", Parent: e.parent}
 	res.chosen[name] = append(res.chosen[name], node{v: v, pkg: pkg})
-	return dependencies(pkg.Key(), m), nil
+	deps := dependencies(pkg.Key(), e.depth+1, m)
+	if res.edges += len(deps); res.edges > maxEdges {
+		return nil, boundError{fmt.Errorf("the dependencies come to more than %d dependency entries (at %s)", maxEdges, pkg.Key())}
+	}
+	return deps, nil
 }
 
 // dependencies are the edges a chosen version adds, in a stable order.
-func dependencies(parent string, m manifest) []edge {
+func dependencies(parent string, depth int, m manifest) []edge {
 	var out []edge
 	seen := map[string]bool{}
 	add := func(deps map[string]string, optional func(string) bool, skip func(string) bool) {
@@ -259,7 +294,7 @@ func dependencies(parent string, m manifest) []edge {
 				continue
 			}
 			seen[n] = true
-			out = append(out, edge{name: n, spec: deps[n], parent: parent, optional: optional(n)})
+			out = append(out, edge{name: n, spec: deps[n], parent: parent, optional: optional(n), depth: depth})
 		}
 	}
 	isOptional := func(n string) bool { _, ok := m.OptionalDependencies[n]; return ok }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -204,6 +206,34 @@ func TestRegistryAnswersAreBounded(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	t.Run("tarballs in all", func(t *testing.T) {
+		// What a tarball holds past its end is downloaded, never
+		// extracted: the tarballs have a cap of their own.
+		padded := append(testenv.NPMTarball(t, map[string]string{"index.js": "x"}), randomText(64<<10)...)
+		reg := testenv.StartNPMRegistry(t, testenv.NPMPackage{Name: "padded", Version: "1.0.0", Raw: padded},
+			testenv.NPMPackage{Name: "plain", Version: "1.0.0", Files: map[string]string{"index.js": "x"}})
+		limits := npm.Limits{MaxBytes: 32 << 10}
+		for _, req := range []string{"padded@1.0.0", "plain@1.0.0"} {
+			pkgs, err := resolve(t, reg, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache := t.TempDir()
+			_, err = install(t, reg, pkgs, npm.InstallOptions{Limits: limits, TarballCache: cache})
+			if req == "plain@1.0.0" {
+				if err != nil {
+					t.Fatalf("plain: %v", err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), "tarballs come to more than the size cap") {
+				t.Fatalf("padded: got %v", err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(cache, "*")); len(left) != 0 {
+				t.Errorf("the refused tarball was kept: %v", left)
+			}
+		}
+	})
 	t.Run("one tarball", func(t *testing.T) {
 		pkgs, err := resolve(t, reg, "b@1.0.0")
 		if err != nil {
@@ -213,6 +243,82 @@ func TestRegistryAnswersAreBounded(t *testing.T) {
 		err = npm.Install(context.Background(), &npm.Registry{URL: reg.URL}, pkgs, t.TempDir(), npm.InstallOptions{BaseImportMap: []byte(baseMap)})
 		if err == nil || !strings.Contains(err.Error(), "more than 1024 bytes") {
 			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// Whoever publishes a package chooses its dependencies: the packages a
+// resolution chooses, the packages it looks up, the dependency entries it
+// reads and how deep it goes are bounded, each checked before the requests
+// it would cost, and a bound is an error even where an optional
+// dependency's failure is skipped.
+func TestResolutionIsBounded(t *testing.T) {
+	t.Run("packages", func(t *testing.T) {
+		optional := map[string]string{}
+		pkgs := []testenv.NPMPackage{{Name: "root", Version: "1.0.0", OptionalDependencies: optional}}
+		for i := range npm.MaxPackages { // with root, one more than allowed
+			name := fmt.Sprintf("p%03d", i)
+			optional[name] = "1.0.0"
+			pkgs = append(pkgs, testenv.NPMPackage{Name: name, Version: "1.0.0"})
+		}
+		reg := testenv.StartNPMRegistry(t, pkgs...)
+		_, err := resolve(t, reg, "root@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the dependencies come to more than %d packages (needed by root)", npm.MaxPackages)) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("packages looked up", func(t *testing.T) {
+		defer npm.SetCounts(8, 1<<20)()
+		optional := map[string]string{}
+		for i := range 20 {
+			optional[fmt.Sprintf("ghost%02d", i)] = "^1.0.0" // not on the registry: skipped one by one
+		}
+		reg := testenv.StartNPMRegistry(t, testenv.NPMPackage{Name: "root", Version: "1.0.0", OptionalDependencies: optional})
+		_, err := resolve(t, reg, "root@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), "the dependencies name more than 8 packages to look up") {
+			t.Fatalf("got %v", err)
+		}
+		if n := reg.Requests("/ghost00"); n != 0 {
+			t.Errorf("the registry was asked for ghost00 %d times before the bound", n)
+		}
+	})
+	t.Run("dependency entries", func(t *testing.T) {
+		defer npm.SetCounts(1<<20, 10)()
+		deps := map[string]string{}
+		for i := range 11 {
+			deps[fmt.Sprintf("dep%02d", i)] = "^1.0.0"
+		}
+		reg := testenv.StartNPMRegistry(t, testenv.NPMPackage{Name: "root", Version: "1.0.0", OptionalDependencies: deps})
+		_, err := resolve(t, reg, "root@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), "more than 10 dependency entries (at root@1.0.0)") {
+			t.Fatalf("got %v", err)
+		}
+		if n := reg.Requests("/dep00"); n != 0 {
+			t.Errorf("the registry was asked for dep00 %d times before the bound", n)
+		}
+	})
+	t.Run("depth", func(t *testing.T) {
+		// d01 → d02 → … → d33; the last link is optional.
+		var pkgs []testenv.NPMPackage
+		for i := 1; i <= npm.MaxDepth+1; i++ {
+			p := testenv.NPMPackage{Name: fmt.Sprintf("d%02d", i), Version: "1.0.0"}
+			switch next := fmt.Sprintf("d%02d", i+1); {
+			case i == npm.MaxDepth:
+				p.OptionalDependencies = map[string]string{next: "1.0.0"}
+			case i < npm.MaxDepth:
+				p.Dependencies = map[string]string{next: "1.0.0"}
+			}
+			pkgs = append(pkgs, p)
+		}
+		reg := testenv.StartNPMRegistry(t, pkgs...)
+		_, err := resolve(t, reg, "d01@1.0.0")
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("d33@1.0.0 is more than %d packages below a requested one (needed by d01 → d02", npm.MaxDepth-1)) {
+			t.Fatalf("got %v", err)
+		}
+		// One level less is allowed.
+		got, err := resolve(t, reg, "d02@1.0.0")
+		if err != nil || len(got) != npm.MaxDepth {
+			t.Fatalf("d02: %d packages, %v", len(got), err)
 		}
 	})
 }
