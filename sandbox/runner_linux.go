@@ -42,11 +42,11 @@ type Runner struct {
 	nsjailExec string
 	view       *view.View // the jail's view of the rootfs, deps and jails dirs
 	// wsDir is where jails' workspaces are attached (the view's).
-	wsDir string
-	uids       *uids.Pool // host uids, one per live jail
-	version    string
-	cg         *cgroups.Manager
-	manifest   *jaillayout.Manifest
+	wsDir    string
+	uids     *uids.Pool // host uids, one per live jail
+	version  string
+	cg       *cgroups.Manager
+	manifest *jaillayout.Manifest
 	// seccompPolicy is the Kafel policy; tests swap in a broken one.
 	seccompPolicy string
 	log           *slog.Logger

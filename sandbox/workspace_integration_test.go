@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
@@ -195,6 +196,129 @@ func TestTheRunnerRefusesBadFileSets(t *testing.T) {
 			res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    return 1\n", Limits: few, Files: tt.files})
 			if res.ErrorType() != sandbox.ErrInvalidInput || !strings.Contains(res.Error.Message, tt.want) {
 				t.Fatalf("got %s; want InvalidInput naming %q", dump(res), tt.want)
+			}
+		})
+	}
+}
+
+// hostileOut is a tool that leaves everything but plain files in
+// /workspace/out: links to the jail's /etc/passwd and to a host path, a
+// FIFO, a socket, a directory, names the runner refuses, a file over the
+// bytes left, a sparse file as large as RLIMIT_FSIZE lets it, and as many
+// files as the tmpfs takes; and a daemon that keeps writing after the run
+// returns. (Its 100 GiB sparse file is refused by RLIMIT_FSIZE in the
+// jail; package workspace's own test shows the collection refusing one by
+// its size.) Names sort the interesting drops before the many files.
+const hostileOut = `import os, signal, socket, time
+def run(args, context):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    out = "/workspace/out/"
+    os.symlink("/etc/passwd", out + "link-passwd")
+    os.symlink(args["host_path"], out + "link-host")
+    os.mkfifo(out + "fifo")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(out + "b-sock")
+    os.mkdir(out + "dir")
+    open(out + "dir/inner.txt", "w").write("inner")
+    open(out + "bad\x01name", "w").write("x")
+    open(out + "back\\slash", "w").write("x")
+    try:
+        context.artifacts.save("../../x", "escape")
+        escaped = True
+    except ValueError:
+        escaped = False
+    open(out + "a-small.txt", "w").write("small")
+    with open(out + "big.bin", "wb") as f:
+        f.write(b"\0" * (args["big"]))
+    sparse = "ok"
+    with open(out + "b-sparse.bin", "wb") as f:
+        try:
+            f.truncate(100 << 30)
+        except OSError as e:
+            sparse = e.strerror
+            f.truncate(args["sparse"])
+    made = 0
+    try:
+        for i in range(100000):
+            open(out + "many-%06d" % i, "w").close()
+            made += 1
+    except OSError as e:
+        err = e.strerror
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(out + "grow.txt", "ab") as f:
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+        os._exit(0)
+    time.sleep(0.2)
+    return {"escaped": escaped, "made": made, "err": err, "sparse": sparse}
+`
+
+func TestHostileArtifactsAreDroppedWithReasons(t *testing.T) {
+	r := newRunner(t, nil)
+	l := limits.Default
+	l.TmpMB, l.Artifacts, l.ArtifactsBytes = 16, 8, 1<<20
+	for _, level := range []string{sandbox.IsolationJail, sandbox.IsolationProcess} {
+		t.Run("level "+level, func(t *testing.T) {
+			args, _ := json.Marshal(map[string]any{"host_path": r.Info().RootfsDir + "/etc/execgate/manifest.json", "big": 2 << 20, "sparse": 12 << 20})
+			start := time.Now()
+			res := run(t, r, sandbox.Spec{TenantID: "t1", Isolation: level, Source: hostileOut, Args: args, Limits: l})
+			took := time.Since(start)
+			if res.Status != sandbox.StatusOK {
+				t.Fatalf("run failed: %s", dump(res))
+			}
+			if took > time.Duration(stretch(8000))*time.Millisecond {
+				t.Errorf("the run took %v", took)
+			}
+			var got struct {
+				Escaped bool   `json:"escaped"`
+				Made    int    `json:"made"`
+				Err     string `json:"err"`
+				Sparse  string `json:"sparse"`
+			}
+			if err := json.Unmarshal(res.Result, &got); err != nil {
+				t.Fatalf("result %s", res.Result)
+			}
+			if got.Escaped || got.Made >= 100000 || got.Err != "No space left on device" {
+				t.Errorf("tool: %+v; want save refused, and the tmpfs out of inodes", got)
+			}
+			t.Logf("the tool made %d files before %q; its 100 GiB sparse file: %s", got.Made, got.Err, got.Sparse)
+			var names []string
+			for _, a := range res.Artifacts {
+				names = append(names, a.Name)
+			}
+			// In name order, within limits.artifacts (8): the small file,
+			// the growing one if it fits, the first of the many.
+			if len(res.Artifacts) != 8 || res.Artifacts[0].Name != "a-small.txt" || string(res.Artifacts[0].Data) != "small" {
+				t.Errorf("collected %q", names)
+			}
+			var total int64
+			for _, a := range res.Artifacts {
+				total += a.Bytes
+				if int64(len(a.Data)) != a.Bytes {
+					t.Errorf("artifact %q: %d bytes of data, says %d", a.Name, len(a.Data), a.Bytes)
+				}
+			}
+			if total > l.ArtifactsBytes {
+				t.Errorf("collected %d bytes, over limits.artifacts_bytes %d", total, l.ArtifactsBytes)
+			}
+			reasons := map[string]string{}
+			for _, d := range res.Truncated.Artifacts {
+				reasons[d.Name] = d.Reason
+			}
+			for name, want := range map[string]string{
+				"link-passwd": workspace.ReasonSymlink, "link-host": workspace.ReasonSymlink, "fifo": workspace.ReasonFIFO,
+				"b-sock": workspace.ReasonSocket, "dir": workspace.ReasonDirectory, "bad\x01name": "an invalid name",
+				"back\\slash": "an invalid name", "big.bin": workspace.ReasonBytes, "b-sparse.bin": workspace.ReasonBytes,
+			} {
+				if !strings.HasPrefix(reasons[name], want) {
+					t.Errorf("%q dropped for %q; want %q", name, reasons[name], want)
+				}
+			}
+			if len(res.Truncated.Artifacts) != workspace.MaxDropped || res.Truncated.ArtifactsDropped < got.Made-8 {
+				t.Errorf("dropped list of %d, count %d; want %d listed and at least %d counted", len(res.Truncated.Artifacts), res.Truncated.ArtifactsDropped, workspace.MaxDropped, got.Made-8)
 			}
 		})
 	}
