@@ -103,6 +103,16 @@ func (r *Record) normalize() {
 	if r.Egress == nil {
 		r.Egress = []sandbox.EgressAttempt{}
 	}
+	if len(r.Files) > MaxFiles {
+		r.FilesDropped += len(r.Files) - MaxFiles
+		r.Files = r.Files[:MaxFiles]
+	}
+	if len(r.Artifacts) > MaxFiles {
+		r.ArtifactsDropped += len(r.Artifacts) - MaxFiles
+		r.Artifacts = r.Artifacts[:MaxFiles]
+	}
+	r.Files = clipFiles(r.Files, maxPathBytes)
+	r.Artifacts = clipArtifacts(r.Artifacts, maxPathBytes)
 	if r.Decision != nil {
 		d := *r.Decision
 		if d.Reasons == nil {
@@ -165,6 +175,16 @@ func (r *Record) shrink() {
 	if r.ToolCalls != nil {
 		r.ToolCalls = calls
 	}
+	if len(r.Files) > shrinkListItems {
+		r.FilesDropped += len(r.Files) - shrinkListItems
+		r.Files = r.Files[:shrinkListItems]
+	}
+	if len(r.Artifacts) > shrinkListItems {
+		r.ArtifactsDropped += len(r.Artifacts) - shrinkListItems
+		r.Artifacts = r.Artifacts[:shrinkListItems]
+	}
+	r.Files = clipFiles(r.Files, shrinkStringBytes)
+	r.Artifacts = clipArtifacts(r.Artifacts, shrinkStringBytes)
 	r.ExecutionID, r.TenantID, r.Subject = clip(r.ExecutionID), clip(r.TenantID), clip(r.Subject)
 	r.Roles = clipAll(r.Roles)
 	r.Quota.Kind = clip(r.Quota.Kind)
@@ -176,4 +196,49 @@ func (r *Record) shrink() {
 		d.Reasons, d.Egress = clipAll(d.Reasons), clipAll(d.Egress)
 		r.Decision = &d
 	}
+}
+
+// clipString cuts s to at most n bytes of valid UTF-8.
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// clipFiles returns fs with every string clipped to n bytes (a copy when
+// one is).
+func clipFiles(fs []File, n int) []File {
+	var out []File
+	for i, f := range fs {
+		c := File{Path: clipString(f.Path, n), Bytes: f.Bytes, SHA256: clipString(f.SHA256, 64)}
+		if c != f && out == nil {
+			out = append([]File(nil), fs...)
+		}
+		if out != nil {
+			out[i] = c
+		}
+	}
+	if out == nil {
+		return fs
+	}
+	return out
+}
+
+// clipArtifacts is clipFiles for artifacts.
+func clipArtifacts(as []Artifact, n int) []Artifact {
+	var out []Artifact
+	for i, a := range as {
+		c := Artifact{Name: clipString(a.Name, n), Bytes: a.Bytes, SHA256: clipString(a.SHA256, 64), MIME: clipString(a.MIME, 127)}
+		if c != a && out == nil {
+			out = append([]Artifact(nil), as...)
+		}
+		if out != nil {
+			out[i] = c
+		}
+	}
+	if out == nil {
+		return as
+	}
+	return out
 }
