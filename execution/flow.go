@@ -173,7 +173,7 @@ type Deps struct {
 // concurrent use, and its run queue, output budget and settlement retries
 // live as long as it does.
 type Flow struct {
-	d      Deps
+	d Deps
 	// inline is Config.ArtifactsInlineBytes, defaulted.
 	inline int64
 	queue  *runQueue
