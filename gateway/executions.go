@@ -38,12 +38,19 @@ type ExecutionStatus struct {
 	Envelope   json.RawMessage `json:"envelope,omitempty"`
 }
 
-// newRuns builds the async runs of s on its flow.
-func (s *Server) newRuns() {
-	store, poll := s.d.Async, time.Duration(0)
-	if store == nil {
-		store = async.NewMemoryStore(s.cfg.AsyncLimits(), s.now)
-	} else {
+// asyncStore is where s keeps async results and every run's artifacts:
+// Deps.Async, else one in this process.
+func (s *Server) asyncStore() async.Store {
+	if s.d.Async != nil {
+		return s.d.Async
+	}
+	return async.NewMemoryStore(s.cfg.AsyncLimits(), s.now)
+}
+
+// newRuns builds the async runs of s on its flow, recording in store.
+func (s *Server) newRuns(store async.Store) {
+	poll := time.Duration(0)
+	if s.d.Async != nil {
 		poll = asyncCancelPoll // a shared store: a cancel may come through another replica
 	}
 	s.runs = async.NewRuns(s.flow, store, async.Config{CancelPoll: poll}, s.log)

@@ -186,16 +186,18 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
 	s.refusals = newRefusalLimiter(cfg.RefusalsPerMinute, cfg.RefusalsBurst, d.Now)
+	store := s.asyncStore()
 	fd := execution.Deps{
 		Tenants: d.Tenants, Policy: d.Policy, Quota: d.Quota, Runner: d.Runner, Audit: d.Audit,
 		Environments: d.Environments, Tools: d.Tools, Idempotency: d.Idempotency, Metrics: d.Metrics,
 		Succeeded: s.ready.succeeded, Logger: d.Logger, TracerProvider: d.TracerProvider, Now: d.Now,
+		Artifacts: store, // every run's, sync and async: kept where the results are
 	}
 	var err error
 	if s.flow, err = execution.New(cfg.flowConfig(), fd); err != nil {
 		return nil, err
 	}
-	s.newRuns()
+	s.newRuns(store)
 	s.mcp = mcpserver.New(s.caps, mcpserver.Deps{
 		Flow: s.flow, Tenants: d.Tenants, Logger: d.Logger,
 		ExecuteGrants:  accessRow(http.MethodPost, "/v1/execute").Grants,
@@ -308,6 +310,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
 		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
 		{http.MethodGet, "/v1/executions/:id/events"}:                    s.handleExecutionEvents,
+		{http.MethodGet, "/v1/executions/:id/artifacts/:name"}:           s.handleArtifact,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
