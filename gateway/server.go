@@ -459,6 +459,13 @@ func writeJSON(c *gin.Context, status int, v any) {
 
 // readBody reads at most limit bytes; over it is a 413.
 func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// Declared too large: refused before a byte of it is read (the
+		// connection is closed after the answer: its body is not drained).
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
+			Message: fmt.Sprintf("body: %d bytes declared, over the %d-byte cap", r.ContentLength, limit)}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mb *http.MaxBytesError

@@ -31,7 +31,7 @@ const (
 	SectionGateway  = "gateway"  // HTTP end to end, cold and warm, per concurrency
 	SectionOverhead = "overhead" // gateway with a no-op executor
 	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
-	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods and stalled readers
+	SectionOutput   = "output"   // gateway RSS around concurrent control-byte and artifact floods, and stalled readers
 	SectionBridge   = "bridge"   // one code-mode tool call: direct, governed, from a jail
 )
 
@@ -67,9 +67,11 @@ type Report struct {
 	Overhead []*LoadResult
 	Memory   *MemoryReport
 	Output   *OutputReport
-	Readers  *ReadersReport
-	Bridge   *bridgebench.Result
-	Notes    []string
+	// ArtifactFlood is the output section's artifact-flood row.
+	ArtifactFlood *ArtifactFloodReport
+	Readers       *ReadersReport
+	Bridge        *bridgebench.Result
+	Notes         []string
 }
 
 // GatewayRow is one load level against the real gateway.
@@ -159,6 +161,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(SectionOutput) {
 		if err := rep.outputFlood(ctx); err != nil {
+			return nil, err
+		}
+		if err := rep.artifactFlood(ctx); err != nil {
 			return nil, err
 		}
 		if err := rep.readers(ctx); err != nil {
