@@ -280,3 +280,89 @@ func TestBadInputFilesAreRefusedNamingTheFileAndNothingRuns(t *testing.T) {
 		}
 	})
 }
+
+// hostileArtifacts leaves everything but plain files in /workspace/out and
+// a daemon writing on after the run: the run answers, what is not a plain
+// file within the limits is dropped with a reason, nothing escapes.
+const hostileArtifacts = `import os, socket, time
+def run(args, context):
+    out = "/workspace/out/"
+    os.symlink("/etc/passwd", out + "l-passwd")
+    os.symlink("/root/.ssh/id_rsa", out + "l-host")
+    os.mkfifo(out + "fifo")
+    socket.socket(socket.AF_UNIX).bind(out + "sock")
+    open(out + "bad\x07name", "w").write("x")
+    try:
+        context.artifacts.save("../../x", "escape")
+        return "escaped"
+    except ValueError:
+        pass
+    open(out + "keep.txt", "w").write("kept")
+    try:
+        for i in range(100000):
+            open(out + "n-%06d" % i, "w").close()
+    except OSError:
+        pass
+    if os.fork() == 0:
+        os.setsid()
+        with open(out + "grow.log", "ab") as f:
+            while True:
+                f.write(b"y" * 65536)
+    time.sleep(0.1)
+    return "done"
+`
+
+func TestHostileArtifactsThroughTheGateway(t *testing.T) {
+	s := start(t, setup{mutate: func(c *config.Config) {
+		fast := config.DemoTenant()
+		fast.ID = "fast"
+		fast.Policy["isolation"] = []any{"jail", "process"}
+		c.Tenants = append(c.Tenants, fast)
+	}})
+	tok := s.token("fast")
+	for _, level := range []string{"jail", "process"} {
+		t.Run(level, func(t *testing.T) {
+			id := "hostile-" + level
+			lim := stretchedLimits()
+			lim["tmp_mb"], lim["artifacts"] = 16, 4
+			r := s.execute(tok, map[string]any{"execution_id": id, "source": hostileArtifacts, "isolation": level, "limits": lim})
+			if r.status != http.StatusOK {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			env := r.json(t)
+			if env["status"] != "ok" || env["result"] != "done" {
+				t.Fatalf("envelope %s", r.body)
+			}
+			arts, _ := env["artifacts"].([]any)
+			if len(arts) != 4 {
+				t.Fatalf("artifacts %v; want limits.artifacts (4)", arts)
+			}
+			tr, _ := env["truncated"].(map[string]any)
+			reasons := map[string]string{}
+			for _, d := range tr["artifacts"].([]any) {
+				m := d.(map[string]any)
+				reasons[m["name"].(string)] = m["reason"].(string)
+			}
+			for name, want := range map[string]string{"l-passwd": "a symbolic link", "l-host": "a symbolic link", "fifo": "a FIFO", "bad\x07name": "an invalid name"} {
+				if !strings.HasPrefix(reasons[name], want) {
+					t.Errorf("%q: %q, want %q", name, reasons[name], want)
+				}
+			}
+			if n, _ := tr["artifacts_dropped"].(float64); n < 1000 {
+				t.Errorf("artifacts_dropped %v; the tool left thousands of files", tr["artifacts_dropped"])
+			}
+			// What was collected is served; what was dropped is not.
+			for _, a := range arts {
+				name := a.(map[string]any)["name"].(string)
+				if g := s.fetchArtifact(t, tok, id, name, ""); g.status != http.StatusOK {
+					t.Errorf("GET %s: %d", name, g.status)
+				}
+			}
+			for _, name := range []string{"l-passwd", "fifo", "sock"} {
+				if g := s.fetchArtifact(t, tok, id, name, ""); g.status != http.StatusNotFound {
+					t.Errorf("GET dropped %s: %d", name, g.status)
+				}
+			}
+		})
+	}
+}
