@@ -546,9 +546,7 @@ func (j *jail) release() {
 	if j.dir != "" {
 		os.RemoveAll(j.dir)
 	}
-	if j.ws != nil {
-		j.ws.Close()
-	}
+	j.ws.Release()
 	j.uid.Release()
 }
 

@@ -91,7 +91,7 @@ func (p *Run) Cgroup() *cgroups.Run { return p.cg }
 // (crashed) is dropped, and the zygote is released (a retired one stops
 // after its last run).
 func (p *Run) End(executionID string, crashed bool) {
-	p.Workspace.Close()
+	p.Workspace.Release()
 	zs := p.z.pool
 	zs.recycle(p.z, p.cg, executionID)
 	if crashed {
@@ -103,7 +103,7 @@ func (p *Run) End(executionID string, crashed bool) {
 // Abort ends a run that never got its request: it is killed, its output
 // collected, its cgroup removed and its zygote released.
 func (p *Run) Abort(out Output) {
-	defer p.Workspace.Close()
+	defer p.Workspace.Release()
 	p.kill()
 	p.finish(out, p.z.exitChan(p.pid))
 	_ = p.cg.Remove(3 * time.Second)
@@ -173,7 +173,7 @@ func (sp *spare) closeEnds() {
 	}
 	sp.bridge.Close()
 	syscall.Close(sp.pidfd)
-	sp.ws.Close()
+	sp.ws.Release()
 }
 
 // killPidfd kills the process of a pidfd (never another that reuses its

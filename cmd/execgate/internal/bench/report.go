@@ -107,6 +107,15 @@ func (r *Report) Markdown(w io.Writer) {
 		b.Markdown(w)
 		fmt.Fprintln(w)
 	}
+	if len(r.Files) > 0 {
+		fmt.Fprintf(w, "### One input file and one small artifact (probe vs the probe reading a file and saving it as an artifact, %d of each, sent alternately at concurrency 1)\n\n", r.Files[0].Requests)
+		fmt.Fprintln(w, "| level | plain p50 / p95 | with a file and an artifact p50 / p95 | added p50 | errors |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		for _, f := range r.Files {
+			fmt.Fprintf(w, "| %s | %s / %s | %s / %s | %s | %d |\n", f.Isolation, ms(f.PlainP50), ms(f.PlainP95), ms(f.FilesP50), ms(f.FilesP95), ms(f.AddedP50), f.Errors)
+		}
+		fmt.Fprintln(w)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
