@@ -20,19 +20,17 @@ import (
 // results are (readers.go). Another tenant's artifact, and one that was
 // never kept or is gone, is 404.
 func (s *Server) handleArtifact(c *gin.Context) {
-	k, err := s.executionKey(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
 	name := c.Param("name")
 	if workspace.CheckName(name) != nil {
+		if _, err := s.executionKey(c); err != nil {
+			s.fail(c, err) // a tenant the caller may not name: 403 first
+			return
+		}
 		s.fail(c, errNoArtifact)
 		return
 	}
-	done, err := s.resultReaders.take(k.TenantID, whatResultReaders)
-	if err != nil {
-		s.fail(c, err)
+	k, done, ok := s.resultReader(c)
+	if !ok {
 		return
 	}
 	defer done()

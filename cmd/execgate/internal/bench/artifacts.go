@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +8,8 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
-	"sync"
 	"time"
 
-	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/limits"
 )
 
@@ -67,14 +64,11 @@ type ArtifactFloodReport struct {
 // artifactFlood measures ArtifactFloodReport against an in-process
 // gateway (this process's RSS is the gateway's).
 func (r *Report) artifactFlood(ctx context.Context) error {
-	tg, err := startTarget(ctx, r.Options.Config, 0, app.Options{Progress: r.Options.Progress})
+	tg, err := r.sandboxTarget(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tg.stop(ctx) }()
-	if err := tg.app.SandboxErr(); err != nil {
-		return fmt.Errorf("bench: the sandbox is unavailable: %w", err)
-	}
 	conc := 2 * runtime.NumCPU()
 	srv := r.Options.Config.Server.WithDefaults()
 	rep := &ArtifactFloodReport{Concurrency: conc, Requests: 2 * conc, ArtifactBytes: ArtifactFloodBytes,
@@ -96,71 +90,24 @@ func (r *Report) artifactFlood(ctx context.Context) error {
 	rep.IdleKB = selfRSSKB()
 
 	r.progress("output: %d artifact-flood runs (%d MiB of artifacts and ~4000 files more each) at concurrency %d", rep.Requests, files, conc)
-	stop := make(chan struct{})
-	peak := make(chan int64, 1)
-	go sampleRSS(stop, peak)
-	start := time.Now()
-	next := make(chan struct{}, rep.Requests)
-	for range rep.Requests {
-		next <- struct{}{}
-	}
-	close(next)
-	var mu sync.Mutex // guards rep's counters
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range next {
-				a := postArtifactFlood(ctx, tg, body)
-				mu.Lock()
-				switch {
-				case a.status == http.StatusOK && a.collected:
-					rep.OK++
-				case a.status == http.StatusServiceUnavailable && a.overloaded:
-					rep.Overloaded++
-				default:
-					rep.Errors++
-				}
-				rep.MaxBodyBytes = max(rep.MaxBodyBytes, a.bytes)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	rep.Wall = time.Since(start)
-	close(stop)
-	rep.PeakKB = <-peak
-	time.Sleep(afterFlood)
-	rep.AfterKB = selfRSSKB()
+	f := runFlood(rep.Requests, conc, func() floodAnswer { return postArtifactFlood(ctx, tg, body) })
+	rep.OK, rep.Overloaded, rep.Errors, rep.MaxBodyBytes, rep.Wall, rep.PeakKB = f.ok, f.overloaded, f.errors, f.maxBody, f.wall, f.peakKB
+	rep.AfterKB = f.afterKB
 	r.ArtifactFlood = rep
 	return nil
 }
 
-type artifactAnswer struct {
-	status     int
-	bytes      int64
-	collected  bool
-	overloaded bool
-}
-
 // postArtifactFlood sends one flood request and checks that the answer
 // lists the collected set and says what was dropped.
-func postArtifactFlood(ctx context.Context, tg *target, body []byte) artifactAnswer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.url, bytes.NewReader(body))
+func postArtifactFlood(ctx context.Context, tg *target, body []byte) floodAnswer {
+	resp, err := tg.post(ctx, body)
 	if err != nil {
-		return artifactAnswer{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tg.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return artifactAnswer{}
+		return floodAnswer{}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return artifactAnswer{}
+		return floodAnswer{}
 	}
 	var env struct {
 		Artifacts []struct {
@@ -178,10 +125,10 @@ func postArtifactFlood(ctx context.Context, tg *target, body []byte) artifactAns
 	for _, a := range env.Artifacts {
 		total += a.Bytes
 	}
-	return artifactAnswer{
+	return floodAnswer{
 		status:     resp.StatusCode,
 		bytes:      int64(len(b)),
-		collected:  total > 0 && total <= ArtifactFloodBytes && env.Truncated.ArtifactsDropped > 0,
+		ok:         resp.StatusCode == http.StatusOK && total > 0 && total <= ArtifactFloodBytes && env.Truncated.ArtifactsDropped > 0,
 		overloaded: env.Error != nil && env.Error.Type == "Overloaded",
 	}
 }

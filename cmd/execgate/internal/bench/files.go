@@ -3,14 +3,12 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/internal/stats"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -36,14 +34,11 @@ type FilesRow struct {
 }
 
 func (r *Report) filesCost(ctx context.Context) error {
-	tg, err := startTarget(ctx, r.Options.Config, r.Options.WarmPool, app.Options{Progress: r.Options.Progress})
+	tg, err := r.sandboxTarget(ctx, r.Options.WarmPool)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tg.stop(ctx) }()
-	if err := tg.app.SandboxErr(); err != nil {
-		return fmt.Errorf("bench: the sandbox is unavailable: %w", err)
-	}
 	client := &http.Client{Timeout: 60 * time.Second}
 	defer client.CloseIdleConnections()
 	send := func(body string) (time.Duration, bool) {
