@@ -82,6 +82,12 @@ scripts/vm-cgroup-shapes.sh delegated "$BIN" "$state" || fail "delegated cgroup"
 step "a container-style cgroup namespace whose root execgate shares with an init and a sidecar"
 scripts/vm-cgroup-shapes.sh cgroupns "$BIN" "$state" || fail "cgroup namespace"
 
+step "the same, its cgroup2 mounted read-only as a runtime gives a container that is not privileged"
+scripts/vm-cgroup-shapes.sh cgroupns-ro "$BIN" "$state" || fail "read-only cgroup namespace"
+
+step "a private cgroup namespace shown the host's hierarchy (a bind mount of the host's /sys/fs/cgroup): refused"
+scripts/vm-cgroup-shapes.sh hostbind "$BIN" "$state" || fail "host cgroup2 bind-mounted"
+
 if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then
   step "the shipped image under podman (scripts/image.sh check)"
   scripts/image.sh check || fail "image"
