@@ -267,6 +267,8 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		EgressAllow: dec.Egress.Allow,
 		Isolation:   dec.Isolation,
 		Output:      x.output,
+		Files:       req.Files,
+		Stdin:       req.Stdin,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone

@@ -132,6 +132,35 @@ func TestJavaScriptPackagesOpenNothingElse(t *testing.T) {
 	}
 }
 
+// A run with packages keeps the run's files, stdin and artifacts: Node's
+// process.stdin, which packages use and which a run with packages keeps,
+// reads the request's stdin (sharing its position with Deno.stdin), never
+// fd 0, which carries the harness's frames (reading that would wait for
+// bridge answers until the deadline); the packages' files stay unreadable.
+func TestJavaScriptPackagesKeepFilesStdinAndArtifacts(t *testing.T) {
+	depsDir, dir := npmEnvironment(t, "shout@1.2.0")
+	r := newJSRunner(t, func(c *sandbox.Config) { c.DepsDir = depsDir })
+	src := `import shout from "shout";
+export async function run(args, context) {
+  const buf = new Uint8Array(5);
+  const n = Deno.stdin.readSync(buf);
+  let rest = "";
+  for await (const c of process.stdin) rest += new TextDecoder().decode(c);
+  context.artifacts.save("loud.txt", shout(Deno.readTextFileSync("in.txt")));
+  let pkg;
+  try { Deno.readTextFileSync("/opt/execgate/deps/import_map.json"); pkg = "allowed" } catch (e) { pkg = e.name }
+  return {head: new TextDecoder().decode(buf.subarray(0, n ?? 0)), rest, pkg};
+}
+`
+	res := runJS(t, r, sandbox.LanguageJavaScript, src, func(s *sandbox.Spec) {
+		s.Deps = dir
+		s.Stdin = "from stdin"
+		s.Files = []sandbox.File{{Path: "in.txt", Content: []byte("quiet")}}
+	})
+	wantOK(t, res, `{"head": "from ", "rest": "stdin", "pkg": "NotCapable"}`)
+	checkArtifacts(t, res, []sandbox.Artifact{{Name: "loud.txt", MIME: "text/plain", Data: []byte("QUIET!")}})
+}
+
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)

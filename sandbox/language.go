@@ -99,32 +99,41 @@ func denoHeapMB(memoryMB int64) int64 {
 // packages' bare names, mapped to npm: specifiers Deno reads from the
 // environment's cache; package environments/npm). Only then is npm
 // resolution on (without --no-npm): the tool's own npm: imports stay
-// blocked by the map, and --cached-only keeps Deno off the registry.
+// blocked by the map, and --cached-only keeps Deno off the registry. The
+// packages need no --allow-read: Deno loads modules without it.
 //
-// No --allow-* flag at all in network mode none. In network modes proxy
-// and host, --allow-net: Deno checks a fetch against the URL's host, not
-// the proxy it goes through (measured on Deno 2.9.8: --allow-net limited
-// to the proxy's address refuses fetch("https://example.com") through
-// HTTPS_PROXY), so the wall is the jail's network namespace, as for
-// Python: in mode proxy it holds nothing but loopback, where the harness
-// relays 127.0.0.1:3128 to the run's egress socket. That relay needs read
-// and write access to the socket's path (Deno asks both of a unix
-// connect), which grants nothing else: the path is a socket on a
-// read-only bind.
+// Permissions: reading the run's /workspace (its input files) and writing
+// /workspace/out (its artifacts); nothing else in network mode none. In
+// network modes proxy and host, --allow-net: Deno checks a fetch against
+// the URL's host, not the proxy it goes through (measured on Deno 2.9.8:
+// --allow-net limited to the proxy's address refuses
+// fetch("https://example.com") through HTTPS_PROXY), so the wall is the
+// jail's network namespace, as for Python: in mode proxy it holds nothing
+// but loopback, where the harness relays 127.0.0.1:3128 to the run's
+// egress socket. That relay needs read and write access to the socket's
+// path (Deno asks both of a unix connect), which grants nothing else: the
+// path is a socket on a read-only bind.
 func denoFlags(p profile) []string {
-	flags := []string{"--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt"}
-	if p.Deps == "" {
-		flags = append(flags, "--no-npm", "--import-map="+harness.Dir+"/"+harness.ImportMap)
-	} else {
-		flags = append(flags, "--import-map="+jaillayout.DepsImportMap)
-	}
+	read := []string{jaillayout.WorkspaceDir}
+	write := []string{jaillayout.WorkspaceOutDir}
+	net := false
 	switch p.Network {
 	case NetworkProxy:
-		flags = append(flags, "--allow-net", "--allow-read="+jaillayout.EgressSocket, "--allow-write="+jaillayout.EgressSocket)
+		read = append(read, jaillayout.EgressSocket)
+		write = append(write, jaillayout.EgressSocket)
+		net = true
 	case NetworkHost:
+		net = true
+	}
+	flags := []string{"--allow-read=" + strings.Join(read, ","), "--allow-write=" + strings.Join(write, ",")}
+	if net {
 		flags = append(flags, "--allow-net")
 	}
-	return flags
+	flags = append(flags, "--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt")
+	if p.Deps == "" {
+		return append(flags, "--no-npm", "--import-map="+harness.Dir+"/"+harness.ImportMap)
+	}
+	return append(flags, "--import-map="+jaillayout.DepsImportMap)
 }
 
 // denoEnv is added to jailEnv in the Deno runtimes: the read-only cache

@@ -169,7 +169,9 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 
 // The Deno profile's needs (64 GiB of address space for V8, its cache
 // directory) are granted to it alone: the Python profile is not loosened,
-// and no Deno command of network mode none carries an --allow-* flag.
+// and no Deno command of network mode none carries an --allow-* flag but
+// reading /workspace and writing /workspace/out (a run's files and
+// artifacts).
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
@@ -189,15 +191,17 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
 			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
 		}
-		if strings.Contains(got, "--allow") || strings.Contains(got, "-A\"") {
-			t.Errorf("%s profile grants a Deno permission:\n%s", rt, got)
+		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "").Replace(got)
+		if strings.Contains(rest, "--allow") || strings.Contains(rest, "-A\"") {
+			t.Errorf("%s profile grants a Deno permission beyond the workspace:\n%s", rt, got)
 		}
 	}
 }
 
-// Deno's grants follow the profile: network none grants nothing; proxy
-// grants the network (the jail's namespace holds only the relay) and the
-// egress socket's path, nothing else; host grants the network; a package
+// Deno's grants follow the profile: every run reads /workspace and writes
+// /workspace/out; network none grants nothing more; proxy grants the
+// network (the jail's namespace holds only the relay) and the egress
+// socket's path, nothing else; host grants the network; a package
 // environment swaps the harness's import map and cache for its own and
 // turns npm resolution on (its packages are npm: targets of the map).
 func TestDenoFlagsFollowTheProfile(t *testing.T) {
@@ -210,6 +214,7 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 		}
 		return out
 	}
+	workspace := []string{"--allow-read=/workspace", "--allow-write=/workspace/out"}
 	for _, tc := range []struct {
 		name       string
 		p          profile
@@ -218,11 +223,13 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 		wantNoNPM  bool
 		wantDir    string
 	}{
-		{"none", profile{Runtime: runtimeDeno, Network: NetworkNone}, nil, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"none", profile{Runtime: runtimeDeno, Network: NetworkNone}, workspace, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
 		{"proxy", profile{Runtime: runtimeDeno, Network: NetworkProxy},
-			[]string{"--allow-net", "--allow-read=" + jaillayout.EgressSocket, "--allow-write=" + jaillayout.EgressSocket}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
-		{"host", profile{Runtime: runtimeDeno, Network: NetworkHost}, []string{"--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
-		{"none with packages", profile{Runtime: runtimeDeno, Network: NetworkNone, Deps: "abc"}, nil, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+			[]string{"--allow-read=/workspace," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.EgressSocket, "--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"host", profile{Runtime: runtimeDeno, Network: NetworkHost}, append(workspace, "--allow-net"), "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"none with packages", profile{Runtime: runtimeDeno, Network: NetworkNone, Deps: "abc"}, workspace, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+		{"proxy with packages", profile{Runtime: runtimeDeno, Network: NetworkProxy, Deps: "abc"},
+			[]string{"--allow-read=/workspace," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.EgressSocket, "--allow-net"}, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			flags := denoFlags(tc.p)
