@@ -1808,40 +1808,24 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 		}
 	})
 	t.Run("every attempt is recorded, the refused ones as denied", func(t *testing.T) {
-		type key struct {
-			host    string
-			port    int
-			allowed bool
-		}
-		count := map[key]int{}
-		for _, a := range res.Egress {
-			count[key{a.Host, a.Port, a.Allowed}]++
-			if !a.Allowed && a.Reason == "" {
-				t.Errorf("denied attempt without a reason: %+v", a)
-			}
-		}
-		for k, n := range map[key]int{
-			{"api.test", port, true}:          2,
-			{"other.test", port, false}:       2,
-			{"api.test", otherPort, false}:    1,
-			{"127.0.0.1", port, false}:        1,
-			{"metadata.test", 80, false}:      1,
-			{"private.test", port, false}:     1,
-			{"api.test", port, false}:         0,
-			{"metadata.test", 80, true}:       0,
-			{"other.test", port, true}:        0,
-			{"private.test", port, true}:      0,
-			{"127.0.0.1", otherPort, false}:   0,
-			{"api.test", otherPort, true}:     0,
-			{"127.0.0.1", port, true}:         0,
-			{"169.254.169.254", 80, true}:     0,
-			{"169.254.169.254", 80, false}:    0,
-			{"private.test", otherPort, true}: 0,
-		} {
-			if count[k] != n {
-				t.Errorf("%s:%d allowed=%t recorded %d times, want %d (all: %+v)", k.host, k.port, k.allowed, count[k], n, res.Egress)
-			}
-		}
+		testenv.CheckEgress(t, res.Egress, map[testenv.EgressKey]int{
+			{Host: "api.test", Port: port, Allowed: true}:          2,
+			{Host: "other.test", Port: port, Allowed: false}:       2,
+			{Host: "api.test", Port: otherPort, Allowed: false}:    1,
+			{Host: "127.0.0.1", Port: port, Allowed: false}:        1,
+			{Host: "metadata.test", Port: 80, Allowed: false}:      1,
+			{Host: "private.test", Port: port, Allowed: false}:     1,
+			{Host: "api.test", Port: port, Allowed: false}:         0,
+			{Host: "metadata.test", Port: 80, Allowed: true}:       0,
+			{Host: "other.test", Port: port, Allowed: true}:        0,
+			{Host: "private.test", Port: port, Allowed: true}:      0,
+			{Host: "127.0.0.1", Port: otherPort, Allowed: false}:   0,
+			{Host: "api.test", Port: otherPort, Allowed: true}:     0,
+			{Host: "127.0.0.1", Port: port, Allowed: true}:         0,
+			{Host: "169.254.169.254", Port: 80, Allowed: true}:     0,
+			{Host: "169.254.169.254", Port: 80, Allowed: false}:    0,
+			{Host: "private.test", Port: otherPort, Allowed: true}: 0,
+		})
 		for _, addr := range dialer.seen() {
 			if addr != dialer.allow {
 				t.Errorf("the proxy dialled %s, which policy refused", addr)

@@ -139,29 +139,13 @@ func TestJavaScriptNetworkProxy(t *testing.T) {
 		if got := out["public"]; got.Status != 0 || !strings.Contains(got.Error, "unreachable") {
 			t.Errorf("a direct connection to a public address: %+v, want unreachable", got)
 		}
-		type key struct {
-			host    string
-			port    int
-			allowed bool
-		}
-		count := map[key]int{}
-		for _, a := range res.Egress {
-			count[key{a.Host, a.Port, a.Allowed}]++
-			if !a.Allowed && a.Reason == "" {
-				t.Errorf("a denied attempt without a reason: %+v", a)
-			}
-		}
-		for k, n := range map[key]int{
-			{"api.test", tlsPort, true}:             1,
-			{"api.test", httpPort, true}:            1,
-			{"other.test", tlsPort, false}:          1,
-			{"other.test", httpPort, false}:         1,
-			{"untrusted.test", untrustedPort, true}: 1,
-		} {
-			if count[k] != n {
-				t.Errorf("%s:%d allowed=%t recorded %d times, want %d (all: %+v)", k.host, k.port, k.allowed, count[k], n, res.Egress)
-			}
-		}
+		testenv.CheckEgress(t, res.Egress, map[testenv.EgressKey]int{
+			{Host: "api.test", Port: tlsPort, Allowed: true}:             1,
+			{Host: "api.test", Port: httpPort, Allowed: true}:            1,
+			{Host: "other.test", Port: tlsPort, Allowed: false}:          1,
+			{Host: "other.test", Port: httpPort, Allowed: false}:         1,
+			{Host: "untrusted.test", Port: untrustedPort, Allowed: true}: 1,
+		})
 		if len(res.Egress) != 5 {
 			t.Errorf("egress %+v: want exactly the 5 attempts", res.Egress)
 		}
