@@ -5,10 +5,13 @@ package toolconfig
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"strings"
+	"syscall"
 )
 
 // Config is one tenant's tools section (tenants[].tools).
@@ -66,6 +69,74 @@ type Secret struct {
 	// Env is the name of an environment variable of the gateway holding
 	// the value. Default none: File.
 	Env string `yaml:"env" json:"env,omitempty"`
+}
+
+// ErrSecretUnset is matched (errors.Is) by Secret.Read's error for a
+// variable that is empty or unset: a secret is never the empty string.
+var ErrSecretUnset = errors.New("empty or unset")
+
+// Read reads the value s refers to, at most max bytes (max <= 0: no
+// bound): the file's bytes with one trailing newline trimmed, or the
+// variable's value (getenv reads the gateway's environment). It is the one
+// reader of secret references: tool servers' headers and env, webhook
+// secrets and tenants' brokered secrets all go through it, at each use, so
+// a rotated file is picked up. The file must be a regular file (a FIFO or
+// device is refused without blocking). The error never holds the value;
+// an empty value is an error, never a secret.
+func (s Secret) Read(getenv func(string) string, max int64) (string, error) {
+	var v string
+	switch {
+	case s.File != "":
+		b, err := readSecretFile(s.File, max)
+		if err != nil {
+			return "", err
+		}
+		v = strings.TrimSuffix(string(b), "\n")
+	case s.Env != "":
+		v = getenv(s.Env)
+		if v == "" {
+			return "", fmt.Errorf("environment variable %s is %w", s.Env, ErrSecretUnset)
+		}
+		if max > 0 && int64(len(v)) > max {
+			return "", fmt.Errorf("environment variable %s holds %d bytes, over the %d-byte bound", s.Env, len(v), max)
+		}
+	default:
+		return "", errors.New("the reference names neither a file nor an environment variable")
+	}
+	if v == "" {
+		return "", fmt.Errorf("the secret file %s is empty", s.File)
+	}
+	return v, nil
+}
+
+// readSecretFile reads path, a regular file of at most max bytes (max <=
+// 0: no bound), without blocking on a FIFO.
+func readSecretFile(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("the secret file %s is not a regular file", path)
+	}
+	var r io.Reader = f
+	if max > 0 {
+		// One trailing newline is not part of the value.
+		r = io.LimitReader(f, max+2)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	if max > 0 && int64(len(strings.TrimSuffix(string(b), "\n"))) > max {
+		return nil, fmt.Errorf("the secret file %s holds more than %d bytes", path, max)
+	}
+	return b, nil
 }
 
 // Limits bound one run's tool calls.
