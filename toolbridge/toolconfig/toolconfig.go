@@ -323,6 +323,25 @@ func ValidateAPIName(name string) error {
 	return nil
 }
 
+// ValidateRef checks the shape of a reference that reaches beyond the
+// config file's author (a header of a server added over the admin API, a
+// tenant's brokered secret): a clean absolute path of at most
+// MaxSecretRefBytes, or a variable name. Errors start with the field
+// ("file: ...", "env: ...").
+func (s Secret) ValidateRef() error {
+	var errs []error
+	if len(s.File) > MaxSecretRefBytes {
+		errs = append(errs, fmt.Errorf("file: longer than %d bytes", MaxSecretRefBytes))
+	}
+	if s.File != "" && (!path.IsAbs(s.File) || path.Clean(s.File) != s.File) {
+		errs = append(errs, errors.New("file: must be a clean absolute path"))
+	}
+	if s.Env != "" && !envNameRE.MatchString(s.Env) {
+		errs = append(errs, errors.New("env: not a variable name"))
+	}
+	return errors.Join(errs...)
+}
+
 // ValidateAPI checks a server given over the admin API: the config's rules,
 // and stricter ones. Only streamable HTTP servers (an API caller must never
 // make the gateway launch a program) whose header values are secret
@@ -347,14 +366,8 @@ func (s Server) ValidateAPI() error {
 		errs = append(errs, fmt.Errorf("headers: %d headers; at most %d", len(s.Headers), MaxHeaders))
 	}
 	for name, sec := range s.Headers {
-		if len(sec.File) > MaxSecretRefBytes {
-			errs = append(errs, fmt.Errorf("headers.%s.file: longer than %d bytes", name, MaxSecretRefBytes))
-		}
-		if sec.File != "" && (!path.IsAbs(sec.File) || path.Clean(sec.File) != sec.File) {
-			errs = append(errs, fmt.Errorf("headers.%s.file: must be a clean absolute path", name))
-		}
-		if sec.Env != "" && !envNameRE.MatchString(sec.Env) {
-			errs = append(errs, fmt.Errorf("headers.%s.env: not a variable name", name))
+		if err := sec.ValidateRef(); err != nil {
+			errs = append(errs, fmt.Errorf("headers.%s.%w", name, err))
 		}
 	}
 	if len(s.Allow) > MaxAllowGlobs {
@@ -426,28 +439,32 @@ func (sc APIScope) Validate() error {
 func (sc APIScope) Check(s Server) error {
 	var errs []error
 	for name, sec := range s.Headers {
-		switch {
-		case sec.File != "":
-			ok := false
-			for _, d := range sc.SecretDirs {
-				if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
-					ok = true
-				}
-			}
-			if !ok {
-				errs = append(errs, fmt.Errorf("headers.%s.file: must lie below one of tools_api.secret_dirs (%s)", name, strings.Join(sc.SecretDirs, ", ")))
-			}
-		case sec.Env != "":
-			ok := false
-			for _, p := range sc.EnvPrefixes {
-				if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
-					ok = true
-				}
-			}
-			if !ok {
-				errs = append(errs, fmt.Errorf("headers.%s.env: must start with one of tools_api.env_prefixes (%s)", name, strings.Join(sc.EnvPrefixes, ", ")))
-			}
+		if err := sc.CheckRef(sec); err != nil {
+			errs = append(errs, fmt.Errorf("headers.%s.%w", name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckRef refuses a reference outside the scope (after WithDefaults): a
+// file not below one of SecretDirs, a variable not starting with one of
+// EnvPrefixes. Errors start with the field ("file: ...", "env: ...").
+func (sc APIScope) CheckRef(sec Secret) error {
+	switch {
+	case sec.File != "":
+		for _, d := range sc.SecretDirs {
+			if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
+				return nil
+			}
+		}
+		return fmt.Errorf("file: must lie below one of tools_api.secret_dirs (%s)", strings.Join(sc.SecretDirs, ", "))
+	case sec.Env != "":
+		for _, p := range sc.EnvPrefixes {
+			if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("env: must start with one of tools_api.env_prefixes (%s)", strings.Join(sc.EnvPrefixes, ", "))
+	}
+	return nil
 }
