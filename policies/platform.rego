@@ -72,4 +72,5 @@ tenant_data_types := {
 	"languages": "array",
 	"isolation": "array",
 	"callbacks": "array",
+	"secrets": "array",
 }
