@@ -42,6 +42,10 @@ type Request struct {
 	// Isolation asks for an isolation level, "jail" (default) or
 	// "process"; policy decides (DESIGN §14).
 	Isolation string `json:"isolation,omitempty"`
+	// Secrets names the brokered secrets the run asks for; each must be
+	// granted by policy (else 403 PolicyDenied naming it). Absent: none.
+	// In test mode their values come from Fixtures.Secrets.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -49,10 +53,12 @@ type EgressRequest struct {
 	Allow []string `json:"allow"`
 }
 
-// Fixtures are test-mode inputs: context.variables and canned tool returns.
+// Fixtures are test-mode inputs: context.variables, canned tool returns
+// and stand-in values of the secrets the run asks for (never real ones).
 type Fixtures struct {
 	Variables json.RawMessage            `json:"variables,omitempty"`
 	Tools     map[string]json.RawMessage `json:"tools,omitempty"`
+	Secrets   map[string]string          `json:"secrets,omitempty"`
 }
 
 // Envelope is the answer to every execute request, run or refused
