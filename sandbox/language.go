@@ -86,13 +86,17 @@ func denoHeapMB(memoryMB int64) int64 {
 	return max(memoryMB-denoHeapHeadMB, denoMinHeapMB)
 }
 
-// denoFlags are Deno's flags for every run: no --allow-* flag at all (every
-// permission denied, nothing prompted), nothing fetched or written
+// denoFlags are Deno's flags for every run: every permission denied,
+// nothing prompted, but reading and writing the run's secrets directory
+// (jaillayout.SecretsDir, its own tmpfs: the harness writes the run's
+// brokered secrets there and revokes the write permission before the tool
+// loads; the tool may read them); nothing fetched or written
 // (--no-remote --no-npm --cached-only --no-lock), no configuration file
 // discovered (--no-config), and the import map that blocks every file:,
 // node:, npm:, jsr: and remote specifier.
 var denoFlags = []string{
 	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
+	"--allow-read=" + jaillayout.SecretsDir, "--allow-write=" + jaillayout.SecretsDir,
 	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
 }
 

@@ -30,6 +30,7 @@ import (
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Network is the network mode of a run.
@@ -86,6 +87,13 @@ type Spec struct {
 	// Output, if set, sees the tool's stdout and stderr as they are
 	// captured (live output, issue #15). Nil: nobody watches.
 	Output OutputFunc
+	// Secrets are the brokered secrets granted to the run (package
+	// secrets). They reach the run's harness in its request only (never
+	// nsjail's argv, environment or config, nor a file on the host): the
+	// tool reads them as context.secrets and as files of mode 0400 on the
+	// run's own tmpfs at jaillayout.SecretsDir. Run masks them out of the
+	// Result and the live output (MaskResult, secrets.Stream).
+	Secrets []secrets.Value
 }
 
 // OutputFunc receives a chunk of a run's stdout or stderr (stream is
@@ -222,6 +230,49 @@ type Result struct {
 	// or "unknown". A bounded set: metrics may use it as a
 	// label.
 	DeniedSyscall string `json:"-"`
+}
+
+// MaskResult masks what m masks (secret values, and their common forms)
+// in everything of r a tool controls: stdout, stderr, the result (each
+// JSON string), logs, the error, egress attempts and tool calls. Nothing
+// of r is changed in place: a masked field gets a new value (r's slices
+// may be shared with a caller). A nil m masks nothing.
+func MaskResult(r *Result, m *secrets.Masker) {
+	if m == nil {
+		return
+	}
+	r.Stdout = m.String(r.Stdout)
+	r.Stderr = m.String(r.Stderr)
+	r.Result = m.JSON(r.Result)
+	if r.Logs != nil {
+		logs := make([]LogLine, len(r.Logs))
+		for i, l := range r.Logs {
+			logs[i] = LogLine{Level: m.String(l.Level), Message: m.String(l.Message)}
+		}
+		r.Logs = logs
+	}
+	if r.Error != nil {
+		e := *r.Error
+		e.Message, e.Traceback = m.String(e.Message), m.String(e.Traceback)
+		r.Error = &e
+	}
+	if r.Egress != nil {
+		eg := make([]EgressAttempt, len(r.Egress))
+		for i, a := range r.Egress {
+			a.Host, a.Reason = m.String(a.Host), m.String(a.Reason)
+			eg[i] = a
+		}
+		r.Egress = eg
+	}
+	if r.ToolCalls != nil {
+		calls := make([]ToolCall, len(r.ToolCalls))
+		for i, c := range r.ToolCalls {
+			c.Tool, c.Server, c.Outcome, c.Reason = m.String(c.Tool), m.String(c.Server), m.String(c.Outcome), m.String(c.Reason)
+			c.Args = m.JSON(c.Args)
+			calls[i] = c
+		}
+		r.ToolCalls = calls
+	}
 }
 
 // ErrorType returns the outcome type, or "" when the run was ok.
