@@ -37,6 +37,9 @@ type Record struct {
 	// counts those past the recorded ones.
 	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	// Secrets are the names of the brokered secrets the run was given
+	// (at most secrets.MaxPerRun; never a value). Absent when none.
+	Secrets []string `json:"secrets,omitempty"`
 	// RefusalsDropped is set on the record that stands for a subject's
 	// requests refused by the refusal limiter (quota kind "refusals"): how
 	// many more were answered 429 without a record of their own.

@@ -130,6 +130,9 @@ type EnvelopeDecision struct {
 	Egress        policy.Egress  `json:"egress"`
 	// Isolation is the decided isolation level: "jail" or "process".
 	Isolation string `json:"isolation"`
+	// Secrets are the brokered secrets granted to the run, by name
+	// (absent when none).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ExecutionStatus is the X-Execution-Status value of e: ok or
@@ -168,7 +171,11 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if iso == "" {
 		iso = sandbox.IsolationJail
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso}
+	var granted []string
+	if len(d.Secrets) > 0 {
+		granted = d.Secrets
+	}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Secrets: granted}
 }
 
 // TraceID is the trace id of ctx's span ("" without one).

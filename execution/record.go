@@ -211,6 +211,7 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 		r.EgressDropped = x.result.EgressDropped
 		r.ToolCalls = x.result.ToolCalls
 	}
+	r.Secrets = x.secrets
 	if x.bridge != nil {
 		r.ToolCallsDropped = x.bridge.Dropped()
 	}
