@@ -183,13 +183,17 @@ func (m *redisMonitor) stop() string {
 
 // leaks reports whether s holds a piece of the secret, or of its base64
 // (live output chunks cross Redis base64-encoded).
-func leaks(s string) bool {
-	pieces := secrets.NewMasker([]secrets.Value{secrets.NewValue("A", dispatchSecret[:8]), secrets.NewValue("B", dispatchSecret[8:])})
+func leaks(s string) bool { return leaksOf(dispatchSecret, s) }
+
+func leaksOf(secret, s string) bool {
+	pieces := secrets.NewMasker([]secrets.Value{secrets.NewValue("A", secret[:8]), secrets.NewValue("B", secret[8:])})
 	return pieces.Contains(s)
 }
 
 // scanRedis fails when any value of any key holds a piece of the secret.
-func scanRedis(t *testing.T, rdb *redis.Client, when string) {
+func scanRedis(t *testing.T, rdb *redis.Client, when string) { scanRedisFor(t, rdb, when, dispatchSecret) }
+
+func scanRedisFor(t *testing.T, rdb *redis.Client, when, secret string) {
 	t.Helper()
 	ctx := context.Background()
 	keys, err := rdb.Keys(ctx, "*").Result()
@@ -222,7 +226,7 @@ func scanRedis(t *testing.T, rdb *redis.Client, when string) {
 			}
 		}
 		for _, v := range vals {
-			if leaks(v) {
+			if leaksOf(secret, v) {
 				t.Errorf("%s: Redis key %s (%s) holds the secret: %.200q", when, k, typ, v)
 			}
 		}
