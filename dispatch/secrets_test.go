@@ -191,7 +191,9 @@ func leaksOf(secret, s string) bool {
 }
 
 // scanRedis fails when any value of any key holds a piece of the secret.
-func scanRedis(t *testing.T, rdb *redis.Client, when string) { scanRedisFor(t, rdb, when, dispatchSecret) }
+func scanRedis(t *testing.T, rdb *redis.Client, when string) {
+	scanRedisFor(t, rdb, when, dispatchSecret)
+}
 
 func scanRedisFor(t *testing.T, rdb *redis.Client, when, secret string) {
 	t.Helper()

@@ -120,7 +120,7 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        for name in ("requirements", "egress_allow", "tools"):
+        for name in ("requirements", "egress_allow", "tools", "secrets"):
             if kw.get(name) is not None:
                 kw[name] = list(kw[name])
         body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
@@ -311,6 +311,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
@@ -353,6 +354,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
@@ -598,6 +600,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
@@ -631,6 +634,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
