@@ -79,15 +79,7 @@ func TestDispatchedSecretsNeverCrossRedisInClear(t *testing.T) {
 		res, _ := json.Marshal(map[string]string{"leak": v})
 		return sandbox.Result{Status: sandbox.StatusOK, Result: res, Stdout: "live: " + v + "\n", Logs: []sandbox.LogLine{{Level: "info", Message: v}}}
 	}}
-	startExecutor(t, rdb, testCfg(), run)
-	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
-		f, _ := d.Executors(context.Background())
-		return len(f) == 1
-	})
+	d := startPair(t, rdb, run)
 	// Every command any client sends Redis, as the server sees it.
 	mon := newRedisMonitor(t, rdb)
 	var mu sync.Mutex

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/execgate/execgate/internal/jsonsize"
 )
 
 // What the Masker masks (docs/concepts/secrets.md says the same): for each
@@ -316,12 +318,9 @@ func (m *Masker) JSON(raw []byte) []byte {
 			text = string(lit[1 : len(lit)-1])
 		}
 		if masked := m.String(text); masked != text {
-			enc, err := encodeString(masked)
-			if err == nil {
-				out = append(out, raw[last:i]...)
-				out = append(out, enc...)
-				last = j + 1
-			}
+			out = append(out, raw[last:i]...)
+			out = jsonsize.AppendString(out, masked)
+			last = j + 1
 		}
 		i = j
 	}
@@ -329,17 +328,6 @@ func (m *Masker) JSON(raw []byte) []byte {
 		return raw
 	}
 	return append(out, raw[last:]...)
-}
-
-// encodeString is s as a JSON string, HTML characters kept.
-func encodeString(s string) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
 }
 
 // hold is the length of the longest suffix of s that is a proper prefix
