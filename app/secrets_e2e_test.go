@@ -220,6 +220,14 @@ func TestSecretsThroughTheGateway(t *testing.T) {
 		}
 		findSecret(t, "the dry run", r.body)
 	})
+	t.Run("over MCP (execute_python)", func(t *testing.T) {
+		res, sc := callTool(t, mcpSession(t, s, acme), "execute_python", map[string]any{"source": pySecretsTool, "secrets": []string{"API_KEY", "DB_PASSWORD"}, "args": map[string]any{}})
+		b, _ := json.Marshal(res)
+		findSecret(t, "the MCP result", b)
+		if sc["status"] != "ok" || !strings.Contains(toolText(res), "***") {
+			t.Errorf("structured %v, text %q", sc, toolText(res))
+		}
+	})
 	t.Run("an async run: live output, the stored result, Redis", func(t *testing.T) {
 		body, _ := json.Marshal(map[string]any{"execution_id": "secret-async", "source": pySecretsTool, "secrets": []string{"API_KEY", "DB_PASSWORD"},
 			"args": map[string]any{}, "limits": stretchedLimits()})

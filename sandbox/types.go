@@ -236,7 +236,15 @@ type Result struct {
 // in everything of r a tool controls: stdout, stderr, the result (each
 // JSON string), logs, the error, egress attempts and tool calls. Nothing
 // of r is changed in place: a masked field gets a new value (r's slices
-// may be shared with a caller). A nil m masks nothing.
+// may be shared with a caller). A nil m masks nothing. Every runner path
+// (the sandbox's Run, a split mode executor's reply, the flow before the
+// envelope) goes through it.
+//
+// How to add a field a tool controls (output artifacts, issue #24 item
+// 2, when Result gains them): mask it here — text with m.String, JSON
+// with m.JSON, bytes (an artifact's content, and so its inline base64
+// and sha256, computed after) with m.Bytes — and add it to the
+// TestMaskResultCoversEveryToolControlledField case.
 func MaskResult(r *Result, m *secrets.Masker) {
 	if m == nil {
 		return

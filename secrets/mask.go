@@ -249,6 +249,16 @@ func (m *Masker) String(s string) string {
 	return string(apply(make([]byte, 0, len(s)), s, spans, len(s)))
 }
 
+// Bytes is b with every match masked (b itself when there is none): for
+// what a run sends back as bytes rather than text, such as the content of
+// its output artifacts.
+func (m *Masker) Bytes(b []byte) []byte {
+	if m == nil || len(b) == 0 || !m.containsBytes(b) {
+		return b
+	}
+	return []byte(m.String(string(b)))
+}
+
 // Contains reports whether s holds something String would mask.
 func (m *Masker) Contains(s string) bool {
 	if m == nil {

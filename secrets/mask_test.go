@@ -197,3 +197,15 @@ func BenchmarkMaskerStringNoMatch(b *testing.B) {
 		_ = m.String(text)
 	}
 }
+
+func TestMaskerBytes(t *testing.T) {
+	m := masker(t, token)
+	csv := []byte("name,key\nprod," + token + "\n")
+	if got := string(m.Bytes(csv)); got != "name,key\nprod,***\n" {
+		t.Errorf("Bytes = %q", got)
+	}
+	png := []byte{0x89, 'P', 'N', 'G', 0, 1, 2}
+	if out := m.Bytes(png); &out[0] != &png[0] {
+		t.Error("Bytes copied content without a match")
+	}
+}
