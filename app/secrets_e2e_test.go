@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -112,6 +113,30 @@ export function run(args, context) {
   return { leak: [v, db], same: Deno.readTextFileSync("/run/execgate/secrets/API_KEY") === v,
            files: [...Deno.readDirSync("/run/execgate/secrets")].map((e) => e.name).sort(),
            ungranted: context.secrets.UNGRANTED === undefined ? "absent" : "present" };
+}
+`
+
+// The artifacts tools leave the secret in an artifact's name and content:
+// a file written to /workspace/out, one saved through context.artifacts
+// and one too large to inline (fetched with GET).
+const pyArtifactsTool = `
+import json
+def run(args, context):
+    v = context.secrets["API_KEY"]
+    with open("out/key-" + v + ".txt", "w") as f:
+        f.write("the key is " + v + "\n")
+    context.artifacts.save("saved.json", json.dumps({"k": v}))
+    context.artifacts.save("big.txt", "x" * 100000 + v)
+    return "done"
+`
+
+const jsArtifactsTool = `
+export function run(args, context) {
+  const v = context.secrets.API_KEY;
+  Deno.writeTextFileSync("/workspace/out/key-" + v + ".txt", "the key is " + v + "\n");
+  context.artifacts.save("saved.json", JSON.stringify({ k: v }).replace(":", ": "));
+  context.artifacts.save("big.txt", "x".repeat(100000) + v);
+  return "done";
 }
 `
 
@@ -228,6 +253,60 @@ func TestSecretsThroughTheGateway(t *testing.T) {
 			t.Errorf("structured %v, text %q", sc, toolText(res))
 		}
 	})
+	t.Run("artifacts: names, content, the envelope, GET, the store", func(t *testing.T) {
+		for _, tc := range []struct{ name, language, isolation, source string }{
+			{"python at level jail", "python", "jail", pyArtifactsTool},
+			{"python at level process", "python", "process", pyArtifactsTool},
+			{"javascript", "javascript", "jail", jsArtifactsTool},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id := "secret-artifacts-" + tc.language + "-" + tc.isolation
+				r := s.execute(acme, map[string]any{"execution_id": id, "language": tc.language, "isolation": tc.isolation, "source": tc.source,
+					"secrets": []string{"API_KEY"}, "limits": stretchedLimits()})
+				if r.status != http.StatusOK {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+				findSecret(t, "the envelope", r.body)
+				env := r.json(t)
+				if env["status"] != "ok" {
+					t.Fatalf("envelope %s", r.body)
+				}
+				big := strings.Repeat("x", 100000) + "***"
+				want := map[string]struct {
+					data   string
+					inline bool
+				}{
+					"key-***.txt": {"the key is ***\n", true},
+					"saved.json":  {`{"k": "***"}`, true},
+					"big.txt":     {big, false},
+				}
+				list, _ := env["artifacts"].([]any)
+				if len(list) != len(want) {
+					t.Fatalf("artifacts %v", list)
+				}
+				for _, a := range list {
+					a := a.(map[string]any)
+					name, _ := a["name"].(string)
+					w, ok := want[name]
+					if !ok {
+						t.Errorf("artifact %v", a)
+						continue
+					}
+					sum := sha256.Sum256([]byte(w.data))
+					if a["bytes"] != float64(len(w.data)) || a["sha256"] != hex.EncodeToString(sum[:]) {
+						t.Errorf("artifact %s = %v, want %d bytes masked", name, a, len(w.data))
+					}
+					if b64, inline := a["base64"].(string); inline != w.inline || (inline && b64 != base64.StdEncoding.EncodeToString([]byte(w.data))) {
+						t.Errorf("artifact %s inline %q", name, b64)
+					}
+					got := s.fetchArtifact(t, acme, id, name, "")
+					if got.status != http.StatusOK || string(got.body) != w.data {
+						t.Errorf("GET artifact %s: %d %.200q", name, got.status, got.body)
+					}
+				}
+			})
+		}
+	})
 	t.Run("an async run: live output, the stored result, Redis", func(t *testing.T) {
 		body, _ := json.Marshal(map[string]any{"execution_id": "secret-async", "source": pySecretsTool, "secrets": []string{"API_KEY", "DB_PASSWORD"},
 			"args": map[string]any{}, "limits": stretchedLimits()})
@@ -302,9 +381,17 @@ func scanRedisFor(t *testing.T, rds *testenv.RedisServer) {
 			continue // expired meanwhile
 		}
 		findSecret(t, "Redis key "+k, []byte(dump))
-		if typ, _ := rdb.Type(ctx, k).Result(); typ == "string" {
+		// A dump may compress a value (LZF): the values themselves too.
+		switch typ, _ := rdb.Type(ctx, k).Result(); typ {
+		case "string":
 			v, _ := rdb.Get(ctx, k).Result()
 			findSecret(t, "Redis key "+k, []byte(v))
+		case "hash":
+			v, _ := rdb.HGetAll(ctx, k).Result()
+			findSecret(t, "Redis hash "+k, []byte(fmt.Sprint(v)))
+		case "zset":
+			v, _ := rdb.ZRange(ctx, k, 0, -1).Result()
+			findSecret(t, "Redis sorted set "+k, []byte(fmt.Sprint(v)))
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 )
@@ -103,12 +104,7 @@ func newSplitEnv(t testing.TB) *splitEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
 	e := &splitEnv{t: t, dir: t.TempDir(), redis: testenv.Redis(t), nsjail: testenv.Nsjail(t), rootfs: testenv.Rootfs(t), execs: map[string]*proc{}}
-	e.bin = filepath.Join(e.dir, "execgate")
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/execgate")
-	build.Dir = testenv.RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/execgate: %v\n%s", err, out)
-	}
+	e.bin = testenv.BuildExecgate(t)
 	// A tool server only the gateway holds the credential for.
 	mcpToken := "split-" + strings.Repeat("m", 24)
 	e.mcp = toolbridgetest.Start(t, mcpToken)
@@ -606,7 +602,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			return Job{V: WireVersion, RunID: newRunID(), Gateway: "test", IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Minute).UnixMilli(),
 				Spec: WireSpec{ExecutionID: "direct-" + newRunID()[:8], TenantID: splitTenant, Language: "python", Source: src,
 					Entrypoint: "run", Args: json.RawMessage(`{"i":7}`), Mode: "run", Network: sandbox.NetworkNone, Limits: sandbox.Limits{
-						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}}}
+						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}.Or(limits.Default)}}
 		}
 		push := func(v string) string {
 			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runs(), Values: []string{"job", v}}).Result()

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,8 +37,8 @@ func TestSplitSecretsReachTheRunSealed(t *testing.T) {
 	src := "import sys, time\ndef run(args, context):\n    v = context.secrets['API_KEY']\n" +
 		"    with open('/run/execgate/secrets/API_KEY') as f:\n        same = f.read() == v\n" +
 		"    sys.stdout.write(v[:12]); sys.stdout.flush(); time.sleep(1); print(v[12:], flush=True)\n" +
-		"    context.log(v)\n    return {'leak': v, 'same': same}\n"
-	s := e.executeSSE(map[string]any{"source": src, "secrets": []string{"API_KEY"}, "limits": map[string]any{"timeout_ms": 20000}})
+		"    context.log(v)\n    context.artifacts.save('k-' + v + '.txt', 'is ' + v)\n    return {'leak': v, 'same': same}\n"
+	s := e.executeSSE(map[string]any{"execution_id": "split-secret", "source": src, "secrets": []string{"API_KEY"}, "limits": map[string]any{"timeout_ms": 20000}})
 	stdout, env := s.end(t)
 	if env.Status != "ok" || string(env.Result) != `{"leak":"***","same":true}` || env.Stdout != "***\n" || stdout != "***\n" {
 		t.Fatalf("envelope %+v result %s, live stdout %q", env, env.Result, stdout)
@@ -49,10 +50,15 @@ func TestSplitSecretsReachTheRunSealed(t *testing.T) {
 	if leaksOf(secret, sent) {
 		t.Errorf("a command sent to the dispatch Redis held the secret (or its base64)")
 	}
-	for _, want := range []string{`\"secrets\":[\"API_KEY\"]`, "secrets_key", `\"box\"`} {
+	// The artifact crossed in the executor's reply, masked there (name
+	// and content), and is served masked.
+	for _, want := range []string{`\"secrets\":[\"API_KEY\"]`, "secrets_key", `\"box\"`, "k-***.txt"} {
 		if !strings.Contains(sent, want) {
 			t.Errorf("the commands sent to Redis lack %s: the run did not go the sealed way", want)
 		}
+	}
+	if raw := e.getRaw(t, "/v1/executions/split-secret/artifacts/k-***.txt"); raw.status != http.StatusOK || string(raw.body) != "is ***" {
+		t.Errorf("GET the artifact: %d %q", raw.status, raw.body)
 	}
 	scanRedisFor(t, e.rdb, "after the run", secret)
 	audit, _ := os.ReadFile(e.audit)

@@ -9,23 +9,22 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/secrets"
 )
 
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
-// output chunks are signed frames of the run (frames.go). 3: a run's
+// output chunks are signed frames of the run (frames.go). 3: a job carries
+// the run's input files and stdin, a reply its artifacts, and a run's
 // brokered secrets travel sealed to the executor confirmed (secrets.go).
 const WireVersion = 3
 
 // Bounds on what crosses Redis.
 const (
-	// maxJobBytes bounds an encoded job: the source and args are capped by
-	// the gateway's server.max_source_bytes / max_args_bytes (256 KiB
-	// each by default, 1 MiB body), fixtures and lock likewise.
-	maxJobBytes = 4 << 20
 	// maxIDBytes bounds run and executor ids.
 	maxIDBytes = 128
 	// replyOverhead is what a reply may hold beyond the run's three
@@ -34,6 +33,13 @@ const (
 	// maxReasonBytes bounds a refusal reason.
 	maxReasonBytes = 256
 )
+
+// maxJobBytes bounds an encoded job: the source and args are capped by
+// the gateway's server.max_source_bytes / max_args_bytes (256 KiB each by
+// default, 1 MiB body), fixtures and lock likewise (4 MiB for them); and
+// the input files by the platform's files and files_bytes (base64 in the
+// job, with their paths).
+var maxJobBytes = 4<<20 + int(limits.Max.FilesBytes/3*4+4+limits.Max.Files*(workspace.MaxPathBytes+64))
 
 // sigSep separates the hex signature from the payload in a signed value.
 const sigSep = "."
@@ -83,6 +89,8 @@ type WireSpec struct {
 	Lock         string          `json:"lock,omitempty"`
 	EgressAllow  []string        `json:"egress_allow,omitempty"`
 	Isolation    string          `json:"isolation,omitempty"`
+	Files        []sandbox.File  `json:"files,omitempty"`
+	Stdin        string          `json:"stdin,omitempty"`
 	// Secrets are the names of the run's brokered secrets.
 	Secrets []string `json:"secrets,omitempty"`
 }
@@ -93,8 +101,8 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		Entrypoint: s.Entrypoint, Args: s.Args, Mode: s.Mode, Variables: s.Variables,
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Lock: s.Lock, EgressAllow: s.EgressAllow,
-		Isolation: s.Isolation,
-		Secrets:   secretNames(s.Secrets),
+		Isolation: s.Isolation, Files: s.Files, Stdin: s.Stdin,
+		Secrets: secretNames(s.Secrets),
 	}
 }
 
@@ -112,7 +120,7 @@ func (w WireSpec) spec() sandbox.Spec {
 		Entrypoint: w.Entrypoint, Args: w.Args, Mode: w.Mode, Variables: w.Variables,
 		ToolFixtures: w.ToolFixtures, Network: w.Network, Limits: w.Limits,
 		Lock: w.Lock, EgressAllow: w.EgressAllow,
-		Isolation: w.Isolation,
+		Isolation: w.Isolation, Files: w.Files, Stdin: w.Stdin,
 	}
 }
 
@@ -184,9 +192,10 @@ func validID(id string) error {
 	return nil
 }
 
-// maxReplyBytes bounds the reply of a run with these limits.
+// maxReplyBytes bounds the reply of a run with these limits: its output,
+// and its artifacts (base64, each with its name, media type and digest).
 func maxReplyBytes(l sandbox.Limits) int64 {
-	return 3*l.OutputBytes + replyOverhead
+	return 3*l.OutputBytes + replyOverhead + l.ArtifactsBytes/3*4 + 4 + l.Artifacts*1024
 }
 
 // clip bounds s for logs and the refusal stream.

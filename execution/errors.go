@@ -101,6 +101,12 @@ func TooLarge(field string, size, limit int64) *Error {
 		Message: fmt.Sprintf("%s: %d bytes is over the %d-byte cap", field, size, limit)}
 }
 
+// Oversize is a 413 naming field with a message of its own (a count or a
+// sum over a limit, where TooLarge's "bytes over the cap" does not fit).
+func Oversize(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
 // Sentinels the flow wraps so Refusal can classify.
 var (
 	// ErrPolicy wraps every error of policy.Decide: undefined or erroring
@@ -167,7 +173,7 @@ func Refusal(err error) *Error {
 	case errors.As(err, &exceeded):
 		if exceeded.Kind == quota.KindBudget {
 			return &Error{Status: http.StatusTooManyRequests, Type: TypeBudgetExhausted,
-				Message: "the tenant's daily CPU budget is spent", RetryAfter: exceeded.RetryAfter, Err: err}
+				Message: budgetMessage(exceeded), RetryAfter: exceeded.RetryAfter, Err: err}
 		}
 		if exceeded.Kind == quota.KindQueued {
 			return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: exceeded.RetryAfter, Err: err,
@@ -227,4 +233,17 @@ func RetryAfterSeconds(d time.Duration) string {
 		s = 1
 	}
 	return strconv.FormatInt(s, 10)
+}
+
+// budgetMessage says why the daily CPU budget refused a run: spent, or
+// held by the tenant's runs in flight (a run gets whatever is left, so it
+// is refused only when nothing is).
+func budgetMessage(e *quota.ExceededError) string {
+	if e.LimitMS <= 0 { // a backend that did not say
+		return "the tenant's daily CPU budget is spent"
+	}
+	if e.Spent() {
+		return fmt.Sprintf("the tenant's daily CPU budget is spent: %d of %d ms used today (it resets at 00:00 UTC)", e.UsedMS, e.LimitMS)
+	}
+	return fmt.Sprintf("the rest of the tenant's daily CPU budget is reserved by its runs in flight: %d ms used and %d ms reserved of %d; a run gets what they leave when they end", e.UsedMS, e.ReservedMS, e.LimitMS)
 }

@@ -185,6 +185,12 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 	if env.Error != nil {
 		r.Outcome.ErrorType = env.Error.Type
 	}
+	if x.req != nil {
+		r.Language = x.req.Language
+	}
+	if x.env != nil {
+		r.EnvironmentID = x.env.ID
+	}
 	if x.decision != nil {
 		r.Decision = &audit.Decision{
 			ID:            x.decision.ID,
@@ -210,6 +216,11 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 		r.Egress = x.result.Egress
 		r.EgressDropped = x.result.EgressDropped
 		r.ToolCalls = x.result.ToolCalls
+		r.Artifacts = auditArtifacts(x.result.Artifacts)
+		r.ArtifactsRefused = x.result.Truncated.ArtifactsDropped
+	}
+	if x.req != nil {
+		r.Files = auditFiles(x.req.Files)
 	}
 	r.Secrets = x.secrets
 	if x.bridge != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/auth"
@@ -101,6 +102,9 @@ type Deps struct {
 	Idempotency execution.IdempotencyStore
 	// AuditSearch serves GET /v1/admin/audit. Nil: that route answers 404.
 	AuditSearch AuditSearcher
+	// Traces serves GET /v1/admin/traces/{trace_id} (the spans kept in
+	// memory when no OTLP endpoint is set). Nil: that route answers 404.
+	Traces Traces
 	// Ready are the readiness checks besides the sandbox probe (rootfs,
 	// policy, quota backend).
 	Ready []Check
@@ -186,16 +190,18 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
 	s.refusals = newRefusalLimiter(cfg.RefusalsPerMinute, cfg.RefusalsBurst, d.Now)
+	store := s.asyncStore()
 	fd := execution.Deps{
 		Tenants: d.Tenants, Policy: d.Policy, Quota: d.Quota, Runner: d.Runner, Audit: d.Audit,
 		Environments: d.Environments, Tools: d.Tools, Idempotency: d.Idempotency, Metrics: d.Metrics,
 		Succeeded: s.ready.succeeded, Logger: d.Logger, TracerProvider: d.TracerProvider, Now: d.Now,
+		Artifacts: store, // every run's, sync and async: kept where the results are
 	}
 	var err error
 	if s.flow, err = execution.New(cfg.flowConfig(), fd); err != nil {
 		return nil, err
 	}
-	s.newRuns()
+	s.newRuns(store)
 	s.mcp = mcpserver.New(s.caps, mcpserver.Deps{
 		Flow: s.flow, Tenants: d.Tenants, Logger: d.Logger,
 		ExecuteGrants:  accessRow(http.MethodPost, "/v1/execute").Grants,
@@ -303,11 +309,13 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPut, "/v1/admin/tenants/:id/tools/servers/:name"}:    s.handlePutToolServer,
 		{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name"}: s.handleDeleteToolServer,
 		{http.MethodGet, "/v1/admin/audit"}:                              s.handleAudit,
+		{http.MethodGet, "/v1/admin/traces/:trace_id"}:                   s.handleTraces,
 		{http.MethodPost, "/mcp"}:                                        s.handleMCP,
 		{http.MethodPost, "/v1/executions"}:                              s.handleSubmitExecution,
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
 		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
 		{http.MethodGet, "/v1/executions/:id/events"}:                    s.handleExecutionEvents,
+		{http.MethodGet, "/v1/executions/:id/artifacts/:name"}:           s.handleArtifact,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
@@ -358,6 +366,13 @@ func (s *Server) authenticate(c *gin.Context) {
 	if s.d.Metrics != nil {
 		s.d.Metrics.Stage(telemetry.StageAuth, time.Since(start))
 	}
+	if err == nil {
+		// The request's spans are the token's tenant's: the edge span and
+		// this one by attribute, the ones started later by their context.
+		tenant := attribute.String(telemetry.AttrTenantID, p.TenantID)
+		span.SetAttributes(tenant)
+		trace.SpanFromContext(c.Request.Context()).SetAttributes(tenant)
+	}
 	span.End()
 	if err != nil {
 		addr := s.addressKey(c.Request)
@@ -379,7 +394,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
+	c.Request = c.Request.WithContext(telemetry.WithTenant(tenancy.WithPrincipal(c.Request.Context(), p), p.TenantID))
 	s.limitRefusals(c, p) // runs the rest of the chain
 }
 
@@ -456,6 +471,13 @@ func writeJSON(c *gin.Context, status int, v any) {
 
 // readBody reads at most limit bytes; over it is a 413.
 func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// Declared too large: refused before a byte of it is read (the
+		// connection is closed after the answer: its body is not drained).
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
+			Message: fmt.Sprintf("body: %d bytes declared, over the %d-byte cap", r.ContentLength, limit)}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mb *http.MaxBytesError

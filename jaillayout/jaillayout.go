@@ -70,6 +70,12 @@ const (
 	// from its request before the tool is loaded. Never on the host's
 	// disk, never in a shared directory.
 	SecretsDir = "/run/execgate/secrets"
+	// WorkspaceDir is the tool's working directory: the run's input
+	// files, read-only, over which the sandbox mounts the run's own tmpfs
+	// (package sandbox/workspace); WorkspaceOutDir, in it, is the tool's
+	// writable tmpfs whose files the runner collects as artifacts.
+	WorkspaceDir    = "/workspace"
+	WorkspaceOutDir = WorkspaceDir + "/out"
 	// DevDir, DevShmDir and ProcDir are mounted by the sandbox.
 	DevDir    = "/dev"
 	DevShmDir = "/dev/shm"
@@ -98,7 +104,7 @@ var Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
 // MountPoints are the directories the sandbox mounts or binds over; the
 // builder creates them empty so nsjail never creates a mount point inside
 // the (host-backed, read-only) tree.
-var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, SecretsDir, path.Dir(ManifestPath)}
+var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, WorkspaceDir, SecretsDir, path.Dir(ManifestPath)}
 
 // SecretsTmpfsBytes sizes the tmpfs at SecretsDir: a run's secrets at
 // their bounds (16 of 4 KiB, a page each) with room to spare.
@@ -114,7 +120,7 @@ const ManifestFormat = 1
 //	1 (or absent): the original tree
 //	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
 //	   readable by the tool's user
-//	3: /run/execgate/secrets (brokered secrets' mount point)
+//	3: /workspace, /run/execgate/secrets (brokered secrets' mount point)
 const Version = 3
 
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
@@ -143,6 +149,7 @@ type Manifest struct {
 	BuiltAt       time.Time `json:"built_at"`
 	// DenoVersion and DenoStamp describe the Deno binary in the tree
 	// (JavaScript and TypeScript tools); empty when built without one.
+	// DenoStamp is its content's identity (rootfs.DenoStamp), not its path.
 	DenoVersion string `json:"deno_version,omitempty"`
 	DenoStamp   string `json:"deno_stamp,omitempty"`
 }

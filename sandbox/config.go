@@ -128,8 +128,10 @@ const (
 	DefaultResolveCache = 600 // seconds
 )
 
-// WithDefaults returns c with zero fields defaulted. RootfsDir has no
-// default here: the config package derives it from state_dir.
+// WithDefaults returns c as the runner uses it: zero fields, the zygotes'
+// included, set to their defaults. RootfsDir has no default here: the
+// config package derives it from state_dir; NsjailPath and UVPath stay as
+// given (FindNsjail and FindUV resolve them).
 func (c Config) WithDefaults() Config {
 	if c.WorkDir == "" && c.RootfsDir != "" {
 		c.WorkDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runs")
@@ -170,6 +172,7 @@ func (c Config) WithDefaults() Config {
 	if c.RuntimeDir == "" {
 		c.RuntimeDir = DefaultRuntimeDir
 	}
+	c.Zygotes = c.Zygotes.WithDefaults()
 	return c
 }
 

@@ -1,11 +1,14 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/secrets"
 )
 
@@ -15,6 +18,9 @@ var maskExempt = map[string]bool{
 	"Result.Status": true, "Result.NsjailLog": true, "Result.DeniedSyscall": true,
 	"ErrorInfo.Type": true, "Usage.Isolation": true, "EgressAttempt.IP": true,
 	"ToolCall.DecisionID": true, "ToolCall.ArgsSHA256": true,
+	// Computed by the runner from the artifact's content (masked: see
+	// TestMaskResultMasksArtifacts).
+	"Artifact.SHA256": true,
 }
 
 // TestMaskResultCoversEveryToolControlledField puts the secret in every
@@ -91,5 +97,56 @@ func TestMaskResultCoversEveryToolControlledField(t *testing.T) {
 	MaskResult(&res, nil)
 	if !reflect.DeepEqual(before, res) {
 		t.Error("a nil Masker changed the Result")
+	}
+}
+
+// An artifact's content, name and media type are masked like the rest of
+// a Result: its size and SHA-256 follow the masked content, an artifact
+// whose masked name repeats another's is dropped saying why, the names of
+// the files not collected are masked, and the Result handed in is not
+// changed.
+func TestMaskResultMasksArtifacts(t *testing.T) {
+	const secret, other = "sk_live_artifact-42", "hunter2-other"
+	m := secrets.NewMasker([]secrets.Value{secrets.NewValue("KEY", secret), secrets.NewValue("OTHER", other)})
+	art := func(name, mime, data string) Artifact {
+		sum := sha256.Sum256([]byte(data))
+		return Artifact{Name: name, MIME: mime, Data: []byte(data), Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	}
+	clean := art("clean.txt", "text/plain", "nothing to hide")
+	in := Result{
+		Artifacts: []Artifact{
+			art("a-"+secret+".csv", "text/csv", "key,"+secret+"\n"),
+			art("a-"+other+".csv", "text/csv", "x"),
+			art("b.bin", secret+"/x", "line\n"+secret+"\n"),
+			clean,
+		},
+		Truncated: Truncated{Artifacts: []DroppedArtifact{{Name: secret, Reason: workspace.ReasonFIFO}}, ArtifactsDropped: 1},
+	}
+	orig := make([]Artifact, len(in.Artifacts))
+	copy(orig, in.Artifacts)
+	res := in
+	MaskResult(&res, m)
+
+	want := func(a Artifact, name, mime, data string) {
+		t.Helper()
+		sum := sha256.Sum256([]byte(data))
+		if a.Name != name || a.MIME != mime || string(a.Data) != data || a.Bytes != int64(len(data)) || a.SHA256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("got %+v (data %q), want name %q, mime %q, data %q with its size and sha256", a, a.Data, name, mime, data)
+		}
+	}
+	if len(res.Artifacts) != 3 {
+		t.Fatalf("artifacts %+v, want 3 (the repeated masked name dropped)", res.Artifacts)
+	}
+	want(res.Artifacts[0], "a-***.csv", "text/csv", "key,***\n")
+	want(res.Artifacts[1], "b.bin", workspace.DefaultMIME, "line\n***\n")
+	if !reflect.DeepEqual(res.Artifacts[2], clean) {
+		t.Errorf("an artifact without the secret changed: %+v", res.Artifacts[2])
+	}
+	wantDropped := []DroppedArtifact{{Name: "***", Reason: workspace.ReasonFIFO}, {Name: "a-***.csv", Reason: ReasonMaskedName}}
+	if !reflect.DeepEqual(res.Truncated.Artifacts, wantDropped) || res.Truncated.ArtifactsDropped != 2 {
+		t.Errorf("truncated %+v", res.Truncated)
+	}
+	if !reflect.DeepEqual(in.Artifacts, orig) || in.Truncated.Artifacts[0].Name != secret || in.Truncated.ArtifactsDropped != 1 {
+		t.Errorf("MaskResult changed the Result it was handed: %+v", in)
 	}
 }

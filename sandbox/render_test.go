@@ -191,9 +191,10 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
 			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
 		}
-		rest := strings.NewReplacer(`arg: "--allow-read=/run/execgate/secrets"`, "", `arg: "--allow-write=/run/execgate/secrets"`, "").Replace(got)
+		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "",
+			`arg: "--allow-read=/run/execgate/secrets"`, "", `arg: "--allow-write=/run/execgate/secrets"`, "").Replace(got)
 		if strings.Contains(rest, "--allow") || strings.Contains(rest, "-A\"") {
-			t.Errorf("%s profile grants a Deno permission beyond the secrets directory:\n%s", rt, got)
+			t.Errorf("%s profile grants a Deno permission beyond the workspace and the secrets directory:\n%s", rt, got)
 		}
 	}
 }

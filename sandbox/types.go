@@ -25,11 +25,14 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
+	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/secrets"
 )
 
@@ -94,7 +97,28 @@ type Spec struct {
 	// run's own tmpfs at jaillayout.SecretsDir. Run masks them out of the
 	// Result and the live output (MaskResult, secrets.Stream).
 	Secrets []secrets.Value
+	// Files are the run's input files, written read-only under
+	// jaillayout.WorkspaceDir (the tool's working directory) before the
+	// hand-off: at most Limits.Files of them and Limits.FilesBytes in all,
+	// each path as workspace.CheckPath wants it (the runner refuses a spec
+	// that breaks either: InvalidInput).
+	Files []File
+	// Stdin is what the tool reads on its standard input (sys.stdin,
+	// Deno.stdin); empty: end of file at once.
+	Stdin string
 }
+
+// File is one input file of a run (package workspace).
+type File = workspace.File
+
+// Artifact is one file a run left in jaillayout.WorkspaceOutDir, collected
+// by the runner within the run's limits.artifacts and artifacts_bytes
+// (package workspace).
+type Artifact = workspace.Artifact
+
+// DroppedArtifact is a file of jaillayout.WorkspaceOutDir that was not
+// collected, and why.
+type DroppedArtifact = workspace.Dropped
 
 // OutputFunc receives a chunk of a run's stdout or stderr (stream is
 // StreamStdout or StreamStderr) as soon as the capture kept it: only bytes
@@ -162,10 +186,16 @@ type ErrorInfo struct {
 	Column int `json:"column,omitempty"`
 }
 
-// Truncated says which streams were cut at the output cap.
+// Truncated says which streams were cut at the output cap, and which
+// artifacts were dropped.
 type Truncated struct {
 	Stdout bool `json:"stdout"`
 	Stderr bool `json:"stderr"`
+	// Artifacts are the files of /workspace/out that were not collected
+	// (at most workspace.MaxDropped of them, each with its reason);
+	// ArtifactsDropped counts all of them. Absent when none was dropped.
+	Artifacts        []DroppedArtifact `json:"artifacts,omitempty"`
+	ArtifactsDropped int               `json:"artifacts_dropped,omitempty"`
 }
 
 // Usage is measured by the kernel for the whole jail.
@@ -221,6 +251,11 @@ type Result struct {
 	// ToolCalls are the run's tool calls as recorded by its Bridge (when
 	// it is a ToolCallRecorder), in order.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Artifacts are the files the run left in /workspace/out, collected
+	// after its processes were gone, in name order, within its
+	// limits.artifacts and artifacts_bytes (Truncated.Artifacts lists what
+	// was dropped).
+	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// NsjailLog holds nsjail's own log lines (not user output); kept for
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`
@@ -234,17 +269,16 @@ type Result struct {
 
 // MaskResult masks what m masks (secret values, and their common forms)
 // in everything of r a tool controls: stdout, stderr, the result (each
-// JSON string), logs, the error, egress attempts and tool calls. Nothing
-// of r is changed in place: a masked field gets a new value (r's slices
-// may be shared with a caller). A nil m masks nothing. Every runner path
-// (the sandbox's Run, a split mode executor's reply, the flow before the
-// envelope) goes through it.
+// JSON string), logs, the error, egress attempts, tool calls and the
+// artifacts (maskArtifacts: names, media types, content). Nothing of r is
+// changed in place: a masked field gets a new value (r's slices may be
+// shared with a caller). A nil m masks nothing. Every runner path (the
+// sandbox's Run, a split mode executor's reply, the flow before the
+// envelope, the artifact store and the audit record) goes through it.
 //
-// How to add a field a tool controls (output artifacts, issue #24 item
-// 2, when Result gains them): mask it here — text with m.String, JSON
-// with m.JSON, bytes (an artifact's content, and so its inline base64
-// and sha256, computed after) with m.Bytes — and add it to the
-// TestMaskResultCoversEveryToolControlledField case.
+// How to add a field a tool controls: mask it here (text with m.String,
+// JSON with m.JSON, bytes with m.Bytes); the
+// TestMaskResultCoversEveryToolControlledField case fails until it is.
 func MaskResult(r *Result, m *secrets.Masker) {
 	if m == nil {
 		return
@@ -281,6 +315,55 @@ func MaskResult(r *Result, m *secrets.Masker) {
 		}
 		r.ToolCalls = calls
 	}
+	maskArtifacts(r, m)
+}
+
+// ReasonMaskedName is why an artifact is dropped whose name, once a
+// secret in it is masked, is the name of an artifact before it (the
+// artifacts of a run are kept and fetched by name).
+const ReasonMaskedName = "its name, with a secret masked, is another artifact's"
+
+// maskArtifacts masks r's artifacts for MaskResult: each name, media type
+// (one that held a match becomes the one its masked name gives) and
+// content; an artifact whose content was masked gets its new size and
+// SHA-256 (masking only shrinks: a match of at least 4 bytes becomes
+// secrets.Mask, so the run's artifact bounds still hold). An artifact
+// whose masked name repeats an earlier one is dropped (ReasonMaskedName).
+// The names of the files not collected are masked too.
+func maskArtifacts(r *Result, m *secrets.Masker) {
+	if r.Truncated.Artifacts != nil {
+		dropped := make([]DroppedArtifact, len(r.Truncated.Artifacts))
+		for i, d := range r.Truncated.Artifacts {
+			dropped[i] = DroppedArtifact{Name: m.String(d.Name), Reason: m.String(d.Reason)}
+		}
+		r.Truncated.Artifacts = dropped
+	}
+	if r.Artifacts == nil {
+		return
+	}
+	arts := make([]Artifact, 0, len(r.Artifacts))
+	seen := make(map[string]bool, len(r.Artifacts))
+	for _, a := range r.Artifacts {
+		name := m.String(a.Name)
+		if mime := m.String(a.MIME); mime != a.MIME {
+			a.MIME = workspace.MIMEOf(name, "")
+		}
+		if data := m.Bytes(a.Data); len(data) != len(a.Data) {
+			sum := sha256.Sum256(data)
+			a.Data, a.Bytes, a.SHA256 = data, int64(len(data)), hex.EncodeToString(sum[:])
+		}
+		if seen[name] {
+			r.Truncated.ArtifactsDropped++
+			if len(r.Truncated.Artifacts) < workspace.MaxDropped {
+				r.Truncated.Artifacts = append(r.Truncated.Artifacts, DroppedArtifact{Name: name, Reason: ReasonMaskedName})
+			}
+			continue
+		}
+		seen[name] = true
+		a.Name = name
+		arts = append(arts, a)
+	}
+	r.Artifacts = arts
 }
 
 // ErrorType returns the outcome type, or "" when the run was ok.

@@ -34,7 +34,7 @@ var (
 // Rootfs returns a rootfs built from the host's /usr/bin/python3 with this
 // binary's harness. It is built once per machine into
 // <repo>/.tools/cache/rootfs-<key>, keyed by the harness hash, protocol
-// version and interpreter binary, under a file lock, so the parallel test
+// version, interpreter binary and Deno's content, under a file lock, so the parallel test
 // processes of `go test ./...` share one build. It does not need root, but
 // fails the test when the build fails (a broken rootfs is a bug, not a host
 // limitation); it skips only when the host has no /usr/bin/python3.
@@ -78,12 +78,11 @@ func rootfsKey() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "protocol=%d harness=%s python=%s size=%d mtime=%d",
 		jaillayout.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
-	// The host's Deno goes into the tree too (JavaScript tools).
+	// The host's Deno goes into the tree too (JavaScript tools), keyed by
+	// its content as the rootfs's staleness check keys it.
 	if deno, err := sandbox.FindDeno(""); err == nil {
-		if real, err := filepath.EvalSymlinks(deno); err == nil {
-			if fi, err := os.Stat(real); err == nil {
-				fmt.Fprintf(h, " deno=%s size=%d mtime=%d", real, fi.Size(), fi.ModTime().UnixNano())
-			}
+		if stamp, err := rootfs.DenoStamp(deno); err == nil {
+			fmt.Fprintf(h, " deno=%s", stamp)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
@@ -191,13 +193,17 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 	}
 	defer func(old string) { selfCgroupFile = old }(selfCgroupFile)
 	selfCgroupFile = self
+	defer func(old func(string) (int64, error), oldCap func() bool) { statfsFlags, hasSysAdmin = old, oldCap }(statfsFlags, hasSysAdmin)
+	const rdonly = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV | unix.ST_NOEXEC
 	for _, tc := range []struct {
-		name   string
-		mode   string
-		magics map[string]int64
-		files  map[string]string // path → content; a path ending in / is a directory
-		ok     bool
-		detail string
+		name     string
+		mode     string
+		magics   map[string]int64
+		files    map[string]string // path → content ("$PID": this process); a path ending in / is a directory
+		flags    int64             // the cgroup2 mount's statfs flags
+		sysAdmin bool              // the process holds CAP_SYS_ADMIN
+		ok       bool
+		detail   string
 	}{
 		{
 			name:   "v1 hierarchies",
@@ -210,14 +216,14 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 			mode:   "auto",
 			magics: map[string]int64{".": cgroup2Magic},
 			files: map[string]string{"cgroup.controllers": "cpuset cpu io memory pids", "cgroup.subtree_control": "cpu memory pids",
-				"execgate/diagnose-*/cgroup.controllers": "cpu memory pids"},
+				"cgroup.procs": "$PID", "execgate/diagnose-*/cgroup.controllers": "cpu memory pids"},
 			ok: true, detail: "delegated down to it already",
 		},
 		{
 			name:   "v2 host root without delegation yet: the first run enables it",
 			mode:   "auto",
 			magics: map[string]int64{".": cgroup2Magic},
-			files:  map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "", "cgroup.procs": "1 2 3"},
+			files:  map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "", "cgroup.procs": "1 2 $PID"},
 			ok:     true, detail: "enables +memory +pids +cpu in ",
 		},
 		{
@@ -225,15 +231,49 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 			mode:   "auto",
 			magics: map[string]int64{".": cgroup2Magic},
 			files: map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.type": "domain",
-				"cgroup.procs": "1 7"},
-			ok: true, detail: "moves the 2 process(es) sharing its base cgroup (pids 1 7) into ",
+				"cgroup.procs": "1 $PID"},
+			ok: true, detail: "moves the 2 process(es) sharing its base cgroup (pids 1 $PID) into ",
+		},
+		{
+			name:   "v2 container namespace root mounted read-only, with CAP_SYS_ADMIN: remounted first",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files: map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.type": "domain",
+				"cgroup.procs": "$PID"},
+			flags: rdonly, sysAdmin: true,
+			ok: true, detail: "read-write (its own cgroup namespace, mounted read-only as a container runtime does), then moves the 1 process(es)",
+		},
+		{
+			name:   "v2 container namespace root mounted read-only, without CAP_SYS_ADMIN: an unprivileged container",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files: map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.type": "domain",
+				"cgroup.procs": "$PID"},
+			flags:  rdonly,
+			detail: "as an unprivileged container gets it, and this process lacks CAP_SYS_ADMIN",
+		},
+		{
+			name:   "v2 host root mounted read-only: not execgate's to remount",
+			mode:   "auto",
+			magics: map[string]int64{".": cgroup2Magic},
+			files:  map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.procs": "$PID"},
+			flags:  rdonly, sysAdmin: true,
+			detail: "is mounted read-only and",
+		},
+		{
+			name:     "v2 the host's cgroup2 bind-mounted into a private cgroup namespace",
+			mode:     "auto",
+			magics:   map[string]int64{".": cgroup2Magic},
+			files:    map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "memory pids", "cgroup.procs": "1 2 3"},
+			sysAdmin: true,
+			detail:   "is not this process's cgroup namespace's hierarchy",
 		},
 		{
 			name:   "v2 without the memory controller offered",
 			mode:   "auto",
 			magics: map[string]int64{".": cgroup2Magic},
 			files: map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "cpu memory pids",
-				"execgate/diagnose-*/cgroup.controllers": "cpu pids"},
+				"cgroup.procs": "$PID", "execgate/diagnose-*/cgroup.controllers": "cpu pids"},
 			detail: "lacks the memory or pids controller",
 		},
 		{
@@ -251,7 +291,11 @@ func TestProbeCgroupsPicksTheVersionAndProbesTheParent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := fakeCgroupFS{root: t.TempDir(), magics: tc.magics}
+			statfsFlags = func(string) (int64, error) { return tc.flags, nil }
+			hasSysAdmin = func() bool { return tc.sysAdmin }
+			tc.detail = strings.ReplaceAll(tc.detail, "$PID", strconv.Itoa(os.Getpid()))
 			for path, content := range tc.files {
+				content = strings.ReplaceAll(content, "$PID", strconv.Itoa(os.Getpid()))
 				// A real cgroupfs fills a new cgroup's cgroup.controllers from
 				// its parent's subtree_control; a temp dir cannot, so the
 				// delegated case pre-creates the probe cgroup with what the
@@ -294,5 +338,67 @@ func TestV2BaseIsTheOwnCgroupOnlyWhenDelegated(t *testing.T) {
 		if base, why := v2Base(dir, self); base != dir || !strings.Contains(why, tc.want) {
 			t.Errorf("%q: v2Base = %q, %q; want %q, naming %q", tc.content, base, why, dir, tc.want)
 		}
+	}
+}
+
+func TestSetupRemountsOnlyItsOwnNamespacesReadOnlyMount(t *testing.T) {
+	self := filepath.Join(t.TempDir(), "cgroup")
+	if err := os.WriteFile(self, []byte("0::/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func(old string) { selfCgroupFile = old }(selfCgroupFile)
+	selfCgroupFile = self
+	defer func(f func(string) (int64, error), r func(string, uintptr) error) { statfsFlags, remountRW = f, r }(statfsFlags, remountRW)
+	pid := strconv.Itoa(os.Getpid())
+	for _, tc := range []struct {
+		name      string
+		nsRoot    bool  // the mount's root has a cgroup.type: a namespace's, not the host's
+		flags     int64 // statfs flags of the mount
+		remount   error // what the kernel answers a remount
+		wantCall  uintptr
+		wantCalls int
+		wantErr   string
+	}{
+		{name: "a writable mount is left alone", nsRoot: true},
+		{name: "its namespace's read-only mount is remounted keeping nosuid, nodev and noexec", nsRoot: true,
+			flags: unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV | unix.ST_NOEXEC | unix.ST_RELATIME, wantCalls: 1,
+			wantCall: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RELATIME},
+		{name: "a refused remount names the unprivileged container", nsRoot: true, flags: unix.ST_RDONLY,
+			remount: unix.EPERM, wantCalls: 1, wantErr: "as an unprivileged container gets it, and remounting it read-write was refused"},
+		{name: "the host's read-only root is not remounted", flags: unix.ST_RDONLY, wantErr: "is mounted read-only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			files := map[string]string{"cgroup.controllers": "memory pids", "cgroup.subtree_control": "", "cgroup.procs": pid}
+			if tc.nsRoot {
+				files["cgroup.type"] = "domain"
+			}
+			writeFiles(t, root, files)
+			fs := fakeCgroupFS{root: root, magics: map[string]int64{".": cgroup2Magic}}
+			c, err := detectCgroupsWith("v2", root, "execgate", fs.isFS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			statfsFlags = func(string) (int64, error) { return tc.flags, nil }
+			var calls []uintptr
+			remountRW = func(path string, flags uintptr) error {
+				if path != root {
+					t.Errorf("remounted %s, want the mount %s", path, root)
+				}
+				calls = append(calls, flags)
+				return tc.remount
+			}
+			err = c.makeWritable()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("makeWritable = %v, want %q", err, tc.wantErr)
+			}
+			if len(calls) != tc.wantCalls || tc.wantCalls == 1 && calls[0] != tc.wantCall {
+				t.Fatalf("remounts %#x, want %d with %#x", calls, tc.wantCalls, tc.wantCall)
+			}
+			var u *unavailable.Error
+			if err != nil && (!errors.As(err, &u) || u.Hint == "") {
+				t.Fatalf("error %v is not an UnavailableError with a hint", err)
+			}
+		})
 	}
 }

@@ -45,8 +45,8 @@ const CPUMsPerSec = 1000
 // Hint is what an operator can do when the host refuses the jail its
 // cgroups (shared with the classifier's reading of nsjail's log).
 const Hint = "the jail needs memory, pids and cpu cgroups it can create: run execgate as root with " +
-	"/sys/fs/cgroup mounted read-write (in a container: --privileged or --cgroupns=private with a writable " +
-	"cgroup2 mount; under systemd: Delegate=yes), or set sandbox.cgroups to the version the host has"
+	"/sys/fs/cgroup mounted read-write (in a container: --privileged, or a private cgroup namespace and CAP_SYS_ADMIN, " +
+	"with which execgate remounts its own cgroup2 read-write; under systemd: Delegate=yes), or set sandbox.cgroups to the version the host has"
 
 // Probe is what ProbeHost found: the cgroups a runner would use.
 type Probe struct {

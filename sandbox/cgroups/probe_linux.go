@@ -58,7 +58,7 @@ func (c *Manager) probeV2(p Probe) (Probe, error) {
 		return p, err
 	}
 	parent := p.Parents[0]
-	if len(plan.enable) == 0 && plan.create == "" {
+	if plan.remount == "" && len(plan.enable) == 0 && plan.create == "" {
 		pd := filepath.Join(parent, fmt.Sprintf("diagnose-%d", os.Getpid()))
 		if err := os.Mkdir(pd, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return p, &unavailable.Error{Reason: "v2: creating a cgroup below " + parent, Hint: v2Hint, Err: err}

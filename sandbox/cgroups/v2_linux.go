@@ -72,7 +72,8 @@ func ownCgroupV2(selfFile string) string {
 
 // v2Hint is what to change when a cgroup v2 host refuses execgate its tree.
 const v2Hint = "give execgate a writable, delegated cgroup2: under systemd Delegate=yes (deploy/systemd/execgate.service); " +
-	"in a container --privileged or --cgroupns=private with /sys/fs/cgroup mounted read-write; or set sandbox.cgroups to the version the host has"
+	"in a container --privileged, or a private cgroup namespace (--cgroupns=private) and CAP_SYS_ADMIN, with which execgate remounts its own cgroup2 read-write; " +
+	"or set sandbox.cgroups to the version the host has"
 
 // supervisorLeaf is the leaf cgroup processes sharing execgate's base
 // cgroup are moved into so that the base may delegate controllers (cgroup
@@ -88,17 +89,21 @@ var v2Controllers = []string{"memory", "pids", "cpu"}
 
 // v2Setup is what Setup does on cgroup v2, planned by v2Plan.
 type v2Setup struct {
-	move   []string   // pids sharing the base cgroup, moved into the supervisor leaf first
-	leaf   string     // the supervisor leaf (with move)
-	create string     // the first directory of the tree that does not exist yet
-	enable [][]string // per directory from the base down: {dir, controllers...}
+	remount string     // a read-only mount of execgate's own cgroup namespace, remounted read-write first
+	move    []string   // pids sharing the base cgroup, moved into the supervisor leaf first
+	leaf    string     // the supervisor leaf (with move)
+	create  string     // the first directory of the tree that does not exist yet
+	enable  [][]string // per directory from the base down: {dir, controllers...}
 }
 
 func (s v2Setup) String() string {
-	if len(s.enable) == 0 && s.create == "" {
+	if s.remount == "" && len(s.enable) == 0 && s.create == "" {
 		return "memory, pids and cpu delegated down to it already"
 	}
 	var parts []string
+	if s.remount != "" {
+		parts = append(parts, "remounts "+s.remount+" read-write (its own cgroup namespace, mounted read-only as a container runtime does)")
+	}
 	if len(s.move) > 0 {
 		parts = append(parts, fmt.Sprintf("moves the %d process(es) sharing its base cgroup (pids %s) into %s", len(s.move), strings.Join(s.move, " "), s.leaf))
 	}
@@ -119,11 +124,18 @@ func (s v2Setup) String() string {
 // error names the precise reason.
 func (c *Manager) v2Plan() (v2Setup, error) {
 	var plan v2Setup
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(c.root, &st); err != nil {
-		return plan, &unavailable.Error{Reason: "v2: reading " + c.root, Hint: v2Hint, Err: err}
+	m, err := c.checkMount()
+	if err != nil {
+		return plan, err
 	}
-	readOnly := st.Flags&1 != 0 // ST_RDONLY
+	readOnly := m.readOnly
+	if m.remount {
+		if !hasSysAdmin() {
+			return plan, &unavailable.Error{Reason: "v2: " + c.mount + " is this container's cgroup namespace mounted read-only, as an unprivileged container gets it, " +
+				"and this process lacks CAP_SYS_ADMIN to remount it read-write", Hint: unprivilegedHint}
+		}
+		plan.remount, readOnly = c.mount, false
+	}
 	offered, err := os.ReadFile(filepath.Join(c.root, "cgroup.controllers"))
 	if err != nil {
 		return plan, &unavailable.Error{Reason: "v2: reading " + filepath.Join(c.root, "cgroup.controllers"), Hint: v2Hint, Err: err}
@@ -211,6 +223,9 @@ func isRootCgroup(dir string) bool {
 // setupV2 creates the parent cgroup on v2 and delegates the controllers
 // down to it.
 func (c *Manager) setupV2() error {
+	if err := c.makeWritable(); err != nil {
+		return err
+	}
 	offered, err := os.ReadFile(filepath.Join(c.root, "cgroup.controllers"))
 	if err != nil {
 		return c.unavailable("reading cgroup.controllers", err)

@@ -120,7 +120,7 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        for name in ("requirements", "egress_allow", "tools", "secrets"):
+        for name in ("requirements", "egress_allow", "tools", "secrets", "files"):
             if kw.get(name) is not None:
                 kw[name] = list(kw[name])
         body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
@@ -313,6 +313,8 @@ class Client:
         tools: Optional[Sequence[str]] = None,
         secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
@@ -356,6 +358,8 @@ class Client:
         tools: Optional[Sequence[str]] = None,
         secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
     ) -> ExecutionStatus:
@@ -602,6 +606,8 @@ class AsyncClient:
         tools: Optional[Sequence[str]] = None,
         secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
@@ -636,6 +642,8 @@ class AsyncClient:
         tools: Optional[Sequence[str]] = None,
         secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
     ) -> ExecutionStatus:
