@@ -46,6 +46,22 @@ func findSecret(t *testing.T, where string, b []byte) {
 	}
 }
 
+// okSecretRun executes body, wants a 200 "ok" envelope without a secret
+// in it, and returns the envelope.
+func okSecretRun(t *testing.T, s *server, token string, body map[string]any) map[string]any {
+	t.Helper()
+	r := s.execute(token, body)
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	findSecret(t, "the envelope", r.body)
+	env := r.json(t)
+	if env["status"] != "ok" {
+		t.Fatalf("envelope %s", r.body)
+	}
+	return env
+}
+
 // secretsServer is a gateway whose tenant acme has API_KEY (a file below
 // tools_api.secret_dirs) and DB_PASSWORD (a variable), grants both, and
 // runs at level process too; quotas and async results live in Redis.
@@ -152,16 +168,8 @@ func TestSecretsThroughTheGateway(t *testing.T) {
 		{"typescript", "typescript", "jail", jsSecretsTool},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.execute(acme, map[string]any{"language": tc.language, "isolation": tc.isolation, "source": tc.source,
+			env := okSecretRun(t, s, acme, map[string]any{"language": tc.language, "isolation": tc.isolation, "source": tc.source,
 				"secrets": []string{"API_KEY", "DB_PASSWORD"}, "args": map[string]any{}, "limits": stretchedLimits()})
-			if r.status != http.StatusOK {
-				t.Fatalf("%d %s", r.status, r.body)
-			}
-			findSecret(t, "the envelope", r.body)
-			env := r.json(t)
-			if env["status"] != "ok" {
-				t.Fatalf("envelope %s", r.body)
-			}
 			res := env["result"].(map[string]any)
 			if res["same"] != true || fmt.Sprint(res["files"]) != "[API_KEY DB_PASSWORD]" || res["ungranted"] != "absent" || fmt.Sprint(res["leak"]) != "[*** ***]" {
 				t.Errorf("result %v", res)
@@ -261,16 +269,8 @@ func TestSecretsThroughTheGateway(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				id := "secret-artifacts-" + tc.language + "-" + tc.isolation
-				r := s.execute(acme, map[string]any{"execution_id": id, "language": tc.language, "isolation": tc.isolation, "source": tc.source,
+				env := okSecretRun(t, s, acme, map[string]any{"execution_id": id, "language": tc.language, "isolation": tc.isolation, "source": tc.source,
 					"secrets": []string{"API_KEY"}, "limits": stretchedLimits()})
-				if r.status != http.StatusOK {
-					t.Fatalf("%d %s", r.status, r.body)
-				}
-				findSecret(t, "the envelope", r.body)
-				env := r.json(t)
-				if env["status"] != "ok" {
-					t.Fatalf("envelope %s", r.body)
-				}
 				big := strings.Repeat("x", 100000) + "***"
 				want := map[string]struct {
 					data   string
