@@ -194,6 +194,51 @@ def run(args, context):
 	}
 }
 
+// While a run holds its secret (waiting in a tool call), the secret is in
+// none of nsjail's argv, environment or config file, nor any file of the
+// runner's work directory; neither is it anywhere there after the run. At
+// level process it is in no memory of the zygote or its spare processes,
+// and neither the next run of the same tenant (without the grant, running
+// while the first one holds it, and after) nor another tenant's run finds
+// it.
+func TestSecretStaysInItsRun(t *testing.T) {
+	for _, iso := range []string{sandbox.IsolationJail, sandbox.IsolationProcess} {
+		t.Run(iso, func(t *testing.T) {
+			work := t.TempDir()
+			r := newRunner(t, func(c *sandbox.Config) { c.WorkDir = work })
+			long := limits.Default
+			long.TimeoutMS = stretch(60000) // it waits while the others look
+			holder := sandbox.Spec{
+				ExecutionID: "holder", TenantID: "t1", Isolation: iso, Limits: long,
+				Source:  "def run(args, context):\n    v = context.secrets['API_KEY']\n    context.tools.run('wait', {})\n    return len(v)\n",
+				Secrets: []secrets.Value{secrets.NewValue("API_KEY", secretValue)},
+			}
+			hunt := func(tenant string) string {
+				res := run(t, r, sandbox.Spec{TenantID: tenant, Isolation: iso, Limits: limits.Default, Source: secretHunter})
+				if res.Status != sandbox.StatusOK {
+					t.Fatalf("the hunter failed: %+v\n%s", res.Error, res.Stderr)
+				}
+				return string(res.Result)
+			}
+			res := whileInToolCall(t, r, holder, func() {
+				scanHost(t, "while the run holds it", work, true)
+				for _, tenant := range []string{"t1", "t2"} {
+					if got := hunt(tenant); !strings.Contains(got, `"found":[]`) || !strings.Contains(got, `"readable":[]`) {
+						t.Errorf("a run of %s while the secret is held: %s", tenant, got)
+					}
+				}
+			})
+			if !jsonEqual(t, res.Result, strconv.Itoa(len(secretValue))) {
+				t.Fatalf("the holder: %s %+v", res.Result, res.Error)
+			}
+			scanHost(t, "after the run", work, false)
+			if got := hunt("t1"); !strings.Contains(got, `"found":[]`) {
+				t.Errorf("the next run of the same tenant: %s", got)
+			}
+		})
+	}
+}
+
 // secretHunter looks for the secret in everything a run can read: the
 // secrets directory, every process's environ, cmdline and root (another
 // run's /run/execgate/secrets at level process), /tmp, /proc/1's memory.
