@@ -121,7 +121,8 @@ export function artifactsView({ list = [], execID, tenant = "", access = "", tru
   if (unlisted) kids.push(h("p", { class: "muted small" }, unlisted + " more artifacts were collected (counted, not listed)"));
   if (access && list.length) kids.push(h("p", { class: "muted small access-note" }, access));
   if (truncated.length || refused) {
-    kids.push(h("details", { class: "dropped" }, h("summary", {}, (refused || truncated.length) + " files of /workspace/out were not collected"),
+    const n = refused || truncated.length;
+    kids.push(h("details", { class: "dropped" }, h("summary", {}, n + (n === 1 ? " file of /workspace/out was" : " files of /workspace/out were") + " not collected"),
       h("ul", {}, truncated.map((d) => h("li", {}, h("code", {}, d.name), ": " + d.reason)))));
   }
   kids.push(previews);

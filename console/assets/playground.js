@@ -113,10 +113,12 @@ async function pickFiles(e) {
   renderFiles();
 }
 
+function filesBytes() { return files.reduce((n, f) => n + f.size, 0); }
+
 function renderFiles() {
   const box = $("pg-files");
   $("pg-files-clear").hidden = !files.length;
-  $("pg-files-sum").textContent = files.length ? files.length + (files.length === 1 ? " file, " : " files, ") + fmtBytes(files.reduce((n, f) => n + f.size, 0)) : "";
+  $("pg-files-sum").textContent = files.length ? files.length + (files.length === 1 ? " file, " : " files, ") + fmtBytes(filesBytes()) : "";
   if (!files.length) { clear(box); return; }
   clear(box, h("table", { id: "pg-files-table" },
     h("thead", {}, h("tr", {}, ["path under /workspace", "size", "sent as", ""].map((x) => h("th", { scope: "col" }, x)))),
@@ -241,7 +243,8 @@ async function run() {
       renderEnvelope(out, { status: sub.status, env: sub.body, header: sub.headers.get("X-Execution-Status"), clientMS: elapsed(), via: "POST /v1/executions (refused)", notes: live.notes });
     }
   } catch (e) {
-    clear(out, h("p", { class: "error" }, "The request failed: " + e.message));
+    clear(out, h("p", { class: "error" }, "The request failed: " + e.message +
+      (files.length ? " (it carried " + fmtBytes(filesBytes()) + " of input files: a gateway may close the connection on a body over its server.max_body_bytes without reading it)" : "")));
   } finally {
     running = null;
     busy(false);
@@ -440,6 +443,10 @@ function renderEnvelope(out, { status, env, header, clientMS, via, notes }) {
     const e = env.error;
     const errBox = h("section", { id: "pg-error", "aria-label": "Error" }, h("h2", {}, e.type),
       h("p", { class: "error" }, e.message || ""));
+    if (e.type === "PayloadTooLarge" && /^body:/.test(e.message || "") && files.length) {
+      errBox.append(h("p", { class: "muted small", id: "pg-body-hint" }, "The input files travel in the request body (" + fmtBytes(filesBytes()) +
+        " picked; those sent as base64 a third more), and the gateway's server.max_body_bytes bounds the body before any policy limit: send fewer or smaller files, or ask the operator to raise it."));
+    }
     if (e.reasons && e.reasons.length) {
       errBox.appendChild(h("h3", {}, "Policy reasons"));
       errBox.appendChild(h("ul", { class: "reasons", id: "pg-reasons" }, e.reasons.map((x) => h("li", {}, x))));
