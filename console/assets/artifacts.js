@@ -102,13 +102,14 @@ export function artifactsView({ list = [], execID, tenant = "", access = "", tru
     const path = artifactPath(execID, a.name, tenant);
     const status = h("span", { class: "muted small dl-status", role: "status" });
     const link = access ? h("span", { class: "muted small" }, "—") :
-      h("a", { href: path, class: "download", dataset: { name: a.name }, onclick: (e) => { e.preventDefault(); download(path, a.name, status); },
+      h("a", { href: path, class: "download", "aria-label": "Download " + a.name, dataset: { name: a.name }, onclick: (e) => { e.preventDefault(); download(path, a.name, status); },
         onauxclick: (e) => e.preventDefault() }, "Download");
-    const kind = previewable(a.mime) ? "" : a.mime.startsWith("image/") || /html|xml|javascript/.test(a.mime) ? " (download only)" : "";
+    const mime = String(a.mime || "");
+    const kind = previewable(mime) ? "" : mime.startsWith("image/") || /html|xml|javascript/.test(mime) ? " (download only)" : "";
     return h("tr", { dataset: { name: a.name } },
       h("td", { class: "mono name" }, a.name),
       h("td", { class: "nowrap" }, fmtBytes(a.bytes)),
-      h("td", { class: "mono" }, a.mime, kind ? h("span", { class: "muted" }, kind) : null),
+      h("td", { class: "mono" }, mime, kind ? h("span", { class: "muted" }, kind) : null),
       h("td", { class: "mono nowrap", title: a.sha256 }, String(a.sha256 || "").slice(0, 12)),
       h("td", {}, link, " ", status));
   });
