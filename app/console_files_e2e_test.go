@@ -283,6 +283,27 @@ func TestConsoleInputFilesStdinAndArtifacts(t *testing.T) {
 		}
 		b.do(chromedp.Click(chromedp.CSS(`#pg-files-table tr[data-name="big.txt"] button`)))
 		b.waitFor("two files", `document.querySelectorAll("#pg-files-table tbody tr").length === 2`)
+
+		// Past the platform's maximum (64 MiB in all) the page does not
+		// even read the file (a sparse one: its size is all it has).
+		huge := filepath.Join(dir, "huge.bin")
+		f, err := os.Create(huge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Truncate(65 << 20)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.do(chromedp.SetUploadFiles(chromedp.ID("pg-files-input"), []string{huge}))
+		b.waitFor("the refusal", `document.getElementById("pg-form-error").textContent.includes("huge.bin")`)
+		if msg := b.text(`document.getElementById("pg-form-error").textContent`); !strings.Contains(msg, `"huge.bin" (65.0 MiB) was not added`) || !strings.Contains(msg, "64.0 MiB in all") {
+			t.Fatalf("form error %q", msg)
+		}
+		if rows := b.pickedFiles(); len(rows) != 2 {
+			t.Fatalf("picked files %v after a refused one", rows)
+		}
 		b.noProblems()
 	})
 

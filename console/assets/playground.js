@@ -78,7 +78,7 @@ function formState() {
 
 // encodeFile reads a picked file as the request carries it: utf8 when its
 // bytes are valid UTF-8 (a byte-order mark kept), else base64.
-export async function encodeFile(file) {
+async function encodeFile(file) {
   const bytes = new Uint8Array(await file.arrayBuffer());
   try {
     return { encoding: "utf8", content: new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes) };
@@ -90,26 +90,32 @@ export async function encodeFile(file) {
 }
 
 // pickFiles adds the chosen files, each at /workspace/<its name> (the path
-// can be edited); a file of the same path is replaced.
-async function pickFiles(e) {
-  const input = e.target;
-  const picked = [...input.files];
-  input.value = ""; // the same file can be picked again
-  $("pg-form-error").textContent = "";
+// can be edited); a file of the same path is replaced. Picks are added one
+// after the other, in the order they were made.
+let picking = Promise.resolve();
+function pickFiles(e) {
+  const picked = [...e.target.files];
+  e.target.value = ""; // the same file can be picked again
+  picking = picking.then(() => addFiles(picked));
+}
+
+async function addFiles(picked) {
+  const problems = [];
   for (const f of picked) {
     const rest = files.filter((x) => x.path.value !== f.name);
     const total = rest.reduce((n, x) => n + x.size, 0) + f.size;
     if (rest.length + 1 > MAX_FILES || total > MAX_FILES_BYTES) {
-      $("pg-form-error").textContent = "input file " + JSON.stringify(f.name) + " (" + fmtBytes(f.size) + ") was not added: a request carries at most " +
-        MAX_FILES + " files of " + fmtBytes(MAX_FILES_BYTES) + " in all (the platform's maxima; the tenant's policy may allow less)";
-      break;
+      problems.push("input file " + JSON.stringify(f.name) + " (" + fmtBytes(f.size) + ") was not added: a request carries at most " +
+        MAX_FILES + " files of " + fmtBytes(MAX_FILES_BYTES) + " in all (the platform's maxima; the tenant's policy may allow less)");
+      continue;
     }
     let enc;
-    try { enc = await encodeFile(f); } catch (err) { $("pg-form-error").textContent = "input file " + JSON.stringify(f.name) + " could not be read: " + err.message; break; }
+    try { enc = await encodeFile(f); } catch (err) { problems.push("input file " + JSON.stringify(f.name) + " could not be read: " + err.message); continue; }
     const path = h("input", { value: f.name, spellcheck: "false", autocomplete: "off", "aria-label": "path of input file " + f.name, class: "path" });
     path.addEventListener("input", () => { path.removeAttribute("aria-invalid"); path.closest("tr").classList.remove("bad"); });
     files = [...rest, { path, name: f.name, size: f.size, ...enc }];
   }
+  $("pg-form-error").textContent = problems.join("\n");
   renderFiles();
 }
 
