@@ -231,6 +231,16 @@ func TestConsoleInputFilesStdinAndArtifacts(t *testing.T) {
 		}
 		b.noProblems()
 		b.screenshot("playground-artifacts")
+		// The files and artifacts tables scroll within their panes at a
+		// phone's width; the page does not.
+		b.do(chromedp.EmulateViewport(390, 844))
+		b.screenshot("playground-artifacts-phone")
+		var overflow bool
+		b.eval(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow)
+		b.do(chromedp.EmulateViewport(1400, 1000))
+		if overflow {
+			t.Errorf("the playground with files and artifacts scrolls sideways at a phone width (390 px)")
+		}
 	})
 
 	t.Run("a file more than the policy allows is refused naming it, the picker marks it, and nothing runs", func(t *testing.T) {
