@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http" // status codes only
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -167,6 +168,9 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+	// Getenv reads the gateway's environment for tenants' secrets given
+	// as {env: VAR}. Nil: os.Getenv.
+	Getenv func(string) string
 }
 
 // Flow runs execute requests. Create it with New; it is safe for
@@ -207,6 +211,9 @@ func New(cfg Config, d Deps) (*Flow, error) {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Getenv == nil {
+		d.Getenv = os.Getenv
 	}
 	if d.Idempotency == nil {
 		d.Idempotency = NewMemoryIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyLimits, d.Now)
@@ -316,6 +323,9 @@ type state struct {
 	failedDecisionID string
 	// output watches the run's stdout and stderr (Call.Output); nil: no one.
 	output sandbox.OutputFunc
+	// secrets are the names of the brokered secrets the run was given
+	// (for the audit record; never a value).
+	secrets []string
 	// releaseOutput gives back the run's output memory reservation
 	// (output.go) once the response is written; nil without one.
 	releaseOutput func()

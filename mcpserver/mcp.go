@@ -187,6 +187,7 @@ const executeInputSchema = `{
       "pids": {"type": "integer"}, "output_bytes": {"type": "integer"}, "tmp_mb": {"type": "integer"}}},
     "mode": {"type": "string", "enum": ["run", "test"]},
     "isolation": {"type": "string", "enum": ["jail", "process"], "description": "jail (default): a fresh jail per run; process: a fresh process forked from the tenant's warm jail, if policy grants it"},
+    "secrets": {"type": "array", "items": {"type": "string"}, "description": "brokered secrets the run asks for by name, if policy grants them: the tool reads context.secrets[NAME]; their values never come back (masked as ***)"},
     "fixtures": {"type": "object"}
   },
   "required": ["source"],

@@ -206,6 +206,9 @@ func renderConfig(in renderInput) (string, error) {
 		w("mount { src: %s dst: %s is_bind: true is_dir: true rw: false nosuid: true nodev: true noexec: %t mandatory: true }", q(m.Src), q(m.Dst), !m.Exec)
 	}
 	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.TmpDir), q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
+	// The run's brokered secrets: written there by the harness from its
+	// request (never by the host), gone with the jail.
+	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.SecretsDir), q(secretsTmpfsOptions))
 	w("mount { dst: %s fstype: \"tmpfs\" options: \"size=65536,mode=755\" rw: false nosuid: true noexec: true }", q(jaillayout.DevDir))
 	for _, d := range jaillayout.Devices {
 		w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true noexec: true }", q(d), q(d))
@@ -244,6 +247,10 @@ func renderConfig(in renderInput) (string, error) {
 	b.WriteString("}\n")
 	return b.String(), nil
 }
+
+// secretsTmpfsOptions mount the tmpfs of a run's secrets (jail and
+// zygote child alike): small, few inodes, the tool's own.
+var secretsTmpfsOptions = fmt.Sprintf("size=%d,nr_inodes=64,mode=0700,uid=%d,gid=%d", jaillayout.SecretsTmpfsBytes, jaillayout.ToolUID, jaillayout.ToolGID)
 
 // checkConfigString rejects what the protobuf text quoting below does not
 // handle: control characters and non-ASCII.

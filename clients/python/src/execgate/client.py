@@ -120,7 +120,7 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        for name in ("requirements", "egress_allow", "tools", "files"):
+        for name in ("requirements", "egress_allow", "tools", "secrets", "files"):
             if kw.get(name) is not None:
                 kw[name] = list(kw[name])
         body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
@@ -311,6 +311,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -355,6 +356,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -602,6 +604,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -637,6 +640,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,

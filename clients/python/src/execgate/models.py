@@ -67,6 +67,9 @@ class ExecuteRequest:
     limits: Optional[Limits] = None
     mode: Optional[Literal["run", "test"]] = None
     tools: Optional[list[str]] = None
+    # secrets names the brokered secrets the run asks for (granted by
+    # the tenant's policy; read in the tool as context.secrets["NAME"]).
+    secrets: Optional[list[str]] = None
     fixtures: Optional[Mapping[str, Any]] = None
     # Input files, read-only under /workspace: {"path", "content",
     # "encoding": "utf8" | "base64"} each, sent as given.
@@ -76,7 +79,7 @@ class ExecuteRequest:
 
     # Sent as they are when set.
     _PLAIN: ClassVar[tuple[str, ...]] = ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "requirements_lock",
-              "environment_id", "network_access", "isolation", "mode", "tools", "stdin", "callback_url")
+              "environment_id", "network_access", "isolation", "mode", "tools", "secrets", "stdin", "callback_url")
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source}
@@ -144,6 +147,8 @@ class Decision:
     network_access: str
     limits: Limits
     egress_allow: list[str]
+    # secrets are the brokered secrets granted to the run, by name.
+    secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> Optional["Decision"]:
@@ -154,6 +159,7 @@ class Decision:
             network_access=str(d.get("network_access", "")),
             limits=Limits.from_dict(d.get("limits")),
             egress_allow=list((d.get("egress") or {}).get("allow") or []),
+            secrets=list(d.get("secrets") or []),
         )
 
 
