@@ -84,8 +84,8 @@ func wantFilesEnvelope(t *testing.T, env map[string]any) map[string]map[string]a
 		data, mime string
 		inline     bool
 	}{
-		"report.csv":        {report, "text/csv", true},
-		"chart.png":         {png, "image/png", true},
+		"report.csv":       {report, "text/csv", true},
+		"chart.png":        {png, "image/png", true},
 		"résumé final.txt": {strings.Repeat("é", 50000), "text/plain", false}, // 100000 bytes: over the 64 KiB inline cap
 	} {
 		a := got[name]

@@ -3,8 +3,8 @@ package mcpserver
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
