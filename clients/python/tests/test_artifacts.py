@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import anyio
 import pytest
@@ -13,18 +14,8 @@ import pytest
 import execgate
 from execgate import Artifact, ArtifactMismatch, AsyncClient, Client, Envelope
 
-# report.csv: small (inline); big.bin: 100000 bytes, over the 64 KiB inline
-# cap (fetched); dot.png: saved with its media type.
-TOOL = """import sys
-def run(args, context):
-    rows = open("data/in.csv").read().splitlines()
-    with open("out/report.csv", "w") as f:
-        f.write("%d,%s\\n" % (len(rows), sys.stdin.read().strip()))
-    with open("/workspace/out/big.bin", "wb") as f:
-        f.write(bytes(range(250)) * 400)
-    context.artifacts.save("dot.png", b"\\x89PNG\\r\\n\\x1a\\n", mime="image/png")
-    return len(rows)
-"""
+# The tool (clients/testdata): report.csv inline, big.bin fetched, dot.png.
+TOOL = (Path(__file__).resolve().parents[2] / "testdata" / "artifacts_tool.py").read_text()
 BIG = bytes(range(250)) * 400
 FILES = [{"path": "data/in.csv", "content": "a,b\n1,2\n"}]
 

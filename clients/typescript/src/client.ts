@@ -165,6 +165,28 @@ function transportError(e: unknown): TransportError {
   return new TransportError(`fetch failed: ${(e as Error).message}`, { status: 0, errorType: "TransportError" });
 }
 
+/** The chunks of a response body as they come: a failed read is a
+ * TransportError (unless signal aborted it), and the body is cancelled when
+ * the consumer stops early. */
+async function* bodyChunks(body: ReadableStream<Uint8Array>, signal?: AbortSignal): AsyncGenerator<Uint8Array, void, undefined> {
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        if (signal?.aborted) throw e;
+        throw transportError(e);
+      }
+      if (chunk.done) return;
+      yield chunk.value;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+}
+
 interface SendOptions extends CallOptions {
   body?: unknown;
   envelopeRoute?: boolean;
@@ -317,28 +339,15 @@ export class Client {
         const dec = follow.connected();
         const lines = new LineSplitter();
         const text = new TextDecoder();
-        const reader = res.body.getReader();
-        try {
-          for (;;) {
-            let chunk: ReadableStreamReadResult<Uint8Array>;
-            try {
-              chunk = await reader.read();
-            } catch (e) {
-              if (signal?.aborted) throw e;
-              throw transportError(e);
-            }
-            if (chunk.done) break;
-            for (const line of lines.push(text.decode(chunk.value, { stream: true }))) {
-              const raw = dec.line(line);
-              const ev = raw && follow.accept(raw);
-              if (!ev) continue;
-              progress = true;
-              yield ev;
-              if (follow.done) return;
-            }
+        for await (const chunk of bodyChunks(res.body, signal)) {
+          for (const line of lines.push(text.decode(chunk, { stream: true }))) {
+            const raw = dec.line(line);
+            const ev = raw && follow.accept(raw);
+            if (!ev) continue;
+            progress = true;
+            yield ev;
+            if (follow.done) return;
           }
-        } finally {
-          await reader.cancel().catch(() => undefined);
         }
         throw new TransportError("the event stream ended before the envelope", { status: 0, errorType: "TransportError" });
       } catch (e) {
@@ -416,23 +425,8 @@ export class Client {
         if (res.status === 401 && typeof this.token === "function" && !refreshed) continue;
         throw e;
       }
-      if (!res.body) return;
-      const reader = res.body.getReader();
-      try {
-        for (;;) {
-          let chunk: ReadableStreamReadResult<Uint8Array>;
-          try {
-            chunk = await reader.read();
-          } catch (e) {
-            if (opts.signal?.aborted) throw e;
-            throw transportError(e);
-          }
-          if (chunk.done) return;
-          yield chunk.value;
-        }
-      } finally {
-        await reader.cancel().catch(() => undefined);
-      }
+      if (res.body) yield* bodyChunks(res.body, opts.signal);
+      return;
     }
   }
 

@@ -6,24 +6,15 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { mkdtempSync, mkdirSync, readdirSync, readFileSync, lstatSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import * as execgate from "../src/index.js";
 import { Client, type Envelope } from "../src/index.js";
 import { startGateway, type Gateway } from "./server.js";
 
-// report.csv: small (inline); big.bin: 100000 bytes, over the 64 KiB inline
-// cap (fetched); dot.png: saved with its media type.
-const TOOL = `import sys
-def run(args, context):
-    rows = open("data/in.csv").read().splitlines()
-    with open("out/report.csv", "w") as f:
-        f.write("%d,%s\\n" % (len(rows), sys.stdin.read().strip()))
-    with open("/workspace/out/big.bin", "wb") as f:
-        f.write(bytes(range(250)) * 400)
-    context.artifacts.save("dot.png", b"\\x89PNG\\r\\n\\x1a\\n", mime="image/png")
-    return len(rows)
-`;
+// The tool (clients/testdata): report.csv inline, big.bin fetched, dot.png.
+const TOOL = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "testdata", "artifacts_tool.py"), "utf8");
 const BIG = new Uint8Array(100000).map((_, i) => i % 250);
 
 let gw: Gateway;

@@ -19,7 +19,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from .errors import ExecgateError
 from .models import Artifact
@@ -51,10 +51,13 @@ class ArtifactMismatch(ExecgateError):
 
 
 class ArtifactDir:
-    """A directory artifacts are written into, made if missing and opened
-    once (``with ArtifactDir(path) as d``)."""
+    """A directory the artifacts of an envelope are written into, made if
+    missing and opened once (``with ArtifactDir(path, artifacts) as d``),
+    after every artifact's name is checked (ValueError: nothing written)."""
 
-    def __init__(self, path: Union[str, os.PathLike[str]]) -> None:
+    def __init__(self, path: Union[str, os.PathLike[str]], artifacts: Sequence[Artifact] = ()) -> None:
+        for a in artifacts:
+            check_name(a.name)
         self.path = Path(path)
         os.makedirs(self.path, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -94,6 +97,20 @@ class PendingFile:
         self.fd: Optional[int] = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=d.fd)
         self.sha = hashlib.sha256()
         self.n = 0
+
+    def __enter__(self) -> "PendingFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def write_inline(self) -> bool:
+        """Write the envelope's bytes of the artifact; False when it has
+        none (the caller fetches them)."""
+        if self.art.base64 is None:
+            return False
+        self.write(self.art.data or b"")
+        return True
 
     def write(self, chunk: bytes) -> None:
         self.n += len(chunk)

@@ -530,21 +530,14 @@ class Client:
         is replaced, a symbolic link or anything else there is left alone
         (FileExistsError); the bytes must be the listed size and sha256
         (``ArtifactMismatch``) (see ``execgate.artifacts``)."""
-        for a in envelope.artifacts:
-            check_name(a.name)
         out = []
-        with ArtifactDir(directory) as d:
+        with ArtifactDir(directory, envelope.artifacts) as d:
             for a in envelope.artifacts:
-                f = d.begin(a)
-                try:
-                    if a.base64 is not None:
-                        f.write(a.data or b"")
-                    else:
+                with d.begin(a) as f:
+                    if not f.write_inline():
                         for chunk in self._artifact_chunks(envelope.execution_id, a.name, tenant):
                             f.write(chunk)
                     out.append(f.commit())
-                finally:
-                    f.abort()
         return out
 
     def prepare(
@@ -840,21 +833,14 @@ class AsyncClient:
 
     async def save_artifacts(self, envelope: Envelope, directory: Union[str, "os.PathLike[str]"], *, tenant: Optional[str] = None) -> list[Path]:
         """See ``Client.save_artifacts``."""
-        for a in envelope.artifacts:
-            check_name(a.name)
         out = []
-        with ArtifactDir(directory) as d:
+        with ArtifactDir(directory, envelope.artifacts) as d:
             for a in envelope.artifacts:
-                f = d.begin(a)
-                try:
-                    if a.base64 is not None:
-                        f.write(a.data or b"")
-                    else:
+                with d.begin(a) as f:
+                    if not f.write_inline():
                         async for chunk in self._artifact_chunks(envelope.execution_id, a.name, tenant):
                             f.write(chunk)
                     out.append(f.commit())
-                finally:
-                    f.abort()
         return out
 
     async def prepare(
