@@ -24,8 +24,12 @@ import (
 // execute_python / execute_javascript over /mcp return image artifacts as
 // MCP image content (a real MCP client session).
 
-// matplotlibPackages is what matplotlib pulls in from PyPI: the tenant's
-// allow-list (a new dependency upstream fails the test naming it).
+// matplotlibRequirement is pinned so that the set it pulls in from PyPI
+// stays what matplotlibPackages, the tenant's allow-list, names (a new
+// dependency of a dependency upstream fails the test naming the chain).
+const matplotlibRequirement = "matplotlib==3.11.2"
+
+// matplotlibPackages is what matplotlibRequirement pulls in.
 var matplotlibPackages = []any{"matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "numpy",
 	"packaging", "pillow", "pyparsing", "python-dateutil", "six", "tzdata"}
 
@@ -91,7 +95,7 @@ func TestAMatplotlibFigureComesBackAsAPNGArtifact(t *testing.T) {
 	tok := s.token("demo")
 	lim := stretchedLimits()
 	lim["memory_mb"] = 512
-	body := map[string]any{"execution_id": "chart-1", "source": chartTool, "requirements": []string{"matplotlib"}, "limits": lim}
+	body := map[string]any{"execution_id": "chart-1", "source": chartTool, "requirements": []string{matplotlibRequirement}, "limits": lim}
 
 	r := s.execute(tok, body)
 	env := r.json(t)
@@ -124,7 +128,7 @@ func TestAMatplotlibFigureComesBackAsAPNGArtifact(t *testing.T) {
 
 	t.Run("execute_python over /mcp returns the figure as image content", func(t *testing.T) {
 		sess := mcpSession(t, s, tok)
-		res, env := callTool(t, sess, "execute_python", map[string]any{"source": chartTool, "requirements": []any{"matplotlib"}, "limits": lim})
+		res, env := callTool(t, sess, "execute_python", map[string]any{"source": chartTool, "requirements": []any{matplotlibRequirement}, "limits": lim})
 		if res.IsError || env["status"] != "ok" {
 			t.Fatalf("isError=%v %v", res.IsError, env)
 		}
