@@ -233,7 +233,7 @@ func (f runFlags) spec(file string, stdin io.Reader) (sandbox.Spec, error) {
 
 // maxStdinBytes bounds --stdin as the gateway's default bounds a request's
 // stdin (server.max_args_bytes).
-const maxStdinBytes = 256 << 10
+const maxStdinBytes = gateway.DefaultMaxArgsBytes
 
 // readStdin reads --stdin: a file, or stdin for "-", of at most
 // maxStdinBytes.
