@@ -417,6 +417,6 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	f.settleRun(ctx, adm, res)
 	f.keepArtifacts(ctx, x, tenant.ID, res.Artifacts)
 	env := runEnvelope(ctx, x, tenant, res)
-	env.Artifacts = envelopeArtifacts(res.Artifacts, f.inline, x.limits.OutputBytes)
+	env.Artifacts = EnvelopeArtifacts(res.Artifacts, f.inline, x.limits.OutputBytes)
 	return http.StatusOK, env, nil
 }

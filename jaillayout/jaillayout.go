@@ -121,7 +121,8 @@ const ManifestFormat = 1
 //	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
 //	   readable by the tool's user
 //	3: /workspace, /run/execgate/secrets (brokered secrets' mount point)
-const Version = 3
+//	4: the system libraries manylinux wheels link (libstdc++, libpthread, …)
+const Version = 4
 
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
 type Manifest struct {

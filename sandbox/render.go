@@ -51,6 +51,20 @@ var jailEnv = []string{
 	"PYTHONUNBUFFERED=1",
 }
 
+// pythonEnv is added to jailEnv in the Python runtime (level jail, and
+// the zygote whose forks are level process): matplotlib starts headless
+// with the Agg backend (it never looks for a display, so a figure saved
+// with savefig is a PNG in /workspace/out, an artifact), and keeps its
+// config and font cache in the run's own /tmp (its default would be
+// $HOME/.cache, also the run's /tmp; named here so the place is one the
+// tool can write whatever HOME says). The font cache is built afresh in
+// each run that imports matplotlib.pyplot: nothing a run writes outlives
+// it.
+var pythonEnv = []string{
+	"MPLBACKEND=Agg",
+	"MPLCONFIGDIR=" + jaillayout.TmpDir + "/matplotlib",
+}
+
 // proxyEnv is added to jailEnv in network mode proxy: every HTTP client
 // that honours the usual variables goes through the egress relay, and
 // nothing bypasses it by name (NO_PROXY empty).
@@ -157,6 +171,11 @@ func renderConfig(in renderInput) (string, error) {
 	w("keep_env: false")
 	for _, e := range jailEnv {
 		w("envar: %s", q(e))
+	}
+	if !p.Runtime.deno() {
+		for _, e := range pythonEnv {
+			w("envar: %s", q(e))
+		}
 	}
 	if p.Network == NetworkProxy {
 		for _, e := range proxyEnv {

@@ -248,9 +248,11 @@ export interface paths {
         /**
          * execgate as an MCP server (streamable HTTP, stateless).
          * @description The Model Context Protocol over streamable HTTP (stateless: every POST is a whole
-         *     exchange, no Mcp-Session-Id; JSON responses). Tools: `execute_python` (the body of
-         *     POST /v1/execute without `language` and `tenant_id`; the result's structuredContent
-         *     is the envelope) and `validate` (the body of POST /v1/validate). The same token,
+         *     exchange, no Mcp-Session-Id; JSON responses). Tools: `execute_python` and
+         *     `execute_javascript` (the body of POST /v1/execute without `language` and
+         *     `tenant_id`; the result's structuredContent is the envelope, each PNG, JPEG, GIF or
+         *     WebP artifact the envelope carries inline is also an `image` content, and the text
+         *     part names the artifacts) and `validate` (the body of POST /v1/validate). The same token,
          *     role (executor), policy, quotas, idempotency and audit as those routes; refusals and
          *     failed runs are tool results with `isError: true`, a 429's Retry-After is in
          *     `_meta.retry_after_seconds`. The messages are JSON-RPC 2.0, described by the MCP
