@@ -454,7 +454,7 @@ func TestMemoryBombIsMemoryLimit(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "memory_bomb", args: tc.args,
-				limits: sandbox.Limits{MemoryMB: 64, TimeoutMS: 20000, CPUMS: 20000}})
+				limits: sandbox.Limits{MemoryMB: 64, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)}})
 			wantError(t, res, sandbox.ErrMemoryLimit)
 		})
 	}
@@ -501,7 +501,7 @@ func TestSharedMemoryCannotExceedTheCaps(t *testing.T) {
 	for _, mode := range []string{"memfd", "dev_shm", "shared_memory", "shared_memory_many"} {
 		t.Run(mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "shm", args: map[string]any{"mode": mode, "mb": askMB},
-				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: 20000}})
+				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}})
 			if res.ErrorType() == sandbox.ErrMemoryLimit {
 				t.Logf("%s: MemoryLimit: %s", mode, res.Error.Message)
 				return
@@ -567,7 +567,7 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": stream, "bytes": flood},
-				limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+				limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 			runtime.ReadMemStats(&after)
 			if res.Status != sandbox.StatusOK {
 				t.Fatalf("flooding %s is not an error, the stream is truncated: %s", stream, describe(res))
@@ -588,7 +588,7 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 	// for the encoded text, so the gateway never sends six times the cap.
 	t.Run("stdout of control bytes", func(t *testing.T) {
 		res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": "stdout", "bytes": 16 << 20, "byte": 1},
-			limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+			limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 		if res.Status != sandbox.StatusOK || !res.Truncated.Stdout {
 			t.Fatalf("want ok and stdout truncated: %s", describe(res))
 		}
@@ -905,7 +905,7 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 	for _, target := range []string{"child", "seize_child", "init", "exec_child"} {
 		t.Run("ptrace of "+target, func(t *testing.T) {
 			t.Parallel()
-			wantSyscallDenied(t, runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: 20000}}), "ptrace")
+			wantSyscallDenied(t, runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}}), "ptrace")
 		})
 	}
 	type mem struct {
@@ -932,7 +932,7 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 		SetDumpable         dumpable `json:"set_dumpable"`
 		SetDumpableHighBits dumpable `json:"set_dumpable_high_bits"`
 	}
-	decode(t, runTool(t, r, job{tool: "ptrace", limits: sandbox.Limits{TimeoutMS: 20000}}), &out)
+	decode(t, runTool(t, r, job{tool: "ptrace", limits: sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}}), &out)
 	if out.ChildAttachParentSignal != int(syscall.SIGSYS) {
 		t.Errorf("a child's ptrace of its parent ended it with signal %d, want SIGSYS", out.ChildAttachParentSignal)
 	}
@@ -1215,9 +1215,20 @@ func TestNothingSurvivesBetweenRuns(t *testing.T) {
 func TestHostPathsAreAbsent(t *testing.T) {
 	t.Parallel()
 	r, cfg := newRunner(t, "hostpaths")
-	paths := []string{"/root", "/home", "/var/lib/redis", "/var/lib/execgate", "/var/run/docker.sock", "/run",
+	paths := []string{"/root", "/home", "/var/lib/redis", "/var/lib/execgate", "/var/run/docker.sock",
 		"/sys", "/boot", "/etc/shadow", "/etc/sudoers", "/work", "/usr/local", "/usr/lib/python3/dist-packages",
 		cfg.WorkDir, filepath.Dir(cfg.RootfsDir), testenv.RepoRoot(t), filepath.Dir(secretConfigFile)}
+	// The jail has a /run of its own (the mount point of brokered secrets,
+	// /run/execgate/secrets): none of the host's /run may show in it.
+	hostRun, err := os.ReadDir("/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hostRun {
+		if e.Name() != "execgate" {
+			paths = append(paths, "/run/"+e.Name())
+		}
+	}
 	var out struct {
 		Exists map[string]bool `json:"exists"`
 		Passwd string          `json:"passwd"`
@@ -1337,7 +1348,7 @@ func TestProcHygiene(t *testing.T) {
 
 // jailEnvAllowed is the environment whitelist the sandbox sets (DESIGN §8:
 // keep_env false). A new variable must be added here on purpose.
-var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
+var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "MPLBACKEND", "MPLCONFIGDIR"}
 
 // 20–22. The environment is the whitelist only; no descriptor beyond 0–2,
 // the result fd 3 and the tool bridge socket 5 is inherited, nsjail's log fd
@@ -1880,7 +1891,7 @@ func TestPerUserKernelLimitsArePerJail(t *testing.T) {
 	r, _ := newRunner(t, "per-user")
 	wait := startTool(t, r, job{tool: "per_user_limits", tenant: "tenant-a",
 		args:   map[string]any{"mode": "hold", "hold_ms": 8000},
-		limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}})
+		limits: sandbox.Limits{TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 	// Wait until tenant A holds them (its tool renames itself then).
 	for deadline := time.Now().Add(20 * time.Second); !processNamed("eg-limits-hold"); {
 		if time.Now().After(deadline) {

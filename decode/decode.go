@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Decoding is strict and names the field on every error: the body is first
@@ -297,6 +299,7 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 		},
 		"tools":    toolsField(&req.Tools),
 		"fixtures": fixturesField(&req.Fixtures),
+		"secrets":  secretsField(&req.Secrets),
 		"files":    filesField(&req.Files),
 		"stdin":    stdinField(&req.Stdin, c.Args),
 	}
@@ -313,10 +316,74 @@ func checkExecute(req *execution.Request) error {
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
 		return execution.BadRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
+	if err := checkFixtureSecrets(req); err != nil {
+		return err
+	}
 	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID); err != nil {
 		return err
 	}
 	return checkPackages(req.Language, req.Requirements, req.RequirementsLock)
+}
+
+// checkFixtureSecrets: in test mode the secrets a request names take their
+// values from fixtures.secrets, which holds exactly those.
+func checkFixtureSecrets(req *execution.Request) error {
+	var fixed map[string]string
+	if req.Fixtures != nil {
+		fixed = req.Fixtures.Secrets
+	}
+	if req.Mode == "test" {
+		for i, name := range req.Secrets {
+			if _, ok := fixed[name]; !ok {
+				return execution.BadRequest(fmt.Sprintf("secrets[%d]", i), "%q has no value in fixtures.secrets (test mode never reads real secrets)", name)
+			}
+		}
+	}
+	for _, name := range sortedKeys(fixed) {
+		if !slices.Contains(req.Secrets, name) {
+			return execution.BadRequest("fixtures.secrets."+name, "is not asked for in secrets")
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// secretsField decodes the names of the brokered secrets a run asks for
+// into dst: at most secrets.MaxPerRun valid names, each once.
+func secretsField(dst *[]string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeStrings(p, raw, dst); err != nil {
+			return err
+		}
+		if len(*dst) > secrets.MaxPerRun {
+			return execution.BadRequest(p, "has %d secrets; at most %d", len(*dst), secrets.MaxPerRun)
+		}
+		for i, name := range *dst {
+			switch {
+			case !secrets.ValidName(name):
+				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a secret name (%s)", clipName(name), secrets.NameRule)
+			case slices.Index(*dst, name) < i:
+				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is named twice", name)
+			}
+		}
+		return nil
+	}
+}
+
+// clipName bounds a caller's name in a message.
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // tenantIDField decodes a tenant_id into dst: 1 to MaxIDLen bytes.
@@ -458,7 +525,45 @@ func fixturesField(dst **execution.Fixtures) func(string, json.RawMessage) error
 				fx.Tools = m
 				return nil
 			},
+			"secrets": fixtureSecretsField(&fx.Secrets),
 		})
+	}
+}
+
+// fixtureSecretsField decodes test mode's stand-in secret values into dst:
+// names as for secrets, values text of at most secrets.MaxValueBytes.
+func fixtureSecretsField(dst *map[string]string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		var m map[string]json.RawMessage
+		if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
+			return execution.BadRequest(p, "must be an object mapping secret names to values, got %s", kindOf(raw))
+		}
+		if len(m) > secrets.MaxPerRun {
+			return execution.BadRequest(p, "has %d secrets; at most %d", len(m), secrets.MaxPerRun)
+		}
+		out := make(map[string]string, len(m))
+		for _, name := range sortedKeys(m) {
+			at := p + "." + name
+			if !secrets.ValidName(name) {
+				return execution.BadRequest(p, "%q is not a secret name (%s)", clipName(name), secrets.NameRule)
+			}
+			var v string
+			if err := decodeString(at, m[name], &v); err != nil {
+				return err
+			}
+			if len(v) > secrets.MaxValueBytes {
+				return execution.TooLarge(at, int64(len(v)), secrets.MaxValueBytes)
+			}
+			if v == "" {
+				return execution.BadRequest(at, "is empty")
+			}
+			if err := secrets.CheckText(v); err != nil {
+				return execution.BadRequest(at, "%v", err)
+			}
+			out[name] = v
+		}
+		*dst = out
+		return nil
 	}
 }
 

@@ -12,13 +12,15 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/workspace"
+	"github.com/execgate/execgate/secrets"
 )
 
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
 // output chunks are signed frames of the run (frames.go). 3: a job carries
-// the run's input files and stdin, a reply its artifacts.
+// the run's input files and stdin, a reply its artifacts, and a run's
+// brokered secrets travel sealed to the executor confirmed (secrets.go).
 const WireVersion = 3
 
 // Bounds on what crosses Redis.
@@ -69,7 +71,9 @@ type Job struct {
 const maxTraceBytes = 512
 
 // WireSpec is sandbox.Spec without its Bridge (a live object) and Deps (a
-// directory of the gateway's host: the executor installs the Lock).
+// directory of the gateway's host: the executor installs the Lock), and
+// with its secrets' names only (their values are sealed for the executor
+// confirmed: secrets.go).
 type WireSpec struct {
 	ExecutionID  string          `json:"execution_id"`
 	TenantID     string          `json:"tenant_id"`
@@ -87,6 +91,8 @@ type WireSpec struct {
 	Isolation    string          `json:"isolation,omitempty"`
 	Files        []sandbox.File  `json:"files,omitempty"`
 	Stdin        string          `json:"stdin,omitempty"`
+	// Secrets are the names of the run's brokered secrets.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 func wireSpec(s sandbox.Spec) WireSpec {
@@ -96,7 +102,16 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Lock: s.Lock, EgressAllow: s.EgressAllow,
 		Isolation: s.Isolation, Files: s.Files, Stdin: s.Stdin,
+		Secrets: secretNames(s.Secrets),
 	}
+}
+
+// secretNames are vals' names (nil for none).
+func secretNames(vals []secrets.Value) []string {
+	if len(vals) == 0 {
+		return nil
+	}
+	return secrets.Names(vals)
 }
 
 func (w WireSpec) spec() sandbox.Spec {

@@ -21,6 +21,7 @@ import data.execgate.isolation
 import data.execgate.limits
 import data.execgate.network
 import data.execgate.packages
+import data.execgate.secrets
 import data.execgate.tools
 
 deny contains reason if some reason in baseline
@@ -35,11 +36,12 @@ baseline := union({
 	packages.violations,
 	tools.violations,
 	isolation.violations,
+	secrets.violations,
 })
 
 # decision is the answer: an allowed run gets what its concerns decided; a
-# denied decision grants nothing (no network, no egress, no tools) and lists
-# the reasons. Both branches name every key of the decision, so an allowed
+# denied decision grants nothing (no network, no egress, no tools, no
+# secrets) and lists the reasons. Both branches name every key of the decision, so an allowed
 # run costs one evaluation of deny. The else branch states its condition: if
 # the allowed branch could not be built, the decision stays undefined (a
 # PolicyError) rather than becoming a denial without reasons.
@@ -53,6 +55,7 @@ decision := {
 	"tools": tools.granted,
 	"audit": {"record_source": access.record_source},
 	"isolation": isolation.level,
+	"secrets": secrets.granted,
 } if {
 	count(deny) == 0
 } else := {
@@ -65,6 +68,7 @@ decision := {
 	"tools": [],
 	"audit": {"record_source": access.record_source},
 	"isolation": "jail",
+	"secrets": [],
 } if {
 	count(deny) > 0
 }

@@ -84,4 +84,5 @@ tenant_data_types := {
 	"languages": "array",
 	"isolation": "array",
 	"callbacks": "array",
+	"secrets": "array",
 }

@@ -25,6 +25,8 @@ type Request struct {
 	Mode          string
 	Tools         []string
 	Isolation     string // "jail" (default) or "process"
+	// Secrets are the brokered secrets asked for, by name.
+	Secrets []string
 }
 
 // BuildInput builds the versioned policy input for tenant t, principal p and
@@ -62,6 +64,7 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			Mode:          r.Mode,
 			Tools:         nonNil(r.Tools),
 			Isolation:     r.Isolation,
+			Secrets:       nonNil(r.Secrets),
 		},
 	}
 }

@@ -41,6 +41,7 @@ func TestBuildInput(t *testing.T) {
 		Mode:          "run",
 		Tools:         []string{},
 		Isolation:     "jail",
+		Secrets:       []string{},
 	}, in.Request)
 
 	raw, err := json.Marshal(in)

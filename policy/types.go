@@ -61,6 +61,9 @@ type RequestInput struct {
 	Tools         []string  `json:"tools"`
 	// Isolation is the level asked for: "jail" (the default) or "process".
 	Isolation string `json:"isolation"`
+	// Secrets are the brokered secrets the run asks for, by name (the
+	// values never enter the input).
+	Secrets []string `json:"secrets"`
 }
 
 // Package is one distribution of a resolved set, as the policy sees it.
@@ -90,6 +93,9 @@ type Decision struct {
 	// Isolation is the decided isolation level, "jail" or "process"
 	// (policies/isolation.rego); a decision without one means "jail".
 	Isolation string `json:"isolation"`
+	// Secrets are the brokered secrets granted to the run, by name
+	// (policies/secrets.rego); a decision without the key grants none.
+	Secrets []string `json:"secrets"`
 	// PolicyRevision is the Status().Revision of the policies that decided,
 	// for the audit record. Set by Decide, not by the policy.
 	PolicyRevision string `json:"policy_revision,omitempty"`

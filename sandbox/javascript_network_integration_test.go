@@ -14,14 +14,22 @@ import (
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // jsFetchTool fetches each of args.urls with fetch (which honours
 // HTTPS_PROXY and HTTP_PROXY) and tries a direct TCP connection to
-// args.direct, reporting what each saw.
+// args.direct, reporting what each saw; as "secret", whether its brokered
+// secret API_KEY (if any) is the same in context.secrets and in its file
+// (body) and what writing the secrets directory gave (error).
 const jsFetchTool = `
-export async function run(args) {
+export async function run(args, context) {
   const out = {};
+  const D = "/run/execgate/secrets";
+  let writable = "written";
+  try { Deno.writeTextFileSync(D + "/NEW", "x"); } catch (e) { writable = e.name; }
+  const key = context.secrets.API_KEY;
+  out.secret = {status: 0, body: String(key !== undefined && Deno.readTextFileSync(D + "/API_KEY") === key), error: writable};
   for (const [name, url] of Object.entries(args.urls)) {
     try {
       const r = await fetch(url);
@@ -77,7 +85,9 @@ func jsProxyRunner(t *testing.T, caPEM []byte, mod func(*sandbox.Config)) *sandb
 // HTTP; a host off the list is refused by the proxy; a certificate from a
 // CA outside the bundle fails the handshake; a direct connection reaches
 // nothing; the envelope's egress list records the allowed and the denied
-// attempts. Cold and warm.
+// attempts. Cold and warm, with a brokered secret: the tool reads it, and
+// the harness's revoking of the secrets directory's write permission
+// leaves the egress socket's in place.
 func TestJavaScriptNetworkProxy(t *testing.T) {
 	ca := testenv.NewCA(t)
 	stranger := testenv.NewCA(t)
@@ -109,7 +119,8 @@ func TestJavaScriptNetworkProxy(t *testing.T) {
 				"public":        map[string]any{"hostname": "192.0.2.1", "port": 443},
 			},
 		}),
-		Limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(limits.Default)}
+		Secrets: []secrets.Value{secrets.NewValue("API_KEY", secretValue)},
+		Limits:  sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(limits.Default)}
 	check := func(t *testing.T, res sandbox.Result) {
 		t.Helper()
 		wantOK(t, res, "")
@@ -118,6 +129,9 @@ func TestJavaScriptNetworkProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("tool saw %+v", out)
+		if got := out["secret"]; got.Body != "true" || got.Error != "NotCapable" {
+			t.Errorf("the brokered secret: %+v, want read alike from context and file (true) and the directory not writable (NotCapable)", got)
+		}
 		if got := out["https"]; got.Status != 200 || got.Body != "hello over tls /secure" {
 			t.Errorf("allowed host over HTTPS: %+v", got)
 		}

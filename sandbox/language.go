@@ -102,20 +102,24 @@ func denoHeapMB(memoryMB int64) int64 {
 // blocked by the map, and --cached-only keeps Deno off the registry. The
 // packages need no --allow-read: Deno loads modules without it.
 //
-// Permissions: reading the run's /workspace (its input files) and writing
-// /workspace/out (its artifacts); nothing else in network mode none. In
-// network modes proxy and host, --allow-net: Deno checks a fetch against
-// the URL's host, not the proxy it goes through (measured on Deno 2.9.8:
-// --allow-net limited to the proxy's address refuses
-// fetch("https://example.com") through HTTPS_PROXY), so the wall is the
-// jail's network namespace, as for Python: in mode proxy it holds nothing
-// but loopback, where the harness relays 127.0.0.1:3128 to the run's
-// egress socket. That relay needs read and write access to the socket's
-// path (Deno asks both of a unix connect), which grants nothing else: the
-// path is a socket on a read-only bind.
+// Permissions in every network mode: reading the run's /workspace (its
+// input files), writing /workspace/out (its artifacts), and reading and
+// writing the run's secrets directory (jaillayout.SecretsDir, its own
+// tmpfs: the harness writes the run's brokered secrets there and revokes
+// the write permission before the tool loads; the tool may read them);
+// nothing else in network mode none. In network modes proxy and host,
+// --allow-net: Deno checks a fetch against the URL's host, not the proxy
+// it goes through (measured on Deno 2.9.8: --allow-net limited to the
+// proxy's address refuses fetch("https://example.com") through
+// HTTPS_PROXY), so the wall is the jail's network namespace, as for
+// Python: in mode proxy it holds nothing but loopback, where the harness
+// relays 127.0.0.1:3128 to the run's egress socket. That relay needs read
+// and write access to the socket's path (Deno asks both of a unix
+// connect), which grants nothing else: the path is a socket on a
+// read-only bind.
 func denoFlags(p profile) []string {
-	read := []string{jaillayout.WorkspaceDir}
-	write := []string{jaillayout.WorkspaceOutDir}
+	read := []string{jaillayout.WorkspaceDir, jaillayout.SecretsDir}
+	write := []string{jaillayout.WorkspaceOutDir, jaillayout.SecretsDir}
 	net := false
 	switch p.Network {
 	case NetworkProxy:

@@ -3,14 +3,17 @@ package sandbox
 import (
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -92,6 +95,9 @@ func TestRenderConfigInvariants(t *testing.T) {
 			"rlimit_stack: 8\nrlimit_stack_type: VALUE\n",
 			"keep_env: false", "mode: ONCE", "time_limit: 6", "log_fd: 4", "pass_fd: 3",
 			`mount { src: "/r" dst: "/" is_bind: true is_dir: true rw: false`,
+			// The run's own small tmpfs for its secrets, the tool's, never
+			// a bind of anything of the host's.
+			`mount { dst: "/run/execgate/secrets" fstype: "tmpfs" options: "size=262144,nr_inodes=64,mode=0700,uid=99999,gid=99999" rw: true nosuid: true nodev: true noexec: true }`,
 		} {
 			if !strings.Contains(got, must) {
 				t.Errorf("network %s: config lacks %q", network, must)
@@ -170,8 +176,9 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 // The Deno profile's needs (64 GiB of address space for V8, its cache
 // directory) are granted to it alone: the Python profile is not loosened,
 // and no Deno command of network mode none carries an --allow-* flag but
-// reading /workspace and writing /workspace/out (a run's files and
-// artifacts).
+// reading /workspace, writing /workspace/out (a run's files and artifacts)
+// and reading and writing the run's secrets directory (the harness revokes
+// writing before the tool loads).
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
@@ -191,15 +198,45 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
 			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
 		}
-		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "").Replace(got)
+		rest := strings.NewReplacer(`arg: "--allow-read=/workspace,/run/execgate/secrets"`, "",
+			`arg: "--allow-write=/workspace/out,/run/execgate/secrets"`, "").Replace(got)
 		if strings.Contains(rest, "--allow") || strings.Contains(rest, "-A\"") {
-			t.Errorf("%s profile grants a Deno permission beyond the workspace:\n%s", rt, got)
+			t.Errorf("%s profile grants a Deno permission beyond the workspace and the secrets directory:\n%s", rt, got)
 		}
 	}
 }
 
-// Deno's grants follow the profile: every run reads /workspace and writes
-// /workspace/out; network none grants nothing more; proxy grants the
+// The zygote's child mounts its run's secrets tmpfs itself: with the same
+// options as a jail's, at the same place the harnesses write to.
+func TestSecretsTmpfsIsTheSameAtBothLevels(t *testing.T) {
+	zy, err := fs.ReadFile(harness.FS, harness.ZygoteEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^SECRETS_TMPFS = b"([^"]*)"$`).FindSubmatch(zy)
+	if m == nil {
+		t.Fatal("execgate_zygote.py declares no SECRETS_TMPFS")
+	}
+	if got := fmt.Sprintf(strings.ReplaceAll(string(m[1]), "%d", "%v"), jaillayout.ToolUID, jaillayout.ToolGID); got != secretsTmpfsOptions {
+		t.Errorf("the zygote mounts %q, a jail %q", got, secretsTmpfsOptions)
+	}
+	for name, decl := range map[string]string{
+		harness.ZygoteEntry:   `SECRETS_DIR = b"` + jaillayout.SecretsDir + `"`,
+		"execgate_harness.py": `SECRETS_DIR = "` + jaillayout.SecretsDir + `"`,
+		harness.JSEntry:       `const SECRETS_DIR = "` + jaillayout.SecretsDir + `";`,
+	} {
+		src, err := fs.ReadFile(harness.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), decl) {
+			t.Errorf("%s lacks %s", name, decl)
+		}
+	}
+}
+
+// Deno's grants follow the profile: every run reads /workspace, writes
+// /workspace/out and reads and writes its secrets directory; network none grants nothing more; proxy grants the
 // network (the jail's namespace holds only the relay) and the egress
 // socket's path, nothing else; host grants the network; a package
 // environment swaps the harness's import map and cache for its own and
@@ -214,7 +251,7 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 		}
 		return out
 	}
-	workspace := []string{"--allow-read=/workspace", "--allow-write=/workspace/out"}
+	workspace := []string{"--allow-read=/workspace," + jaillayout.SecretsDir, "--allow-write=/workspace/out," + jaillayout.SecretsDir}
 	for _, tc := range []struct {
 		name       string
 		p          profile
@@ -225,11 +262,11 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 	}{
 		{"none", profile{Runtime: runtimeDeno, Network: NetworkNone}, workspace, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
 		{"proxy", profile{Runtime: runtimeDeno, Network: NetworkProxy},
-			[]string{"--allow-read=/workspace," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.EgressSocket, "--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+			[]string{"--allow-read=/workspace," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
 		{"host", profile{Runtime: runtimeDeno, Network: NetworkHost}, append(workspace, "--allow-net"), "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
 		{"none with packages", profile{Runtime: runtimeDeno, Network: NetworkNone, Deps: "abc"}, workspace, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
 		{"proxy with packages", profile{Runtime: runtimeDeno, Network: NetworkProxy, Deps: "abc"},
-			[]string{"--allow-read=/workspace," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.EgressSocket, "--allow-net"}, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+			[]string{"--allow-read=/workspace," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-net"}, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			flags := denoFlags(tc.p)

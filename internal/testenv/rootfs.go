@@ -33,7 +33,7 @@ var (
 
 // Rootfs returns a rootfs built from the host's /usr/bin/python3 with this
 // binary's harness. It is built once per machine into
-// <repo>/.tools/cache/rootfs-<key>, keyed by the harness hash, protocol
+// <repo>/.tools/cache/rootfs-<key>, keyed by the tree's layout version, the harness hash, protocol
 // version, interpreter binary and Deno's content, under a file lock, so the parallel test
 // processes of `go test ./...` share one build. It does not need root, but
 // fails the test when the build fails (a broken rootfs is a bug, not a host
@@ -76,8 +76,8 @@ func rootfsKey() (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "protocol=%d harness=%s python=%s size=%d mtime=%d",
-		jaillayout.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
+	fmt.Fprintf(h, "layout=%d protocol=%d harness=%s python=%s size=%d mtime=%d",
+		jaillayout.Version, jaillayout.ProtocolVersion, harness.Hash(), real, fi.Size(), fi.ModTime().UnixNano())
 	// The host's Deno goes into the tree too (JavaScript tools), keyed by
 	// its content as the rootfs's staleness check keys it.
 	if deno, err := sandbox.FindDeno(""); err == nil {
