@@ -84,6 +84,25 @@ type Options struct {
 	// without Deno (JavaScript runs are then refused as unavailable). A
 	// DenoPath that is not an executable is an error.
 	DenoPath string
+	// NoDeno builds without Deno even when the host has one (every
+	// runtime but the one that runs JavaScript).
+	NoDeno bool
+
+	// Runtime is the runtime to build: a name of the lock (Lock, default
+	// the lock compiled in: "python3.11", "python3.13"), built from its
+	// pinned Debian packages, or HostRuntime ("host", also ""), copied
+	// from PythonPath. PythonPath, CABundle and CADir apply to the host
+	// runtime only.
+	Runtime string
+	// Lock is the runtime lock. Nil: DefaultLock().
+	Lock *Lock
+	// DebCache keeps the downloaded .debs, named by their SHA256. Default:
+	// ".debs" beside Dir.
+	DebCache string
+	// DebianMirror replaces the scheme and host of the lock's archive URLs
+	// ("http://mirror.example" fetches
+	// http://mirror.example/debian/pool/…). Default: the lock's.
+	DebianMirror string
 
 	// now is the clock for built_at; nil means time.Now.
 	now func() time.Time
@@ -122,10 +141,24 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errors.New("rootfs dir: refusing to use /")
 	}
 	o.Dir = abs
+	if o.Runtime == "" {
+		o.Runtime = HostRuntime
+	}
+	if o.Lock == nil {
+		o.Lock = DefaultLock()
+	}
+	if o.DebCache == "" {
+		o.DebCache = filepath.Join(filepath.Dir(abs), ".debs")
+	}
+	if o.Runtime != HostRuntime {
+		if _, err := o.Lock.Runtime(o.Runtime); err != nil {
+			return o, err
+		}
+	}
 	if o.PythonPath == "" {
 		o.PythonPath = DefaultPython
 	}
-	if o.CABundle == "" {
+	if o.CABundle == "" && o.Runtime == HostRuntime {
 		for _, p := range defaultCABundles {
 			if _, err := os.Stat(p); err == nil {
 				o.CABundle = p

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,7 @@ func newRootfsCmd() *cobra.Command {
 		Use:   "rootfs",
 		Short: "Build, verify or show the jail's root filesystem",
 	}
-	cmd.AddCommand(newRootfsBuildCmd(), newRootfsVerifyCmd(), newRootfsShowCmd())
+	cmd.AddCommand(newRootfsBuildCmd(), newRootfsVerifyCmd(), newRootfsShowCmd(), newRootfsLockCmd())
 	return cmd
 }
 
@@ -52,6 +53,7 @@ minimal /etc and the harness. Without --out it builds sandbox.rootfs_dir
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Dir, "out", "", "rootfs directory (default: sandbox.rootfs_dir)")
+	f.StringVar(&opts.Runtime, "runtime", "", "runtime to build: python3.11, python3.13 (pinned Debian packages) or host (the host's interpreter)")
 	f.StringVar(&opts.PythonPath, "python", "", "host interpreter (default: sandbox.python_path, /usr/bin/python3)")
 	f.StringVar(&opts.CABundle, "ca-bundle", "", "PEM CA bundle to install (default: the host's, e.g. /etc/ssl/certs/ca-certificates.crt)")
 	f.StringVar(&opts.CADir, "ca-dir", "", "directory of OpenSSL hash-named certificates to install (default: /etc/ssl/certs with the default bundle)")
@@ -135,4 +137,49 @@ func rootfsDirArg(args []string) (*config.Config, string, error) {
 		return cfg, args[0], nil
 	}
 	return cfg, cfg.Sandbox.RootfsDir, nil
+}
+
+func newRootfsLockCmd() *cobra.Command {
+	var (
+		file  string
+		names []string
+		arch  string
+	)
+	cmd := &cobra.Command{
+		Use:   "lock",
+		Short: "Re-resolve the pinned Debian packages of the runtimes (rootfs/runtimes.lock.json)",
+		Long: `Resolve the runtimes of the lock file against their Debian archives and pin the
+result: each suite's InRelease is verified against the keyrings the lock names
+(/usr/share/keyrings/debian-archive-*.gpg), each Packages index against the signed
+Release, and the newest version of every package of the closure (roots plus
+dependencies, minus the exclusions) is written with its SHA256. Run it from the
+repository root and commit the file; builds then fetch exactly those packages:
+
+  go run ./cmd/execgate rootfs lock [--runtime NAME]... [--arch amd64]`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := rootfs.ReadLock(file)
+			if err != nil {
+				return err
+			}
+			out, err := rootfs.Relock(cmd.Context(), l, names, arch, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			data, err := out.Encode()
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", file)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "file", "rootfs/runtimes.lock.json", "the lock file to update")
+	f.StringSliceVar(&names, "runtime", nil, "runtimes to re-resolve (default: all of the lock)")
+	f.StringVar(&arch, "arch", "", "Debian architecture (default: this machine's, amd64 or arm64)")
+	return cmd
 }
