@@ -21,6 +21,7 @@ import data.execgate.isolation
 import data.execgate.limits
 import data.execgate.network
 import data.execgate.packages
+import data.execgate.runtimes
 import data.execgate.tools
 
 deny contains reason if some reason in baseline
@@ -35,6 +36,7 @@ baseline := union({
 	packages.violations,
 	tools.violations,
 	isolation.violations,
+	runtimes.violations,
 })
 
 # decision is the answer: an allowed run gets what its concerns decided; a
@@ -53,6 +55,7 @@ decision := {
 	"tools": tools.granted,
 	"audit": {"record_source": access.record_source},
 	"isolation": isolation.level,
+	"runtime": runtimes.runtime,
 } if {
 	count(deny) == 0
 } else := {
@@ -65,6 +68,7 @@ decision := {
 	"tools": [],
 	"audit": {"record_source": access.record_source},
 	"isolation": "jail",
+	"runtime": "",
 } if {
 	count(deny) > 0
 }

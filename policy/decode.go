@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/execgate/execgate/limits"
 )
 
 // value converts in to an OPA value directly (no JSON round trip). It
@@ -69,6 +72,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			item("mode", stringTerm(r.Mode)),
 			item("tools", stringsTerm(r.Tools)),
 			item("isolation", stringTerm(r.Isolation)),
+			item("runtime", stringTerm(r.Runtime)),
 		)),
 	)
 }
@@ -81,7 +85,7 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
 		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
-		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools", "isolation"} {
+		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools", "isolation", "runtime"} {
 		m[k] = stringTerm(k)
 	}
 	return m
@@ -184,6 +188,9 @@ func decodeDecision(v any) (Decision, error) {
 	if d.Isolation, err = decodeIsolation(m["isolation"]); err != nil {
 		fail("isolation %v", err)
 	}
+	if d.Runtime, err = decodeRuntime(m["runtime"]); err != nil {
+		fail("runtime %v", err)
+	}
 	am, _ := m["audit"].(map[string]any)
 	if rs, ok := am["record_source"]; ok {
 		if d.Audit.RecordSource, ok = rs.(bool); !ok {
@@ -221,6 +228,26 @@ func decodeIsolation(v any) (string, error) {
 	}
 	if !slices.Contains(isolationLevels, s) {
 		return "jail", fmt.Errorf("is %q, not jail or process", s)
+	}
+	return s, nil
+}
+
+// knownRuntime is limits.KnownRuntime (a name fastDecision can reach).
+var knownRuntime = limits.KnownRuntime
+
+// decodeRuntime reads a decision's runtime: absent or "" means none (a
+// policy set written before the field, or a run of another language),
+// anything else must be a known runtime.
+func decodeRuntime(v any) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("is %s, not a string", kind(v))
+	}
+	if s != "" && !limits.KnownRuntime(s) {
+		return "", fmt.Errorf("is %q, not one of %s", s, strings.Join(limits.Runtimes, ", "))
 	}
 	return s, nil
 }
@@ -310,11 +337,12 @@ func decodeDecisionValue(v ast.Value) (Decision, error) {
 
 var (
 	decisionKeys = struct {
-		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation *ast.Term
+		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation, runtime *ast.Term
 	}{
 		ast.StringTerm("allow"), ast.StringTerm("reasons"), ast.StringTerm("network_access"), ast.StringTerm("limits"),
 		ast.StringTerm("egress"), ast.StringTerm("allow"), ast.StringTerm("requirements_allowed"), ast.StringTerm("tools"),
 		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"),
+		ast.StringTerm("runtime"),
 	}
 	limitKeys = []*ast.Term{
 		ast.StringTerm("timeout_ms"), ast.StringTerm("cpu_ms"), ast.StringTerm("memory_mb"),
@@ -399,6 +427,13 @@ func fastDecision(v ast.Value) (d Decision, ok bool) {
 			return d, false
 		}
 		d.Isolation = string(s)
+	}
+	if rt := get(obj, k.runtime); rt != nil {
+		s, ok := rt.(ast.String)
+		if !ok || (s != "" && !knownRuntime(string(s))) {
+			return d, false
+		}
+		d.Runtime = string(s)
 	}
 	if !d.Allow && len(d.Reasons) == 0 {
 		d.Reasons = []string{"denied by policy (no reason given)"}
