@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/execgate/execgate/limits"
 	"io"
 	"net/http"
 	"os"
@@ -160,7 +161,7 @@ func TestSplitMaxQueuedRefusesATenantsThirdWaitingRun(t *testing.T) {
 	if status != http.StatusTooManyRequests || env.errType() != "QuotaExceeded" || !strings.Contains(env.Error.Message, "max_queued (2)") {
 		t.Fatalf("third waiting run = %d %+v, want 429 QuotaExceeded naming max_queued (2)", status, env.Error)
 	}
-	if n := e.rdb.XLen(ctx, k.runs()).Val(); n != 2 {
+	if n := e.rdb.XLen(ctx, k.runsFor(limits.DefaultRuntime)).Val(); n != 2 {
 		t.Fatalf("the stream holds %d runs, want the 2 waiting (the refused one was queued)", n)
 	}
 	for range 3 {

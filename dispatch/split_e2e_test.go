@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/execgate/execgate/limits"
 	"io"
 	"net"
 	"net/http"
@@ -444,7 +445,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		if code != http.StatusServiceUnavailable || r.Ready || ok || !strings.Contains(msg, "no executor") {
 			t.Fatalf("/readyz with no executor = %d %+v", code, r)
 		}
-		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result(); n != 0 {
+		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result(); n != 0 {
 			t.Fatalf("%d runs were queued with no executor alive", n)
 		}
 	})
@@ -606,7 +607,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}}}
 		}
 		push := func(v string) string {
-			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runs(), Values: []string{"job", v}}).Result()
+			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runsFor(limits.DefaultRuntime), Values: []string{"job", v}}).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -703,7 +704,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			submit(i, map[string]any{"source": okSource, "args": map[string]any{"i": i}})
 		}
 		waitFor(t, 10*time.Second, "the short runs queued", func() bool {
-			n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result()
+			n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result()
 			return n >= short
 		})
 		victim := e.execs["ex-a"]
@@ -743,7 +744,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			t.Fatal("no run was on the killed executor")
 		}
 		// Nothing is left for anyone to claim and run again.
-		pend, err := e.rdb.XPending(context.Background(), newKeys("execgate").runs(), group).Result()
+		pend, err := e.rdb.XPending(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime), group).Result()
 		if err != nil || pend.Count != 0 {
 			t.Fatalf("pending entries after the kill: %+v %v", pend, err)
 		}
@@ -770,7 +771,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		if status != http.StatusServiceUnavailable || env.errType() != "SandboxUnavailable" || !strings.Contains(env.Error.Message, "no executor") {
 			t.Fatalf("execute with no executor = %d %+v", status, env.Error)
 		}
-		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result(); n != 0 {
+		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result(); n != 0 {
 			t.Fatalf("%d runs queued with no executor alive", n)
 		}
 	})

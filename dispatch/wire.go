@@ -15,8 +15,9 @@ import (
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
-// output chunks are signed frames of the run (frames.go).
-const WireVersion = 2
+// output chunks are signed frames of the run (frames.go). 3: runs carry
+// their runtime and go to the stream of their target (a runtime, or Deno).
+const WireVersion = 3
 
 // Bounds on what crosses Redis.
 const (
@@ -79,6 +80,7 @@ type WireSpec struct {
 	Lock         string          `json:"lock,omitempty"`
 	EgressAllow  []string        `json:"egress_allow,omitempty"`
 	Isolation    string          `json:"isolation,omitempty"`
+	Runtime      string          `json:"runtime,omitempty"`
 }
 
 func wireSpec(s sandbox.Spec) WireSpec {
@@ -87,7 +89,7 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		Entrypoint: s.Entrypoint, Args: s.Args, Mode: s.Mode, Variables: s.Variables,
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Requirements: s.Requirements, Lock: s.Lock, EgressAllow: s.EgressAllow,
-		Isolation: s.Isolation,
+		Isolation: s.Isolation, Runtime: s.Runtime,
 	}
 }
 
@@ -97,7 +99,7 @@ func (w WireSpec) spec() sandbox.Spec {
 		Entrypoint: w.Entrypoint, Args: w.Args, Mode: w.Mode, Variables: w.Variables,
 		ToolFixtures: w.ToolFixtures, Network: w.Network, Limits: w.Limits,
 		Requirements: w.Requirements, Lock: w.Lock, EgressAllow: w.EgressAllow,
-		Isolation: w.Isolation,
+		Isolation: w.Isolation, Runtime: w.Runtime,
 	}
 }
 

@@ -42,6 +42,9 @@ type Request struct {
 	// Isolation asks for an isolation level, "jail" (default) or
 	// "process"; policy decides (DESIGN §14).
 	Isolation string `json:"isolation,omitempty"`
+	// Runtime asks for a Python runtime ("python3.11", "python3.13");
+	// empty: the tenant's default. Policy decides (DESIGN §15).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -124,6 +127,9 @@ type EnvelopeDecision struct {
 	Egress        policy.Egress  `json:"egress"`
 	// Isolation is the decided isolation level: "jail" or "process".
 	Isolation string `json:"isolation"`
+	// Runtime is the decided Python runtime ("python3.13"); absent for
+	// other languages.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // ExecutionStatus is the X-Execution-Status value of e: ok or
@@ -162,7 +168,7 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if iso == "" {
 		iso = sandbox.IsolationJail
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Runtime: d.Runtime}
 }
 
 // TraceID is the trace id of ctx's span ("" without one).

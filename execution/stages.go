@@ -78,7 +78,7 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 	x.replayed = true
 	if env.Decision != nil {
 		x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation}
+			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation, Runtime: env.Decision.Runtime}
 		x.limits = env.Decision.Limits
 	}
 	return stored.Status, &env, nil
@@ -88,6 +88,7 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 // policy's reasons.
 func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (policy.Decision, error) {
 	req := x.req
+	req.Runtime = policy.RuntimeFor(tenant, req.Language, req.Runtime)
 	in := policyInput(x, tenant)
 	pctx, span := f.tracer.Start(ctx, telemetry.StagePolicy)
 	defer span.End()
@@ -115,6 +116,11 @@ func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (pol
 	)
 	if !dec.Allow {
 		return dec, Denied(dec.Reasons)
+	}
+	if dec.Runtime != req.Runtime {
+		// The packages were resolved for the runtime asked for; a policy
+		// deciding another could never run them.
+		return dec, fmt.Errorf("%w: the policy decided runtime %q for a run asking for %q", ErrPolicy, dec.Runtime, req.Runtime)
 	}
 	if x.env != nil && !dec.RequirementsAllowed {
 		// The policy allowed the run but not its requirements: never install
@@ -170,6 +176,7 @@ func (req *Request) PolicyRequest() policy.Request {
 		Mode:          req.Mode,
 		Tools:         tools,
 		Isolation:     req.Isolation,
+		Runtime:       req.Runtime,
 	}
 	if req.Egress != nil {
 		preq.EgressAllow = req.Egress.Allow
@@ -262,6 +269,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
 		Isolation:   dec.Isolation,
+		Runtime:     dec.Runtime,
 		Output:      x.output,
 	}
 	if spec.Network == "" {
@@ -311,7 +319,11 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 	if dec.RequirementsAllowed && x.env != nil {
 		// Installed here (once per environment; a hit when prepared), so
 		// the runner only finds it.
-		_, _, failure, err := f.d.Environments.Prepare(ctx, *x.env)
+		envs, err := f.d.Environments.For(dec.Runtime)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		_, _, failure, err := envs.Prepare(ctx, *x.env)
 		if err != nil {
 			return sandbox.Result{}, err
 		}

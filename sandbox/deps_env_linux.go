@@ -52,15 +52,25 @@ const evictIdle = 15 * time.Minute
 // returns the environments of cfg.DepsDir. It needs no root; uv is looked
 // up when first needed. obs may be nil.
 func NewEnvironments(cfg Config, obs EnvObserver) (*Environments, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	m, err := checkRootfs(cfg.RootfsDir)
 	if err != nil {
 		return nil, err
 	}
-	return newEnvironments(cfg, m.PythonVersion, obs), nil
+	if cfg.PythonPlatform == "" {
+		cfg.PythonPlatform = m.Platform // a runtime's own; the host runtime's is the default
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := newEnvironments(cfg, m.PythonVersion, obs)
+	if err := e.d.forRuntime(cfg.RootfsDir, m); err != nil {
+		return nil, &UnavailableError{Reason: "preparing package installs for runtime " + m.Runtime, Err: err}
+	}
+	if m.Loader != "" {
+		e.d.platform = e.platform
+	}
+	return e, nil
 }
 
 // NewEnvironmentsFor returns environments that resolve for another host's

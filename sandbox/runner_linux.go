@@ -75,6 +75,7 @@ const jailsDir = "jails"
 // Config a plain error naming the key. Options add collaborators
 // (WithEgress for network mode proxy).
 func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
+	platform := cfg.PythonPlatform // "": the runtime's own (NewEnvironments)
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -172,11 +173,28 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			inflight:  map[string]*depsCall{},
 		},
 	}
+	if err := r.deps.forRuntime(abs, m); err != nil {
+		nsjailFile.Close()
+		_ = v.close()
+		return nil, &UnavailableError{Reason: "preparing package installs for runtime " + m.Runtime, Err: err}
+	}
 	for _, o := range opts {
 		o(r)
 	}
+	if m.Loader != "" {
+		r.deps.platform = platform
+		if platform == "" {
+			r.deps.platform = m.Platform
+		}
+	}
 	if r.envs == nil {
-		r.envs = newEnvironments(cfg, m.PythonVersion, nil)
+		own := cfg
+		own.PythonPlatform = platform
+		if r.envs, err = NewEnvironments(own, nil); err != nil {
+			nsjailFile.Close()
+			_ = v.close()
+			return nil, err
+		}
 	}
 	r.envs.d.check = r.deps.check // this runner's jails reach the deps dir through its view
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)

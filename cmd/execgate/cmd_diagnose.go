@@ -378,7 +378,7 @@ func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCh
 		}
 		return c
 	}
-	in := sb.Runner.Info()
+	in := sb.Runtimes.Default().Runner.Info()
 	if err := sb.Close(); err != nil {
 		c.Status, c.Detail = diagFail, err.Error()
 		return c

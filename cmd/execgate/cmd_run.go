@@ -42,6 +42,7 @@ type runFlags struct {
 	lock         string
 	egress       []string
 	language     string
+	runtime      string
 	json         bool
 	// tenant is the config's tenant whose package policy applies to
 	// --requirements and --lock (default demo) and, when given, whose tool
@@ -120,6 +121,7 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.StringVar(&f.lock, "lock", "", "a lock to install first (pip's hashes format, e.g. from execgate prepare or uv pip compile --generate-hashes)")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.StringVar(&f.language, "language", "", "python, javascript or typescript (default: from the file's extension)")
+	fl.StringVar(&f.runtime, "runtime", "", "the Python runtime: "+strings.Join(limits.Runtimes, ", ")+" (default: the first of sandbox.runtimes, python3.11); its rootfs is built first if needed")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
 	fl.StringVar(&f.tenant, "tenant", "", "a tenant of --config: its package policy applies to --requirements and --lock (default demo), and code mode calls its tool servers, governed by its policy")
 	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
@@ -166,7 +168,16 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
+	if f.runtime != "" {
+		if !limits.KnownRuntime(f.runtime) {
+			return sandbox.Spec{}, fmt.Errorf("--runtime: %q is not one of %s", f.runtime, strings.Join(limits.Runtimes, ", "))
+		}
+		if lang != sandbox.LanguagePython {
+			return sandbox.Spec{}, fmt.Errorf("--runtime: only python runs name a runtime; %s runs choose by language", lang)
+		}
+	}
 	return sandbox.Spec{
+		Runtime:     f.runtime,
 		ExecutionID: newExecutionID(),
 		TenantID:    "local",
 		Language:    lang,
@@ -239,7 +250,16 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if _, err := sandbox.FindNsjail(scfg); err != nil {
 		return sandbox.Result{}, err
 	}
-	o := app.SandboxOptions{Sandbox: scfg, EnsureRootfs: true, Progress: progress}
+	// Only the runtime the run needs is opened (and built, if needed):
+	// --runtime, or the first of sandbox.runtimes (which also runs
+	// JavaScript and TypeScript).
+	if spec.Runtime == "" {
+		spec.Runtime = scfg.WithDefaultRuntimes()[0]
+	}
+	o := app.SandboxOptions{Sandbox: scfg, Runtimes: []string{spec.Runtime}, EnsureRootfs: true, Progress: progress}
+	if spec.Language != sandbox.LanguagePython {
+		spec.Runtime = ""
+	}
 	if spec.Network == sandbox.NetworkProxy {
 		o.Egress = &cfg.Egress
 	}
@@ -250,7 +270,13 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	env, failure, err := localEnvironment(ctx, cfg, sb.Environments, f.packageTenant(), f.requirements, f.lock, progress)
+	var envs *sandbox.Environments
+	if len(f.requirements) > 0 || f.lock != "" {
+		if envs, err = sb.Runtimes.Environments(sb.Runtimes.Default().Name); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	env, failure, err := localEnvironment(ctx, cfg, envs, sb.Runtimes.Default().Name, f.packageTenant(), f.requirements, f.lock, progress)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -260,7 +286,7 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if env != nil {
 		spec.Lock = env.Lock
 	}
-	return sb.Runner.Run(ctx, spec)
+	return sb.Runtimes.Run(ctx, spec)
 }
 
 // reportRun prints the outcome of a run and turns it into the exit status.

@@ -54,7 +54,11 @@ type Options struct {
 	BridgeCalls int            // measured tool calls per bridge row, default 500
 	Sections    []string       // default AllSections
 	Modes       []string       // gateway rows' modes, a subset of AllModes; default all
-	Progress    io.Writer      // progress lines; nil: discarded
+	// Runtimes are the Python runtimes measured, each in turn in the same
+	// run (startup and gateway rows per runtime); default the config's
+	// sandbox.runtimes.
+	Runtimes []string
+	Progress io.Writer // progress lines; nil: discarded
 }
 
 // Report is everything one run measured.
@@ -137,9 +141,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
+	if len(opts.Runtimes) == 0 {
+		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
+	}
 	rep := &Report{Started: time.Now().UTC(), Host: hostLine(), Options: opts}
-	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: opts.Config.Sandbox.RootfsDir, PythonPath: opts.Config.Sandbox.PythonPath, Progress: opts.Progress}); err != nil {
-		return nil, fmt.Errorf("bench: preparing the rootfs: %w", err)
+	for _, rt := range opts.Runtimes {
+		sc := opts.Config.Sandbox
+		ro := rootfs.Options{Dir: sc.RootfsOf(rt), Runtime: rt, PythonPath: sc.PythonPath, DebianMirror: sc.DebianMirror, Progress: opts.Progress}
+		if _, err := rootfs.Ensure(ctx, ro); err != nil {
+			return nil, fmt.Errorf("bench: preparing the rootfs of runtime %s: %w", rt, err)
+		}
 	}
 	has := func(s string) bool { return slices.Contains(opts.Sections, s) }
 	if has(SectionStartup) {
@@ -173,20 +184,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// newRunner is a runner of the configured sandbox with warm jails per
-// profile, assembled as the gateway assembles it (app.NewSandbox; the
-// rootfs is ensured once by Run).
-func (r *Report) newRunner(ctx context.Context, warm int) (*sandbox.Runner, error) {
+// newRunner is a runner of runtime rt of the configured sandbox with warm
+// jails per profile, assembled as the gateway assembles it
+// (app.NewSandbox; the rootfs is ensured once by Run).
+func (r *Report) newRunner(ctx context.Context, rt string, warm int) (*sandbox.Runner, error) {
 	sc := r.Options.Config.Sandbox
 	sc.WarmPool = warm
-	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: sc})
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: sc, Runtimes: []string{rt}})
 	if err != nil {
 		if sb != nil {
 			_ = sb.Close()
 		}
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return sb.Runner, nil
+	return sb.Runtimes.Default().Runner, nil
 }
 
 func (r *Report) progress(format string, args ...any) {
@@ -204,7 +215,7 @@ func (r *Report) startup(ctx context.Context) error {
 	}
 	r.Startup = append(r.Startup, s)
 
-	runner, err := r.newRunner(ctx, 0)
+	runner, err := r.newRunner(ctx, r.Options.Runtimes[0], 0)
 	if err != nil {
 		return err
 	}
@@ -420,7 +431,7 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 // warmJailRSS fills a warm pool and averages the RSS of its idle jails
 // (every process below this one: nsjail and the waiting harness).
 func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
-	runner, err := r.newRunner(ctx, r.Options.WarmPool)
+	runner, err := r.newRunner(ctx, r.Options.Runtimes[0], r.Options.WarmPool)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -35,7 +35,7 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	}
 	r.Startup = append(r.Startup, s)
 
-	warm, err := r.newRunner(ctx, r.Options.WarmPool)
+	warm, err := r.newRunner(ctx, r.Options.Runtimes[0], r.Options.WarmPool)
 	if err != nil {
 		return err
 	}
