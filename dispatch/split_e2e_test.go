@@ -53,6 +53,9 @@ type splitEnv struct {
 	nsjail   string
 	execs    map[string]*proc
 	mcp      *toolbridgetest.Server
+	// runtimes names the runtimes of the executors whose id it lists
+	// (default: the default runtime).
+	runtimes map[string]string
 	// policyExtra is appended to the tenant's policy map, execSandbox to
 	// the executors' sandbox map (", key: value" each).
 	policyExtra, execSandbox string
@@ -197,6 +200,14 @@ func (e *splitEnv) toolsLimitsLine() string {
 // startExecutor starts an executor with 2 slots.
 func (e *splitEnv) startExecutor(id string) *proc { return e.startExecutorWith(id, 2, 0) }
 
+// runtimesOf is the runtimes (a YAML flow list's items) of executor id.
+func (e *splitEnv) runtimesOf(id string) string {
+	if rts, ok := e.runtimes[id]; ok {
+		return rts
+	}
+	return limits.DefaultRuntime
+}
+
 // startExecutorWith starts an executor with slots and warm jails.
 func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	t := e.t
@@ -204,9 +215,9 @@ func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 server: {role: executor, max_concurrent_runs: `+strconv.Itoa(slots)+`}
-sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
+sandbox: {nsjail_path: %s, runtimes_dir: %s, runtimes: [%s], work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
 `+e.dispatchCfg(", executor_id: "+id)+`
-`, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t))
+`, addr, filepath.Join(e.dir, id), e.nsjail, filepath.Dir(e.rootfs), e.runtimesOf(id), testenv.JailDir(t))
 	path := filepath.Join(e.dir, id+".yaml")
 	writeFile(t, path, cfg)
 	p := e.start(id, path, "http://"+addr)
