@@ -172,7 +172,7 @@ var ErrChecksum = errors.New("checksum mismatch")
 
 func checkSum(data []byte, want FileSum) error {
 	if int64(len(data)) != want.Size {
-		return fmt.Errorf("%w: %d bytes, want %d", ErrChecksum, len(data), want.Size)
+		return fmt.Errorf("%w: %d bytes, want %d (sha256 %s)", ErrChecksum, len(data), want.Size, want.SHA256)
 	}
 	got := sha256.Sum256(data)
 	if hex.EncodeToString(got[:]) != want.SHA256 {
