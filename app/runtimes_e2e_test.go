@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -173,5 +174,30 @@ func TestGetRuntimesListsWhatEachRuntimeHas(t *testing.T) {
 	old, def := granted("old")
 	if def != "python3.11" || old["python3.11"]["granted"] != true || old["python3.13"]["granted"] != false {
 		t.Fatalf("tenant old: default %s, python3.11 granted %v, python3.13 granted %v", def, old["python3.11"]["granted"], old["python3.13"]["granted"])
+	}
+}
+
+// TestMCPExecutePythonTakesTheRuntime: execute_python's schema offers
+// runtime (execute_javascript's does not) and a call naming python3.13 runs
+// on it.
+func TestMCPExecutePythonTakesTheRuntime(t *testing.T) {
+	s := runtimesServer(t)
+	sess := mcpSession(t, s, s.token("both"))
+	tools, err := sess.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		schema, _ := json.Marshal(tool.InputSchema)
+		has := strings.Contains(string(schema), `"runtime"`)
+		if (tool.Name == "execute_python") != has {
+			t.Errorf("%s: runtime in its input schema = %v", tool.Name, has)
+		}
+	}
+	_, env := callTool(t, sess, "execute_python", map[string]any{"source": versionTool, "runtime": "python3.13", "limits": stretchedLimits()})
+	res, _ := env["result"].(map[string]any)
+	u, _ := env["usage"].(map[string]any)
+	if !reflect.DeepEqual(res["version"], []any{float64(3), float64(13)}) || u["runtime"] != "python3.13" {
+		t.Fatalf("execute_python with runtime python3.13: %v", env)
 	}
 }
