@@ -17,10 +17,10 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/dispatch"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/runtimes"
-	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 )
 
@@ -64,7 +64,7 @@ func (a *App) newDispatcher(ctx context.Context, metrics *telemetry.Metrics) (*d
 	if err != nil {
 		return nil, nil, gateway.Check{}, err
 	}
-	var obs sandbox.EnvObserver
+	var obs environments.Observer
 	if metrics != nil {
 		obs = metrics
 	}
@@ -148,6 +148,9 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		if err != nil {
 			return nil, err
 		}
+		// A job carries its environment's lock: the runtime's cache
+		// installs it on the way in (runtimes.Set.Run), and the runner
+		// binds it.
 		runner = sb.Runtimes
 		served = announced(sb.Runtimes)
 	}

@@ -86,7 +86,7 @@ func testConfig(t *testing.T, sb sandbox.Config) *config.Config {
 		t.Fatalf("config.Load: %v", err)
 	}
 	// The state and work dirs stay as t.TempDir makes them, 0700: the jail
-	// reaches what it needs through the runner's view (sandbox/view_linux.go).
+	// reaches what it needs through the runner's view (sandbox/view).
 	cfg.Sandbox = sb
 	acme := config.DemoTenant()
 	acme.ID = "acme"

@@ -65,7 +65,7 @@ func TestJavaScriptThroughTheGateway(t *testing.T) {
 			t.Fatalf("error %v", e)
 		}
 	})
-	// Imports are refused before any jail (sandbox/imports.go): execute
+	// Imports are refused before any jail (package sourcecheck): execute
 	// reports InvalidSource at the import, validate a problem there.
 	const dataImport = "export async function run() {\n  return (await import(\"data:text/javascript,export default 1\")).default;\n}\n"
 	t.Run("execute refuses a data: import as InvalidSource with line and column", func(t *testing.T) {

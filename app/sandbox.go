@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
@@ -154,7 +155,7 @@ func (s *Sandbox) openRuntime(ctx context.Context, o SandboxOptions, name string
 		return rt
 	}
 	rt.Envs = envs
-	opts := []sandbox.Option{sandbox.WithEnvironments(envs)}
+	var opts []sandbox.Option
 	if s.Proxy != nil {
 		opts = append(opts, sandbox.WithEgress(s.Proxy))
 	}
@@ -163,7 +164,7 @@ func (s *Sandbox) openRuntime(ctx context.Context, o SandboxOptions, name string
 		// A host that cannot serve network mode proxy (e.g. a work dir the
 		// jail user cannot reach) can still run everything else: proxy runs
 		// are refused as SandboxUnavailable and /readyz names the reason.
-		if plain, perr := sandbox.NewRunner(cfg, sandbox.WithEnvironments(envs)); perr == nil {
+		if plain, perr := sandbox.NewRunner(cfg); perr == nil {
 			s.EgressErr = err
 			log.Warn("network mode proxy is unavailable; runs asking for it are refused", "runtime", name, "err", err)
 			r, err = plain, nil
@@ -178,13 +179,14 @@ func (s *Sandbox) openRuntime(ctx context.Context, o SandboxOptions, name string
 }
 
 // newEnvironments is the package environment cache of sc (one runtime's
-// rootfs), observed by metrics (nil: none).
-func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*sandbox.Environments, error) {
-	var obs sandbox.EnvObserver
+// rootfs), observed by metrics (nil: none): runs' packages are installed
+// in it before they reach the runner (which binds them).
+func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*environments.Cache, error) {
+	var obs environments.Observer
 	if metrics != nil {
 		obs = metrics
 	}
-	return sandbox.NewEnvironments(sc, obs)
+	return environments.New(sc, obs)
 }
 
 // Environments are the package environments of every runtime of the

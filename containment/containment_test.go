@@ -28,6 +28,7 @@ import (
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // The gateway's secrets for this test process: one in the environment, one
@@ -690,7 +691,7 @@ var escapeSyscalls = []escapeCase{
 	{"unshare from a thread", map[string]any{"name": "unshare", "ns": "user", "thread": true}, "unshare"},
 	// Any call through the 32-bit entry (int 0x80, its own numbers),
 	// whatever it is, and any x86_64 number with the x32 bit set, kills
-	// the process (a filter of execgate's own, sandbox/abi_linux.go), from
+	// the process (a filter of execgate's own, sandbox/seccomp/abi_linux.go), from
 	// the main thread or from a thread.
 	{"ia32_unshare", nil, "foreign_arch"},
 	{"ia32_getpid", nil, "foreign_arch"},
@@ -794,7 +795,7 @@ func TestSeccompDeniesDangerousSyscalls(t *testing.T) {
 func wantSyscallDenied(t *testing.T, res sandbox.Result, name string) {
 	t.Helper()
 	wantError(t, res, sandbox.ErrSyscallDenied)
-	if err := sandbox.SeccompAuditErr(); err != nil {
+	if err := seccomp.AuditErr(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Errorf("CI=true: the runner cannot read the kernel's seccomp audit records to name the syscall: %v", err)
 		} else {

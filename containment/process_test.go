@@ -24,7 +24,7 @@ func TestLevelProcessKillsEveryEscapeSyscall(t *testing.T) {
 	r, _ := newRunner(t, "process-seccomp")
 	escape := append(slices.Clone(escapeSyscalls),
 		// The two calls the zygote's own filter lets through with exact
-		// flags (zygote_linux.go): with those very flags, from the tool.
+		// flags (sandbox/seccomp/zygote.go): with those very flags, from the tool.
 		escapeCase{"unshare as the zygote does", map[string]any{"name": "raw", "nr": 272, "args": []int{0x18020000}}, "unshare"},
 		escapeCase{"mount as the zygote does", map[string]any{"name": "raw", "nr": 165, "args": []int{0, 0, 0, 14, 0}}, "mount"},
 	)

@@ -545,12 +545,7 @@ func Validate(body []byte, c Caps) (*execution.ValidateRequest, error) {
 		return nil, err
 	}
 	req := &execution.ValidateRequest{}
-	err := decodeObject("", body, fieldFuncs{
-		"source":     sourceField(&req.Source, c.Source, nil),
-		"entrypoint": entrypointField(&req.Entrypoint),
-		"language":   languageField(&req.Language),
-	})
-	if err != nil {
+	if err := decodeObject("", body, validateFields(req, c)); err != nil {
 		return nil, err
 	}
 	if req.Source == "" {
@@ -559,6 +554,16 @@ func Validate(body []byte, c Caps) (*execution.ValidateRequest, error) {
 	d := policy.Request{Language: req.Language, Entrypoint: req.Entrypoint}.WithDefaults()
 	req.Language, req.Entrypoint = d.Language, d.Entrypoint
 	return req, nil
+}
+
+// validateFields decodes and validates each field of a validate request
+// into req.
+func validateFields(req *execution.ValidateRequest, c Caps) fieldFuncs {
+	return fieldFuncs{
+		"source":     sourceField(&req.Source, c.Source, nil),
+		"entrypoint": entrypointField(&req.Entrypoint),
+		"language":   languageField(&req.Language),
+	}
 }
 
 // Quota decodes a tenant quota object (PUT .../quota).

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
-	"github.com/execgate/execgate/sandbox"
 )
 
 // PrepareRequest is the body of POST /v1/prepare: one of requirements
@@ -38,7 +38,7 @@ func requirementsField(dst *[]string) func(string, json.RawMessage) error {
 			return err
 		}
 		for i, r := range *dst {
-			if _, err := sandbox.NormalizeSpecs([]string{r}); err != nil {
+			if _, err := environments.NormalizeSpecs([]string{r}); err != nil {
 				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a requirement like requests>=2.31 or six==1.16.0 (no URLs, paths, markers or options)", r)
 			}
 		}
@@ -55,8 +55,8 @@ func lockField(dst *string) func(string, json.RawMessage) error {
 		if len(*dst) > maxLockField {
 			return execution.TooLarge(p, int64(len(*dst)), maxLockField)
 		}
-		if _, err := sandbox.ParseLock(*dst); err != nil {
-			return execution.BadRequest(p, "%s", strings.TrimPrefix(err.Error(), sandbox.ErrInvalidLock.Error()+": "))
+		if _, err := environments.ParseLock(*dst); err != nil {
+			return execution.BadRequest(p, "%s", strings.TrimPrefix(err.Error(), environments.ErrInvalidLock.Error()+": "))
 		}
 		return nil
 	}
@@ -68,7 +68,7 @@ func environmentIDField(dst *string) func(string, json.RawMessage) error {
 		if err := decodeString(p, raw, dst); err != nil {
 			return err
 		}
-		if !sandbox.ValidEnvironmentID(*dst) {
+		if !environments.ValidID(*dst) {
 			return execution.BadRequest(p, "must be the 64 hex digits POST /v1/prepare returned")
 		}
 		return nil
@@ -95,16 +95,7 @@ func Prepare(body []byte, c Caps) (*PrepareRequest, error) {
 		return nil, err
 	}
 	req := &PrepareRequest{}
-	err := decodeObject("", body, fieldFuncs{
-		"tenant_id":         tenantIDField(&req.TenantID),
-		"requirements":      requirementsField(&req.Requirements),
-		"requirements_lock": lockField(&req.RequirementsLock),
-		"warm": func(p string, raw json.RawMessage) error {
-			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
-		},
-		"runtime": runtimeField(&req.Runtime),
-	})
-	if err != nil {
+	if err := decodeObject("", body, prepareFields(req)); err != nil {
 		return nil, err
 	}
 	if len(req.Requirements) == 0 && req.RequirementsLock == "" {
@@ -114,4 +105,18 @@ func Prepare(body []byte, c Caps) (*PrepareRequest, error) {
 		return nil, err
 	}
 	return req, nil
+}
+
+// prepareFields decodes and validates each field of a prepare request
+// into req.
+func prepareFields(req *PrepareRequest) fieldFuncs {
+	return fieldFuncs{
+		"tenant_id":         tenantIDField(&req.TenantID),
+		"requirements":      requirementsField(&req.Requirements),
+		"requirements_lock": lockField(&req.RequirementsLock),
+		"warm": func(p string, raw json.RawMessage) error {
+			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
+		},
+		"runtime": runtimeField(&req.Runtime),
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -26,10 +27,10 @@ import (
 type Environments struct {
 	d   *Dispatcher
 	cfg sandbox.Config
-	obs sandbox.EnvObserver
+	obs environments.Observer
 
-	mu sync.Mutex                       // guards by
-	by map[string]*sandbox.Environments // runtime+python+platform → its resolver
+	mu sync.Mutex                     // guards by
+	by map[string]*environments.Cache // runtime+python+platform → its resolver
 }
 
 // envTTL is how long a prepared environment's lock is kept unused.
@@ -47,8 +48,8 @@ const lookupTimeout = 2 * time.Second
 // d; cfg is the gateway's sandbox section (deps_dir keeps uv's resolve
 // cache; package_index, python_platform are not used: the executors
 // announce their platform). obs may be nil.
-func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs sandbox.EnvObserver) *Environments {
-	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*sandbox.Environments{}}
+func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs environments.Observer) *Environments {
+	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*environments.Cache{}}
 }
 
 // For returns the environments of runtime name: resolved for the Python
@@ -68,7 +69,7 @@ type RuntimeEnvironments struct {
 // executors serving the runtime. Executors announcing different ones for
 // it (a rootfs upgrade half rolled out) are refused: a lock resolved for
 // one may not install on the other.
-func (r *RuntimeEnvironments) target(ctx context.Context) (*sandbox.Environments, error) {
+func (r *RuntimeEnvironments) target(ctx context.Context) (*environments.Cache, error) {
 	e := r.e
 	fleet, err := e.d.Executors(ctx)
 	if err != nil {
@@ -105,7 +106,7 @@ func (r *RuntimeEnvironments) target(ctx context.Context) (*sandbox.Environments
 	if res := e.by[key]; res != nil {
 		return res, nil
 	}
-	res, err := sandbox.NewEnvironmentsFor(e.cfg, py, plat, e.obs)
+	res, err := environments.NewFor(e.cfg, py, plat, e.obs)
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Reason: "an executor's announcement: " + err.Error()}
 	}
@@ -117,10 +118,10 @@ func (r *RuntimeEnvironments) target(ctx context.Context) (*sandbox.Environments
 }
 
 // Resolve resolves reqs for the runtime's executors' Python and platform.
-func (r *RuntimeEnvironments) Resolve(ctx context.Context, reqs []string) (sandbox.Environment, *sandbox.ErrorInfo, error) {
+func (r *RuntimeEnvironments) Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
 	res, err := r.target(ctx)
 	if err != nil {
-		return sandbox.Environment{}, nil, err
+		return environments.Environment{}, nil, err
 	}
 	return res.Resolve(ctx, reqs)
 }
@@ -128,50 +129,50 @@ func (r *RuntimeEnvironments) Resolve(ctx context.Context, reqs []string) (sandb
 // FromLock reads a caller's lock. Without a live executor serving the
 // runtime it is only parsed (no environment id; the run is refused for
 // want of an executor).
-func (r *RuntimeEnvironments) FromLock(lock string) (sandbox.Environment, error) {
+func (r *RuntimeEnvironments) FromLock(lock string) (environments.Environment, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	if res, err := r.target(ctx); err == nil {
 		return res.FromLock(lock)
 	}
-	pkgs, err := sandbox.ParseLock(lock)
+	pkgs, err := environments.ParseLock(lock)
 	if err != nil {
-		return sandbox.Environment{}, err
+		return environments.Environment{}, err
 	}
-	return sandbox.Environment{Lock: sandbox.RenderLock(pkgs), Packages: pkgs}, nil
+	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs}, nil
 }
 
 // Lookup finds an environment prepared (or run) through any gateway, for
 // the runtime's executors' current Python and platform.
-func (r *RuntimeEnvironments) Lookup(id string) (sandbox.Environment, bool, error) {
+func (r *RuntimeEnvironments) Lookup(id string) (environments.Environment, bool, error) {
 	e := r.e
-	if !sandbox.ValidEnvironmentID(id) {
-		return sandbox.Environment{}, false, nil
+	if !environments.ValidID(id) {
+		return environments.Environment{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	lock, err := e.d.rdb.GetEx(ctx, e.d.k.env(id), envTTL).Result()
 	if errors.Is(err, redis.Nil) {
-		return sandbox.Environment{}, false, nil
+		return environments.Environment{}, false, nil
 	}
 	if err != nil {
-		return sandbox.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
+		return environments.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
 	}
 	res, err := r.target(ctx)
 	if err != nil {
-		return sandbox.Environment{}, false, err
+		return environments.Environment{}, false, err
 	}
 	env, err := res.FromLock(lock)
 	if err != nil || env.ID != id {
 		// Resolved for another Python or platform (the executors' rootfs changed).
-		return sandbox.Environment{}, false, nil
+		return environments.Environment{}, false, nil
 	}
 	return env, true, nil
 }
 
 // Prepare keeps env's lock for Lookup; the executors install it when a
 // run needs it (dir is empty: nothing is installed here).
-func (r *RuntimeEnvironments) Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
+func (r *RuntimeEnvironments) Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
 	e := r.e
 	if env.ID == "" {
 		return "", false, nil, nil

@@ -202,7 +202,7 @@ func (e *Executor) beat(ctx context.Context) error {
 	a := Announcement{
 		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.languages(), Profiles: []string{"jail"},
 		HarnessProtocol: jaillayout.ProtocolVersion, Wire: WireVersion, Version: e.opts.Version,
-		Runtimes: e.opts.Runtimes,
+		Runtimes:  e.opts.Runtimes,
 		StartedMS: e.startedMS, BeatMS: now.UnixMilli(),
 	}
 	b, err := json.Marshal(a)

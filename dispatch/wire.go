@@ -63,7 +63,8 @@ type Job struct {
 // maxTraceBytes bounds each trace header taken from a job.
 const maxTraceBytes = 512
 
-// WireSpec is sandbox.Spec without its Bridge (a live object).
+// WireSpec is sandbox.Spec without its Bridge (a live object) and Deps (a
+// directory of the gateway's host: the executor installs the Lock).
 type WireSpec struct {
 	ExecutionID  string          `json:"execution_id"`
 	TenantID     string          `json:"tenant_id"`
@@ -76,7 +77,6 @@ type WireSpec struct {
 	ToolFixtures json.RawMessage `json:"tool_fixtures,omitempty"`
 	Network      sandbox.Network `json:"network"`
 	Limits       sandbox.Limits  `json:"limits"`
-	Requirements []string        `json:"requirements,omitempty"`
 	Lock         string          `json:"lock,omitempty"`
 	EgressAllow  []string        `json:"egress_allow,omitempty"`
 	Isolation    string          `json:"isolation,omitempty"`
@@ -88,7 +88,7 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		ExecutionID: s.ExecutionID, TenantID: s.TenantID, Language: s.Language, Source: s.Source,
 		Entrypoint: s.Entrypoint, Args: s.Args, Mode: s.Mode, Variables: s.Variables,
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
-		Requirements: s.Requirements, Lock: s.Lock, EgressAllow: s.EgressAllow,
+		Lock: s.Lock, EgressAllow: s.EgressAllow,
 		Isolation: s.Isolation, Runtime: s.Runtime,
 	}
 }
@@ -98,7 +98,7 @@ func (w WireSpec) spec() sandbox.Spec {
 		ExecutionID: w.ExecutionID, TenantID: w.TenantID, Language: w.Language, Source: w.Source,
 		Entrypoint: w.Entrypoint, Args: w.Args, Mode: w.Mode, Variables: w.Variables,
 		ToolFixtures: w.ToolFixtures, Network: w.Network, Limits: w.Limits,
-		Requirements: w.Requirements, Lock: w.Lock, EgressAllow: w.EgressAllow,
+		Lock: w.Lock, EgressAllow: w.EgressAllow,
 		Isolation: w.Isolation, Runtime: w.Runtime,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -15,7 +16,7 @@ var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the
 // its requirements, requirements_lock and environment_id (nil when it
 // names none). A list that cannot be resolved is a DependencyError (the
 // *sandbox.ErrorInfo), not an error.
-func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, lock, envID string) (*sandbox.Environment, *sandbox.ErrorInfo, error) {
+func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
@@ -59,7 +60,7 @@ func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, l
 }
 
 // PolicyPackages is the resolved set as the policy sees it.
-func PolicyPackages(env *sandbox.Environment) []policy.Package {
+func PolicyPackages(env *environments.Environment) []policy.Package {
 	if env == nil {
 		return nil
 	}

@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -89,7 +90,7 @@ type Auditor interface {
 }
 
 // Environments are the package environments of every runtime the service
-// runs (*runtimes.Environments; a gateway's, *dispatch.Environments): For
+// runs (one per runtime of package runtimes; a gateway's, per runtime its executors serve): For
 // returns a runtime's, or an *sandbox.UnavailableError naming a runtime
 // it does not serve.
 type Environments interface {
@@ -98,16 +99,16 @@ type Environments interface {
 
 // RuntimeEnvironments resolves requirements into locked environments for
 // one runtime's Python and platform, and installs them
-// (*sandbox.Environments). Resolve and Prepare report what cannot be built
+// (*environments.Cache). Resolve and Prepare report what cannot be built
 // as a DependencyError (*sandbox.ErrorInfo); their error is an
 // *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
 // requirement string. Environment ids are per runtime: Lookup knows only
 // the ones of its runtime.
 type RuntimeEnvironments interface {
-	Resolve(ctx context.Context, reqs []string) (sandbox.Environment, *sandbox.ErrorInfo, error)
-	FromLock(lock string) (sandbox.Environment, error)
-	Lookup(id string) (sandbox.Environment, bool, error)
-	Prepare(ctx context.Context, env sandbox.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
+	Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
+	FromLock(lock string) (environments.Environment, error)
+	Lookup(id string) (environments.Environment, bool, error)
+	Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
 }
 
 // Bridges makes the governed tool bridge of a run (*toolbridge.Hub).
@@ -304,7 +305,7 @@ type state struct {
 	claimed *IdempotencyKey
 	// bridge is the run's governed tool bridge (nil: none, or test mode).
 	bridge *toolbridge.Run
-	env    *sandbox.Environment // the packages the run installs; nil: none
+	env    *environments.Environment // the packages the run installs; nil: none
 	// failedDecisionID is the id of a decision that errored (PolicyError),
 	// so the audit record and the log can be joined with OPA's view.
 	failedDecisionID string

@@ -276,7 +276,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		spec.Network = sandbox.NetworkNone
 	}
 	if dec.RequirementsAllowed && x.env != nil {
-		spec.Lock = x.env.Lock // installed by run
+		spec.Lock = x.env.Lock // installed by run (here, or by the executor that runs it)
 	}
 	if x.bridge = f.toolBridge(x, tenant, dec); x.bridge != nil {
 		spec.Bridge = x.bridge
@@ -316,25 +316,29 @@ func (f *Flow) toolBridge(x *state, tenant tenancy.Tenant, dec policy.Decision) 
 // cancels the run. The error is the sandbox's: nothing was run, and the
 // lease is released.
 func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec policy.Decision, adm *quota.Admission) (sandbox.Result, error) {
+	var deps string
 	if dec.RequirementsAllowed && x.env != nil {
 		// Installed here (once per environment; a hit when prepared), so
-		// the runner only finds it.
+		// the runner only binds it. A dispatching gateway installs nothing
+		// (dir ""): the executor installs the lock the run carries.
 		envs, err := f.d.Environments.For(dec.Runtime)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
-		_, _, failure, err := envs.Prepare(ctx, *x.env)
+		dir, _, failure, err := envs.Prepare(ctx, *x.env)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
 		if failure != nil {
 			return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
 		}
+		deps = dir
 	}
 	spec, err := f.spec(x, tenant, dec)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	spec.Deps = deps
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/decode"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
@@ -17,7 +18,7 @@ import (
 )
 
 // Environments resolves requirements into locked environments and installs
-// them (*sandbox.Environments); the execute flow and POST /v1/prepare share
+// them (*environments.Cache); the execute flow and POST /v1/prepare share
 // it.
 type Environments = execution.Environments
 
@@ -38,9 +39,9 @@ type PrepareResponse struct {
 	// Runtime is the Python runtime the environment is for (the one
 	// asked for, or the tenant's default): a run names the environment
 	// with the same runtime.
-	Runtime  string                  `json:"runtime"`
-	Lock     string                  `json:"lock"`
-	Packages []sandbox.LockedPackage `json:"packages"`
+	Runtime  string                       `json:"runtime"`
+	Lock     string                       `json:"lock"`
+	Packages []environments.LockedPackage `json:"packages"`
 	// Cached says the environment was already installed.
 	Cached bool `json:"cached"`
 	// Warm is how many jails the gateway keeps waiting for runs of the
@@ -91,6 +92,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		return
 	}
 	var hit bool
+	var dir string // where the environment is installed (none on a dispatching gateway)
 	if failure == nil {
 		// An install is work done for the tenant: it takes a rate token and
 		// a concurrency slot while it lasts (no CPU is charged).
@@ -101,7 +103,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		}
 		var envs execution.RuntimeEnvironments
 		if envs, err = s.d.Environments.For(runtime); err == nil {
-			_, hit, failure, err = envs.Prepare(ctx, *env)
+			dir, hit, failure, err = envs.Prepare(ctx, *env)
 		}
 		_ = adm.Release(context.WithoutCancel(ctx))
 		if err != nil {
@@ -121,7 +123,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}
 	if req.Warm > 0 && s.d.Warmer != nil {
-		spec := sandbox.Spec{TenantID: tenant.ID, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits, Runtime: runtime}
+		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits, Runtime: runtime}
 		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
 			s.fail(c, err)
 			return
@@ -135,7 +137,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // run (no limits or network asked) needing it would be asked, and returns
 // the decision: its limits and network are those of the jails warmed for
 // env.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, runtime string, reqs []string, env *sandbox.Environment) (policy.Decision, error) {
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, runtime string, reqs []string, env *environments.Environment) (policy.Decision, error) {
 	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env), Runtime: runtime})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {

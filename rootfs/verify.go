@@ -173,7 +173,7 @@ func verifyHost(r *Report, m *Manifest) {
 // reachable checks that the jail's uid can traverse the rootfs directory
 // itself. The directories above it may be private: the runner mounts the
 // rootfs read-only under sandbox.runtime_dir and nsjail reaches it there
-// (sandbox/view_linux.go), but the root of that bind is this directory,
+// (sandbox/view), but the root of that bind is this directory,
 // whose mode the jail sees.
 func reachable(r *Report) {
 	fi, err := os.Stat(r.Dir)

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -31,8 +32,8 @@ type Runtime struct {
 	Name     string
 	Dir      string
 	Manifest *jaillayout.Manifest
-	Runner   *sandbox.Runner       // nil when Err is set
-	Envs     *sandbox.Environments // nil when the rootfs is unreadable
+	Runner   *sandbox.Runner     // nil when Err is set
+	Envs     *environments.Cache // nil when the rootfs is unreadable
 	Err      error
 }
 
@@ -150,8 +151,11 @@ func (rt *Runtime) runner() (*sandbox.Runner, error) {
 }
 
 // Run runs spec on its runtime (route) and says in Usage.Runtime what ran
-// it. A runtime this process does not serve, or whose runner could not be
-// made, is an *sandbox.UnavailableError naming it: nothing ran.
+// it. A run that carries a lock and no environment (an executor's: the
+// gateway resolved it) has it installed first in its runtime's
+// environments (environments.Cache.Installing). A runtime this process
+// does not serve, or whose runner could not be made, is an
+// *sandbox.UnavailableError naming it: nothing ran.
 func (s *Set) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	rt, err := s.route(spec)
 	if err != nil {
@@ -161,7 +165,11 @@ func (s *Set) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res, err := r.Run(ctx, spec)
+	var run environments.Runner = r
+	if rt.Envs != nil {
+		run = rt.Envs.Installing(r)
+	}
+	res, err := run.Run(ctx, spec)
 	if err == nil && res.Usage.Isolation != "" { // something ran
 		res.Usage.Runtime = rt.Name
 		if spec.Language != "" && spec.Language != sandbox.LanguagePython {
@@ -199,7 +207,7 @@ func (s *Set) WarmIdle() int {
 // Environments returns the package environments of the runtime called
 // name; a runtime not served, or without a readable rootfs, is an
 // *sandbox.UnavailableError naming it.
-func (s *Set) Environments(name string) (*sandbox.Environments, error) {
+func (s *Set) Environments(name string) (*environments.Cache, error) {
 	rt, err := s.route(sandbox.Spec{Language: sandbox.LanguagePython, Runtime: name})
 	if err != nil {
 		return nil, err

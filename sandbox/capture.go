@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -14,7 +12,7 @@ import (
 // capture keeps the first max bytes read from r and discards the rest, so a
 // writer printing without end never blocks on a full pipe and never grows
 // the gateway's memory past the cap. It carries bytes as they are (the
-// result envelope, an installer's output); the tool's stdout and stderr go
+// result envelope); the tool's stdout and stderr go
 // through a textCapture, which counts what they cost once encoded.
 type capture struct {
 	max       int
@@ -38,7 +36,7 @@ func (c *capture) readFrom(r io.Reader) {
 }
 
 // Write keeps what fits under the cap and reports everything as written,
-// so a writer (an installer's output) is never blocked or failed by it.
+// so a writer is never blocked or failed by it.
 func (c *capture) Write(p []byte) (int, error) {
 	c.total += int64(len(p))
 	keep := min(len(p), c.max-len(c.buf))
@@ -49,15 +47,6 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.truncated = true
 	}
 	return len(p), nil
-}
-
-// text returns what a capture kept, marking a cut.
-func (c *capture) text() string {
-	s := string(bytes.TrimSpace(c.buf))
-	if c.truncated {
-		s += fmt.Sprintf("\n…[%d more bytes of installer output cut]", c.total-int64(len(c.buf)))
-	}
-	return s
 }
 
 // captureChunk is the read size of every capture.

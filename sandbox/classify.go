@@ -11,6 +11,8 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // Exit statuses: the one mapping from what nsjail returns to what happened.
@@ -157,7 +159,7 @@ type outcome struct {
 	// is V8 stopping at its heap limit.
 	Runtime jailRuntime
 	// DeniedSyscall names the syscall a seccomp kill was for, when the
-	// kernel's audit record said ("" otherwise; see audit_linux.go).
+	// kernel's audit record said ("" otherwise; see package seccomp).
 	DeniedSyscall string
 }
 
@@ -238,9 +240,9 @@ func syscallDeniedMessage(name string) string {
 		return "the tool was killed for a forbidden system call (seccomp); the kernel's audit record naming it was not available"
 	case "socket", "socketpair":
 		return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp; a socket family other than AF_UNIX, AF_INET, AF_INET6 or NETLINK_ROUTE)", name)
-	case deniedForeignArch:
+	case seccomp.DeniedForeignArch:
 		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through another architecture's entry, such as int 0x80: every such call is killed)"
-	case deniedX32:
+	case seccomp.DeniedX32:
 		return "the tool was killed for a forbidden system call: " + name + " (seccomp; a call through the x32 ABI, its number with bit 30 set: every such call is killed)"
 	}
 	return fmt.Sprintf("the tool was killed for a forbidden system call: %s (seccomp)", name)
@@ -292,17 +294,12 @@ func hostHint(log []string) string {
 	case has("mount(", "pivot_root", "mount_setattr", "fsmount", "MS_REC") && has("Permission denied", "Operation not permitted"):
 		return "the host refused mounts inside a user namespace: run execgate privileged (docker --privileged) or with seccomp and AppArmor unconfined (--security-opt seccomp=unconfined --security-opt apparmor=unconfined); on Ubuntu 24.04 allow user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=0)"
 	case has("cgroup", "subtree_control", "memory.limit_in_bytes", "pids.max", "cpu.cfs"):
-		return cgroupHint
+		return cgroups.Hint
 	case has("clone(", "CLONE_NEW", "unshare(", "uid_map", "gid_map", "setgroups", "newuidmap"):
 		return "the host refused to create namespaces: allow user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1) or run execgate privileged (docker --privileged)"
 	}
 	return "nsjail could not create the jail; its log says why. Usual causes: not root or not privileged (docker --privileged), a seccomp or AppArmor profile (seccomp=unconfined), user namespaces disabled, cgroups not delegated"
 }
-
-// cgroupHint is shared with the cgroup setup.
-const cgroupHint = "the jail needs memory, pids and cpu cgroups it can create: run execgate as root with " +
-	"/sys/fs/cgroup mounted read-write (in a container: --privileged or --cgroupns=private with a writable " +
-	"cgroup2 mount; under systemd: Delegate=yes), or set sandbox.cgroups to the version the host has"
 
 func parseEnvelope(data []byte, truncated bool) (*envelope, error) {
 	if truncated {

@@ -6,14 +6,20 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
 // Config is the sandbox section of the execgate config file (DESIGN §13).
 // Zero values mean "use the default" as documented per field.
+// The package keys (uv_path, deps_timeout_ms, package_index,
+// python_platform, deps_max_mb, deps_cache_max_mb, resolve_cache_seconds)
+// are read by package environments; the runner reads deps_dir only, which
+// its view binds.
 type Config struct {
 	// NsjailPath is the nsjail binary. Empty: $EXECGATE_NSJAIL, then the
 	// project tools link (.tools/bin/nsjail beside the binary's parent
@@ -88,11 +94,11 @@ type Config struct {
 	UIDRange string `yaml:"uid_range" json:"uid_range"`
 	// RuntimeDir is a root-owned directory every user can traverse (the
 	// jail's uid resolves its mount sources), where each runner mounts the
-	// jail's view of RootfsDir, DepsDir and WorkDir (view_linux.go) and
+	// jail's view of RootfsDir, DepsDir and WorkDir (package view) and
 	// where the uid leases live. Default "/run/execgate".
 	RuntimeDir string `yaml:"runtime_dir" json:"runtime_dir"`
 	// PackageIndex is where requirements are resolved and installed from
-	// (deps_env.go). Zero: uv's default index (PyPI).
+	// (package environments). Zero: uv's default index (PyPI).
 	PackageIndex PackageIndex `yaml:"package_index" json:"package_index"`
 	// PythonPlatform is uv's --python-platform for resolving environments
 	// (wheels must fit the jail's libc and CPU), for every runtime.
@@ -115,7 +121,7 @@ type Config struct {
 	ResolveCacheSeconds int64 `yaml:"resolve_cache_seconds" json:"resolve_cache_seconds"`
 	// Zygotes is the budget of warm zygotes for isolation level process
 	// (zygote.go).
-	Zygotes ZygoteConfig `yaml:"zygotes" json:"zygotes"`
+	Zygotes zygote.Config `yaml:"zygotes" json:"zygotes"`
 }
 
 // PackageIndex says where uv finds packages. Credentials stay with the
@@ -153,13 +159,13 @@ var DefaultRuntimes = []string{"python3.11", "python3.13"}
 
 // WithDefaultRuntimes is c.Runtimes, or DefaultRuntimes when it is empty.
 func (c Config) WithDefaultRuntimes() []string {
-	return c.withDefaults().Runtimes
+	return c.WithDefaults().Runtimes
 }
 
 // RootfsOf is the rootfs of runtime name: rootfs_dir for the host
 // runtime, <runtimes_dir>/<name> for the others.
 func (c Config) RootfsOf(name string) string {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if name == limits.HostRuntime {
 		return c.RootfsDir
 	}
@@ -170,15 +176,15 @@ func (c Config) RootfsOf(name string) string {
 // (work and deps dirs stay where c has them), RootfsDir its rootfs.
 func (c Config) ForRuntime(name string) Config {
 	platform := c.PythonPlatform
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	c.PythonPlatform = platform // "": the runtime's own (NewEnvironments)
 	c.RootfsDir = c.RootfsOf(name)
 	return c
 }
 
-// withDefaults returns c with zero fields defaulted. RootfsDir has no
+// WithDefaults returns c with zero fields defaulted. RootfsDir has no
 // default here: the config package derives it from state_dir.
-func (c Config) withDefaults() Config {
+func (c Config) WithDefaults() Config {
 	if len(c.Runtimes) == 0 {
 		c.Runtimes = append([]string(nil), DefaultRuntimes...)
 	}
@@ -252,7 +258,7 @@ func ParseUIDRange(s string) (lo, hi uint32, err error) {
 // Validate reports configuration errors, naming the key at fault.
 func (c Config) Validate() error {
 	var errs []error
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if c.RootfsDir == "" {
 		errs = append(errs, errors.New("sandbox.rootfs_dir: must not be empty"))
 	}
@@ -328,4 +334,13 @@ func validCgroupName(s string) bool {
 		}
 	}
 	return true
+}
+
+// defaultPlatform is uv's --python-platform for this machine's jails.
+func defaultPlatform() string {
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	return arch + "-manylinux_2_28"
 }

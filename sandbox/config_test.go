@@ -43,7 +43,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaultsWorkDirBesideTheRootfs(t *testing.T) {
-	c := Config{RootfsDir: "/var/lib/execgate/rootfs"}.withDefaults()
+	c := Config{RootfsDir: "/var/lib/execgate/rootfs"}.WithDefaults()
 	if c.WorkDir != "/var/lib/execgate/runs" || c.KillGraceMS != DefaultKillGraceMS || c.CgroupParent != "execgate" {
 		t.Errorf("%+v", c)
 	}
@@ -63,14 +63,14 @@ func TestNormalizeSpec(t *testing.T) {
 		{"javascript is supported", Spec{Language: "javascript", Limits: limits.Default}, ""},
 		{"typescript is supported", Spec{Language: "typescript", Limits: limits.Default}, ""},
 		{"javascript has no network but none", Spec{Language: "javascript", Network: NetworkProxy, Limits: limits.Default}, "network"},
-		{"javascript installs no requirements", Spec{Language: "javascript", Requirements: []string{"six==1.16.0"}, Limits: limits.Default}, "requirements"},
+		{"javascript installs no requirements", Spec{Language: "javascript", Deps: "/var/lib/execgate/deps/0123", Limits: limits.Default}, "requirements"},
 		{"validate is for javascript and typescript only", Spec{Mode: ModeValidate, Limits: limits.Default}, "mode"},
 		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system", Limits: limits.Default}, "entrypoint"},
 		{"an unknown mode", Spec{Mode: "debug", Limits: limits.Default}, "mode"},
 		{"an unknown network", Spec{Network: "wifi", Limits: limits.Default}, "network"},
 		{"args must be JSON", Spec{Args: []byte("{"), Limits: limits.Default}, "args"},
 		{"variables must be an object", Spec{Variables: []byte("[1]"), Limits: limits.Default}, "variables"},
-		{"requirements must be exact pins", Spec{Requirements: []string{"six>=1"}, Limits: limits.Default}, `requirements[0]: "six>=1" is not pinned`},
+		{"a lock is not installed by the runner", Spec{Lock: "six==1.16.0 --hash=sha256:" + strings.Repeat("0", 64), Limits: limits.Default}, "lock: the runner installs nothing"},
 		{"too little memory to start", Spec{Limits: Limits{MemoryMB: 4}.Or(limits.Default)}, "limits.memory_mb: 4 is below the minimum of 16"},
 	}
 	for _, tt := range tests {
@@ -93,12 +93,12 @@ func TestNormalizeSpec(t *testing.T) {
 }
 
 func TestNormalizeSpecAcceptsProxyAndPins(t *testing.T) {
-	got, p, err := normalize(Spec{Network: NetworkProxy, Requirements: []string{"Six == 1.16.0", "a_b[X]==2"}, Limits: limits.Default})
+	got, p, err := normalize(Spec{Network: NetworkProxy, Deps: "/var/lib/execgate/deps/0123", Limits: limits.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Network != NetworkProxy || strings.Join(got.Requirements, " ") != "a-b[x]==2 six==1.16.0" {
-		t.Errorf("network %s, requirements %q", p.Network, got.Requirements)
+	if p.Network != NetworkProxy || got.Deps != "/var/lib/execgate/deps/0123" {
+		t.Errorf("network %s, deps %q", p.Network, got.Deps)
 	}
 	data, err := encodeRequest(got, 0)
 	if err != nil {

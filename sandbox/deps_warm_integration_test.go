@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -24,10 +26,10 @@ func waitWarmEnv(t *testing.T, r *sandbox.Runner, spec sandbox.Spec, envID strin
 }
 
 func TestAWarmedEnvironmentStartsItsRunsWarm(t *testing.T) {
-	cfg, _ := envConfig(t)
-	envs, err := sandbox.NewEnvironments(cfg, nil)
+	cfg, _ := testenv.EnvConfig(t)
+	envs, err := environments.New(cfg, nil)
 	if err != nil {
-		t.Fatalf("NewEnvironments: %v", err)
+		t.Fatalf("environments.New: %v", err)
 	}
 	r := newRunner(t, func(c *sandbox.Config) {
 		c.DepsDir, c.UVPath, c.PackageIndex = cfg.DepsDir, cfg.UVPath, cfg.PackageIndex
@@ -39,7 +41,11 @@ func TestAWarmedEnvironmentStartsItsRunsWarm(t *testing.T) {
 		t.Fatalf("Resolve: %v %+v", err, failure)
 	}
 	src := "import alpha, beta\n\ndef run(args, context):\n    return [alpha.VERSION, beta.VERSION]\n"
-	spec := sandbox.Spec{TenantID: "b", Lock: env.Lock, Source: src, Limits: limits.Default}
+	dir, _, failure, err := envs.Prepare(ctx, env)
+	if err != nil || failure != nil {
+		t.Fatalf("Prepare: %v %+v", err, failure)
+	}
+	spec := sandbox.Spec{TenantID: "b", Deps: dir, Source: src, Limits: limits.Default}
 
 	t.Run("a run of an environment nobody warmed starts cold and warms nothing", func(t *testing.T) {
 		res := run(t, r, spec)

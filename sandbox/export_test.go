@@ -1,6 +1,9 @@
 package sandbox
 
-import "github.com/execgate/execgate/limits"
+import (
+	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/seccomp"
+)
 
 // Hooks for the external tests (package sandbox_test), which cannot be
 // internal because they use internal/testenv, which imports sandbox.
@@ -9,22 +12,22 @@ import "github.com/execgate/execgate/limits"
 func SetSeccompPolicy(r *Runner, policy string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seccomp = policy
+	r.seccompPolicy = policy
 	r.profiles = map[string]string{}
 }
 
 // SeccompPolicy is the shipped policy text.
-func SeccompPolicy() string { return seccompPolicy() }
+func SeccompPolicy() string { return seccomp.Policy() }
 
 // CgroupDirs lists the run-parent directories of r (one per hierarchy,
 // the CPU accounting one included).
-func CgroupDirs(r *Runner) []string { return r.cg.parentDirs() }
+func CgroupDirs(r *Runner) []string { return r.cg.ParentDirs() }
 
 // WarmIdle is the number of idle warm jails.
-func WarmIdle(r *Runner) int { return r.pool.idleCount() }
+func WarmIdle(r *Runner) int { return r.pool.IdleCount() }
 
 // WarmHits is the number of runs served by a warm jail.
-func WarmHits(r *Runner) int64 { return r.pool.hits.Load() }
+func WarmHits(r *Runner) int64 { return r.pool.Hits() }
 
 // ProbeRequest is the harness request of the probe tool.
 func ProbeRequest() []byte {
@@ -37,16 +40,16 @@ func ProbeRequest() []byte {
 func NsjailPath(r *Runner) string { return r.nsjail }
 
 // CgroupParentName is r's parent cgroup, relative to each hierarchy.
-func CgroupParentName(r *Runner) string { return r.cg.parent }
+func CgroupParentName(r *Runner) string { return r.cg.Parent() }
 
 // WarmProfiles counts the warm pool's profiles per tenant that registered
 // them ("" for the one warmed at start-up).
-func WarmProfiles(r *Runner) map[string]int { return r.pool.profilesOf() }
+func WarmProfiles(r *Runner) map[string]int { return r.pool.ProfilesOf() }
 
 // WarmIdleOf is the number of idle warm jails for spec's profile.
 func WarmIdleOf(r *Runner, spec Spec) int {
 	_, p, _ := normalize(spec)
-	return r.pool.idleOf(p)
+	return r.pool.IdleOf(p)
 }
 
 // WarmIdleOfEnv is the number of idle warm jails for spec's profile with
@@ -54,18 +57,8 @@ func WarmIdleOf(r *Runner, spec Spec) int {
 func WarmIdleOfEnv(r *Runner, spec Spec, envID string) int {
 	_, p, _ := normalize(spec)
 	p.Deps = envID
-	return r.pool.idleOf(p)
+	return r.pool.IdleOf(p)
 }
 
 // WarmEnvironmentsOf lists the environment profiles registered to tenant.
-func WarmEnvironmentsOf(r *Runner, tenant string) []string {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	var out []string
-	for p, e := range r.pool.entries {
-		if e.tenant == tenant && p.Deps != "" {
-			out = append(out, p.Deps)
-		}
-	}
-	return out
-}
+func WarmEnvironmentsOf(r *Runner, tenant string) []string { return r.pool.EnvsOf(tenant) }

@@ -3,11 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,18 +12,21 @@ import (
 )
 
 // Zygotes is the number of live zygotes of level process.
-func Zygotes(r *Runner) int { return r.zygotes.count() }
+func Zygotes(r *Runner) int { return r.zygotes.State().Live }
 
 // KillZygotes kills every live zygote (SIGKILL to its nsjail's process
 // group), as a crash would.
 func KillZygotes(r *Runner) error {
-	r.zygotes.mu.Lock()
-	defer r.zygotes.mu.Unlock()
-	if len(r.zygotes.m) == 0 {
+	ids := r.zygotes.State().IDs
+	if len(ids) == 0 {
 		return errors.New("no zygote to kill")
 	}
-	for _, z := range r.zygotes.m {
-		if err := syscall.Kill(-z.j.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	for _, id := range ids {
+		pid, err := strconv.Atoi(id[strings.LastIndexByte(id, '/')+1:])
+		if err != nil {
+			return err
+		}
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 			return err
 		}
 	}
@@ -38,84 +38,38 @@ func KillZygotes(r *Runner) error {
 // spares' and the finished runs' kept for the next spares.
 func ZygoteCgroups(r *Runner) int {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		busy := false
-		r.zygotes.mu.Lock()
-		for _, z := range r.zygotes.m {
-			busy = busy || z.filling.Load()
-		}
-		r.zygotes.mu.Unlock()
-		if !busy {
+		if !r.zygotes.State().Filling {
 			break
 		}
 	}
-	r.zygotes.mu.Lock()
-	defer r.zygotes.mu.Unlock()
-	n := 0
-	for _, z := range r.zygotes.m {
-		n += 1 + len(z.spares) + len(z.cgroups)
-	}
-	for _, z := range r.zygotes.next {
-		n += 1 + len(z.spares) + len(z.cgroups)
-	}
-	return n
+	return r.zygotes.State().Cgroups
 }
 
 // NextZygotes is the number of successors started ahead and not yet
 // promoted.
-func NextZygotes(r *Runner) int {
-	r.zygotes.mu.Lock()
-	defer r.zygotes.mu.Unlock()
-	return len(r.zygotes.next)
-}
+func NextZygotes(r *Runner) int { return r.zygotes.State().Next }
 
 // ZygoteIDs lists the live zygotes as "<tenant>/<nsjail pid>".
-func ZygoteIDs(r *Runner) []string {
-	r.zygotes.mu.Lock()
-	defer r.zygotes.mu.Unlock()
-	var out []string
-	for k, z := range r.zygotes.m {
-		out = append(out, fmt.Sprintf("%s/%d", k.tenant, z.j.cmd.Process.Pid))
-	}
-	sort.Strings(out)
-	return out
-}
+func ZygoteIDs(r *Runner) []string { return r.zygotes.State().IDs }
 
 // CgroupsReused is how many finished runs' cgroups were reset for another
 // run at level process.
-func CgroupsReused(r *Runner) int64 { return r.zygotes.cgroupsKept.Load() }
+func CgroupsReused(r *Runner) int64 { return r.zygotes.State().CgroupsReused }
 
 // CgroupVersion is the cgroup version the runner uses.
-func CgroupVersion(r *Runner) int { return r.cg.version }
+func CgroupVersion(r *Runner) int { return r.cg.Version() }
 
 // EndedWithEnvelope is how many level-process runs ended as soon as their
 // harness closed a complete envelope.
-func EndedWithEnvelope(r *Runner) int64 { return r.zygotes.endedEarly.Load() }
+func EndedWithEnvelope(r *Runner) int64 { return r.zygotes.State().EndedEarly }
 
 // LiveProcessesOfEndedRuns lists the processes in the cgroups of runs that
 // ended (recycle has not reset or removed them yet) that are neither dying
 // (in exit, a zombie) nor killed (SIGKILL pending): a process of an ended
 // run that could still execute.
 func LiveProcessesOfEndedRuns(r *Runner) []string {
-	var files []string
-	func() {
-		r.zygotes.mu.Lock()
-		defer r.zygotes.mu.Unlock()
-		for cg := range r.zygotes.ended {
-			if cg.cg.version == 1 {
-				files = append(files, filepath.Join(cg.dirs[1], "tasks")) // pids
-				continue
-			}
-			// v2: the run's cgroup and the tool leaf below it.
-			filepath.WalkDir(cg.dirs[0], func(p string, d fs.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					files = append(files, filepath.Join(p, "cgroup.threads"))
-				}
-				return nil
-			})
-		}
-	}()
 	var live []string
-	for _, f := range files {
+	for _, f := range r.zygotes.State().EndedThreadFiles {
 		data, _ := os.ReadFile(f)
 		for _, tid := range strings.Fields(string(data)) {
 			if !dyingOrKilled(tid) {
@@ -163,10 +117,6 @@ func dyingOrKilled(tid string) bool {
 // on abstract unix sockets (the kernel has it: Linux 6.12+); ok is false
 // when no zygote is live.
 func ZygoteScoped(r *Runner) (scoped, ok bool) {
-	r.zygotes.mu.Lock()
-	defer r.zygotes.mu.Unlock()
-	for _, z := range r.zygotes.m {
-		return z.scoped, true
-	}
-	return false, false
+	st := r.zygotes.State()
+	return st.Scoped, st.ScopeKnown
 }

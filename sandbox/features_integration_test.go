@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
@@ -128,14 +129,31 @@ def run(args, context):
 
 // ---- requirements ----
 
-func depsRunner(t *testing.T) (*sandbox.Runner, string) {
+func depsRunner(t *testing.T) (*sandbox.Runner, *environments.Cache, string) {
 	t.Helper()
 	deps := filepath.Join(testenv.JailDir(t), "deps")
-	return newRunner(t, func(c *sandbox.Config) { c.DepsDir = deps }), deps
+	r := newRunner(t, func(c *sandbox.Config) { c.DepsDir = deps })
+	envs, err := environments.New(sandbox.Config{RootfsDir: rootfsDir(t), DepsDir: deps}, nil)
+	if err != nil {
+		t.Fatalf("environments.New: %v", err)
+	}
+	return r, envs, deps
+}
+
+// runPinned installs the exact pins reqs with envs, as a runner's caller
+// does, and runs spec with their directory bound.
+func runPinned(t *testing.T, r *sandbox.Runner, envs *environments.Cache, spec sandbox.Spec, reqs ...string) sandbox.Result {
+	t.Helper()
+	dir, failure, err := envs.PreparePins(context.Background(), reqs)
+	if err != nil || failure != nil {
+		t.Fatalf("PreparePins: %v %+v", err, failure)
+	}
+	spec.Deps = dir
+	return run(t, r, spec)
 }
 
 func TestRequirements(t *testing.T) {
-	r, deps := depsRunner(t)
+	r, envs, deps := depsRunner(t)
 	six := `
 import os, six
 
@@ -150,7 +168,7 @@ def run(args, context):
     return {"version": six.__version__, "file": six.__file__, "probe": probe}
 `
 	t.Run("a pinned wheel is installed and importable, read-only", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six==1.16.0"}, Limits: limits.Default})
+		res := runPinned(t, r, envs, sandbox.Spec{Source: six, Limits: limits.Default}, "six==1.16.0")
 		if res.Status != sandbox.StatusOK {
 			t.Fatalf("%s", dump(res))
 		}
@@ -179,7 +197,12 @@ def run(args, context):
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := r.Run(context.Background(), sandbox.Spec{Source: six, Requirements: []string{" Six == 1.16.0 "}, Limits: limits.Default})
+				dir, failure, err := envs.PreparePins(context.Background(), []string{" Six == 1.16.0 "})
+				if err != nil || failure != nil {
+					t.Errorf("PreparePins: %v %+v", err, failure)
+					return
+				}
+				res, err := r.Run(context.Background(), sandbox.Spec{Source: six, Deps: dir, Limits: limits.Default})
 				if err != nil {
 					t.Errorf("Run: %v", err)
 				}
@@ -196,16 +219,13 @@ def run(args, context):
 			t.Errorf("deps dir holds %v, before %v: want the one installed set", after, before)
 		}
 	})
-	t.Run("a package that does not exist is a DependencyError with uv's output, and nothing runs", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    print('ran')\n    return 1\n", Requirements: []string{"nonexistent-pkg-zz==1.0"}, Limits: limits.Default})
-		if res.ErrorType() != sandbox.ErrDependencyError {
-			t.Fatalf("%s", dump(res))
+	t.Run("a package that does not exist is a DependencyError with uv's output", func(t *testing.T) {
+		_, failure, err := envs.PreparePins(context.Background(), []string{"nonexistent-pkg-zz==1.0"})
+		if err != nil || failure == nil || failure.Type != sandbox.ErrDependencyError {
+			t.Fatalf("PreparePins: %v %+v", err, failure)
 		}
-		if !strings.Contains(res.Error.Message, "nonexistent-pkg-zz==1.0") || !strings.Contains(res.Error.Traceback, "nonexistent-pkg-zz") {
-			t.Errorf("the error does not carry the installer's output: %+v", res.Error)
-		}
-		if res.Stdout != "" {
-			t.Errorf("the tool ran: stdout %q", res.Stdout)
+		if !strings.Contains(failure.Message, "nonexistent-pkg-zz==1.0") || !strings.Contains(failure.Traceback, "nonexistent-pkg-zz") {
+			t.Errorf("the error does not carry the installer's output: %+v", failure)
 		}
 		for _, d := range depsDirs(t, deps) {
 			if strings.HasPrefix(d, ".tmp-") {
@@ -213,10 +233,10 @@ def run(args, context):
 			}
 		}
 	})
-	t.Run("a range is InvalidInput naming the entry", func(t *testing.T) {
-		res := run(t, r, sandbox.Spec{Source: six, Requirements: []string{"six>=1"}, Limits: limits.Default})
-		if res.ErrorType() != sandbox.ErrInvalidInput || !strings.Contains(res.Error.Message, `"six>=1"`) {
-			t.Fatalf("%s", dump(res))
+	t.Run("a range is refused naming the entry", func(t *testing.T) {
+		_, _, err := envs.PreparePins(context.Background(), []string{"six>=1"})
+		if err == nil || !strings.Contains(err.Error(), `"six>=1"`) {
+			t.Fatalf("PreparePins of a range: %v", err)
 		}
 	})
 	t.Run("a run without requirements sees an empty deps directory", func(t *testing.T) {

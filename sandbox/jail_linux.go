@@ -2,21 +2,24 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/execgate/execgate/jaillayout"
 	"golang.org/x/sys/unix"
+
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
+	"github.com/execgate/execgate/sandbox/internal/runid"
+	"github.com/execgate/execgate/sandbox/internal/unixpair"
+	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/uids"
 )
 
 // jail is one nsjail process: started (cold, or ahead of time for the warm
@@ -44,11 +47,11 @@ import (
 type jail struct {
 	prof    profile
 	cmd     *exec.Cmd
-	cg      *runCgroup
+	cg      *cgroups.Run
 	stdin   *os.File // write end of the request pipe
 	readEnd []*os.File
 	// uid is the jail's host uid, held until the jail is gone (release).
-	uid *uidLease
+	uid *uids.Lease
 	// dir is the jail's own host directory (WorkDir/jails/<run>) when it
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at jaillayout.EgressDir. "" otherwise. Removed by release.
@@ -81,29 +84,29 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 			undo.run()
 		}
 	}()
-	runID := newRunID()
+	runID := runid.New()
 	dir, cfgPath, err := r.jailConfig(p, warm, runID, &undo)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := r.cg.create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
+	cg, err := r.cg.Create(runID, p.Limits.MemoryMB<<20, p.Limits.Pids)
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() { _ = cg.remove(time.Second) })
+	undo.add(func() { _ = cg.Remove(time.Second) })
 	// The jail's own host uid, held until the jail is gone (release).
-	lease, err := r.uids.acquire()
+	lease, err := r.uids.Acquire()
 	if err != nil {
 		return nil, err
 	}
-	undo.add(lease.release)
+	undo.add(lease.Release)
 	fds, err := openJailFDs(&undo)
 	if err != nil {
 		return nil, err
 	}
 	cmd := r.nsjailCommand(cfgPath, lease, cg, fds)
-	// Under the ABI filter (abi_linux.go), or not at all.
-	if err := startConfined(cmd); err != nil {
+	// Under the ABI filter (package seccomp), or not at all.
+	if err := seccomp.StartConfined(cmd); err != nil {
 		var unavailable *UnavailableError
 		if errors.As(err, &unavailable) {
 			return nil, unavailable
@@ -151,7 +154,7 @@ func (r *Runner) jailConfig(p profile, warm bool, runID string, undo *cleanups) 
 		binds = append(binds, bind{Dst: jaillayout.EgressDir})
 	}
 	if p.Deps != "" {
-		// The set's directory as the view shows it (view_linux.go).
+		// The set's directory as the view shows it (package view).
 		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: true})
 	}
 	if len(binds) == 0 {
@@ -215,7 +218,7 @@ func openJailFDs(undo *cleanups) (*jailFDs, error) {
 		pipes[i] = pipe{pr, pw}
 		undo.add(func() { pr.Close(); pw.Close() })
 	}
-	bridgeConn, bridgeChild, err := bridgePair()
+	bridgeConn, bridgeChild, err := unixpair.Open()
 	if err != nil {
 		return nil, &UnavailableError{Reason: "creating the tool bridge socket", Err: err}
 	}
@@ -234,10 +237,10 @@ func (f *jailFDs) closeChildEnds() {
 // nsjailCommand is nsjail for one jail: its config, the jail's host uid
 // (as nsjail's own credentials and in the id maps), its cgroups, and the
 // fds of the contract above.
-func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, fds *jailFDs) *exec.Cmd {
+func (r *Runner) nsjailCommand(cfgPath string, lease *uids.Lease, cg *cgroups.Run, fds *jailFDs) *exec.Cmd {
 	args := []string{r.nsjail, "--config", cfgPath}
-	args = append(args, idMapArgs(lease.uid)...)
-	args = append(args, cg.nsjailArgs()...)
+	args = append(args, idMapArgs(lease.UID)...)
+	args = append(args, cg.NsjailArgs()...)
 	cmd := &exec.Cmd{
 		Path:       r.nsjailExec,
 		Args:       args,
@@ -258,15 +261,15 @@ func (r *Runner) nsjailCommand(cfgPath string, lease *uidLease, cg *runCgroup, f
 			// capabilities it keeps are what it needs as a non-root
 			// parent: writing the uid/gid maps, reading its root-owned
 			// config, creating its cgroups.
-			Credential:  &syscall.Credential{Uid: lease.uid, Gid: lease.uid, Groups: []uint32{}},
+			Credential:  &syscall.Credential{Uid: lease.UID, Gid: lease.UID, Groups: []uint32{}},
 			AmbientCaps: nsjailCaps,
 		},
 	}
-	if cg.into != nil {
+	if into := cg.Into(); into != nil {
 		// Born in the run's CPU accounting cgroup, with everything the
 		// jail will ever start: no process escapes the count.
 		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = int(cg.into.Fd())
+		cmd.SysProcAttr.CgroupFD = int(into.Fd())
 	}
 	return cmd
 }
@@ -324,6 +327,25 @@ func (j *jail) bridgeChannel() bridgeChannel {
 	return connChannel{j.bridge}
 }
 
+// warmJail is a jail waiting in the warm pool (package pool).
+type warmJail struct {
+	j     *jail
+	grace time.Duration
+}
+
+func (w warmJail) Alive() bool        { return w.j.alive() }
+func (w warmJail) Started() time.Time { return w.j.started }
+func (w warmJail) Discard() error     { return w.j.discard(w.grace) }
+
+// startWarm starts a jail of p for the warm pool.
+func (r *Runner) startWarm(p profile) (warmJail, error) {
+	j, err := r.startJail(p, true)
+	if err != nil {
+		return warmJail{}, err
+	}
+	return warmJail{j: j, grace: r.grace()}, nil
+}
+
 // alive reports whether nsjail is still running (a warm jail may have died
 // while it waited).
 func (j *jail) alive() bool {
@@ -339,7 +361,7 @@ func (j *jail) alive() bool {
 type finished struct {
 	outcome outcome
 	wall    time.Duration
-	stats   cgroupStats
+	stats   cgroups.Stats
 }
 
 // run hands req to the jail, waits for it to end (stopping it at the
@@ -364,9 +386,9 @@ func (j *jail) run(ctx context.Context, req []byte, timeout, grace time.Duration
 	// jail's start-up is not the tool's), read from its cgroup while it
 	// runs, checked more often as the limit nears.
 	cpuLimit := time.Duration(j.prof.Limits.CPUMS) * time.Millisecond
-	cpuBase, watching := j.cg.cpuUsage()
+	cpuBase, watching := j.cg.CPUUsage()
 	var cpuTick <-chan time.Time // nil (never ready) without CPU accounting
-	cpuTimer := time.NewTimer(cpuPollDelay(cpuLimit))
+	cpuTimer := time.NewTimer(cgroups.CPUPollDelay(cpuLimit))
 	defer cpuTimer.Stop()
 	if watching {
 		cpuTick = cpuTimer.C
@@ -385,14 +407,14 @@ wait:
 			j.stop(grace)
 			break wait
 		case <-cpuTick:
-			used, _ := j.cg.cpuUsage()
+			used, _ := j.cg.CPUUsage()
 			used -= cpuBase
 			if used > cpuLimit && j.alive() {
 				o.CPUKilled = true
 				j.stop(grace)
 				break wait
 			}
-			cpuTimer.Reset(cpuPollDelay(cpuLimit - used))
+			cpuTimer.Reset(cgroups.CPUPollDelay(cpuLimit - used))
 		}
 	}
 	<-j.exited
@@ -403,7 +425,7 @@ wait:
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		o.Signal = ws.Signal()
 	}
-	if used, ok := j.cg.cpuUsage(); ok {
+	if used, ok := j.cg.CPUUsage(); ok {
 		o.CPUMS = (used - cpuBase).Milliseconds()
 	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 		o.CPUMS = (ru.Utime.Nano() + ru.Stime.Nano()) / int64(time.Millisecond)
@@ -412,23 +434,10 @@ wait:
 	o.Envelope, o.EnvelopeTruncated = j.envelopeBytes()
 	o.Runtime = j.prof.Runtime
 	o.Limits = j.prof.Limits
-	stats := j.cg.stats()
+	stats := j.cg.Stats()
 	o.MemoryLimitHit = stats.MemoryLimitHit
 	o.OOMKilled = stats.OOMKilled
 	return finished{outcome: o, wall: wall, stats: stats}
-}
-
-// CPU watch polling: often enough that a jail overshoots its CPU limit by
-// at most a few milliseconds per CPU, rarely while the limit is far away
-// (the jail cannot use more than every CPU of the host meanwhile).
-const (
-	cpuPollMin = 10 * time.Millisecond
-	cpuPollMax = 250 * time.Millisecond
-)
-
-// cpuPollDelay is how long the watch may wait with remaining CPU time left.
-func cpuPollDelay(remaining time.Duration) time.Duration {
-	return min(max(remaining/time.Duration(runtime.NumCPU()), cpuPollMin), cpuPollMax)
 }
 
 // stop asks nsjail to end the jail (SIGTERM: it kills the tool and removes
@@ -485,7 +494,7 @@ func (j *jail) discard(grace time.Duration) error {
 	}
 	<-j.exited
 	j.collect(grace)
-	err := j.cg.remove(3 * time.Second)
+	err := j.cg.Remove(3 * time.Second)
 	j.release()
 	return err
 }
@@ -497,7 +506,7 @@ func (j *jail) release() {
 	if j.dir != "" {
 		os.RemoveAll(j.dir)
 	}
-	j.uid.release()
+	j.uid.Release()
 }
 
 // nsjailCaps are the capabilities nsjail keeps (ambient) while running as
@@ -507,33 +516,4 @@ var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRI
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {
 	return filepath.Join(j.dir, "egress", jaillayout.EgressSocketName)
-}
-
-// newRunID names a run's cgroup "run-<pid>-<random>": random so runners
-// sharing the parent cgroup never collide, and carrying the owner's pid so
-// a later runner can remove what a dead process left behind (sweep).
-func newRunID() string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on Linux
-	}
-	return fmt.Sprintf("run-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
-}
-
-// bridgePair returns the two ends of a jail's tool bridge socket: the
-// runner's (a net.Conn) and the jail's (passed as fd 5).
-func bridgePair() (net.Conn, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	parent := os.NewFile(uintptr(fds[0]), "bridge")
-	child := os.NewFile(uintptr(fds[1]), "bridge-jail")
-	conn, err := net.FileConn(parent) // dups the descriptor
-	parent.Close()
-	if err != nil {
-		child.Close()
-		return nil, nil, err
-	}
-	return conn, child, nil
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/execgate/execgate/internal/hostbin"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sourcecheck"
 )
 
 // Languages a Spec may ask for (DESIGN §14). JavaScript and TypeScript run
@@ -145,7 +147,7 @@ func checkDenoSpec(spec Spec) []error {
 	if spec.Network != NetworkNone {
 		errs = append(errs, fmt.Errorf("network: %s tools run with every Deno permission denied, so network %q is not available (none only)", spec.Language, spec.Network))
 	}
-	if len(spec.Requirements) > 0 {
+	if spec.Deps != "" {
 		errs = append(errs, fmt.Errorf("requirements: %s tools cannot install packages (imports are closed)", spec.Language))
 	}
 	if p := spec.Limits.Pids; p > 0 && p < denoMinPids {
@@ -168,4 +170,32 @@ func denoReady(rootfsDir string) error {
 		}
 	}
 	return nil
+}
+
+// importRefusal is the result of a run refused by the import check: for
+// mode validate the verdict (valid false, the problems), otherwise
+// InvalidSource at the first problem.
+func importRefusal(mode string, problems []sourcecheck.Problem) Result {
+	if mode == ModeValidate {
+		verdict, _ := json.Marshal(struct {
+			Valid  bool                  `json:"valid"`
+			Errors []sourcecheck.Problem `json:"errors"`
+		}{false, problems})
+		return Result{Status: StatusOK, Result: verdict}
+	}
+	first := problems[0]
+	msg := first.Message
+	if n := len(problems) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more)", n)
+	}
+	return Result{Status: StatusError, Result: json.RawMessage("null"), Error: &ErrorInfo{Type: ErrInvalidSource, Message: msg, Line: first.Line, Column: first.Col}}
+}
+
+// WithoutImportCheck runs JavaScript and TypeScript tools without the
+// import check, leaving the import map in the jail as the only wall. It is
+// for trusted probes that prove that wall holds (rootfs verify imports
+// node:fs and must see it refused in the jail); a runner serving tenants'
+// tools never takes it.
+func WithoutImportCheck() Option {
+	return func(r *Runner) { r.importsUnchecked = true }
 }

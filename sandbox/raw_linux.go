@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"path/filepath"
-
 	"github.com/execgate/execgate/jaillayout"
 )
 
@@ -28,10 +26,6 @@ func (r *Runner) RawCommand(spec Spec) (argv []string, request []byte, err error
 	// (outside sandbox.uid_range): a benchmark's jail, not a tenant's.
 	argv = []string{r.nsjail, "--config", cfgPath}
 	argv = append(argv, idMapArgs(jaillayout.ToolUID)...)
-	if r.cg.version == 1 {
-		argv = append(argv, "--cgroup_mem_parent", r.cg.parent, "--cgroup_pids_parent", r.cg.parent, "--cgroup_cpu_parent", r.cg.parent)
-	} else {
-		argv = append(argv, "--cgroupv2_mount", filepath.Join(r.cg.root, r.cg.parent))
-	}
+	argv = append(argv, r.cg.ParentNsjailArgs()...)
 	return argv, request, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/harness"
 )
 
@@ -36,10 +37,8 @@ const (
 
 	// nsjailMemSlack is added to nsjail's per-jail memory limit so that the
 	// run's own cgroup (limit = Limits.MemoryMB) binds first, even with
-	// large folios charged at once, and records the hit (cgroup_linux.go).
+	// large folios charged at once, and records the hit (package cgroups).
 	nsjailMemSlack = 16 << 20
-	// cpuMsPerSec is the CPU bandwidth of one jail: one CPU.
-	cpuMsPerSec = 1000
 )
 
 // jailEnv is the whole environment of the tool (keep_env is false).
@@ -82,9 +81,13 @@ type profile struct {
 	// own (render binds), but warm jails are kept per Deps like per limits.
 	Deps string
 	// Zygote marks the profile of a level-process zygote: its config is
-	// this profile's, changed by zygoteConfig (zygote_linux.go).
+	// this profile's, changed by zygoteConfig (zygote.go).
 	Zygote bool
 }
+
+// Env is the name of the profile's package environment directory ("" for
+// none).
+func (p profile) Env() string { return p.Deps }
 
 func (p profile) String() string {
 	l := p.Limits
@@ -214,7 +217,7 @@ func renderConfig(in renderInput) (string, error) {
 	w("mount { dst: %s fstype: \"proc\" rw: false nosuid: true nodev: true noexec: true }", q(jaillayout.ProcDir))
 	w("cgroup_mem_max: %d", l.MemoryMB<<20+nsjailMemSlack)
 	w("cgroup_pids_max: %d", l.Pids)
-	w("cgroup_cpu_ms_per_sec: %d", cpuMsPerSec)
+	w("cgroup_cpu_ms_per_sec: %d", cgroups.CPUMsPerSec)
 	switch in.CgroupVersion {
 	case 1:
 		for _, ctrl := range []string{"mem", "pids", "cpu"} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -22,7 +23,7 @@ func TestRenderConfigGolden(t *testing.T) {
 		CgroupRoot:    "/sys/fs/cgroup",
 		CgroupParent:  "execgate",
 		KillGraceMS:   1000,
-		Seccomp:       seccompPolicy(),
+		Seccomp:       seccomp.Policy(),
 	}
 	host := base
 	host.Profile.Network = NetworkHost

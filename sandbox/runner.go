@@ -34,7 +34,7 @@ type Info struct {
 	RootfsDir     string `json:"rootfs_dir"`
 	// ViewDir is where the runner mounted the jail's view of its host
 	// directories (the rootfs, deps and jails dirs, read-only), which is
-	// where nsjail finds them (view_linux.go).
+	// where nsjail finds them (package view).
 	ViewDir string `json:"view_dir"`
 	// UIDRange is sandbox.uid_range: each live jail runs as a host uid of
 	// its own from it.
@@ -52,8 +52,10 @@ type Info struct {
 	CPUAccounting string `json:"cpu_accounting"`
 }
 
-// checkRootfs validates the rootfs at dir against this binary.
-func checkRootfs(dir string) (*jaillayout.Manifest, error) {
+// CheckRootfs validates the rootfs at dir against this binary: its manifest
+// (for the Python version a package environment resolves for), protocol
+// and harness. A failure is an *UnavailableError saying how to rebuild it.
+func CheckRootfs(dir string) (*jaillayout.Manifest, error) {
 	rebuild := fmt.Sprintf("rebuild with `execgate rootfs build --out %s`", dir)
 	m, err := jaillayout.ReadManifest(dir)
 	if errors.Is(err, jaillayout.ErrNoManifest) {
@@ -152,20 +154,8 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if len(spec.ToolFixtures) > 0 && !isJSONObject(spec.ToolFixtures) {
 		errs = append(errs, errors.New("tools: must be a JSON object"))
 	}
-	if len(spec.Requirements) > 0 && spec.Lock != "" {
-		errs = append(errs, errors.New("requirements and lock: set at most one"))
-	}
-	if spec.Lock != "" {
-		if _, err := ParseLock(spec.Lock); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(spec.Requirements) > 0 {
-		pins, err := normalizeRequirements(spec.Requirements)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		spec.Requirements = pins
+	if spec.Lock != "" && spec.Deps == "" {
+		errs = append(errs, errors.New("lock: the runner installs nothing; prepare the environment (package environments) and pass its directory as deps"))
 	}
 	l := spec.Limits
 	if err := l.Validate(); err != nil {
@@ -253,7 +243,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		OutputBytes:     spec.Limits.OutputBytes,
 		CPUMS:           spec.Limits.CPUMS,
 		MaxLogLines:     maxEnvelopeLogs,
-		Deps:            len(spec.Requirements) > 0 || spec.Lock != "",
+		Deps:            spec.Deps != "",
 		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest, MaxInflight: maxBridgeInflight},
 	}
 	if spec.Network == NetworkProxy {

@@ -22,6 +22,7 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
 // shared is one rootfs for all integration tests (a build takes seconds).
@@ -106,7 +107,7 @@ func newRunner(t *testing.T, mod func(*sandbox.Config), opts ...sandbox.Option) 
 	t.Helper()
 	needJail(t)
 	cfg := sandbox.Config{RootfsDir: rootfsDir(t), WorkDir: t.TempDir(), CgroupParent: cgroupParent,
-		Zygotes: sandbox.ZygoteConfig{StartMS: stretch(sandbox.DefaultZygoteStartMS)}}
+		Zygotes: zygote.Config{StartMS: stretch(zygote.DefaultStartMS)}}
 	if mod != nil {
 		mod(&cfg)
 	}

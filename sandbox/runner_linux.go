@@ -10,24 +10,24 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/internal/atomicfile"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/internal/runid"
+	"github.com/execgate/execgate/sandbox/pool"
+	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/uids"
+	"github.com/execgate/execgate/sandbox/view"
+	"github.com/execgate/execgate/sandbox/zygote"
+	"github.com/execgate/execgate/sourcecheck"
 )
-
-// cgroupFSRoot is where the cgroup hierarchies are mounted.
-const cgroupFSRoot = "/sys/fs/cgroup"
-
-// warmIdleMax is how long a warm jail may wait for a request before the
-// pool replaces it; nsjail's own time_limit for warm jails is raised by as
-// much, since it counts from the jail's start, not from the request.
-const warmIdleMax = 60 * time.Second
 
 // Runner runs tools in nsjail. It is safe for concurrent use. Create it with
 // NewRunner; Close stops its warm jails.
@@ -39,13 +39,14 @@ type Runner struct {
 	// nsjail through it (openNsjail).
 	nsjailFile *os.File
 	nsjailExec string
-	view       *view    // the jail's view of the rootfs, deps and jails dirs
-	uids       *uidPool // host uids, one per live jail
+	view       *view.View // the jail's view of the rootfs, deps and jails dirs
+	uids       *uids.Pool // host uids, one per live jail
 	version    string
-	cg         *cgroups
+	cg         *cgroups.Manager
 	manifest   *jaillayout.Manifest
-	seccomp    string // the Kafel policy; tests swap in a broken one
-	log        *slog.Logger
+	// seccompPolicy is the Kafel policy; tests swap in a broken one.
+	seccompPolicy string
+	log           *slog.Logger
 
 	mu       sync.Mutex        // guards profiles
 	profiles map[string]string // profile key → rendered config file
@@ -53,16 +54,14 @@ type Runner struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	pool   *pool          // nil without a warm pool
-	egress EgressProxy    // nil: network mode proxy is refused
-	deps   *depsInstaller // installs requirements
-	envs   *Environments  // installs locks (Spec.Lock); WithEnvironments shares one
+	pool   *pool.Pool[profile, warmJail] // nil without a warm pool
+	egress EgressProxy                   // nil: network mode proxy is refused
 	// importsUnchecked skips the import check of JavaScript and TypeScript
 	// sources (WithoutImportCheck): trusted probes of the import map only.
 	importsUnchecked bool
 
 	// zygotes are the warm zygotes of isolation level process.
-	zygotes *zygotes
+	zygotes *zygote.Pool
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -75,8 +74,7 @@ const jailsDir = "jails"
 // Config a plain error naming the key. Options add collaborators
 // (WithEgress for network mode proxy).
 func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
-	platform := cfg.PythonPlatform // "": the runtime's own (NewEnvironments)
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,22 +97,23 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 			Err:    ErrNotRoot,
 		}
 	}
-	m, err := checkRootfs(abs)
+	m, err := CheckRootfs(abs)
 	if err != nil {
 		return nil, err
 	}
-	uids, err := newUIDPool(cfg.RuntimeDir, cfg.UIDRange)
+	lo, hi, err := ParseUIDRange(cfg.UIDRange) // checked by Validate
+	if err != nil {
+		return nil, fmt.Errorf("sandbox.uid_range: %w", err)
+	}
+	leases := uids.New(cfg.RuntimeDir, lo, hi)
+	cg, err := cgroups.New(cfg.Cgroups, cfg.CgroupParent)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := detectCgroups(cfg.Cgroups, cgroupFSRoot, cfg.CgroupParent)
-	if err != nil {
+	if err := cg.Setup(); err != nil {
 		return nil, err
 	}
-	if err := cg.setup(); err != nil {
-		return nil, err
-	}
-	if n := cg.sweep(); n > 0 {
+	if n := cg.Sweep(); n > 0 {
 		slog.Default().Info("removed cgroups left by dead execgate processes", "component", "sandbox", "runs", n)
 	}
 	// WorkDir, its profiles and the deps dir may be private: the jail
@@ -137,90 +136,66 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 	if err != nil {
 		return nil, &UnavailableError{Reason: "opening nsjail " + nsjail, Hint: setupHint, Err: err}
 	}
-	v, err := openView(cfg.RuntimeDir, abs, cfg.DepsDir, filepath.Join(cfg.WorkDir, jailsDir))
+	v, err := view.Open(cfg.RuntimeDir, abs, cfg.DepsDir, filepath.Join(cfg.WorkDir, jailsDir))
 	if err != nil {
 		nsjailFile.Close()
 		return nil, err
 	}
-	if err := v.check(v.Rootfs); err != nil {
+	if err := v.Check(v.Rootfs); err != nil {
 		nsjailFile.Close()
-		_ = v.close()
+		_ = v.Close()
 		return nil, err
 	}
 	r := &Runner{
-		cfg:        cfg,
-		nsjail:     nsjail,
-		nsjailFile: nsjailFile,
-		nsjailExec: nsjailExec,
-		view:       v,
-		uids:       uids,
-		version:    nsjailVersion(nsjail),
-		cg:         cg,
-		manifest:   m,
-		seccomp:    seccompPolicy(),
-		log:        slog.Default().With("component", "sandbox"),
-		profiles:   map[string]string{},
-		deps: &depsInstaller{
-			dir:       cfg.DepsDir,
-			check:     func() error { return v.check(v.Deps) },
-			python:    cfg.PythonPath,
-			pyVersion: m.PythonVersion,
-			timeout:   time.Duration(cfg.DepsTimeoutMS) * time.Millisecond,
-			index:     cfg.PackageIndex,
-			maxBytes:  cfg.DepsMaxMB << 20,
-			findUV:    func() (string, error) { return FindUV(cfg) },
-			getenv:    os.Getenv,
-			inflight:  map[string]*depsCall{},
-		},
-	}
-	if err := r.deps.forRuntime(abs, m); err != nil {
-		nsjailFile.Close()
-		_ = v.close()
-		return nil, &UnavailableError{Reason: "preparing package installs for runtime " + m.Runtime, Err: err}
+		cfg:           cfg,
+		nsjail:        nsjail,
+		nsjailFile:    nsjailFile,
+		nsjailExec:    nsjailExec,
+		view:          v,
+		uids:          leases,
+		version:       nsjailVersion(nsjail),
+		cg:            cg,
+		manifest:      m,
+		seccompPolicy: seccomp.Policy(),
+		log:           slog.Default().With("component", "sandbox"),
+		profiles:      map[string]string{},
 	}
 	for _, o := range opts {
 		o(r)
 	}
-	if m.Loader != "" {
-		r.deps.platform = platform
-		if platform == "" {
-			r.deps.platform = m.Platform
-		}
-	}
-	if r.envs == nil {
-		own := cfg
-		own.PythonPlatform = platform
-		if r.envs, err = NewEnvironments(own, nil); err != nil {
-			nsjailFile.Close()
-			_ = v.close()
-			return nil, err
-		}
-	}
-	r.envs.d.check = r.deps.check // this runner's jails reach the deps dir through its view
 	sweepDirs(filepath.Join(cfg.WorkDir, jailsDir), cfg.DepsDir, 2*time.Duration(cfg.DepsTimeoutMS)*time.Millisecond)
 	if r.egress != nil {
 		// A proxy-mode jail's egress directory is bound from below the
 		// jails dir.
-		if err := v.check(v.Jails); err != nil {
+		if err := v.Check(v.Jails); err != nil {
 			nsjailFile.Close()
-			_ = v.close()
+			_ = v.Close()
 			return nil, fmt.Errorf("sandbox.work_dir (network mode proxy binds the egress socket from it): %w", err)
 		}
 	}
-	if cg.acct == acctNone {
+	if !cg.CPUAccounted() {
 		r.log.Warn("no cgroup CPU accounting on this host: the CPU limit holds per process (RLIMIT_CPU), not for the jail as a whole",
-			"cgroup_version", cg.version)
+			"cgroup_version", cg.Version())
 	}
-	if err := seccompAudit().err; err != nil {
+	if err := seccomp.AuditErr(); err != nil {
 		r.log.Warn("SyscallDenied outcomes will not name the syscall: the kernel's seccomp audit records are out of reach", "error", err)
 	}
-	r.zygotes = newZygotes(r, cfg.Zygotes)
+	r.zygotes = zygote.New(cfg.Zygotes, cg, r.grace(), r.log)
 	if cfg.WarmPool > 0 {
-		r.pool = newPool(r, cfg.WarmPool)
+		r.pool = pool.New(cfg.WarmPool, cfg.DepsDir, r.startWarm, r.log)
 		_, p, _ := normalize(Spec{Limits: limits.Default}) // the default profile starts warm
-		r.pool.want(p)
+		r.pool.Want(p)
 	}
 	return r, nil
+}
+
+// ProbeCgroups detects the cgroups a runner with cfg would use (the rules
+// of NewRunner) and proves the parent cgroup usable, changing nothing
+// (cgroups.ProbeHost). A failure is an *UnavailableError whose Reason and
+// Hint say what to do.
+func ProbeCgroups(cfg Config) (cgroups.Probe, error) {
+	cfg = cfg.WithDefaults()
+	return cgroups.ProbeHost(cfg.Cgroups, cfg.CgroupParent)
 }
 
 // Info describes the runner.
@@ -228,19 +203,19 @@ func (r *Runner) Info() Info {
 	in := Info{
 		NsjailPath:      r.nsjail,
 		NsjailVersion:   r.version,
-		CgroupVersion:   r.cg.version,
-		CgroupRoot:      r.cg.root,
+		CgroupVersion:   r.cg.Version(),
+		CgroupRoot:      r.cg.Root(),
 		RootfsDir:       r.cfg.RootfsDir,
-		ViewDir:         r.view.dir,
+		ViewDir:         r.view.Dir,
 		UIDRange:        r.cfg.UIDRange,
 		PythonVersion:   r.manifest.PythonVersion,
 		HarnessSHA256:   harness.Hash(),
 		ProtocolVersion: jaillayout.ProtocolVersion,
 		WarmPool:        r.cfg.WarmPool,
-		CPUAccounting:   r.cg.acct.String(),
+		CPUAccounting:   r.cg.Accounting(),
 	}
 	if r.pool != nil {
-		in.WarmIdle = r.pool.idleCount()
+		in.WarmIdle = r.pool.IdleCount()
 	}
 	return in
 }
@@ -250,11 +225,11 @@ func (r *Runner) Info() Info {
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() {
 		var errs []error
-		r.zygotes.close()
+		r.zygotes.Close()
 		if r.pool != nil {
-			errs = append(errs, r.pool.close())
+			errs = append(errs, r.pool.Close())
 		}
-		errs = append(errs, r.view.close())
+		errs = append(errs, r.view.Close())
 		r.nsjailFile.Close()
 		r.closeErr = errors.Join(errs...)
 	})
@@ -263,14 +238,14 @@ func (r *Runner) Close() error {
 
 // Run runs spec once in a fresh jail. The error is non-nil only when the
 // jail could not be created (an *UnavailableError: nothing ran); everything
-// that happened to the tool, including a bad spec (InvalidInput) and
-// requirements that could not be installed (DependencyError), is in the
+// that happened to the tool, including a bad spec (InvalidInput), is in the
 // Result. A JavaScript or TypeScript source that imports anything, or does
-// not parse, is InvalidSource before any jail starts (imports.go).
+// not parse, is InvalidSource before any jail starts (package sourcecheck).
 //
-// Requirements are installed (or found in the cache) before the jail
-// starts. A run with packages takes a warm jail only when its environment
-// was warmed for its profile (Warm); otherwise it starts cold.
+// A run's packages are installed before it comes (package environments):
+// the runner binds Spec.Deps read-only and installs nothing. A run with
+// packages takes a warm jail only when its environment was warmed for its
+// profile (Warm); otherwise it starts cold.
 // Result.Usage.Warm says whether the run's jail was a warm one. In network mode
 // proxy, the run's egress session is started on the jail's socket at the
 // hand-off and closed when the jail is gone; Result.Egress lists every
@@ -281,9 +256,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
 	if prof.Runtime.deno() && !r.importsUnchecked {
-		// Imports are refused before any jail starts (imports.go); the
+		// Imports are refused before any jail starts (sourcecheck); the
 		// import map in the jail is the second wall.
-		problems, err := checkImportsBounded(ctx, spec.Language, spec.Source)
+		problems, err := sourcecheck.Check(ctx, spec.Language, spec.Source)
 		if err != nil {
 			// As a run cancelled in its jail ends: Timeout.
 			return errorResult(ErrTimeout, "the run was cancelled while it waited for the import check: "+err.Error(), ""), nil
@@ -311,43 +286,17 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 			Err:    ErrNoEgressProxy,
 		}
 	}
-	var depsDir string
-	if len(spec.Requirements) > 0 {
-		dir, failure, err := r.deps.ensure(ctx, spec.Requirements)
-		if err != nil {
-			return Result{}, err
-		}
-		if failure != nil {
-			failure.Message = clip(failure.Message, maxErrorText)
-			failure.Traceback = clip(failure.Traceback, maxErrorText)
-			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
-		}
-		depsDir = dir
-	}
-	if spec.Lock != "" {
-		env, err := r.envs.FromLock(spec.Lock)
-		if err != nil {
-			return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
-		}
-		dir, _, failure, err := r.envs.Prepare(ctx, env)
-		if err != nil {
-			return Result{}, err
-		}
-		if failure != nil {
-			failure.Message = clip(failure.Message, maxErrorText)
-			failure.Traceback = clip(failure.Traceback, maxErrorText)
-			return Result{Status: StatusError, Result: nullJSON, Error: failure}, nil
-		}
-		depsDir = dir
-	}
-	if depsDir != "" {
-		prof.Deps = filepath.Base(depsDir)
+	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
 	var j *jail
+	warm := false
 	if r.pool != nil {
-		j = r.pool.take(spec.TenantID, prof)
+		var w warmJail
+		if w, warm = r.pool.Take(spec.TenantID, prof); warm {
+			j = w.j
+		}
 	}
-	warm := j != nil
 	if j == nil {
 		if j, err = r.startJail(prof, false); err != nil {
 			return Result{}, err
@@ -380,7 +329,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	j.watch(nil)
 	bsrv.stop()
 	bcancel()
-	if err := j.cg.remove(3 * time.Second); err != nil {
+	if err := j.cg.Remove(3 * time.Second); err != nil {
 		r.log.Warn("removing a run's cgroup", "execution_id", spec.ExecutionID, "error", err)
 	}
 	var attempts []EgressAttempt
@@ -393,8 +342,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	j.release()
 	if fin.outcome.childSignal() == syscall.SIGSYS {
-		if pid := violationPID(fin.outcome.Log); pid > 0 {
-			fin.outcome.DeniedSyscall = seccompAudit().syscallFor(pid, j.started, seccompRecordWait)
+		if pid := seccomp.ViolationPID(fin.outcome.Log); pid > 0 {
+			fin.outcome.DeniedSyscall = seccomp.SyscallFor(pid, j.started, seccompRecordWait)
 		}
 	}
 	v := classify(fin.outcome)
@@ -429,7 +378,7 @@ func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge,
 		Usage:     usage,
 	}
 	if res.ErrorType() == ErrSyscallDenied {
-		res.DeniedSyscall = deniedSyscallLabel(o.DeniedSyscall)
+		res.DeniedSyscall = seccomp.Label(o.DeniedSyscall)
 	}
 	if res.Result == nil {
 		res.Result = nullJSON
@@ -439,39 +388,37 @@ func runResult(v verdict, o outcome, stdout, stderr *textCapture, bridge Bridge,
 
 // Warm keeps up to n jails (at most the configured warm pool size)
 // waiting for runs of spec's profile: its language, network and limits
-// after defaults, and the package environment of spec.Lock (installed
-// first when it is not). The profile is registered to spec.TenantID and
-// counts against its share of the pool's places (pool_linux.go). It
+// after defaults, and the package environment bound from spec.Deps. The profile is registered to spec.TenantID and
+// counts against its share of the pool's places (package pool). It
 // returns how many jails it keeps: 0 without a warm pool or when every
 // place is pinned. A run takes one when it has the same profile: the same
-// environment, network and limits. A bad spec or an environment that
-// cannot be installed is an error (nothing is warmed).
+// environment, network and limits. A bad spec is an error (nothing is
+// warmed).
 func (r *Runner) Warm(ctx context.Context, spec Spec, n int) (int, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
-	if len(spec.Requirements) > 0 {
-		return 0, errors.New("invalid warm spec: warm an environment by its lock, not by pinned requirements")
+	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
+		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
 	if r.pool == nil || n <= 0 {
 		return 0, nil
 	}
-	if spec.Lock != "" {
-		env, err := r.envs.FromLock(spec.Lock)
-		if err != nil {
-			return 0, fmt.Errorf("invalid warm spec: %w", err)
-		}
-		dir, _, failure, err := r.envs.Prepare(ctx, env)
-		if err != nil {
-			return 0, err
-		}
-		if failure != nil {
-			return 0, fmt.Errorf("installing environment %s: %s", env.ID, failure.Message)
-		}
-		prof.Deps = filepath.Base(dir)
+	return r.pool.Warm(spec.TenantID, prof, n), nil
+}
+
+// depsName is the name, below sandbox.deps_dir, of a run's package
+// environment directory dir (Spec.Deps; "" for none): the runner binds
+// only what its view of the deps dir shows.
+func (r *Runner) depsName(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
 	}
-	return r.pool.warm(spec.TenantID, prof, n), nil
+	if filepath.Dir(filepath.Clean(dir)) != filepath.Clean(r.cfg.DepsDir) {
+		return "", fmt.Errorf("deps: %q is not a directory of sandbox.deps_dir %s", dir, r.cfg.DepsDir)
+	}
+	return filepath.Base(dir), nil
 }
 
 // seccompRecordWait is how long a run waits for the kernel's audit record
@@ -552,7 +499,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	sum := sha256.Sum256([]byte(text))
 	path := filepath.Join(r.cfg.WorkDir, "profiles", hex.EncodeToString(sum[:12])+".cfg")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if err := writeAtomic(path, []byte(text), 0o600); err != nil {
+		if err := atomicfile.Write(path, []byte(text), 0o600); err != nil {
 			return "", &UnavailableError{Reason: "writing the nsjail config", Err: err}
 		}
 	}
@@ -568,11 +515,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 func sweepDirs(jails, deps string, abandoned time.Duration) {
 	if entries, err := os.ReadDir(jails); err == nil {
 		for _, e := range entries {
-			m := runDirRE.FindStringSubmatch(e.Name())
-			if m == nil {
-				continue
-			}
-			if pid, err := strconv.Atoi(m[1]); err == nil && pid != os.Getpid() && !processAlive(pid) {
+			if runid.Orphaned(e.Name()) {
 				os.RemoveAll(filepath.Join(jails, e.Name()))
 			}
 		}
@@ -597,65 +540,17 @@ func (r *Runner) renderInput(p profile, warm bool) renderInput {
 func (r *Runner) renderInputLocked(p profile, warm bool) renderInput {
 	grace := r.cfg.KillGraceMS
 	if warm {
-		grace += warmIdleMax.Milliseconds()
+		grace += pool.MaxIdle.Milliseconds()
 	}
 	return renderInput{
 		Profile:       p,
 		RootfsDir:     r.view.Rootfs,
-		CgroupVersion: r.cg.version,
-		CgroupRoot:    r.cg.root,
-		CgroupParent:  r.cg.parent,
+		CgroupVersion: r.cg.Version(),
+		CgroupRoot:    r.cg.Root(),
+		CgroupParent:  r.cg.Parent(),
 		KillGraceMS:   grace,
-		Seccomp:       r.seccomp, // guarded by mu: tests swap it
+		Seccomp:       r.seccompPolicy, // guarded by mu: tests swap it
 	}
-}
-
-// checkSearchable makes sure the jail's uid can reach dir: nsjail mounts a
-// jail's directories as the jail's uid (some uid of sandbox.uid_range, the
-// owner of nothing on the host), so dir and every directory above it need
-// the search bit for others. shown names dir in the error (for a path of
-// the view, the directory it shows).
-func checkSearchable(dir, shown string) error {
-	for d := dir; ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return &UnavailableError{Reason: "jail path " + shown + ": " + err.Error(), Err: err}
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			name := d
-			if d == dir {
-				name = shown
-			}
-			return &UnavailableError{
-				Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot reach %s", name, shown),
-				Hint:   "chmod o+x " + name,
-			}
-		}
-		if filepath.Dir(d) == d {
-			return nil
-		}
-	}
-}
-
-// checkBindSource refuses a bind source the jail cannot enter: through a
-// view (view_linux.go) only the directory's own mode matters, not its
-// parents'. Used where no view exists yet (package environments prepared
-// by the gateway before any run).
-func checkBindSource(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil // created 0755 by the install
-		}
-		return &UnavailableError{Reason: "jail path " + dir + ": " + err.Error(), Err: err}
-	}
-	if fi.Mode().Perm()&0o001 == 0 {
-		return &UnavailableError{
-			Reason: fmt.Sprintf("%s is not searchable by others, so the jail (a uid of sandbox.uid_range) cannot enter it", dir),
-			Hint:   "chmod o+x " + dir,
-		}
-	}
-	return nil
 }
 
 // nsjailFD is the descriptor number nsjail's directory (or binary) has in
@@ -702,28 +597,6 @@ func makeDir(dir string, mode os.FileMode) error {
 		return &UnavailableError{Reason: "creating " + dir, Err: err}
 	}
 	return nil
-}
-
-// writeAtomic writes data to path with mode through a temporary file in
-// the same directory and a rename, so readers see the old file or the new.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // runBridge is the Bridge serving spec's run: its fixtures in test mode

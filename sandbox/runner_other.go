@@ -4,14 +4,14 @@ package sandbox
 
 import (
 	"context"
-	"errors"
-	"runtime"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/sandbox/cgroups"
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // errUnsupported: nsjail, namespaces and cgroups are Linux-only.
-var errUnsupported = errors.New("sandbox: jails need Linux (nsjail), not " + runtime.GOOS)
+var errUnsupported = unavailable.ErrUnsupported
 
 // Runner runs tools in nsjail; on this OS it cannot.
 type Runner struct {
@@ -40,15 +40,7 @@ func (r *Runner) Close() error { return nil }
 // Info is empty off Linux.
 func (r *Runner) Info() Info { return Info{ProtocolVersion: jaillayout.ProtocolVersion} }
 
-// CgroupProbe is what ProbeCgroups found; off Linux nothing.
-type CgroupProbe struct {
-	Version int
-	Root    string
-	Parents []string
-	Detail  string
-}
-
 // ProbeCgroups always fails off Linux.
-func ProbeCgroups(Config) (CgroupProbe, error) {
-	return CgroupProbe{}, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
+func ProbeCgroups(Config) (cgroups.Probe, error) {
+	return cgroups.Probe{}, &UnavailableError{Reason: "unsupported operating system", Hint: "run execgate on Linux", Err: errUnsupported}
 }

@@ -20,9 +20,10 @@ import (
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
-// The x32 and foreign-architecture rules (sandbox/abi_linux.go), at both
+// The x32 and foreign-architecture rules (sandbox/seccomp/abi_linux.go), at both
 // levels: read back from the kernel for a live run, and through the runner.
 
 // x32Bit is __X32_SYSCALL_BIT.
@@ -183,7 +184,7 @@ func TestSeccompKillsX32AndForeignArchCallsAtEveryLevel(t *testing.T) {
 					if res.Status == sandbox.StatusOK || res.ErrorType() != sandbox.ErrSyscallDenied {
 						t.Fatalf("the run ended %s %s (result %s), want SyscallDenied\n%s", res.Status, res.ErrorType(), res.Result, dump(res))
 					}
-					if err := sandbox.SeccompAuditErr(); err != nil {
+					if err := seccomp.AuditErr(); err != nil {
 						t.Logf("not checking the rule's name: %v", err)
 						return
 					}

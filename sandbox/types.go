@@ -18,19 +18,18 @@
 // runner watches while the tool runs (RLIMIT_CPU only backs it up per
 // process). Network mode proxy needs an EgressProxy (WithEgress): the run's
 // session listens on a unix socket in the jail's own host directory, bound
-// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages (a
-// locked environment, Spec.Lock, or exact pins, Spec.Requirements) are
-// installed once per set, wheels only, into Config.DepsDir and bound
-// read-only into the jails that ask for them (deps_env.go, deps.go).
+// into the jail, and the harness relays 127.0.0.1:3128 to it. Packages are
+// installed by package environments into Config.DepsDir before the run;
+// the runner binds the run's directory (Spec.Deps) read-only and installs
+// nothing.
 package sandbox
 
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/internal/unavailable"
 )
 
 // Network is the network mode of a run.
@@ -66,11 +65,15 @@ type Spec struct {
 	ToolFixtures json.RawMessage
 	Network      Network
 	Limits       Limits
-	Requirements []string // "pkg==ver"; installed into a deps dir before the run
-	// Lock is an environment's lock (deps_env.go: pip's hashes format);
-	// the environment is installed (or found) before the run and bound
-	// read-only at /opt/execgate/deps. Set at most one of Lock and
-	// Requirements.
+	// Deps is the directory of the run's package environment, installed
+	// below Config.DepsDir by package environments before the run, bound
+	// read-only at /opt/execgate/deps; "" for none. The runner installs
+	// nothing.
+	Deps string
+	// Lock is the lock of the run's environment (pip's hashes format), for
+	// a runner that installs it on another host (dispatch: the executor
+	// prepares it there and sets Deps). The sandbox runner refuses a Lock
+	// without Deps rather than run without the packages.
 	Lock        string
 	EgressAllow []string // host[:port] globs, enforced by the egress proxy in proxy mode
 	// Isolation is the run's isolation level, IsolationJail ("" too) or
@@ -223,9 +226,9 @@ type Result struct {
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`
 	// DeniedSyscall is set on a SyscallDenied outcome: the escape-class
-	// syscall the kernel's audit record named (seccomp.go, e.g. "unshare"),
-	// the ABI rule that killed it ("x32_abi", "foreign_arch":
-	// abi_linux.go), or "unknown". A bounded set: metrics may use it as a
+	// syscall the kernel's audit record named (package seccomp, e.g.
+	// "unshare"), the ABI rule that killed it ("x32_abi", "foreign_arch"),
+	// or "unknown". A bounded set: metrics may use it as a
 	// label.
 	DeniedSyscall string `json:"-"`
 }
@@ -240,33 +243,9 @@ func (r *Result) ErrorType() string {
 
 // UnavailableError means the jail could not be created: nsjail is missing, or
 // the host refused namespaces, mounts, cgroups or seccomp. Nothing was run.
-// The gateway maps it to 503 SandboxUnavailable.
-type UnavailableError struct {
-	Reason string   // one line: what failed
-	Log    []string // nsjail's own log lines, if it ran
-	Hint   string   // what the operator can do (privileges, seccomp, userns)
-	Err    error    // underlying error, if any
-}
-
-func (e *UnavailableError) Error() string {
-	msg := "sandbox unavailable: " + e.Reason
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// Detail renders the log lines and hint for a traceback or terminal.
-func (e *UnavailableError) Detail() string {
-	var b strings.Builder
-	for _, l := range e.Log {
-		b.WriteString(l)
-		b.WriteByte('\n')
-	}
-	if e.Hint != "" {
-		fmt.Fprintf(&b, "hint: %s\n", e.Hint)
-	}
-	return b.String()
-}
+// The gateway maps it to 503 SandboxUnavailable. Its fields are Reason (one
+// line: what failed), Log (nsjail's own log lines, if it ran), Hint (what
+// the operator can do) and Err (the underlying error); Detail renders Log
+// and Hint. The sandbox's rooms (cgroups, seccomp, zygote, uids, view)
+// return the same type.
+type UnavailableError = unavailable.Error

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
-	"golang.org/x/sys/unix"
+	"github.com/execgate/execgate/sandbox/uids"
 )
 
 // hostUID is the host uid a jail's facts show in its uid_map.
@@ -132,7 +134,7 @@ func TestWarmJailHoldsItsUIDUntilItIsGone(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, err := r.Run(context.Background(), sandbox.Spec{Source: probeTool, Limits: sandbox.Limits{MemoryMB: 128}.Or(limits.Default)})
-	if !errors.Is(err, sandbox.ErrUIDsExhausted) {
+	if !errors.Is(err, uids.ErrExhausted) {
 		t.Fatalf("cold run while the warm jail holds the only uid: %v, want ErrUIDsExhausted", err)
 	}
 	f := jailFacts(t, r, sandbox.Spec{Source: probeTool, Limits: limits.Default})

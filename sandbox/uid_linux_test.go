@@ -1,49 +1,10 @@
 package sandbox
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 )
-
-func TestUIDPoolLeasesAreExclusiveAcrossPoolsUntilReleased(t *testing.T) {
-	dir := t.TempDir()
-	// Two pools on one lease file stand for two execgate processes: every
-	// lease has a descriptor of its own, so they conflict all the same.
-	a, err := newUIDPool(dir, "200000-200001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := newUIDPool(dir, "200000-200001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l1, err := a.acquire()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := b.acquire()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l1.uid == l2.uid {
-		t.Fatalf("two live leases share uid %d", l1.uid)
-	}
-	if _, err := a.acquire(); !errors.Is(err, ErrUIDsExhausted) {
-		t.Fatalf("third lease of a two-uid range: %v, want ErrUIDsExhausted", err)
-	}
-	l1.release()
-	l3, err := b.acquire()
-	if err != nil {
-		t.Fatalf("after a release: %v", err)
-	}
-	if l3.uid != l1.uid {
-		t.Errorf("got uid %d, want the released %d", l3.uid, l1.uid)
-	}
-	l2.release()
-	l3.release()
-}
 
 func TestParseUIDRange(t *testing.T) {
 	tests := []struct {

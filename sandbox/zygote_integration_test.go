@@ -17,9 +17,10 @@ import (
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
-// Level process (zygote_linux.go): the containment list of CONTAINMENT 38,
+// Level process (package sandbox/zygote): the containment list of CONTAINMENT 38,
 // each through the real nsjail, rootfs, seccomp and cgroups.
 
 // runProc runs spec at level process for tenant "t1".
@@ -414,7 +415,7 @@ func listenLoopback(t *testing.T) int {
 }
 
 func TestZygotesAreRetiredAfterMaxRunsAndIdleTime(t *testing.T) {
-	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: 2, IdleMS: 300} })
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = zygote.Config{MaxRuns: 2, IdleMS: 300} })
 	ids := func() string { return fmt.Sprint(sandbox.ZygoteIDs(r)) }
 	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
 	first := ids()
@@ -435,7 +436,7 @@ func TestZygotesAreRetiredAfterMaxRunsAndIdleTime(t *testing.T) {
 }
 
 func TestZygoteBudgetIsSharedBetweenTenants(t *testing.T) {
-	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{Max: 1} })
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = zygote.Config{Max: 1} })
 	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "a", Source: probeSource}))
 	// b's miss replaces a's idle zygote.
 	resultMap(t, runProc(t, r, sandbox.Spec{TenantID: "b", Source: probeSource}))
@@ -530,7 +531,7 @@ def run(args, context):
 // zygote to start.
 func TestZygoteSuccessorIsReadyWhenItsPredecessorRetires(t *testing.T) {
 	const maxRuns = 100 // twice the successor's lead: the least that has one
-	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = sandbox.ZygoteConfig{MaxRuns: maxRuns} })
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = zygote.Config{MaxRuns: maxRuns} })
 	ids := func() []string { return sandbox.ZygoteIDs(r) }
 	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
 	first := ids()

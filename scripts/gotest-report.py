@@ -20,7 +20,7 @@ import sys
 
 MODULE = "github.com/execgate/execgate/"
 # Packages whose tests must all run in CI (prefixes, relative to MODULE).
-GUARDED = ("containment", "sandbox", "app", "cmd/execgate", "rootfs", "egress")
+GUARDED = ("containment", "sandbox", "app", "cmd/execgate", "rootfs", "egress", "environments")
 
 
 def guarded(pkg):

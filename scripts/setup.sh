@@ -12,7 +12,9 @@
 #     deploy check), schemathesis, standardwebhooks (the webhook tests'
 #     reference verifier), MkDocs Material (the documentation site,
 #     mkdocs.yml), the Python client's test
-#     venv (clients/python/.venv) and the TypeScript client's node_modules,
+#     venv (clients/python/.venv: its pinned test extra, with PyYAML for the
+#     drift test and hatchling and twine for the packaging check) and the
+#     TypeScript client's node_modules (pinned devDependencies, js-yaml too),
 #     and the cgroup v2 VM and image tools (qemu-system-x86, linux-image-amd64,
 #     busybox-static, buildah, podman, mmdebstrap from apt; virtme-ng pinned
 #     in the tools venv)
@@ -119,8 +121,9 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
     "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "mkdocs==$MKDOCS_VERSION" \
       "mkdocs-material==$MKDOCS_MATERIAL_VERSION" "pymdown-extensions==$PYMDOWN_VERSION"
   fi
-  # The client suites (scripts/test.sh): the Python client's own venv with
-  # its pinned test extra, the TypeScript client's pinned dev dependencies.
+  # The client suites and packaging checks (scripts/test.sh): the Python
+  # client's own venv with its pinned test extra (pytest, PyYAML, hatchling,
+  # twine, …), the TypeScript client's pinned dev dependencies.
   PYCLIENT="$ROOT/clients/python"
   if [ ! -x "$PYCLIENT/.venv/bin/python" ]; then
     log "creating the Python client's test venv (clients/python/.venv)"

@@ -36,16 +36,17 @@ failed=()
 { [ "${status[0]}" = 0 ] && [ "${status[1]}" = 0 ]; } || failed+=("go test")
 
 # The clients' suites run against a real bin/execgate serve that each starts
-# itself (clients/testdata/execgate.yaml); the rootfs is shared in
-# .tools/cache/clients-rootfs.
-echo "== Python client: build and install clients/python, pytest"
+# itself (clients/testdata/execgate.yaml); the runtime (python3.11) is shared
+# in .tools/cache/clients-runtimes.
+echo "== Python client: build and install clients/python, pytest, wheel and sdist (twine check)"
 if ! { .tools/bin/uv pip install -q --python clients/python/.venv/bin/python --reinstall --no-deps ./clients/python &&
-  (cd clients/python && .venv/bin/python -m pytest -q -p no:cacheprovider); }; then
+  (cd clients/python && .venv/bin/python -m pytest -q -p no:cacheprovider &&
+    .venv/bin/python scripts/check_dist.py "$ROOT/.tools/bin/uv"); }; then
   failed+=("python client")
 fi
 
-echo "== TypeScript client: types match gateway/openapi.yaml, build, node --test"
-if ! (cd clients/typescript && npm run -s check-schema && npm run -s build && npm test --silent); then
+echo "== TypeScript client: types match gateway/openapi.yaml, build, node --test, npm pack --dry-run"
+if ! (cd clients/typescript && npm run -s check-schema && npm run -s build && npm test --silent && npm run -s check-pack); then
   failed+=("typescript client")
 fi
 

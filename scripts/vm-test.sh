@@ -73,8 +73,10 @@ RES="$(mktemp -d /tmp/execgate-vm.XXXXXX)"
 trap 'rm -rf "$RES"' EXIT
 if [ $# -eq 0 ]; then
   log "building the test binaries"
-  for pkg in containment sandbox app; do
-    go test -c -trimpath -o "$OUT/bin/$pkg.test" "./$pkg"
+  # One binary per package vm-guest.sh runs, named with its slashes as
+  # dashes (sandbox/cgroups → bin/sandbox-cgroups.test).
+  for pkg in containment sandbox sandbox/cgroups app; do
+    go test -c -trimpath -o "$OUT/bin/$(echo "$pkg" | tr / -).test" "./$pkg"
   done
   if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then
     ./scripts/image.sh build

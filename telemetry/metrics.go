@@ -194,7 +194,7 @@ func (m *Metrics) QuotaEvent(_ string, kind quota.Kind, outcome string) {
 	m.quotaEvents.WithLabelValues(string(kind), outcome).Inc()
 }
 
-// EnvironmentEvent counts a package-environment event (sandbox.EnvObserver)
+// EnvironmentEvent counts a package-environment event (environments.Observer)
 // and observes how long resolving or building took.
 func (m *Metrics) EnvironmentEvent(event string, d time.Duration) {
 	if m == nil {

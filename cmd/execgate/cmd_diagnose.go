@@ -25,6 +25,8 @@ import (
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/rootfs/jailverify"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/cgroups"
+	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
 // diagStatus is the outcome of one diagnose check.
@@ -100,7 +102,7 @@ jailed run sets up execgate's cgroups as serve would.`,
 func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	var checks []diagCheck
 	nsjail, c := diagNsjail(cfg.Sandbox)
-	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods(), diagSeccompAudit(sandbox.SeccompAuditErr()))
+	checks = append(checks, c, diagNamespaces(), diagCgroups(cfg.Sandbox), diagFavorDynmods(), diagSeccompAudit(seccomp.AuditErr()))
 	checks = append(checks, diagRootfs(ctx, cfg.Sandbox, nsjail)...)
 	checks = append(checks, diagJailView(ctx, cfg.Sandbox, nsjail))
 	checks = append(checks,
@@ -243,7 +245,7 @@ func diagCgroups(cfg sandbox.Config) diagCheck {
 }
 
 // cgroupCheck is the diagnose row of a cgroup probe.
-func cgroupCheck(p sandbox.CgroupProbe, err error) diagCheck {
+func cgroupCheck(p cgroups.Probe, err error) diagCheck {
 	c := diagCheck{Name: "cgroups", Required: true}
 	if err != nil {
 		c.Status, c.Detail, c.Hint = diagFail, err.Error(), "give execgate usable cgroups"

@@ -14,14 +14,15 @@ import (
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/cgroups"
 )
 
 func TestCgroupCheckReportsTheProbe(t *testing.T) {
-	ok := cgroupCheck(sandbox.CgroupProbe{Version: 2, Detail: "v2 at /sys/fs/cgroup, memory/pids delegated to /sys/fs/cgroup/execgate"}, nil)
+	ok := cgroupCheck(cgroups.Probe{Version: 2, Detail: "v2 at /sys/fs/cgroup, memory/pids delegated to /sys/fs/cgroup/execgate"}, nil)
 	if ok.Status != diagOK || !ok.Required || !strings.Contains(ok.Detail, "v2 at") {
 		t.Errorf("a working probe: %+v", ok)
 	}
-	bad := cgroupCheck(sandbox.CgroupProbe{}, &sandbox.UnavailableError{Reason: "no usable cgroups", Hint: "mount cgroup2"})
+	bad := cgroupCheck(cgroups.Probe{}, &sandbox.UnavailableError{Reason: "no usable cgroups", Hint: "mount cgroup2"})
 	if bad.Status != diagFail || !strings.Contains(bad.Detail, "no usable cgroups") || bad.Hint != "mount cgroup2" {
 		t.Errorf("a failed probe: %+v", bad)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/limits"
@@ -270,7 +271,7 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	var envs *sandbox.Environments
+	var envs *environments.Cache
 	if len(f.requirements) > 0 || f.lock != "" {
 		if envs, err = sb.Runtimes.Environments(sb.Runtimes.Default().Name); err != nil {
 			return sandbox.Result{}, err
@@ -284,9 +285,9 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 		return sandbox.Result{Status: sandbox.StatusError, Result: json.RawMessage("null"), Error: failure}, nil
 	}
 	if env != nil {
-		spec.Lock = env.Lock
+		spec.Lock = env.Lock // installed on the way in (Installing), bound by the runner
 	}
-	return sb.Runtimes.Run(ctx, spec)
+	return sb.Runtimes.Run(ctx, spec) // the runtime's cache installs spec.Lock first
 }
 
 // reportRun prints the outcome of a run and turns it into the exit status.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/config"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
@@ -33,8 +34,8 @@ func (e *packagesDenied) ExitCode() int { return 2 }
 // tenantID, exactly as `execgate serve` does for a run asking for them.
 // It returns nil when the run asks for no packages; a list uv cannot
 // resolve is a DependencyError result (failure).
-func localEnvironment(ctx context.Context, cfg *config.Config, envs *sandbox.Environments, runtime, tenantID string, reqs []string, lockFile string, logw io.Writer) (*sandbox.Environment, *sandbox.ErrorInfo, error) {
-	var env sandbox.Environment
+func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, runtime, tenantID string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
+	var env environments.Environment
 	switch {
 	case len(reqs) > 0 && lockFile != "":
 		return nil, nil, fmt.Errorf("--requirements and --lock: give one")

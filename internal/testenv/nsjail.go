@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/zygote"
 )
 
 // RequireRoot skips t unless the test process runs as root, which nsjail's
@@ -87,7 +88,7 @@ func SandboxConfig(t testing.TB) sandbox.Config {
 		Cgroups:     sandbox.DefaultCgroups,
 		KillGraceMS: sandbox.DefaultKillGraceMS,
 		// A zygote's start is an allowance, stretched on a slow host.
-		Zygotes: sandbox.ZygoteConfig{StartMS: sandbox.DefaultZygoteStartMS * int64(TimeScale())},
+		Zygotes: zygote.Config{StartMS: zygote.DefaultStartMS * int64(TimeScale())},
 	}
 }
 

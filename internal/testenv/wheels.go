@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 // Wheel is a pure-Python distribution for a local wheel directory: tests
@@ -91,4 +93,24 @@ func UV(t testing.TB) string {
 		SkipUnlessCI(t, "uv not found at %s: %v (scripts/setup.sh)", p, err)
 	}
 	return p
+}
+
+// EnvConfig is a sandbox config for package environments that resolve only
+// from a local wheel directory (returned too) holding alpha 1.0 (→
+// beta==1.0), beta 1.0 and 2.0, gamma 0.3 (→ alpha) and huge 1.0 (3 MiB,
+// for size caps), with a deps dir of its own and the shared test rootfs.
+func EnvConfig(t testing.TB) (sandbox.Config, string) {
+	t.Helper()
+	wheels := WriteWheels(t, filepath.Join(t.TempDir(), "wheels"),
+		Wheel{Name: "alpha", Version: "1.0", Requires: []string{"beta==1.0"}},
+		Wheel{Name: "beta", Version: "1.0"},
+		Wheel{Name: "beta", Version: "2.0"},
+		Wheel{Name: "gamma", Version: "0.3", Requires: []string{"alpha>=1"}},
+		Wheel{Name: "huge", Version: "1.0", Pad: 3 << 20},
+	)
+	return sandbox.Config{
+		RootfsDir: Rootfs(t), WorkDir: t.TempDir(), DepsDir: filepath.Join(JailDir(t), "deps"),
+		UVPath:       UV(t),
+		PackageIndex: sandbox.PackageIndex{FindLinks: []string{wheels}, NoIndex: true},
+	}, wheels
 }

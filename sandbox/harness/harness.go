@@ -47,7 +47,7 @@ const (
 const DenoEntry = "execgate_deno.py"
 
 // ZygoteEntry is the zygote of isolation level process inside Dir
-// (sandbox/zygote_linux.go).
+// (package sandbox/zygote).
 const ZygoteEntry = "execgate_zygote.py"
 
 var hashOnce = sync.OnceValue(func() string {

@@ -1,9 +1,12 @@
 """Starts a real `bin/execgate serve` for the suite: a temp state dir, the
-config clients/testdata/execgate.yaml (tenants demo, limited, broke), the
-real nsjail sandbox. Tokens are minted with `execgate token`.
+config clients/testdata/execgate.yaml (tenants demo, limited, broke; packages
+from clients/testdata/wheels; tenant demo's MCP tool server "self" is the
+gateway's own /mcp), the real nsjail sandbox. Tokens are minted with
+`execgate token`.
 
-Environment: EXECGATE_BIN (default bin/execgate), EXECGATE_TEST_ROOTFS
-(default .tools/cache/clients-rootfs; built by the first serve). Without the
+Environment: EXECGATE_BIN (default bin/execgate), EXECGATE_TEST_RUNTIMES
+(default .tools/cache/clients-runtimes: the runtime python3.11,
+built by the first serve). Without the
 binary the suite is skipped, except under CI=true, where it fails.
 """
 
@@ -63,17 +66,26 @@ def gateway():
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    rootfs = Path(os.environ.get("EXECGATE_TEST_ROOTFS", REPO / ".tools" / "cache" / "clients-rootfs"))
+    runtimes = Path(os.environ.get("EXECGATE_TEST_RUNTIMES", REPO / ".tools" / "cache" / "clients-runtimes"))
     state = Path(tempfile.mkdtemp(prefix="execgate-pyclient-"))
     os.chmod(state, 0o711)  # the jail user reaches the run dirs below it
     key = state / "dev.key"
     key.write_text(secrets.token_hex(32))
     key.chmod(0o600)
     port = _free_port()
-    text = (REPO / "clients" / "testdata" / "execgate.yaml").read_text()
-    text = text.replace("{{PORT}}", str(port)).replace("{{STATE}}", str(state)).replace("{{ROOTFS}}", str(rootfs))
+    testdata = REPO / "clients" / "testdata"
+    text = (testdata / "execgate.yaml").read_text()
+    for k, v in {"PORT": port, "STATE": state, "RUNTIMES": runtimes, "TESTDATA": testdata}.items():
+        text = text.replace("{{" + k + "}}", str(v))
     config = state / "execgate.yaml"
     config.write_text(text)
+    # The header of tenant demo's tool server "self" (the gateway's own /mcp),
+    # read when serve starts.
+    self_token = subprocess.run([str(binary), "token", "--config", str(config), "--tenant", "demo", "--role", "executor"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+    tok = state / "self-mcp.token"
+    tok.touch(mode=0o600)
+    tok.write_text("Bearer " + self_token)
     env = dict(os.environ, PATH=f"{REPO / '.tools' / 'bin'}:{os.environ.get('PATH', '')}")
     log = open(state / "serve.log", "wb")
     proc = subprocess.Popen([str(binary), "serve", "--config", str(config)], stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -46,6 +46,32 @@ def test_validate(gateway):
     assert not bad.valid and bad.errors[0].line == 1
 
 
+def test_validate_takes_the_language(gateway):
+    ts = "export function run(): number {\n  const s: string = 1;\n  return 2;\n}\n"
+    with client(gateway) as c:
+        bad = c.validate(ts, language="typescript")
+        assert not bad.valid and bad.errors[0].line == 2 and "TS2322" in bad.errors[0].message, bad
+        assert c.validate("export function run() { return 1 }\n", language="javascript").valid
+        assert not c.validate("export function run() { return 1 }\n").valid  # Python by default
+
+
+def test_execute_takes_isolation(gateway):
+    with client(gateway) as c:
+        assert c.execute(ONE, isolation="jail").usage.isolation == "jail"
+        with pytest.raises(execgate.PolicyDenied) as ei:
+            c.execute(ONE, isolation="process")  # demo is granted jail only
+    assert any("isolation" in r for r in ei.value.reasons), ei.value.reasons
+
+
+def test_execute_takes_the_runtime(gateway):
+    with client(gateway) as c:
+        env = c.execute(ONE, runtime="python3.11")
+        assert env.usage.runtime == "python3.11" and env.decision.runtime == "python3.11"
+        with pytest.raises(execgate.PolicyDenied) as ei:
+            c.execute(ONE, runtime="python3.13")  # demo is granted python3.11 only (the default)
+    assert any("python3.13" in r for r in ei.value.reasons), ei.value.reasons
+
+
 # Each refusal the gateway can be made to give here, with its class.
 REFUSALS = [
     ("BadRequest", 400, dict(source=ONE, mode="sideways")),

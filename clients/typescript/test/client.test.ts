@@ -55,6 +55,38 @@ describe("execute", () => {
     assert.equal(bad.valid, false);
     assert.equal(bad.errors[0].line, 1);
   });
+
+  test("validate takes the language", async () => {
+    const ts = "export function run(): number {\n  const s: string = 1;\n  return 2;\n}\n";
+    const bad = await client().validate(ts, { language: "typescript" });
+    assert.equal(bad.valid, false);
+    assert.equal(bad.errors[0].line, 2);
+    assert.match(bad.errors[0].message, /TS2322/);
+    assert.equal((await client().validate("export function run() { return 1 }\n", { language: "javascript" })).valid, true);
+    assert.equal((await client().validate("export function run() { return 1 }\n")).valid, false); // Python by default
+  });
+
+  test("execute takes isolation", async () => {
+    assert.equal((await client().execute(ONE, { isolation: "jail" })).usage.isolation, "jail");
+    const e = await rejects(client().execute(ONE, { isolation: "process" }), execgate.PolicyDenied); // demo: jail only
+    assert.ok(e.reasons.some((r) => r.includes("isolation")), String(e.reasons));
+  });
+
+  test("execute takes the runtime", async () => {
+    const env = await client().execute(ONE, { runtime: "python3.11" });
+    assert.equal(env.usage.runtime, "python3.11");
+    assert.equal(env.decision?.runtime, "python3.11");
+    const e = await rejects(client().execute(ONE, { runtime: "python3.13" }), execgate.PolicyDenied); // demo: python3.11 only
+    assert.ok(e.reasons.some((r) => r.includes("python3.13")), String(e.reasons));
+  });
+
+  test("an option the method does not take is a TypeError naming it, and nothing is sent", async () => {
+    let sent = 0;
+    const c = client("demo", { fetch: (i, init) => { sent++; return fetch(i, init); } });
+    await assert.rejects(c.execute(ONE, { isolaton: "jail" } as execgate.ExecuteOptions), /execute\(\): unknown option "isolaton"/);
+    await assert.rejects(c.validate(ONE, { lang: "python" } as execgate.ValidateOptions), /validate\(\): unknown option "lang"/);
+    assert.equal(sent, 0);
+  });
 });
 
 describe("each refusal throws its class with the envelope", () => {

@@ -3,39 +3,59 @@
     from execgate import Client
     c = Client()  # $EXECGATE_URL (default http://127.0.0.1:8010), $EXECGATE_TOKEN
     print(c.execute("def run(args, context):\\n    return {'ok': True}\\n").result)
+
+    ex = c.submit(source)                 # async run: POST /v1/executions
+    for ev in c.events(ex.execution_id):  # live output, resumed after a dropped connection
+        print(ev)
 """
 
 from .client import DEFAULT_URL, AsyncClient, Client, new_execution_id
 from .errors import *  # noqa: F401,F403  (one class per error type)
 from .errors import ERRORS, ExecgateError, RequestError, RunError, TransportError, error_for
+from .events import DroppedEvent, EnvelopeEvent, Event, LogEvent, OutputEvent
 from .models import (
     Decision,
     Envelope,
     ErrorInfo,
     ExecuteRequest,
+    ExecutionStatus,
     Limits,
+    Package,
+    PreparedEnvironment,
     SourceProblem,
+    Tool,
+    ToolList,
     Truncated,
     Usage,
     ValidateResult,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncClient",
     "Client",
     "DEFAULT_URL",
     "Decision",
+    "DroppedEvent",
     "ERRORS",
     "Envelope",
+    "EnvelopeEvent",
     "ErrorInfo",
+    "Event",
     "ExecgateError",
     "ExecuteRequest",
+    "ExecutionStatus",
     "Limits",
+    "LogEvent",
+    "OutputEvent",
+    "Package",
+    "PreparedEnvironment",
     "RequestError",
     "RunError",
     "SourceProblem",
+    "Tool",
+    "ToolList",
     "TransportError",
     "Truncated",
     "Usage",

@@ -1,26 +1,36 @@
 """Sync and async clients of the execgate HTTP API, on httpx.
 
 Both share one core (``_Core``): how a request is built (token, traceparent),
-when it is retried and how an answer becomes an ``Envelope`` or an
-exception. Only the I/O differs.
+when it is retried and how an answer becomes a model or an exception. Only
+the I/O differs.
 
-Retries are safe by design: ``execute`` fixes the ``execution_id`` (the
-gateway's idempotency key) before the first attempt and sends the same one
-on every retry, so a request that did run is answered from the gateway's
-memory, never run twice. Retried: transport errors and timeouts, 429
-``QuotaExceeded``, 503 ``Overloaded`` and ``QuotaUnavailable``, waiting for
-Retry-After when the gateway sends it (up to ``max_retry_wait``), else an
-exponential backoff. Not retried: everything else (a 429
-``BudgetExhausted`` waits for tomorrow; a run that ended in error is an
-answer).
+Routes: ``execute`` (POST /v1/execute), ``validate`` (POST /v1/validate),
+``submit`` (POST /v1/executions: 202 and the execution's id), ``get``
+(GET /v1/executions/{id}), ``wait`` (get until done, then the envelope),
+``cancel`` (DELETE /v1/executions/{id}), ``events`` (GET
+/v1/executions/{id}/events: Server-Sent Events as an iterator, resumed with
+Last-Event-ID after a dropped connection; see ``execgate.events``),
+``prepare`` (POST /v1/prepare) and ``tools`` (GET /v1/tools). Every request
+field of the OpenAPI document is a keyword argument of its method
+(tests/test_drift.py holds them to gateway/openapi.yaml).
 
-Where the async API and SSE output go (DESIGN §14, not served yet):
-``submit()`` → POST /v1/executions (202 + Location), ``get(id)`` → GET
-/v1/executions/{id}, ``events(id)`` → GET /v1/executions/{id}/events (SSE:
-stdout, stderr, log, envelope events; ``httpx`` streams with
-``client.stream("GET", …)`` and ``iter_lines``), ``cancel(id)`` → DELETE.
-They reuse ``_Core.headers``, ``_Core.answer`` and the retry loop as they
-are; add them to both classes when the gateway serves those routes.
+Artifacts (not served yet): their routes go next to ``events`` in both
+classes (``artifacts(id)`` listing, ``artifact(id, name)`` streaming), on
+``_send`` and ``_stream`` as they are.
+
+Retries are safe by design: ``execute`` and ``submit`` fix the
+``execution_id`` (the gateway's idempotency key) before the first attempt
+and send the same one on every retry, so a request that did run is answered
+from the gateway's memory, never run twice. Retried: transport errors and
+timeouts, 429 ``QuotaExceeded``, 503 ``Overloaded`` and
+``QuotaUnavailable``, waiting for Retry-After when the gateway sends it (up
+to ``max_retry_wait``), else an exponential backoff. Not retried:
+everything else (a 429 ``BudgetExhausted`` waits for tomorrow; a 502
+``OutcomeUnknown`` may have run; a run that ended in error is an answer).
+A submission whose answer was lost is looked up (GET) before it is sent
+again: the gateway refuses an async ``execution_id`` it already has
+(400), and the lookup tells that it was the lost attempt that took it.
+A token callable is called before every request and once more after a 401.
 """
 
 from __future__ import annotations
@@ -30,13 +40,27 @@ import os
 import random
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import errors
-from .models import Envelope, ExecuteRequest, Limits, ValidateResult
+from .events import Event, Follow
+from .models import (
+    Envelope,
+    ExecuteRequest,
+    ExecutionStatus,
+    Isolation,
+    Language,
+    Limits,
+    NetworkAccess,
+    PreparedEnvironment,
+    Runtime,
+    ToolList,
+    ValidateResult,
+)
 
+_otel_propagate: Any
 try:  # W3C traceparent propagation, when OpenTelemetry is present.
     from opentelemetry import propagate as _otel_propagate
 except ImportError:  # pragma: no cover - exercised without the package
@@ -48,10 +72,18 @@ AsyncTokenSource = Union[str, Callable[[], str], Callable[[], Awaitable[str]]]
 
 _RETRYABLE = {"QuotaExceeded", "Overloaded", "QuotaUnavailable"}
 
+# The arguments of execute() and submit() that are not request fields.
+_CLIENT_ONLY = frozenset({"self", "source", "check"})
+
 
 def new_execution_id() -> str:
     """A fresh execution id (32 hex digits, like the gateway's)."""
     return uuid.uuid4().hex
+
+
+def _fields(local: Mapping[str, Any]) -> dict[str, Any]:
+    """The request fields among a method's arguments (its locals())."""
+    return {k: v for k, v in local.items() if k not in _CLIENT_ONLY}
 
 
 class _Core:
@@ -76,8 +108,10 @@ class _Core:
         self.max_retry_wait = max_retry_wait
         self.backoff = backoff
 
-    def headers(self, token: str) -> dict[str, str]:
+    def headers(self, token: str, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
         h = {"Authorization": "Bearer " + token, "Accept": "application/json"}
+        if extra:
+            h.update(extra)
         if _otel_propagate is not None:
             _otel_propagate.inject(h)
         return h
@@ -87,10 +121,53 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        req = ExecuteRequest(source=source, limits=limits, **kw)
-        body = req.to_dict()
+        for name in ("requirements", "egress_allow", "tools"):
+            if kw.get(name) is not None:
+                kw[name] = list(kw[name])
+        body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
         body.setdefault("execution_id", new_execution_id())
         return body
+
+    @staticmethod
+    def prepare_body(kw: dict[str, Any]) -> dict[str, Any]:
+        if kw.get("requirements") is not None:
+            kw["requirements"] = list(kw["requirements"])
+        return {k: v for k, v in kw.items() if v is not None}
+
+    @staticmethod
+    def execution_path(execution_id: str, tail: str = "") -> str:
+        if not execution_id or "/" in execution_id:
+            raise ValueError(f"not an execution id: {execution_id!r}")
+        return "/v1/executions/" + execution_id + tail
+
+    @staticmethod
+    def tenant_params(tenant: Optional[str]) -> Optional[dict[str, str]]:
+        return {"tenant": tenant} if tenant else None
+
+    @staticmethod
+    def tools_params(names: Optional[Sequence[str]]) -> Optional[dict[str, str]]:
+        if names is None:
+            return None
+        if isinstance(names, str):
+            names = [names]
+        return {"tools": ",".join(names)}
+
+    @staticmethod
+    def stream_timeout(http: Any, read: Optional[float]) -> httpx.Timeout:
+        t = http.timeout
+        return httpx.Timeout(connect=t.connect, read=read, write=t.write, pool=t.pool)
+
+    @staticmethod
+    def finished(st: ExecutionStatus, check: bool) -> Envelope:
+        """The envelope of a done execution; with check, its error raised."""
+        env = st.envelope
+        if env is None:
+            raise errors.ExecgateError(f"execution {st.execution_id} is done but has no envelope", error_type="Internal")
+        if check and st.http_status is not None and st.http_status >= 400:
+            raise errors.error_for(st.http_status, env.raw, envelope=env)
+        if check and not env.ok:
+            raise errors.error_for(200, env.raw, envelope=env)
+        return env
 
     @staticmethod
     def retry_after(resp: httpx.Response) -> Optional[float]:
@@ -123,7 +200,7 @@ class _Core:
         return None
 
     def _backoff(self, attempt: int) -> float:
-        return min(self.max_retry_wait, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
+        return float(min(self.max_retry_wait, self.backoff * (2**attempt)) * (0.5 + random.random() / 2))
 
 
 class Client:
@@ -168,14 +245,30 @@ class Client:
 
     def _token(self) -> str:
         t = self._core.token
-        return t() if callable(t) else t
+        return str(t() if callable(t) else t)
 
-    def _send(self, path: str, body: dict[str, Any], envelope_route: bool) -> httpx.Response:
-        attempt, refreshed = 0, False
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Optional[dict[str, Any]] = None,
+        *,
+        envelope_route: bool = False,
+        params: Optional[dict[str, str]] = None,
+        on_lost: Optional[Callable[[], Optional[httpx.Response]]] = None,
+    ) -> httpx.Response:
+        """One request with the retries; on_lost, after an attempt whose
+        answer was lost, may answer instead of the next attempt."""
+        attempt, refreshed, lost = 0, False, False
         while True:
             try:
+                if lost and on_lost is not None:
+                    found = on_lost()
+                    if found is not None:
+                        return found
                 try:
-                    resp = self._http.post(self._core.base_url + path, json=body, headers=self._core.headers(self._token()))
+                    resp = self._http.request(method, self._core.base_url + path, json=body, params=params,
+                                              headers=self._core.headers(self._token()))
                 except httpx.TransportError as e:
                     raise errors.TransportError(f"{type(e).__name__}: {e}") from e
                 if resp.status_code < 400:
@@ -186,11 +279,21 @@ class Client:
                     continue
                 raise err
             except errors.ExecgateError as e:
+                lost = lost or isinstance(e, errors.TransportError)
                 wait = self._core.wait_before_retry(attempt, e)
                 if wait is None:
                     raise
                 attempt += 1
                 self._sleep(wait)
+
+    def _lookup(self, execution_id: str) -> Optional[httpx.Response]:
+        """GET the execution once: its answer when it exists, else None."""
+        try:
+            resp = self._http.get(self._core.base_url + self._core.execution_path(execution_id),
+                                  headers=self._core.headers(self._token()))
+        except httpx.TransportError:
+            return None
+        return resp if resp.status_code == 200 else None
 
     def execute(
         self,
@@ -199,43 +302,207 @@ class Client:
         args: Any = None,
         entrypoint: Optional[str] = None,
         execution_id: Optional[str] = None,
-        language: Optional[str] = None,
+        language: Optional[Language] = None,
         requirements: Optional[Sequence[str]] = None,
-        network_access: Optional[str] = None,
+        requirements_lock: Optional[str] = None,
+        environment_id: Optional[str] = None,
+        network_access: Optional[NetworkAccess] = None,
+        isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
-        mode: Optional[str] = None,
+        mode: Optional[Literal["run", "test"]] = None,
+        tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
         """Run a tool once (POST /v1/execute) and return its envelope.
 
-        A refusal raises its ``RequestError``. A run that ended in error
-        raises its ``RunError`` when ``check`` (the default); with
-        ``check=False`` its envelope is returned instead.
+        The keyword arguments are the request's fields (``egress_allow`` is
+        ``egress.allow``); None leaves a field out. A refusal raises its
+        ``RequestError``. A run that ended in error raises its ``RunError``
+        when ``check`` (the default); with ``check=False`` its envelope is
+        returned instead.
         """
-        body = self._core.execute_body(source, dict(
-            args=args, entrypoint=entrypoint, execution_id=execution_id, language=language,
-            requirements=list(requirements) if requirements is not None else None, network_access=network_access,
-            egress_allow=list(egress_allow) if egress_allow is not None else None, limits=limits, mode=mode,
-            fixtures=fixtures, tenant_id=tenant_id))
-        env = Envelope.from_dict(self._send("/v1/execute", body, True).json())
+        body = self._core.execute_body(source, _fields(locals()))
+        env = Envelope.from_dict(self._send("POST", "/v1/execute", body, envelope_route=True).json())
         if check and not env.ok:
             raise errors.error_for(200, env.raw, envelope=env)
         return env
 
-    def validate(self, source: str, *, entrypoint: Optional[str] = None) -> ValidateResult:
-        """Check that source compiles and defines the entrypoint (POST /v1/validate)."""
-        body: dict[str, Any] = {"source": source}
-        if entrypoint is not None:
-            body["entrypoint"] = entrypoint
-        return ValidateResult.from_dict(self._send("/v1/validate", body, False).json())
+    def validate(self, source: str, *, entrypoint: Optional[str] = None, language: Optional[Language] = None) -> ValidateResult:
+        """Check that source compiles and defines the entrypoint (POST
+        /v1/validate); ``language`` "javascript" or "typescript" is checked
+        with ``deno check`` (type errors included)."""
+        body = {k: v for k, v in dict(source=source, entrypoint=entrypoint, language=language).items() if v is not None}
+        return ValidateResult.from_dict(self._send("POST", "/v1/validate", body).json())
+
+    def submit(
+        self,
+        source: str,
+        *,
+        args: Any = None,
+        entrypoint: Optional[str] = None,
+        execution_id: Optional[str] = None,
+        language: Optional[Language] = None,
+        requirements: Optional[Sequence[str]] = None,
+        requirements_lock: Optional[str] = None,
+        environment_id: Optional[str] = None,
+        network_access: Optional[NetworkAccess] = None,
+        isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
+        egress_allow: Optional[Sequence[str]] = None,
+        limits: Union[Limits, dict[str, int], None] = None,
+        mode: Optional[Literal["run", "test"]] = None,
+        tools: Optional[Sequence[str]] = None,
+        fixtures: Optional[dict[str, Any]] = None,
+        tenant_id: Optional[str] = None,
+        callback_url: Optional[str] = None,
+    ) -> ExecutionStatus:
+        """Submit a run to go on in the background (POST /v1/executions):
+        the arguments of ``execute`` and ``callback_url`` (a webhook for
+        the result). Returns the queued execution; follow it with
+        ``events``, ``get`` or ``wait``. A refusal raises its
+        ``RequestError`` (with the envelope)."""
+        body = self._core.execute_body(source, _fields(locals()))
+        eid = body["execution_id"]
+        looked: list[bool] = []
+
+        def lookup() -> Optional[httpx.Response]:
+            looked.append(True)
+            return self._lookup(eid)
+
+        try:
+            resp = self._send("POST", "/v1/executions", body, envelope_route=True, on_lost=lookup)
+        except errors.BadRequest:
+            # A lost attempt may have taken the id between the lookup and the retry.
+            found = self._lookup(eid) if looked else None
+            if found is None:
+                raise
+            resp = found
+        return ExecutionStatus.from_dict(resp.json())
+
+    def get(self, execution_id: str, *, tenant: Optional[str] = None) -> ExecutionStatus:
+        """An async execution's state and, once done, its envelope (GET
+        /v1/executions/{id}). ``tenant``: an admin naming the owner."""
+        path = self._core.execution_path(execution_id)
+        return ExecutionStatus.from_dict(self._send("GET", path, params=self._core.tenant_params(tenant)).json())
+
+    def cancel(self, execution_id: str, *, tenant: Optional[str] = None) -> ExecutionStatus:
+        """Cancel an async execution (DELETE /v1/executions/{id}): a queued
+        one ends without running, a running one is stopped (its envelope:
+        ``Cancelled``); one already done is left as it is."""
+        path = self._core.execution_path(execution_id)
+        return ExecutionStatus.from_dict(self._send("DELETE", path, params=self._core.tenant_params(tenant)).json())
+
+    def wait(
+        self,
+        execution_id: str,
+        *,
+        timeout: Optional[float] = None,
+        poll: float = 0.2,
+        tenant: Optional[str] = None,
+        check: bool = True,
+    ) -> Envelope:
+        """Poll ``get`` until the execution is done and return its envelope;
+        with ``check``, a refusal or a failed run raises like ``execute``.
+        Past ``timeout`` seconds raises the builtin TimeoutError."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.get(execution_id, tenant=tenant)
+            if st.done:
+                return self._core.finished(st, check)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"execution {execution_id} is still {st.status} after {timeout} s")
+            self._sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+            poll = min(poll * 1.5, 2.0)
+
+    def events(
+        self,
+        execution_id: str,
+        *,
+        last_event_id: Optional[int] = None,
+        tenant: Optional[str] = None,
+        read_timeout: Optional[float] = None,
+    ) -> Iterator[Event]:
+        """The execution's live output (GET /v1/executions/{id}/events), as
+        typed events (``execgate.events``) until its ``EnvelopeEvent``.
+
+        A dropped connection is reconnected with ``Last-Event-ID`` and the
+        stream continues after the last event given out, never twice.
+        ``last_event_id`` starts after that event (resuming an earlier
+        reader). ``read_timeout`` (seconds, default none) bounds a silence
+        of the stream; past it the client reconnects.
+        """
+        follow = Follow(last_event_id)
+        path = self._core.execution_path(execution_id, "/events")
+        timeout = self._core.stream_timeout(self._http, read_timeout)
+        attempt, refreshed = 0, False
+        while True:
+            progress = False
+            try:
+                try:
+                    with self._http.stream("GET", self._core.base_url + path, params=self._core.tenant_params(tenant),
+                                           headers=self._core.headers(self._token(), follow.headers()),
+                                           timeout=timeout) as resp:
+                        if resp.status_code >= 400:
+                            resp.read()
+                            err = self._core.answer_error(resp, False)
+                            if resp.status_code == 401 and callable(self._core.token) and not refreshed:
+                                refreshed = True
+                                continue
+                            raise err
+                        dec = follow.connected()
+                        for line in resp.iter_lines():
+                            raw = dec.line(line)
+                            ev = follow.accept(raw) if raw is not None else None
+                            if ev is None:
+                                continue
+                            progress = True
+                            yield ev
+                            if follow.done:
+                                return
+                except httpx.TransportError as e:
+                    raise errors.TransportError(f"{type(e).__name__}: {e}") from e
+                raise errors.TransportError("the event stream ended before the envelope")
+            except errors.ExecgateError as e:
+                if progress:
+                    attempt = 0
+                wait = self._core.wait_before_retry(attempt, e)
+                if wait is None:
+                    raise
+                attempt += 1
+                self._sleep(wait)
+
+    def prepare(
+        self,
+        *,
+        requirements: Optional[Sequence[str]] = None,
+        requirements_lock: Optional[str] = None,
+        warm: Optional[int] = None,
+        runtime: Optional[Runtime] = None,
+        tenant_id: Optional[str] = None,
+    ) -> PreparedEnvironment:
+        """Resolve, check and install a package environment ahead of runs
+        (POST /v1/prepare); name it in runs with ``environment_id``. A
+        denied package raises ``PolicyDenied``; requirements that cannot be
+        resolved raise ``DependencyError`` (422, uv's output in
+        ``traceback``)."""
+        body = self._core.prepare_body(_fields(locals()))
+        return PreparedEnvironment.from_dict(self._send("POST", "/v1/prepare", body).json())
+
+    def tools(self, names: Optional[Sequence[str]] = None) -> ToolList:
+        """The tools a run would be granted (code mode, GET /v1/tools), with
+        their schemas and typed stubs; ``names`` (names or globs) narrows
+        the grant as an execute request's ``tools`` would."""
+        return ToolList.from_dict(self._send("GET", "/v1/tools", params=self._core.tools_params(names)).json())
 
 
 class AsyncClient:
     """The asyncio twin of ``Client``: the same arguments and answers;
-    ``token`` may also be an async callable."""
+    ``token`` may also be an async callable, and ``events`` is an async
+    iterator."""
 
     def __init__(
         self,
@@ -270,15 +537,29 @@ class AsyncClient:
             v = t()
             if asyncio.iscoroutine(v) or isinstance(v, Awaitable):
                 v = await v
-            return v
-        return t
+            return str(v)
+        return str(t)
 
-    async def _send(self, path: str, body: dict[str, Any], envelope_route: bool) -> httpx.Response:
-        attempt, refreshed = 0, False
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Optional[dict[str, Any]] = None,
+        *,
+        envelope_route: bool = False,
+        params: Optional[dict[str, str]] = None,
+        on_lost: Optional[Callable[[], Awaitable[Optional[httpx.Response]]]] = None,
+    ) -> httpx.Response:
+        attempt, refreshed, lost = 0, False, False
         while True:
             try:
+                if lost and on_lost is not None:
+                    found = await on_lost()
+                    if found is not None:
+                        return found
                 try:
-                    resp = await self._http.post(self._core.base_url + path, json=body, headers=self._core.headers(await self._token()))
+                    resp = await self._http.request(method, self._core.base_url + path, json=body, params=params,
+                                                    headers=self._core.headers(await self._token()))
                 except httpx.TransportError as e:
                     raise errors.TransportError(f"{type(e).__name__}: {e}") from e
                 if resp.status_code < 400:
@@ -289,11 +570,20 @@ class AsyncClient:
                     continue
                 raise err
             except errors.ExecgateError as e:
+                lost = lost or isinstance(e, errors.TransportError)
                 wait = self._core.wait_before_retry(attempt, e)
                 if wait is None:
                     raise
                 attempt += 1
                 await self._sleep(wait)
+
+    async def _lookup(self, execution_id: str) -> Optional[httpx.Response]:
+        try:
+            resp = await self._http.get(self._core.base_url + self._core.execution_path(execution_id),
+                                        headers=self._core.headers(await self._token()))
+        except httpx.TransportError:
+            return None
+        return resp if resp.status_code == 200 else None
 
     async def execute(
         self,
@@ -302,30 +592,165 @@ class AsyncClient:
         args: Any = None,
         entrypoint: Optional[str] = None,
         execution_id: Optional[str] = None,
-        language: Optional[str] = None,
+        language: Optional[Language] = None,
         requirements: Optional[Sequence[str]] = None,
-        network_access: Optional[str] = None,
+        requirements_lock: Optional[str] = None,
+        environment_id: Optional[str] = None,
+        network_access: Optional[NetworkAccess] = None,
+        isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
-        mode: Optional[str] = None,
+        mode: Optional[Literal["run", "test"]] = None,
+        tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
         """See ``Client.execute``."""
-        body = self._core.execute_body(source, dict(
-            args=args, entrypoint=entrypoint, execution_id=execution_id, language=language,
-            requirements=list(requirements) if requirements is not None else None, network_access=network_access,
-            egress_allow=list(egress_allow) if egress_allow is not None else None, limits=limits, mode=mode,
-            fixtures=fixtures, tenant_id=tenant_id))
-        env = Envelope.from_dict((await self._send("/v1/execute", body, True)).json())
+        body = self._core.execute_body(source, _fields(locals()))
+        env = Envelope.from_dict((await self._send("POST", "/v1/execute", body, envelope_route=True)).json())
         if check and not env.ok:
             raise errors.error_for(200, env.raw, envelope=env)
         return env
 
-    async def validate(self, source: str, *, entrypoint: Optional[str] = None) -> ValidateResult:
+    async def validate(self, source: str, *, entrypoint: Optional[str] = None, language: Optional[Language] = None) -> ValidateResult:
         """See ``Client.validate``."""
-        body: dict[str, Any] = {"source": source}
-        if entrypoint is not None:
-            body["entrypoint"] = entrypoint
-        return ValidateResult.from_dict((await self._send("/v1/validate", body, False)).json())
+        body = {k: v for k, v in dict(source=source, entrypoint=entrypoint, language=language).items() if v is not None}
+        return ValidateResult.from_dict((await self._send("POST", "/v1/validate", body)).json())
+
+    async def submit(
+        self,
+        source: str,
+        *,
+        args: Any = None,
+        entrypoint: Optional[str] = None,
+        execution_id: Optional[str] = None,
+        language: Optional[Language] = None,
+        requirements: Optional[Sequence[str]] = None,
+        requirements_lock: Optional[str] = None,
+        environment_id: Optional[str] = None,
+        network_access: Optional[NetworkAccess] = None,
+        isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
+        egress_allow: Optional[Sequence[str]] = None,
+        limits: Union[Limits, dict[str, int], None] = None,
+        mode: Optional[Literal["run", "test"]] = None,
+        tools: Optional[Sequence[str]] = None,
+        fixtures: Optional[dict[str, Any]] = None,
+        tenant_id: Optional[str] = None,
+        callback_url: Optional[str] = None,
+    ) -> ExecutionStatus:
+        """See ``Client.submit``."""
+        body = self._core.execute_body(source, _fields(locals()))
+        eid = body["execution_id"]
+        looked: list[bool] = []
+
+        async def lookup() -> Optional[httpx.Response]:
+            looked.append(True)
+            return await self._lookup(eid)
+
+        try:
+            resp = await self._send("POST", "/v1/executions", body, envelope_route=True, on_lost=lookup)
+        except errors.BadRequest:
+            found = await self._lookup(eid) if looked else None
+            if found is None:
+                raise
+            resp = found
+        return ExecutionStatus.from_dict(resp.json())
+
+    async def get(self, execution_id: str, *, tenant: Optional[str] = None) -> ExecutionStatus:
+        """See ``Client.get``."""
+        path = self._core.execution_path(execution_id)
+        return ExecutionStatus.from_dict((await self._send("GET", path, params=self._core.tenant_params(tenant))).json())
+
+    async def cancel(self, execution_id: str, *, tenant: Optional[str] = None) -> ExecutionStatus:
+        """See ``Client.cancel``."""
+        path = self._core.execution_path(execution_id)
+        return ExecutionStatus.from_dict((await self._send("DELETE", path, params=self._core.tenant_params(tenant))).json())
+
+    async def wait(
+        self,
+        execution_id: str,
+        *,
+        timeout: Optional[float] = None,
+        poll: float = 0.2,
+        tenant: Optional[str] = None,
+        check: bool = True,
+    ) -> Envelope:
+        """See ``Client.wait``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = await self.get(execution_id, tenant=tenant)
+            if st.done:
+                return self._core.finished(st, check)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"execution {execution_id} is still {st.status} after {timeout} s")
+            await self._sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+            poll = min(poll * 1.5, 2.0)
+
+    async def events(
+        self,
+        execution_id: str,
+        *,
+        last_event_id: Optional[int] = None,
+        tenant: Optional[str] = None,
+        read_timeout: Optional[float] = None,
+    ) -> AsyncIterator[Event]:
+        """See ``Client.events``; ``async for ev in client.events(id)``."""
+        follow = Follow(last_event_id)
+        path = self._core.execution_path(execution_id, "/events")
+        timeout = self._core.stream_timeout(self._http, read_timeout)
+        attempt, refreshed = 0, False
+        while True:
+            progress = False
+            try:
+                try:
+                    async with self._http.stream("GET", self._core.base_url + path, params=self._core.tenant_params(tenant),
+                                                 headers=self._core.headers(await self._token(), follow.headers()),
+                                                 timeout=timeout) as resp:
+                        if resp.status_code >= 400:
+                            await resp.aread()
+                            err = self._core.answer_error(resp, False)
+                            if resp.status_code == 401 and callable(self._core.token) and not refreshed:
+                                refreshed = True
+                                continue
+                            raise err
+                        dec = follow.connected()
+                        async for line in resp.aiter_lines():
+                            raw = dec.line(line)
+                            ev = follow.accept(raw) if raw is not None else None
+                            if ev is None:
+                                continue
+                            progress = True
+                            yield ev
+                            if follow.done:
+                                return
+                except httpx.TransportError as e:
+                    raise errors.TransportError(f"{type(e).__name__}: {e}") from e
+                raise errors.TransportError("the event stream ended before the envelope")
+            except errors.ExecgateError as e:
+                if progress:
+                    attempt = 0
+                wait = self._core.wait_before_retry(attempt, e)
+                if wait is None:
+                    raise
+                attempt += 1
+                await self._sleep(wait)
+
+    async def prepare(
+        self,
+        *,
+        requirements: Optional[Sequence[str]] = None,
+        requirements_lock: Optional[str] = None,
+        warm: Optional[int] = None,
+        runtime: Optional[Runtime] = None,
+        tenant_id: Optional[str] = None,
+    ) -> PreparedEnvironment:
+        """See ``Client.prepare``."""
+        body = self._core.prepare_body(_fields(locals()))
+        return PreparedEnvironment.from_dict((await self._send("POST", "/v1/prepare", body)).json())
+
+    async def tools(self, names: Optional[Sequence[str]] = None) -> ToolList:
+        """See ``Client.tools``."""
+        return ToolList.from_dict((await self._send("GET", "/v1/tools", params=self._core.tools_params(names))).json())

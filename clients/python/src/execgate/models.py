@@ -11,10 +11,16 @@ newer gateway adds are never lost.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping, Optional
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Literal, Mapping, Optional
 
 Status = Literal["ok", "error"]
 NetworkAccess = Literal["none", "proxy", "host"]
+Language = Literal["python", "javascript", "typescript"]
+Isolation = Literal["jail", "process"]
+# The Python runtimes a run may name (GET /v1/runtimes lists the ones served).
+Runtime = Literal["python3.11", "python3.13", "host"]
+ExecutionState = Literal["queued", "running", "done"]
 
 
 @dataclass(frozen=True)
@@ -39,25 +45,37 @@ class Limits:
 
 @dataclass(frozen=True)
 class ExecuteRequest:
-    """The body of POST /v1/execute. ``execution_id`` is the idempotency key:
-    the client fills one in when it is None, and keeps it across retries."""
+    """The body of POST /v1/execute (and, with ``callback_url``, of POST
+    /v1/executions). ``execution_id`` is the idempotency key: the client
+    fills one in when it is None, and keeps it across retries.
+    ``egress_allow`` is the body's ``egress.allow``."""
 
     source: str
     execution_id: Optional[str] = None
     tenant_id: Optional[str] = None
-    language: Optional[str] = None
+    language: Optional[Language] = None
     entrypoint: Optional[str] = None
     args: Any = None
     requirements: Optional[list[str]] = None
+    requirements_lock: Optional[str] = None
+    environment_id: Optional[str] = None
     network_access: Optional[NetworkAccess] = None
+    isolation: Optional[Isolation] = None
+    runtime: Optional[Runtime] = None
     egress_allow: Optional[list[str]] = None
     limits: Optional[Limits] = None
     mode: Optional[Literal["run", "test"]] = None
+    tools: Optional[list[str]] = None
     fixtures: Optional[Mapping[str, Any]] = None
+    callback_url: Optional[str] = None
+
+    # Sent as they are when set.
+    _PLAIN: ClassVar[tuple[str, ...]] = ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "requirements_lock",
+              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "callback_url")
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source}
-        for name in ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "network_access", "mode"):
+        for name in self._PLAIN:
             v = getattr(self, name)
             if v is not None:
                 body[name] = v
@@ -100,11 +118,15 @@ class Usage:
     peak_memory_kb: int = 0
     # The level the run ran at ("jail" or "process"); "" when nothing ran.
     isolation: str = ""
+    # What ran the tool: a Python runtime ("python3.13") or "deno"; "" when
+    # nothing ran.
+    runtime: str = ""
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Usage":
         d = d or {}
-        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)), str(d.get("isolation", "")))
+        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)), str(d.get("isolation", "")),
+                   str(d.get("runtime", "")))
 
 
 @dataclass(frozen=True)
@@ -119,6 +141,8 @@ class Decision:
     network_access: str
     limits: Limits
     egress_allow: list[str]
+    # The decided Python runtime ("" for other languages).
+    runtime: str = ""
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> Optional["Decision"]:
@@ -129,6 +153,7 @@ class Decision:
             network_access=str(d.get("network_access", "")),
             limits=Limits.from_dict(d.get("limits")),
             egress_allow=list((d.get("egress") or {}).get("allow") or []),
+            runtime=str(d.get("runtime", "")),
         )
 
 
@@ -196,4 +221,143 @@ class ValidateResult:
         return cls(
             valid=bool(d.get("valid")),
             errors=[SourceProblem(int(e.get("line", 0)), int(e.get("col", 0)), str(e.get("message", ""))) for e in d.get("errors") or []],
+        )
+
+
+def _time(v: Any) -> Optional[datetime]:
+    """An RFC 3339 time of the gateway (nanoseconds, Z) as an aware datetime."""
+    if not isinstance(v, str) or not v:
+        return None
+    s = v.replace("Z", "+00:00")
+    head, dot, rest = s.partition(".")
+    if dot:  # at most the 6 fractional digits datetime holds
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        s = head + "." + rest[:min(digits, 6)].ljust(6, "0") + rest[digits:]
+    try:
+        t = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class ExecutionStatus:
+    """An async execution (POST /v1/executions, GET and DELETE
+    /v1/executions/{id}). Once ``done``, ``envelope`` is what POST
+    /v1/execute would have answered, with ``http_status``."""
+
+    execution_id: str
+    tenant_id: str
+    status: ExecutionState
+    cancel_requested: bool = False
+    submitted_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    http_status: Optional[int] = None
+    envelope: Optional[Envelope] = None
+    # Artifacts (not served yet): when the gateway adds them to this body,
+    # they go here as a typed list; until then they are in raw.
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExecutionStatus":
+        env = d.get("envelope")
+        return cls(
+            execution_id=str(d.get("execution_id", "")),
+            tenant_id=str(d.get("tenant_id", "")),
+            status=str(d.get("status", "")),  # type: ignore[arg-type]  # kept as sent, a newer state too
+            cancel_requested=bool(d.get("cancel_requested")),
+            submitted_at=_time(d.get("submitted_at")),
+            started_at=_time(d.get("started_at")),
+            finished_at=_time(d.get("finished_at")),
+            http_status=int(d["http_status"]) if d.get("http_status") else None,
+            envelope=Envelope.from_dict(env) if isinstance(env, Mapping) else None,
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Package:
+    """One package of a prepared environment's lock."""
+
+    name: str
+    version: str
+    index: str
+    via: list[str]
+
+
+@dataclass(frozen=True)
+class PreparedEnvironment:
+    """POST /v1/prepare: an installed package environment. Name it in a run
+    with ``environment_id``; ``lock`` reproduces it (``requirements_lock``)."""
+
+    environment_id: str
+    lock: str
+    packages: list[Package]
+    cached: bool
+    warm: int
+    limits: Limits
+    network_access: str
+    ms: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+    # The Python runtime it is for (ids are per runtime).
+    runtime: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PreparedEnvironment":
+        return cls(
+            runtime=str(d.get("runtime", "")),
+            environment_id=str(d.get("environment_id", "")),
+            lock=str(d.get("lock", "")),
+            packages=[Package(str(p.get("name", "")), str(p.get("version", "")), str(p.get("index", "")),
+                              list(p.get("via") or [])) for p in d.get("packages") or []],
+            cached=bool(d.get("cached")),
+            warm=int(d.get("warm") or 0),
+            limits=Limits.from_dict(d.get("limits")),
+            network_access=str(d.get("network_access", "")),
+            ms=int(d.get("ms") or 0),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A granted tool (code mode): ``name`` is "<server>.<tool>"."""
+
+    name: str
+    server: str
+    description: str
+    input_schema: Any
+
+
+@dataclass(frozen=True)
+class ToolList:
+    """GET /v1/tools: the tools a run of the caller would be granted, the
+    servers that could not be reached, typed stubs and a prompt section."""
+
+    tenant_id: str
+    decision_id: str
+    tools: list[Tool]
+    unavailable: list[dict[str, str]]
+    python_stub: str
+    typescript_stub: str
+    prompt: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ToolList":
+        return cls(
+            tenant_id=str(d.get("tenant_id", "")),
+            decision_id=str(d.get("decision_id", "")),
+            tools=[Tool(str(t.get("name", "")), str(t.get("server", "")), str(t.get("description", "")),
+                        t.get("input_schema")) for t in d.get("tools") or []],
+            unavailable=[dict(u) for u in d.get("unavailable") or []],
+            python_stub=str(d.get("python_stub", "")),
+            typescript_stub=str(d.get("typescript_stub", "")),
+            prompt=str(d.get("prompt", "")),
+            raw=dict(d),
         )

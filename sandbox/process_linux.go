@@ -1,0 +1,159 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/zygote"
+)
+
+// Level process (package zygote): the runner starts each zygote's jail
+// from the run's profile (startZygote), hands a forked run its request,
+// reads its output, serves its tool bridge and classifies the outcome as a
+// jail's.
+
+// runProcess runs spec at level process.
+func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Result, error) {
+	if err := checkProcessSpec(spec); err != nil {
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	key := zygote.Key{Tenant: spec.TenantID, Profile: prof.String(), Limits: prof.Limits}
+	p, err := r.zygotes.Fork(key, func() (zygote.Jail, error) { return r.startZygote(prof) })
+	var died *zygote.DiedError
+	switch {
+	case errors.Is(err, zygote.ErrFull):
+		r.log.Info("no zygote place free: running at level jail", "tenant_id", spec.TenantID, "execution_id", spec.ExecutionID)
+		spec.Isolation = IsolationJail
+		return r.Run(ctx, spec)
+	case errors.As(err, &died):
+		return errorResult(ErrSandboxCrashed, "the run's zygote died before the run started: "+died.Err.Error(), ""), nil
+	case err != nil:
+		return Result{}, err
+	}
+	out := newProcOutput(p, prof.Limits)
+	// The run's output goes to spec.Output as it comes (live output), as a
+	// jail's does.
+	watchCaptures(spec.Output, &out.stdout, &out.stderr)
+	handoff := time.Now()
+	req, err := encodeRequest(spec, handoff.UnixMilli())
+	if err != nil {
+		p.Abort(out)
+		return errorResult(ErrInvalidInput, err.Error(), ""), nil
+	}
+	go func() {
+		_, _ = p.Stdin.Write(req)
+		p.Stdin.Close()
+	}()
+	bridge := r.runBridge(spec)
+	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
+	bsrv := serveBridge(bctx, connChannel{p.Bridge}, bridge, r.log.With("execution_id", spec.ExecutionID))
+	exit := p.Wait(ctx, prof.Limits, handoff, out)
+	wall := time.Since(handoff)
+	bsrv.stop()
+	bcancel()
+	o := outcome{ExitCode: exit.ExitCode, TimedOut: exit.TimedOut, Cancelled: exit.Cancelled, CancelErr: exit.CancelErr, CPUKilled: exit.CPUKilled}
+	stats := p.Cgroup().Stats()
+	if used, ok := p.Cgroup().CPUUsage(); ok {
+		o.CPUMS = used.Milliseconds()
+	}
+	p.End(spec.ExecutionID, exit.Crashed)
+	usage := Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true, Isolation: IsolationProcess}
+	if exit.Crashed {
+		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
+		res.Stdout, res.Stderr = out.stdout.String(), out.stderr.String()
+		res.Usage = usage
+		return res, nil
+	}
+	o.Envelope, o.EnvelopeTruncated = out.envelope.buf, out.envelope.truncated
+	o.Runtime = prof.Runtime
+	o.Limits = prof.Limits
+	o.MemoryLimitHit = stats.MemoryLimitHit
+	o.OOMKilled = stats.OOMKilled
+	if o.childSignal() == syscall.SIGSYS && p.HostPID > 0 {
+		o.DeniedSyscall = seccomp.SyscallFor(p.HostPID, p.Forked, seccompRecordWait)
+	}
+	v := classify(o)
+	if v.Unavailable != nil {
+		return Result{}, v.Unavailable
+	}
+	return runResult(v, o, &out.stdout, &out.stderr, bridge, usage), nil
+}
+
+// procOutput reads a level-process run's output: stdout and stderr capped
+// at the profile's OutputBytes as a jail's, and its envelope.
+type procOutput struct {
+	stdout, stderr textCapture
+	envelope       capture
+	envelopeEOF    chan struct{} // closed when the result pipe reached EOF
+	readEnd        []*os.File
+	readers        sync.WaitGroup
+}
+
+var _ zygote.Output = (*procOutput)(nil)
+
+// newProcOutput starts reading p's output pipes.
+func newProcOutput(p *zygote.Run, l Limits) *procOutput {
+	out := &procOutput{
+		readEnd:     []*os.File{p.Stdout, p.Stderr, p.Result},
+		stdout:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
+		stderr:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStderr}},
+		envelope:    capture{max: int(l.OutputBytes) + envelopeOverhead},
+		envelopeEOF: make(chan struct{}),
+	}
+	out.readers.Add(3)
+	go func() { defer out.readers.Done(); out.stdout.readFrom(p.Stdout) }()
+	go func() { defer out.readers.Done(); out.stderr.readFrom(p.Stderr) }()
+	go func() { defer out.readers.Done(); out.envelope.readFrom(p.Result); close(out.envelopeEOF) }()
+	return out
+}
+
+func (o *procOutput) EnvelopeEOF() <-chan struct{} { return o.envelopeEOF }
+
+func (o *procOutput) EnvelopeWhole() bool {
+	return !o.envelope.truncated && json.Valid(o.envelope.buf)
+}
+
+func (o *procOutput) Collect(grace time.Duration) { collectReaders(&o.readers, o.readEnd, grace) }
+
+// startZygote starts the jail of a zygote for runs of prof: prof's jail,
+// its config changed by zygoteConfig, its stdin closed.
+func (r *Runner) startZygote(prof profile) (zygote.Jail, error) {
+	prof.Zygote = true
+	j, err := r.startJail(prof, false)
+	if err != nil {
+		return nil, err
+	}
+	j.stdin.Close()
+	ctl, ok := j.bridge.(*net.UnixConn)
+	if !ok {
+		_ = j.discard(r.grace())
+		return nil, &UnavailableError{Reason: "the zygote's control socket is not a unix socket"}
+	}
+	return &zygoteJail{j: j, ctl: ctl, grace: r.grace()}, nil
+}
+
+// zygoteJail is a zygote's jail as package zygote uses it.
+type zygoteJail struct {
+	j     *jail
+	ctl   *net.UnixConn
+	grace time.Duration
+}
+
+var _ zygote.Jail = (*zygoteJail)(nil)
+
+func (z *zygoteJail) Control() *net.UnixConn  { return z.ctl }
+func (z *zygoteJail) Exited() <-chan struct{} { return z.j.exited }
+func (z *zygoteJail) Discard() error          { return z.j.discard(z.grace) }
+func (z *zygoteJail) Stderr() string          { return z.j.stderr.String() }
+func (z *zygoteJail) Pid() int                { return z.j.cmd.Process.Pid }
+
+func (z *zygoteJail) Unavailable(reason string) error {
+	return &UnavailableError{Reason: reason, Log: z.j.log.lines, Hint: hostHint(z.j.log.lines)}
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package seccomp
+
+import "github.com/execgate/execgate/sandbox/internal/unavailable"
+
+// AuditErr: there are no jails off Linux.
+func AuditErr() error { return unavailable.ErrUnsupported }
