@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // versionTool reports the interpreter's version and its CA store.
@@ -199,5 +202,61 @@ func TestMCPExecutePythonTakesTheRuntime(t *testing.T) {
 	u, _ := env["usage"].(map[string]any)
 	if !reflect.DeepEqual(res["version"], []any{float64(3), float64(13)}) || u["runtime"] != "python3.13" {
 		t.Fatalf("execute_python with runtime python3.13: %v", env)
+	}
+}
+
+// TestRequirementsResolveForTheRunsRuntime: requirements resolve for the
+// chosen interpreter and its C library, from a local wheel directory: a
+// package that needs Python 3.12 and one built for CPython 3.13 on
+// manylinux_2_39 (trixie's glibc 2.41 takes it, bookworm's 2.36 does not)
+// install and import on python3.13 and are a DependencyError on
+// python3.11; an environment prepared for one runtime is that runtime's
+// (its id names no environment of the other).
+func TestRequirementsResolveForTheRunsRuntime(t *testing.T) {
+	dir := testenv.RuntimesDir(t)
+	wheels := testenv.WriteWheels(t, filepath.Join(t.TempDir(), "wheels"),
+		testenv.Wheel{Name: "modern", Version: "1.0", RequiresPython: ">=3.12"},
+		testenv.Wheel{Name: "native", Version: "1.0", Tag: "cp313-cp313-manylinux_2_39_x86_64"},
+	)
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the native wheel is tagged for x86_64")
+	}
+	uv := testenv.UV(t)
+	s := start(t, setup{realSandbox: true, mutate: func(c *config.Config) {
+		c.Sandbox.RuntimesDir = dir
+		c.Sandbox.Runtimes = []string{"python3.11", "python3.13"}
+		c.Sandbox.UVPath = uv
+		c.Sandbox.DepsDir = filepath.Join(testenv.JailDir(t), "deps")
+		c.Sandbox.PackageIndex = sandbox.PackageIndex{FindLinks: []string{wheels}, NoIndex: true}
+		for i := range c.Tenants {
+			c.Tenants[i].Policy["packages"] = map[string]any{"allow": []any{"modern", "native"}, "deny": []any{}}
+		}
+	}})
+	tok := s.token("demo") // granted python3.11 and python3.13
+	src := "import modern, native, sys\ndef run(args, context):\n    return [modern.VERSION, native.VERSION, list(sys.version_info[:2])]\n"
+	for _, req := range []string{"modern>=1", "native==1.0"} {
+		r := s.execute(tok, map[string]any{"source": src, "runtime": "python3.13", "requirements": []string{"modern>=1", "native==1.0"}, "limits": stretchedLimits()})
+		env := r.json(t)
+		if r.status != http.StatusOK || env["status"] != "ok" || fmt.Sprint(env["result"]) != "[1.0 1.0 [3 13]]" {
+			t.Fatalf("python3.13 with %s: %d %s", req, r.status, r.body)
+		}
+		r = s.execute(tok, map[string]any{"source": src, "runtime": "python3.11", "requirements": []string{req}})
+		env = r.json(t)
+		if r.status != http.StatusOK || r.errType(t) != "DependencyError" {
+			t.Fatalf("python3.11 with %s: %d %s; want a DependencyError (no distribution fits 3.11 and glibc 2.36)", req, r.status, r.body)
+		}
+	}
+
+	r := s.do(http.MethodPost, "/v1/prepare", tok, map[string]any{"requirements": []string{"modern>=1"}, "runtime": "python3.13"})
+	if r.status != http.StatusOK || r.json(t)["runtime"] != "python3.13" {
+		t.Fatalf("prepare for python3.13: %d %s", r.status, r.body)
+	}
+	id := r.json(t)["environment_id"]
+	if r := s.execute(tok, map[string]any{"source": "import modern\ndef run(args, context):\n    return modern.VERSION\n", "runtime": "python3.13", "environment_id": id, "limits": stretchedLimits()}); r.status != http.StatusOK || r.json(t)["result"] != "1.0" {
+		t.Fatalf("a run naming the environment on its runtime: %d %s", r.status, r.body)
+	}
+	r = s.execute(tok, map[string]any{"source": "def run(args, context):\n    return 1\n", "runtime": "python3.11", "environment_id": id})
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "for runtime python3.11") {
+		t.Fatalf("the python3.13 environment on python3.11: %d %s; want 400 naming the runtime", r.status, r.body)
 	}
 }
