@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/app"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // OutputFloodBytes is what each flood run writes to stdout and to stderr,
@@ -54,7 +55,7 @@ const afterFlood = 2 * time.Second
 // process's RSS is the gateway's: the client discards the bodies as they
 // arrive).
 func (r *Report) outputFlood(ctx context.Context) error {
-	tg, err := startTarget(ctx, r.Options.Config, 0, app.Options{Progress: r.Options.Progress})
+	tg, err := startTarget(ctx, r.Options.Config, 0, r.Options.Runtimes[:1], app.Options{Progress: r.Options.Progress})
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func (r *Report) outputFlood(ctx context.Context) error {
 		"limits": map[string]any{"output_bytes": OutputFloodBytes, "timeout_ms": 30000, "cpu_ms": 30000},
 	})
 	// One small run first so the idle figure includes a run's lazy set-up.
-	if a := postFlood(ctx, tg, []byte(probeBody())); a.status != http.StatusOK {
+	if a := postFlood(ctx, tg, []byte(probeBody(r.Options.Runtimes[0], sandbox.IsolationJail))); a.status != http.StatusOK {
 		return fmt.Errorf("bench: output: the probe answered %d", a.status)
 	}
 	runtime.GC()
