@@ -371,9 +371,8 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 		return status, env, err
 	}
 	// Requirements resolve for the run's runtime, which is therefore known
-	// before the policy is asked (the policy checks the same default).
-	req.Runtime = policy.RuntimeFor(tenant, req.Language, req.Runtime)
-	pkgs, failure, err := f.Environment(ctx, req.Runtime, req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	// before the policy is asked (the policy decides the same default).
+	pkgs, failure, err := f.Environment(ctx, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
 		return 0, nil, err
 	}

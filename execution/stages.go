@@ -88,7 +88,6 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 // policy's reasons.
 func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (policy.Decision, error) {
 	req := x.req
-	req.Runtime = policy.RuntimeFor(tenant, req.Language, req.Runtime)
 	in := policyInput(x, tenant)
 	pctx, span := f.tracer.Start(ctx, telemetry.StagePolicy)
 	defer span.End()
@@ -117,10 +116,10 @@ func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (pol
 	if !dec.Allow {
 		return dec, Denied(dec.Reasons)
 	}
-	if dec.Runtime != req.Runtime {
-		// The packages were resolved for the runtime asked for; a policy
-		// deciding another could never run them.
-		return dec, fmt.Errorf("%w: the policy decided runtime %q for a run asking for %q", ErrPolicy, dec.Runtime, req.Runtime)
+	if want := policy.RuntimeFor(tenant, req.Language, req.Runtime); dec.Runtime != want {
+		// The packages were resolved for the runtime asked for (or the
+		// tenant's default); a policy deciding another could never run them.
+		return dec, fmt.Errorf("%w: the policy decided runtime %q for a run asking for %q", ErrPolicy, dec.Runtime, want)
 	}
 	if x.env != nil && !dec.RequirementsAllowed {
 		// The policy allowed the run but not its requirements: never install

@@ -31,9 +31,6 @@ type hostDeno struct {
 // (JavaScript runs are then unavailable); a configured path that does not
 // work is an error.
 func findHostDeno(opts Options) (*hostDeno, error) {
-	if opts.NoDeno {
-		return nil, nil
-	}
 	p, err := hostbin.Find(hostbin.Deno, opts.DenoPath)
 	if err != nil {
 		if opts.DenoPath != "" {

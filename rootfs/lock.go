@@ -99,7 +99,11 @@ var embeddedLock []byte
 // nor "host".
 var ErrUnknownRuntime = errors.New("unknown runtime")
 
-var runtimeNameRE = regexp.MustCompile(`^[a-z][a-z0-9._-]{0,31}$`)
+var (
+	runtimeNameRE = regexp.MustCompile(`^[a-z][a-z0-9._-]{0,31}$`)
+	minorRE       = regexp.MustCompile(`^3\.[0-9]{1,2}$`)
+	sha256RE      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
 
 // DefaultLock is the lock compiled into this binary.
 func DefaultLock() *Lock {
@@ -142,7 +146,7 @@ func ParseLock(data []byte) (*Lock, error) {
 			return nil, fmt.Errorf("runtime lock: %q is not a runtime name", r.Name)
 		case seen[r.Name]:
 			return nil, fmt.Errorf("runtime lock: %s twice", r.Name)
-		case !regexp.MustCompile(`^3\.[0-9]{1,2}$`).MatchString(r.Python):
+		case !minorRE.MatchString(r.Python):
 			return nil, fmt.Errorf("runtime lock: %s: python %q is not like 3.13", r.Name, r.Python)
 		case len(r.Sources) == 0 || len(r.Roots) == 0:
 			return nil, fmt.Errorf("runtime lock: %s needs sources and roots", r.Name)
@@ -155,7 +159,7 @@ func ParseLock(data []byte) (*Lock, error) {
 		for arch, pkgs := range r.Packages {
 			for _, p := range pkgs {
 				if !suites[p.Suite] || p.Name == "" || p.Version == "" || p.Size <= 0 ||
-					!regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(p.SHA256) || !strings.HasPrefix(p.Filename, "pool/") || strings.Contains(p.Filename, "..") {
+					!sha256RE.MatchString(p.SHA256) || !strings.HasPrefix(p.Filename, "pool/") || strings.Contains(p.Filename, "..") {
 					return nil, fmt.Errorf("runtime lock: %s %s: package %q is not a well-formed pin", r.Name, arch, p.Name)
 				}
 			}

@@ -97,11 +97,10 @@ func debianSource(ctx context.Context, opts Options, rl *RuntimeLock, dir string
 	if err := debian.MergedUsr(dir); err != nil {
 		return nil, fmt.Errorf("preparing %s: %w", dir, err)
 	}
-	for i, p := range paths {
+	for _, p := range paths {
 		if err := debian.Extract(ctx, p, dir); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", rl.Name, err)
 		}
-		_ = i
 	}
 	s := &source{root: dir, lock: rl, arch: arch, debs: pins}
 	var pyVersion string

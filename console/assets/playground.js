@@ -27,7 +27,7 @@ const $ = (id) => document.getElementById(id);
 let editor;
 let running = null; // the run in flight: {id, cancel()} once submitted
 
-export function initPlayground() {
+export function initPlayground(me) {
   editor = new Editor({ textarea: $("pg-source"), code: $("pg-highlight"), gutter: $("pg-gutter"), language: () => $("pg-language").value });
   const lang = sessionStorage.getItem("execgate.language");
   if (lang && SAMPLE[lang]) $("pg-language").value = lang;
@@ -44,7 +44,8 @@ export function initPlayground() {
   });
   for (const id of ["pg-test", "pg-network"]) $(id).addEventListener("change", formState);
   $("pg-runtime").addEventListener("change", () => sessionStorage.setItem("execgate.runtime", $("pg-runtime").value));
-  loadRuntimes();
+  // GET /v1/runtimes needs the executor role, as the playground does.
+  if (me && me.roles.includes("executor")) loadRuntimes();
   $("pg-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
   $("pg-validate").addEventListener("click", validate);
   $("pg-cancel").addEventListener("click", () => { if (running && running.cancel) running.cancel(); });
@@ -62,11 +63,11 @@ async function loadRuntimes() {
   try { r = await api("GET", "/v1/runtimes"); } catch { return; }
   if (!r.ok || !r.body || !Array.isArray(r.body.runtimes)) return;
   const sel = $("pg-runtime");
-  sel.replaceChildren(h("option", { value: "" }, "tenant default (" + r.body.default + ")"));
+  sel.replaceChildren(h("option", { value: "" }, "default (" + r.body.default + ")"));
   for (const rt of r.body.runtimes) {
     if (!rt.granted) continue;
-    sel.appendChild(h("option", { value: rt.name, disabled: !rt.available },
-      rt.name + " · Python " + rt.python_version + (rt.distribution ? " · " + rt.distribution : "")));
+    sel.appendChild(h("option", { value: rt.name, disabled: !rt.available, title: "Python " + rt.python_version + " · " + rt.distribution },
+      rt.name + " (" + rt.python_version + ")"));
   }
   const saved = sessionStorage.getItem("execgate.runtime");
   if (saved && [...sel.options].some((o) => o.value === saved && !o.disabled)) sel.value = saved;
