@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -176,8 +177,10 @@ func TestDispatcherNeverLetsAnExpiredRunStart(t *testing.T) {
 	k := newKeys("execgate")
 	cfg := testCfg()
 	cfg.QueueTimeoutMS = 300
-	// An executor that announces itself but never reads.
-	a, _ := json.Marshal(Announcement{ID: "mute", Slots: 1, Wire: WireVersion})
+	// An executor that announces itself (serving the default runtime) but
+	// never reads.
+	a, _ := json.Marshal(Announcement{ID: "mute", Slots: 1, Wire: WireVersion,
+		Runtimes: []runtimes.Info{{Name: limits.DefaultRuntime, Available: true}}})
 	rdb.Set(ctx, k.executor("mute"), a, time.Minute)
 	rdb.ZAdd(ctx, k.executors(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "mute"})
 

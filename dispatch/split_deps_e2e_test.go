@@ -61,8 +61,8 @@ func TestSplitRunsWithPackages(t *testing.T) {
 		return code == http.StatusOK
 	})
 	a, err := e.rdb.Get(context.Background(), newKeys("execgate").executor("ex-p")).Result()
-	if err != nil || !strings.Contains(a, `"python":"3.`) || !strings.Contains(a, `"platform":"`) {
-		t.Fatalf("announcement %s (%v): want the rootfs's Python and platform", a, err)
+	if err != nil || !strings.Contains(a, `"python_version":"3.11.`) || !strings.Contains(a, `"platform":"x86_64-manylinux_2_36"`) {
+		t.Fatalf("announcement %s (%v): want the runtime's Python and platform", a, err)
 	}
 
 	const src = "import alpha, beta\ndef run(args, context):\n    return {'alpha': alpha.VERSION, 'beta': beta.VERSION}\n"

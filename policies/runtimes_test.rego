@@ -72,3 +72,10 @@ test_runtimes_data_of_the_wrong_type_denies if {
 	not d.allow
 	"tenant policy data runtimes must be array, not string" in d.reasons
 }
+
+test_an_empty_list_grants_no_runtime if {
+	runtimes.default_runtime == "python3.11" with input as with_runtimes([])
+	d := main.decision with input as with_runtimes([])
+	not d.allow
+	d.reasons == [`runtime "python3.11" is not allowed for tenant "acme" (its runtimes: )`]
+}
