@@ -73,6 +73,12 @@ type Options struct {
 	// telemetry.Setup installs (serve calls it); without an SDK provider
 	// envelopes and audit records carry no trace id.
 	TracerProvider trace.TracerProvider
+	// Traces keeps the recent spans of each tenant's traces for GET
+	// /v1/admin/traces/{trace_id}: a telemetry.SpanRing that is also a
+	// processor of the tracer provider the spans go to (serve passes it to
+	// telemetry.Setup when no OTLP endpoint is set). Nil: that route
+	// answers 404.
+	Traces *telemetry.SpanRing
 	// EgressResolver resolves the hosts tools reach through the egress
 	// proxy (network mode proxy). Nil: the system resolver. Tests map
 	// made-up names to loopback servers (with egress.allow_cidrs opening
@@ -214,6 +220,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Ready:          ready,
 		Logger:         log,
 		TracerProvider: opts.TracerProvider,
+		Traces:         traces(opts.Traces),
 		Tools:          tools,
 		ToolServers:    toolStore,
 		Async:          asyncStore,
@@ -307,7 +314,7 @@ func (a *App) startPolicy(ctx, bg context.Context, sighup bool) error {
 		return fmt.Errorf("loading policies: %w", err)
 	}
 	a.policy = eng
-	if watch := cfg.Policy.Watch; (watch == nil && (len(cfg.Policy.Dirs) > 0 || cfg.Policy.Bundle != nil)) || (watch != nil && *watch) {
+	if cfg.Policy.WatchEnabled() {
 		go func() {
 			if err := eng.Watch(bg); err != nil && bg.Err() == nil {
 				a.log.Error("policy watch stopped", "err", err)
@@ -603,4 +610,13 @@ func newToolHub(cfg *config.Config, eng *policy.Engine, store quota.ToolServerSt
 		return nil, fmt.Errorf("tool servers: %w", err)
 	}
 	return hub, nil
+}
+
+// traces is ring as the gateway's Traces (a nil ring: none, not a non-nil
+// interface holding nil).
+func traces(ring *telemetry.SpanRing) gateway.Traces {
+	if ring == nil {
+		return nil
+	}
+	return ring
 }

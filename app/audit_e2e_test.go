@@ -455,7 +455,7 @@ func TestAuditRecordsEveryAuthenticatedRequestUnderMixedLoad(t *testing.T) {
 func TestAuditSurvivesTheGatewayBeingKilledMidLoad(t *testing.T) {
 	listen := obsFreeAddr(t)
 	g := newObsGateway(t, listen)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 	base := "http://" + listen
 	kinds := obsKinds()
 	tokens := map[string]string{obsFastTenant: g.token(t, obsFastTenant), obsTinyTenant: g.token(t, obsTinyTenant)}
@@ -567,18 +567,6 @@ func obsStart(t *testing.T, cmd *exec.Cmd, base string) (*exec.Cmd, *testenv.Syn
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// obsBuildBinary builds cmd/execgate once per test into a temp dir.
-func obsBuildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "execgate")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/execgate")
-	cmd.Dir = testenv.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/execgate: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // obsFreeAddr returns a loopback address with a port free right now.

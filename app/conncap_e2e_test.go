@@ -97,7 +97,7 @@ tenants:
 		return tok
 	}
 
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 	base := "http://" + listen
 	// ulimit -n sets the soft and the hard limit: Go raises the soft one
 	// to the hard one at start-up, so both must be low.

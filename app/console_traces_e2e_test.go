@@ -1,11 +1,5 @@
-//go:build console_traces
-
-// This test needs GET /v1/admin/traces/{trace_id} (issue #26 §3: the spans
-// a gateway keeps when no OTLP endpoint is set), which another branch adds.
-// It is behind the build tag console_traces until that route is merged:
-// then delete the tag line above so it runs with the other console tests
-// (go test -tags console_traces ./app -run TestConsoleRunDetailDrawsTheTrace
-// runs it before).
+// The run page's spans waterfall against GET /v1/admin/traces/{trace_id}
+// (issue #26 §3: the spans a gateway keeps when no OTLP endpoint is set).
 
 package app_test
 

@@ -25,6 +25,7 @@ import (
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -52,6 +53,7 @@ type server struct {
 	// sandbox is the real runner the harness built (nil otherwise).
 	sandbox *sandbox.Runner
 	spans   *tracetest.SpanRecorder
+	traces  *telemetry.SpanRing // what GET /v1/admin/traces/{id} serves
 	logs    *testenv.SyncBuffer
 	spec    *specChecker
 	client  *http.Client
@@ -107,12 +109,14 @@ func start(t *testing.T, s setup) *server {
 	if s.mutate != nil {
 		s.mutate(cfg)
 	}
-	srv := &server{t: t, cfg: cfg, runs: &atomic.Int64{}, logs: &testenv.SyncBuffer{}, spec: loadSpec(t), spans: tracetest.NewSpanRecorder()}
+	srv := &server{t: t, cfg: cfg, runs: &atomic.Int64{}, logs: &testenv.SyncBuffer{}, spec: loadSpec(t), spans: tracetest.NewSpanRecorder(),
+		traces: telemetry.NewSpanRing(telemetry.RingOptions{})}
 	opts := app.Options{
 		Config:         cfg,
 		Logger:         slog.New(slog.NewJSONHandler(srv.logs, nil)),
 		Progress:       io.Discard,
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(srv.spans)),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(srv.spans), sdktrace.WithSpanProcessor(srv.traces)),
+		Traces:         srv.traces,
 		EgressResolver: s.egressResolver,
 	}
 	switch {

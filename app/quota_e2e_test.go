@@ -266,7 +266,7 @@ func TestQuotaE2EMaxOverlap(t *testing.T) {
 func TestQuotaE2E(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Nsjail(t)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 
 	t.Run("three gateways sharing Redis never over-admit", func(t *testing.T) {
 		quotaE2ENoOverAdmission(t, bin)

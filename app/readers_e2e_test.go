@@ -176,7 +176,7 @@ const readersConstant = 192 << 10 // KiB
 // the slots come back when the readers go.
 func TestStalledReadersOfAStoredResultShareOneCopy(t *testing.T) {
 	testenv.Nsjail(t)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 	backends := map[string][]string{
 		"memory": nil,
 		"redis":  {"EXECGATE_QUOTA_BACKEND=redis", "EXECGATE_QUOTA_REDIS_URL=" + testenv.Redis(t).URL()},
@@ -258,7 +258,7 @@ const liveReaders = 800
 // (its slot comes back while the run still runs).
 func TestStalledLiveReadersAreCappedSharedAndCutOff(t *testing.T) {
 	testenv.Nsjail(t)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 	g := startReadersGateway(t, bin)
 	body, _ := json.Marshal(map[string]any{"execution_id": "trickle", "source": slowclient.TrickleSource,
 		"args":   map[string]any{"seconds": 55},

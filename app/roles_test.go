@@ -20,6 +20,9 @@ func (validRunner) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
 	return sandbox.Result{Status: sandbox.StatusOK, Result: []byte(`{"valid":true,"errors":[]}`)}, nil
 }
 
+// noSuchTrace is a trace id no span has.
+const noSuchTrace = "0123456789abcdef0123456789abcdef"
+
 // Issue #11 §4: a policy-author of one tenant read another tenant's data
 // through the policy dry run. Every authenticated route, for every role,
 // on the caller's own tenant and on another one, through the real router
@@ -88,6 +91,9 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/admin/audit?tenant={t}", "",
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
+		// No span of this trace is kept: reaching the lookup is a 404.
+		{"GET", "/v1/admin/traces/" + noSuchTrace + "?tenant={t}", "",
+			map[string]want{tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}, tenancy.RoleAuditor: {http.StatusNotFound, no}}},
 	}
 	roles := append(tenancy.Roles(), "no-such-role")
 	covered := map[string]bool{}
@@ -153,7 +159,7 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		}
 	}
 	for _, rt := range s.app.Server().Routes() {
-		p := strings.ReplaceAll(strings.ReplaceAll(rt.Path, ":id", "{t}"), ":name", "crm")
+		p := strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(rt.Path, ":id", "{t}"), ":name", "crm"), ":trace_id", noSuchTrace)
 		if strings.HasPrefix(p, "/v1/") && !covered[rt.Method+" "+p] {
 			t.Errorf("route %s %s is not in the role matrix", rt.Method, rt.Path)
 		}

@@ -36,12 +36,7 @@ func TestSchemathesis(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "execgate")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/execgate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/execgate: %v\n%s", err, out)
-	}
+	bin := testenv.BuildExecgate(t)
 
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "schemathesis.sh"))
 	cmd.Dir = root

@@ -169,7 +169,7 @@ func privateStateDir(t *testing.T) string {
 
 func TestServeRunsToolsOnAPrivateStateDir(t *testing.T) {
 	testenv.Nsjail(t)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 
 	t.Run("embedded default with --state-dir of a fresh 0700 directory", func(t *testing.T) {
 		state := privateStateDir(t)
@@ -213,7 +213,7 @@ tenants:
 
 func TestTwoGatewaysSideBySideAndAfterACrash(t *testing.T) {
 	testenv.Nsjail(t)
-	bin := obsBuildBinary(t)
+	bin := testenv.BuildExecgate(t)
 	stateA, stateB := privateStateDir(t), privateStateDir(t)
 	a := serveArgs(t, bin, "--state-dir", stateA)
 	b := serveArgs(t, bin, "--state-dir", stateB)

@@ -64,7 +64,7 @@ func newLog(cfg Config, stdout io.Writer, now func() time.Time) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	l := &Log{now: now}
 	for _, name := range cfg.Sinks {
 		var s sink
@@ -110,7 +110,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if len(c.Sinks) == 0 {
 		c.Sinks = []string{SinkFile}
 	}

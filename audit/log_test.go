@@ -40,13 +40,20 @@ func records() map[string]audit.Record {
 		"ok run": {
 			ExecutionID: "ok-1", TenantID: "demo", Subject: "alice", Roles: []string{"executor"},
 			Decision: allow, Quota: audit.Quota{Outcome: audit.QuotaAdmitted},
-			SourceSHA256: sha(probe),
-			Outcome:      audit.Outcome{HTTPStatus: 200, Status: "ok"},
-			Usage:        sandbox.Usage{WallMS: 41, CPUMS: 30, PeakMemoryKB: 9000},
+			Language: "python", SourceSHA256: sha(probe),
+			Outcome: audit.Outcome{HTTPStatus: 200, Status: "ok"},
+			Usage:   sandbox.Usage{WallMS: 41, CPUMS: 30, PeakMemoryKB: 9000},
 			Egress: []sandbox.EgressAttempt{
 				{Host: "api.example.com", Port: 443, Allowed: true, IP: "93.184.216.34"},
 				{Host: "169.254.169.254", Port: 80, Allowed: false, Reason: "metadata address"},
 			},
+		},
+		"javascript run with a package environment": {
+			ExecutionID: "env-1", TenantID: "demo", Subject: "alice", Roles: []string{"executor"},
+			Decision: allow, Quota: audit.Quota{Outcome: audit.QuotaAdmitted},
+			Language: "javascript", EnvironmentID: sha("alpha==1.0"), SourceSHA256: sha("export function run() {}"),
+			Outcome: audit.Outcome{HTTPStatus: 200, Status: "ok"},
+			Usage:   sandbox.Usage{WallMS: 60, CPUMS: 40, PeakMemoryKB: 30000},
 		},
 		"tool error with source recorded": {
 			ExecutionID: "err-1", TenantID: "demo", Subject: "alice", Roles: []string{"executor"},
@@ -118,6 +125,7 @@ func TestRecordsValidateAgainstSchemaAndRoundTrip(t *testing.T) {
 			}
 			if got.ExecutionID != want.ExecutionID || got.Outcome != want.Outcome || got.Quota != want.Quota ||
 				got.Source != want.Source || got.SourceSHA256 != want.SourceSHA256 || got.Usage != want.Usage ||
+				got.Language != want.Language || got.EnvironmentID != want.EnvironmentID ||
 				len(got.Egress) != len(want.Egress) || (got.Decision == nil) != (want.Decision == nil) {
 				t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 			}
@@ -153,6 +161,8 @@ func TestSchemaRejectsBrokenRecords(t *testing.T) {
 		{"wrong schema_version", func(m map[string]any) { m["schema_version"] = 2 }},
 		{"time not a date-time", func(m map[string]any) { m["time"] = "yesterday" }},
 		{"source_sha256 not hex", func(m map[string]any) { m["source_sha256"] = "xyz" }},
+		{"language unknown", func(m map[string]any) { m["language"] = "ruby" }},
+		{"environment_id not an id", func(m map[string]any) { m["environment_id"] = "../../etc" }},
 		{"trace_id too short", func(m map[string]any) { m["trace_id"] = "abc" }},
 		{"status unknown", func(m map[string]any) { m["outcome"].(map[string]any)["status"] = "maybe" }},
 		{"error without error_type", func(m map[string]any) { m["outcome"].(map[string]any)["status"] = "error" }},
@@ -205,6 +215,8 @@ func TestRecordRefusesInvalidRecordNamingTheField(t *testing.T) {
 		{"bad trace id", func(r *audit.Record) { r.TraceID = "nope" }, "trace_id"},
 		{"future schema version", func(r *audit.Record) { r.SchemaVersion = 9 }, "schema_version"},
 		{"syscall without SyscallDenied", func(r *audit.Record) { r.Outcome.Syscall = "unshare" }, "outcome.syscall"},
+		{"unknown language", func(r *audit.Record) { r.Language = "ruby" }, "language"},
+		{"environment id not an id", func(r *audit.Record) { r.EnvironmentID = "latest" }, "environment_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

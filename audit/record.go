@@ -23,6 +23,15 @@ type Record struct {
 	// (e.g. a 400 after authentication).
 	Decision *Decision `json:"decision"`
 	Quota    Quota     `json:"quota"`
+	// Language is the request's language (python, javascript or
+	// typescript); empty when the request was refused before its body was
+	// decoded.
+	Language string `json:"language,omitempty"`
+	// EnvironmentID names the run's package environment (the SHA-256 of
+	// its lock: every package's version and hashes, the Python version and
+	// platform), whether asked for by requirements, a lock or its id;
+	// empty for a run without packages.
+	EnvironmentID string `json:"environment_id,omitempty"`
 	// SourceSHA256 is always set; Source only when the decision says record_source.
 	SourceSHA256 string        `json:"source_sha256"`
 	Source       string        `json:"source,omitempty"`

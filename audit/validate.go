@@ -53,6 +53,14 @@ func (r *Record) Validate() error {
 	if r.Quota.RetryAfterMS < 0 {
 		bad("quota.retry_after_ms", "must not be negative")
 	}
+	switch r.Language {
+	case "", sandbox.LanguagePython, sandbox.LanguageJavaScript, sandbox.LanguageTypeScript:
+	default:
+		bad("language", "%q is not python, javascript or typescript", r.Language)
+	}
+	if r.EnvironmentID != "" && !sha256Hex.MatchString(r.EnvironmentID) {
+		bad("environment_id", "%q is not 64 lowercase hex digits", r.EnvironmentID)
+	}
 	if r.SourceSHA256 != "" && !sha256Hex.MatchString(r.SourceSHA256) {
 		bad("source_sha256", "%q is not 64 lowercase hex digits", r.SourceSHA256)
 	}
@@ -170,6 +178,7 @@ func (r *Record) shrink() {
 	r.Quota.Kind = clip(r.Quota.Kind)
 	r.Outcome.Status, r.Outcome.ErrorType = clip(r.Outcome.Status), clip(r.Outcome.ErrorType)
 	r.SourceSHA256, r.TraceID, r.SpanID = clip(r.SourceSHA256), clip(r.TraceID), clip(r.SpanID)
+	r.Language, r.EnvironmentID = clip(r.Language), clip(r.EnvironmentID)
 	if r.Decision != nil {
 		d := *r.Decision
 		d.ID, d.NetworkAccess, d.Isolation = clip(d.ID), clip(d.NetworkAccess), clip(d.Isolation)

@@ -42,6 +42,17 @@ const (
 	DefaultUnknownKIDIntervalSec = 30
 )
 
+// WithDefaults returns c with the zero JWKS fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.JWKSRefreshSeconds <= 0 {
+		c.JWKSRefreshSeconds = DefaultJWKSRefreshSeconds
+	}
+	if c.UnknownKIDIntervalSeconds <= 0 {
+		c.UnknownKIDIntervalSeconds = DefaultUnknownKIDIntervalSec
+	}
+	return c
+}
+
 // Validate checks the values that need no file or network access (the key
 // files and the JWKS are loaded by NewVerifier).
 func (c Config) Validate() error {

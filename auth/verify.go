@@ -209,14 +209,8 @@ func (v *Verifier) setupJWKS(ctx context.Context, cfg Config, opts Options) erro
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	refresh := cfg.JWKSRefreshSeconds
-	if refresh <= 0 {
-		refresh = DefaultJWKSRefreshSeconds
-	}
-	unknown := cfg.UnknownKIDIntervalSeconds
-	if unknown <= 0 {
-		unknown = DefaultUnknownKIDIntervalSec
-	}
+	d := cfg.WithDefaults()
+	refresh, unknown := d.JWKSRefreshSeconds, d.UnknownKIDIntervalSeconds
 	raw, err := jwkset.NewStorageFromHTTP(cfg.JWKSURL, jwkset.HTTPClientStorageOptions{
 		Client:                    client,
 		Ctx:                       ctx,

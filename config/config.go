@@ -258,9 +258,51 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Print writes the effective config as YAML with secrets redacted.
+// Effective returns c as the running server uses it: every section with
+// its package's defaults applied, the values derived from other keys or
+// from the host filled in (server.max_concurrent_runs from the CPUs,
+// server.conn_fd_reserve from this process's RLIMIT_NOFILE, the nsjail and
+// uv binaries as this process finds them, telemetry.tracing from the
+// OTEL_* variables), and each tenant's tool limits and servers defaulted.
+// What stays zero is a real value: an off switch, an empty list, a key the
+// server does not use in this setup (dispatch.* in role all), or
+// dispatch.executor_id, generated at start.
+func (c *Config) Effective() Config {
+	e := *c
+	e.Server = c.Server.WithDefaults()
+	e.Auth = c.Auth.WithDefaults()
+	e.Sandbox = c.Sandbox.WithDefaults()
+	if p, err := sandbox.FindNsjail(e.Sandbox); err == nil {
+		e.Sandbox.NsjailPath = p
+	}
+	if p, err := sandbox.FindUV(e.Sandbox); err == nil {
+		e.Sandbox.UVPath = p
+	}
+	e.Quota = c.Quota.WithDefaults()
+	e.Policy = c.Policy.WithDefaults()
+	e.Audit = c.Audit.WithDefaults()
+	e.Telemetry = c.Telemetry.WithDefaults()
+	tracing := telemetry.TracingEnabled(c.Telemetry, os.LookupEnv)
+	e.Telemetry.Tracing = &tracing
+	e.Dispatch = c.Dispatch.WithDefaults()
+	e.ToolsAPI = c.ToolsAPI.WithDefaults()
+	e.Tenants = make([]tenancy.Tenant, len(c.Tenants))
+	for i, t := range c.Tenants {
+		t.Tools.Limits = t.Tools.Limits.WithDefaults()
+		servers := make([]toolconfig.Server, len(t.Tools.Servers))
+		for j, s := range t.Tools.Servers {
+			servers[j] = s.WithDefaults()
+		}
+		t.Tools.Servers = servers
+		e.Tenants[i] = t
+	}
+	return e
+}
+
+// Print writes the effective config (Effective) as YAML with secrets
+// redacted.
 func (c *Config) Print(w io.Writer) error {
-	red := *c
+	red := c.Effective()
 	red.Quota.RedisURL = redactURL(red.Quota.RedisURL)
 	red.Dispatch.RedisURL = redactURL(red.Dispatch.RedisURL)
 	red.Egress.UpstreamProxy = redactURL(red.Egress.UpstreamProxy)

@@ -104,12 +104,7 @@ func newSplitEnv(t testing.TB) *splitEnv {
 	t.Helper()
 	testenv.RequireRoot(t)
 	e := &splitEnv{t: t, dir: t.TempDir(), redis: testenv.Redis(t), nsjail: testenv.Nsjail(t), rootfs: testenv.Rootfs(t), execs: map[string]*proc{}}
-	e.bin = filepath.Join(e.dir, "execgate")
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/execgate")
-	build.Dir = testenv.RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/execgate: %v\n%s", err, out)
-	}
+	e.bin = testenv.BuildExecgate(t)
 	// A tool server only the gateway holds the credential for.
 	mcpToken := "split-" + strings.Repeat("m", 24)
 	e.mcp = toolbridgetest.Start(t, mcpToken)

@@ -164,7 +164,7 @@ func Refusal(err error) *Error {
 	case errors.As(err, &exceeded):
 		if exceeded.Kind == quota.KindBudget {
 			return &Error{Status: http.StatusTooManyRequests, Type: TypeBudgetExhausted,
-				Message: "the tenant's daily CPU budget is spent", RetryAfter: exceeded.RetryAfter, Err: err}
+				Message: budgetMessage(exceeded), RetryAfter: exceeded.RetryAfter, Err: err}
 		}
 		if exceeded.Kind == quota.KindQueued {
 			return &Error{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: exceeded.RetryAfter, Err: err,
@@ -220,4 +220,17 @@ func RetryAfterSeconds(d time.Duration) string {
 		s = 1
 	}
 	return strconv.FormatInt(s, 10)
+}
+
+// budgetMessage says why the daily CPU budget refused a run: spent, or
+// held by the tenant's runs in flight (a run gets whatever is left, so it
+// is refused only when nothing is).
+func budgetMessage(e *quota.ExceededError) string {
+	if e.LimitMS <= 0 { // a backend that did not say
+		return "the tenant's daily CPU budget is spent"
+	}
+	if e.Spent() {
+		return fmt.Sprintf("the tenant's daily CPU budget is spent: %d of %d ms used today (it resets at 00:00 UTC)", e.UsedMS, e.LimitMS)
+	}
+	return fmt.Sprintf("the rest of the tenant's daily CPU budget is reserved by its runs in flight: %d ms used and %d ms reserved of %d; a run gets what they leave when they end", e.UsedMS, e.ReservedMS, e.LimitMS)
 }

@@ -185,6 +185,12 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 	if env.Error != nil {
 		r.Outcome.ErrorType = env.Error.Type
 	}
+	if x.req != nil {
+		r.Language = x.req.Language
+	}
+	if x.env != nil {
+		r.EnvironmentID = x.env.ID
+	}
 	if x.decision != nil {
 		r.Decision = &audit.Decision{
 			ID:            x.decision.ID,

@@ -13,7 +13,8 @@ import (
 // runSpec runs spec, which the flow made itself rather than a policy
 // decided (Validate's checker), for tenant: it takes a place in
 // the run queue, the tenant's quota (reserving reserveCPUMS of its daily
-// budget) and a run slot like any run, and settles the CPU it used. It leaves no audit record;
+// budget, or what is left of it, which then caps the spec's cpu_ms) and a
+// run slot like any run, and settles the CPU it used. It leaves no audit record;
 // the error is a refusal or the sandbox's (nothing was run).
 func (f *Flow) runSpec(ctx context.Context, tenant tenancy.Tenant, spec sandbox.Spec, reserveCPUMS int64) (sandbox.Result, error) {
 	tk := f.queue.enter(tenant.ID)
@@ -27,6 +28,7 @@ func (f *Flow) runSpec(ctx context.Context, tenant tenancy.Tenant, spec sandbox.
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	spec.Limits.CPUMS = adm.BudgetCPUMS(spec.Limits.CPUMS) // what is left of the daily budget, if less
 	if err := tk.acquire(ctx); err != nil {
 		_ = adm.Release(context.WithoutCancel(ctx))
 		return sandbox.Result{}, err

@@ -225,6 +225,10 @@ func (f *Flow) admitQuota(ctx context.Context, x *state, tenant tenancy.Tenant) 
 	f.d.Metrics.Stage(telemetry.StageQuota, time.Since(start))
 	if err == nil {
 		x.quota = audit.Quota{Outcome: audit.QuotaAdmitted}
+		// Less of the daily budget left than the decided cpu_ms: the run
+		// gets what is left (the envelope's and the record's decided
+		// limits show it, the jail enforces it).
+		x.limits.CPUMS = adm.BudgetCPUMS(x.limits.CPUMS)
 		return adm, nil
 	}
 	span.RecordError(err)

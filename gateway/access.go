@@ -79,11 +79,12 @@ var accessTable = []Access{
 	{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name", TenantFromPath, []tenancy.Grant{adminAny}, "remove a tool server added over the API"},
 	{http.MethodPost, "/v1/admin/policy/evaluate", TenantFromBody, []tenancy.Grant{adminAny, tenantAdmin, policyAuthor}, "dry-run a tenant's policy"},
 	{http.MethodGet, "/v1/admin/audit", TenantFromQuery, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "search recent audit records"},
+	{http.MethodGet, "/v1/admin/traces/:trace_id", TenantFromQuery, []tenancy.Grant{adminAny, auditor}, "read a trace's spans kept in memory (no OTLP collector)"},
 	{http.MethodPost, "/v1/executions", TenantFromToken, []tenancy.Grant{executor}, "submit an async run"},
 	{http.MethodGet, "/v1/executions/:id", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "read an async run's state and result"},
 	{http.MethodGet, "/v1/executions/:id/events", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "follow an async run's output (Server-Sent Events)"},
 	{http.MethodDelete, "/v1/executions/:id", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "cancel an async run"},
-	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, validate"},
+	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, execute_javascript, validate"},
 }
 
 // accessRow is the access table's row of method and path; a missing row

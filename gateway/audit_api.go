@@ -64,23 +64,12 @@ func (s *Server) handleAudit(c *gin.Context) {
 		q.Since = t
 	}
 
-	p, _ := tenancy.PrincipalFrom(c.Request.Context())
-	target := c.Query("tenant")
-	a, _ := c.Value(keyAccess).(Access)
-	if target == "" {
-		if _, err := s.d.Tenants.AuthorizeAll(p, a.Grants); err != nil {
-			target = p.TenantID // a tenant-scoped role: its own tenant
-		}
+	target, err := s.queryTenant(c)
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
 	if target != "" {
-		if _, err := s.authorizeTenant(c, p, target); err != nil {
-			s.fail(c, err)
-			return
-		}
-		if _, err := s.d.Tenants.Lookup(target); err != nil {
-			s.fail(c, &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "tenant " + quoteID(target) + " is not configured", Err: err})
-			return
-		}
 		q.Tenants = []string{target}
 	}
 	res, err := s.d.AuditSearch.Search(c.Request.Context(), q)
@@ -93,4 +82,28 @@ func (s *Server) handleAudit(c *gin.Context) {
 		return
 	}
 	writeJSON(c, http.StatusOK, AuditResponse{SearchResult: res, Tenant: target})
+}
+
+// queryTenant is the tenant a TenantFromQuery route reads for the caller:
+// the tenant query parameter, else the caller's own, or "" (every tenant)
+// for a role that reaches all of them. The error is a refusal to render:
+// the route's access row does not reach that tenant (403), or an admin
+// named one that is not configured (404).
+func (s *Server) queryTenant(c *gin.Context) (string, error) {
+	p, _ := tenancy.PrincipalFrom(c.Request.Context())
+	target := c.Query("tenant")
+	a, _ := c.Value(keyAccess).(Access)
+	if target == "" {
+		if _, err := s.d.Tenants.AuthorizeAll(p, a.Grants); err == nil {
+			return "", nil
+		}
+		target = p.TenantID // a tenant-scoped role: its own tenant
+	}
+	if _, err := s.authorizeTenant(c, p, target); err != nil {
+		return "", err
+	}
+	if _, err := s.d.Tenants.Lookup(target); err != nil {
+		return "", &apiError{Status: http.StatusNotFound, Type: TypeNotFound, Message: "tenant " + quoteID(target) + " is not configured", Err: err}
+	}
+	return target, nil
 }

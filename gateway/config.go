@@ -206,7 +206,8 @@ const (
 const DefaultMaxOutputMemoryMBCeiling = 1024
 
 // WithDefaults returns c with every zero field set to its default.
-// MaxConcurrentRuns defaults to 2×CPUs. A negative MaxQueue means no waiting
+// MaxConcurrentRuns defaults to 2×CPUs, ConnFDReserve to its share of this
+// process's RLIMIT_NOFILE (left zero when the limit is unknown). A negative MaxQueue means no waiting
 // room at all (0 waiting); zero means the default. TenantMaxRuns and
 // TenantMaxQueue default to 3/4 of the slots (at least 1) and half the queue.
 func (c Config) WithDefaults() Config {
@@ -281,6 +282,11 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxJSONDepth == 0 {
 		c.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	if c.ConnFDReserve == 0 {
+		if lim := fdLimit(); lim > 0 {
+			c.ConnFDReserve = defaultConnFDReserve(lim)
+		}
 	}
 	for _, d := range []struct {
 		v   *int
@@ -428,7 +434,7 @@ func (c Config) maxConns(fdLimit int) int {
 	}
 	reserve := c.ConnFDReserve
 	if reserve == 0 {
-		reserve = min(max(fdLimit/5, minConnFDReserve), fdLimit/2)
+		reserve = defaultConnFDReserve(fdLimit)
 	}
 	return max(fdLimit-reserve, 1)
 }
@@ -436,6 +442,12 @@ func (c Config) maxConns(fdLimit int) int {
 // caps are the decoders' size limits (after WithDefaults).
 func (c Config) caps() decode.Caps {
 	return decode.Caps{Body: c.MaxBodyBytes, Source: c.MaxSourceBytes, Args: c.MaxArgsBytes, Depth: c.MaxJSONDepth}
+}
+
+// defaultConnFDReserve is ConnFDReserve's default for fdLimit descriptors:
+// a fifth, at least 256 and at most half.
+func defaultConnFDReserve(fdLimit int) int {
+	return min(max(fdLimit/5, minConnFDReserve), fdLimit/2)
 }
 
 // flowConfig are the execute flow's bounds (after WithDefaults).

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/auth"
@@ -103,6 +104,9 @@ type Deps struct {
 	Idempotency execution.IdempotencyStore
 	// AuditSearch serves GET /v1/admin/audit. Nil: that route answers 404.
 	AuditSearch AuditSearcher
+	// Traces serves GET /v1/admin/traces/{trace_id} (the spans kept in
+	// memory when no OTLP endpoint is set). Nil: that route answers 404.
+	Traces Traces
 	// Ready are the readiness checks besides the sandbox probe (rootfs,
 	// policy, quota backend).
 	Ready []Check
@@ -306,6 +310,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPut, "/v1/admin/tenants/:id/tools/servers/:name"}:    s.handlePutToolServer,
 		{http.MethodDelete, "/v1/admin/tenants/:id/tools/servers/:name"}: s.handleDeleteToolServer,
 		{http.MethodGet, "/v1/admin/audit"}:                              s.handleAudit,
+		{http.MethodGet, "/v1/admin/traces/:trace_id"}:                   s.handleTraces,
 		{http.MethodPost, "/mcp"}:                                        s.handleMCP,
 		{http.MethodPost, "/v1/executions"}:                              s.handleSubmitExecution,
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
@@ -361,6 +366,13 @@ func (s *Server) authenticate(c *gin.Context) {
 	if s.d.Metrics != nil {
 		s.d.Metrics.Stage(telemetry.StageAuth, time.Since(start))
 	}
+	if err == nil {
+		// The request's spans are the token's tenant's: the edge span and
+		// this one by attribute, the ones started later by their context.
+		tenant := attribute.String(telemetry.AttrTenantID, p.TenantID)
+		span.SetAttributes(tenant)
+		trace.SpanFromContext(c.Request.Context()).SetAttributes(tenant)
+	}
 	span.End()
 	if err != nil {
 		addr := s.addressKey(c.Request)
@@ -382,7 +394,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	c.Request = c.Request.WithContext(tenancy.WithPrincipal(c.Request.Context(), p))
+	c.Request = c.Request.WithContext(telemetry.WithTenant(tenancy.WithPrincipal(c.Request.Context(), p), p.TenantID))
 	s.limitRefusals(c, p) // runs the rest of the chain
 }
 

@@ -134,6 +134,7 @@ type Manifest struct {
 	BuiltAt       time.Time `json:"built_at"`
 	// DenoVersion and DenoStamp describe the Deno binary in the tree
 	// (JavaScript and TypeScript tools); empty when built without one.
+	// DenoStamp is its content's identity (rootfs.DenoStamp), not its path.
 	DenoVersion string `json:"deno_version,omitempty"`
 	DenoStamp   string `json:"deno_stamp,omitempty"`
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -61,8 +62,13 @@ func (r *TestReport) OK() bool { return r.Failed == 0 && r.Passed > 0 }
 // RunTests runs the Rego tests of the defaults and the directories with
 // OPA's tester, compiled with the same restricted capabilities and strict
 // builtin errors as the engine, and measures coverage of the policy modules.
-// An error means the tests could not run (a module does not parse or
-// compile); failing tests are in the report.
+// It runs two passes: the shipped tests against the shipped policy alone
+// (a rule in a directory must not fail a built-in test: the shipped policy
+// is tested as shipped), then the directories' tests against the shipped
+// policy with the directories' modules layered on it, as the gateway serves
+// them. Each file's coverage comes from the pass that tests it. An error
+// means the tests could not run (a module does not parse or compile);
+// failing tests are in the report.
 func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 	if opts.Defaults == nil {
 		return nil, errors.New("policy tests: TestOptions.Defaults is nil (pass policies.FS)")
@@ -77,30 +83,70 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 	}
 	g := newGuard(slices.DeleteFunc(slices.Clone(defaults), func(s source) bool { return isTestModule(s.name) }))
 	var errs []error
-	modules := map[string]*ast.Module{}
-	policyModules := map[string]*ast.Module{}
-	for _, s := range withExtras(defaults, extras) {
-		if _, dup := modules[s.name]; dup {
+	shipped := map[string]*ast.Module{} // the defaults and their tests
+	layered := map[string]*ast.Module{} // the default policy modules and the directories' modules and tests
+	extraPolicy := map[string]*ast.Module{}
+	seen := map[string]bool{}
+	for i, s := range withExtras(defaults, extras) { // the defaults first, then the extras
+		if seen[s.name] {
 			return nil, errLoadedTwice(s.name)
 		}
-		modules[s.name] = s.module
+		seen[s.name] = true
 		if err := checkBuiltins(s); err != nil {
 			errs = append(errs, err)
 		}
-		if isTestModule(s.name) {
-			continue
-		}
-		policyModules[s.name] = s.module
-		if !strings.HasPrefix(s.name, "policies/") {
-			if err := g.check(s); err != nil {
-				errs = append(errs, err)
+		switch {
+		case i < len(defaults):
+			shipped[s.name] = s.module
+			if !isTestModule(s.name) {
+				layered[s.name] = s.module
+			}
+		default:
+			layered[s.name] = s.module
+			if !isTestModule(s.name) {
+				extraPolicy[s.name] = s.module
+				if err := g.check(s); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	shippedPolicy := maps.Clone(shipped)
+	maps.DeleteFunc(shippedPolicy, func(name string, _ *ast.Module) bool { return isTestModule(name) })
 
+	rep := &TestReport{Files: map[string]float64{}}
+	var lines coverLines
+	if err := runTestPass(ctx, opts, shipped, shippedPolicy, rep, &lines); err != nil {
+		return nil, err
+	}
+	if len(layered) > len(shippedPolicy) {
+		if err := runTestPass(ctx, opts, layered, extraPolicy, rep, &lines); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(rep.Results, func(i, j int) bool {
+		a, b := rep.Results[i], rep.Results[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		return a.Line < b.Line
+	})
+	if lines.covered+lines.notCovered > 0 {
+		rep.Coverage = 100 * float64(lines.covered) / float64(lines.covered+lines.notCovered)
+	}
+	sort.Strings(rep.NotCovered)
+	return rep, nil
+}
+
+// coverLines counts policy lines over the passes of RunTests.
+type coverLines struct{ covered, notCovered int }
+
+// runTestPass runs the tests in modules and adds their results, and the
+// coverage of the policy modules in covered, to rep and lines.
+func runTestPass(ctx context.Context, opts TestOptions, modules, covered map[string]*ast.Module, rep *TestReport, lines *coverLines) error {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -109,7 +155,7 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 	store := inmem.New()
 	txn, err := store.NewTransaction(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("policy tests: %w", err)
+		return fmt.Errorf("policy tests: %w", err)
 	}
 	defer store.Abort(ctx, txn)
 	runner := tester.NewRunner().
@@ -123,9 +169,8 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 		Filter(opts.Filter)
 	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
-		return nil, fmt.Errorf("compiling policy tests: %w", err)
+		return fmt.Errorf("compiling policy tests: %w", err)
 	}
-	rep := &TestReport{Files: map[string]float64{}}
 	for r := range ch {
 		tr := TestResult{
 			Package:  strings.TrimPrefix(r.Package, "data."),
@@ -148,25 +193,17 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 		rep.Results = append(rep.Results, tr)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("policy tests: %w", err)
+		return fmt.Errorf("policy tests: %w", err)
 	}
-	sort.Slice(rep.Results, func(i, j int) bool {
-		a, b := rep.Results[i], rep.Results[j]
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		return a.Line < b.Line
-	})
 
-	cr := cov.Report(policyModules)
-	var covered, notCovered int
-	for name := range policyModules {
+	cr := cov.Report(covered)
+	for name := range covered {
 		fr := cr.Files[name]
 		if fr == nil {
 			continue
 		}
-		covered += fr.CoveredLines
-		notCovered += fr.NotCoveredLines
+		lines.covered += fr.CoveredLines
+		lines.notCovered += fr.NotCoveredLines
 		rep.Files[name] = fr.Coverage
 		for _, rg := range fr.NotCovered {
 			for l := rg.Start.Row; l <= rg.End.Row; l++ {
@@ -174,9 +211,5 @@ func RunTests(ctx context.Context, opts TestOptions) (*TestReport, error) {
 			}
 		}
 	}
-	if covered+notCovered > 0 {
-		rep.Coverage = 100 * float64(covered) / float64(covered+notCovered)
-	}
-	sort.Strings(rep.NotCovered)
-	return rep, nil
+	return nil
 }

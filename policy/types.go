@@ -121,13 +121,34 @@ type Config struct {
 	// Bundle, when set, loads policies from an OPA bundle server instead of
 	// (or on top of) directories.
 	Bundle *BundleConfig `yaml:"bundle" json:"bundle,omitempty"`
-	// Watch reloads on file change (default true when Dirs is non-empty).
+	// Watch reloads on file change (default true when Dirs or Bundle is set).
 	Watch *bool `yaml:"watch" json:"watch,omitempty"`
 	// DecisionCache is the most decisions remembered per policy set, keyed
 	// by the input fields the policies read (see memo.go). Absent:
 	// DefaultDecisionCache; 0 evaluates every decision. Policies that ask
 	// the clock or a random source are evaluated every time regardless.
 	DecisionCache *int `yaml:"decision_cache" json:"decision_cache,omitempty"`
+}
+
+// WatchEnabled reports whether the policies are reloaded on change: Watch
+// when set, else whether there is anything to watch (Dirs or a Bundle).
+func (c Config) WatchEnabled() bool {
+	if c.Watch != nil {
+		return *c.Watch
+	}
+	return len(c.Dirs) > 0 || c.Bundle != nil
+}
+
+// WithDefaults returns c with Watch and DecisionCache set to what the
+// gateway uses when they are not given.
+func (c Config) WithDefaults() Config {
+	w := c.WatchEnabled()
+	c.Watch = &w
+	if c.DecisionCache == nil {
+		n := DefaultDecisionCache
+		c.DecisionCache = &n
+	}
+	return c
 }
 
 // CacheOption is DecisionCache as an Options.DecisionCache value.

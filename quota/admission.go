@@ -33,7 +33,9 @@ type Admission struct {
 	ExecutionID string
 	// Limits are the effective limits the run was admitted under.
 	Limits Limits
-	// ReservedMS is the CPU reserved from today's budget.
+	// ReservedMS is the CPU reserved from today's budget: CPUReserveMS, or
+	// less when less was left of a limited budget (the run's cpu_ms is then
+	// cut to it; see BudgetCPUMS).
 	ReservedMS int64
 	// Replayed is true when this execution id already held a live
 	// admission and nothing new was consumed.
@@ -77,6 +79,17 @@ func newAdmission(req AdmitRequest, eff Limits, reserved int64, ops leaseOps, ev
 	}
 	go a.heartbeatLoop()
 	return a
+}
+
+// BudgetCPUMS is the CPU limit, in ms, a run asking cpuMS may have under
+// this admission: cpuMS, or what was left of a limited daily budget when
+// less was (ReservedMS). A degraded admission reserved nothing and admits
+// only tenants without a budget: cpuMS.
+func (a *Admission) BudgetCPUMS(cpuMS int64) int64 {
+	if a.Degraded || a.Limits.DailyCPUSeconds <= 0 || a.ReservedMS <= 0 {
+		return cpuMS
+	}
+	return min(cpuMS, a.ReservedMS)
 }
 
 // Lost is closed when the lease was found gone while the run lasted.

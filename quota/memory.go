@@ -158,19 +158,29 @@ func (m *MemoryLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission
 		}
 		refusal = maxKind(refusal, KindConcurrency, retry)
 	}
+	reserve := req.CPUReserveMS
+	var budget ExceededError // the budget's numbers, for a budget refusal
 	if eff.DailyCPUSeconds > 0 {
 		limit := eff.DailyCPUSeconds * 1000
 		day := utcDay(now)
 		used, reserved := t.usedOn(day), t.reserved()
-		if used >= limit || used+reserved+req.CPUReserveMS > limit {
+		left := limit - used - reserved
+		switch {
+		case used >= limit || (reserve > 0 && left <= 0):
 			retry := dayReset(day).Sub(now)
-			if used < limit && used+req.CPUReserveMS <= limit && retry > concurrencyRetryHint {
-				retry = concurrencyRetryHint // fits once runs in flight settle
+			if used < limit && retry > concurrencyRetryHint {
+				retry = concurrencyRetryHint // the rest is reserved by runs in flight: it comes back as they settle
 			}
+			budget = ExceededError{UsedMS: used, ReservedMS: reserved, LimitMS: limit}
 			refusal = maxKind(refusal, KindBudget, retry)
+		case reserve > left:
+			reserve = left // the run's cpu_ms becomes what is left (Admission.ReservedMS)
 		}
 	}
 	if refusal != nil {
+		if refusal.Kind == KindBudget {
+			refusal.UsedMS, refusal.ReservedMS, refusal.LimitMS = budget.UsedMS, budget.ReservedMS, budget.LimitMS
+		}
 		return nil, refusal
 	}
 
@@ -179,11 +189,11 @@ func (m *MemoryLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission
 		t.tat = g.tat
 	}
 	t.leases[req.ExecutionID] = now.Add(m.ttl)
-	if req.CPUReserveMS > 0 {
-		t.resv[req.ExecutionID] = req.CPUReserveMS
+	if reserve > 0 {
+		t.resv[req.ExecutionID] = reserve
 	}
 	delete(t.settled, req.ExecutionID) // the id is admitted anew
-	return newAdmission(req, eff, req.CPUReserveMS, m, &m.events, m.ttl), nil
+	return newAdmission(req, eff, reserve, m, &m.events, m.ttl), nil
 }
 
 func (m *MemoryLimiter) heartbeat(_ context.Context, tenant, execID string) (bool, error) {

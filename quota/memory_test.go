@@ -73,14 +73,14 @@ func TestMemoryFixedInstants(t *testing.T) {
 		clk := &fakeClock{now: time.Date(2026, 3, 1, 23, 59, 59, 500_000_000, time.UTC)}
 		l := NewMemory(Config{}, WithClock(clk.Now))
 		lim := Limits{DailyCPUSeconds: 2}
-		mustSettle(t, mustAdmit(t, l, "acme", "a", lim, 2000), 1999)
+		mustSettle(t, mustAdmit(t, l, "acme", "a", lim, 2000), 2000)
 		_, err := l.Admit(ctx, req("b", lim, 2))
 		if e := mustExceed(t, err, KindBudget); e.RetryAfter != 500*time.Millisecond {
 			t.Fatalf("RetryAfter = %s, want the 500ms left until midnight", e.RetryAfter)
 		}
 		u := usage(t, l, "acme", lim)
-		if want := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC); !u.Budget.ResetsAt.Equal(want) || u.Budget.UsedMS != 1999 {
-			t.Fatalf("budget = %+v, want 1999 used, reset %s", u.Budget, want)
+		if want := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC); !u.Budget.ResetsAt.Equal(want) || u.Budget.UsedMS != 2000 {
+			t.Fatalf("budget = %+v, want 2000 used, reset %s", u.Budget, want)
 		}
 		clk.Advance(500 * time.Millisecond) // 00:00:00.000 UTC
 		a := mustAdmit(t, l, "acme", "b", lim, 2000)

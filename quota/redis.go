@@ -177,7 +177,7 @@ func (r *RedisLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission,
 		}
 		return r.degraded(req, err)
 	}
-	if len(res) != 9 {
+	if len(res) != 11 {
 		return nil, fmt.Errorf("admitting: %w: admit script returned %d values", ErrUnavailable, len(res))
 	}
 	eff := Limits{RatePerMinute: int(res[4]), Burst: int(res[5]), Concurrency: int(res[6]), DailyCPUSeconds: res[7], MaxQueued: int(res[8])}
@@ -191,7 +191,11 @@ func (r *RedisLimiter) Admit(ctx context.Context, req AdmitRequest) (*Admission,
 		case 3:
 			kind = KindBudget
 		}
-		return nil, &ExceededError{Kind: kind, RetryAfter: time.Duration(res[2]) * time.Millisecond}
+		e := &ExceededError{Kind: kind, RetryAfter: time.Duration(res[2]) * time.Millisecond}
+		if kind == KindBudget {
+			e.UsedMS, e.ReservedMS, e.LimitMS = res[9], res[10], eff.DailyCPUSeconds*1000
+		}
+		return nil, e
 	case 2:
 		a := newAdmission(req, eff, res[3], r, &r.events, r.ttl)
 		a.Replayed = true

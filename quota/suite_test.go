@@ -235,11 +235,17 @@ func runSuite(t *testing.T, b suiteBackend) {
 		if u := usage(t, l, "acme", lim); u.Budget.ReservedMS != 9000 || u.Budget.UsedMS != 0 || u.Budget.LimitMS != 10000 {
 			t.Fatalf("budget = %+v, want 9000 reserved", u.Budget)
 		}
-		_, err := l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "b3", Limits: lim, CPUReserveMS: 3000})
-		if e := mustExceed(t, err, KindBudget); e.RetryAfter != time.Second {
-			t.Fatalf("RetryAfter = %s, want the 1s hint: it fits once runs in flight settle", e.RetryAfter)
+		// 1000 ms are left: the next run reserves those, no more.
+		b3 := mustAdmit(t, l, "acme", "b3", lim, 3000)
+		if b3.ReservedMS != 1000 || b3.BudgetCPUMS(3000) != 1000 {
+			t.Fatalf("ReservedMS = %d, BudgetCPUMS = %d; want the 1000 ms left", b3.ReservedMS, b3.BudgetCPUMS(3000))
+		}
+		_, err := l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "b4", Limits: lim, CPUReserveMS: 3000})
+		if e := mustExceed(t, err, KindBudget); e.RetryAfter != time.Second || e.Spent() || e.UsedMS != 0 || e.ReservedMS != 10000 || e.LimitMS != 10000 {
+			t.Fatalf("refusal %+v (spent %v), want the 1s hint: runs in flight hold all 10000 ms, none is used", e, e.Spent())
 		}
 		var sum int64
+		mustSettle(t, b3, 0)
 		for i, a := range live {
 			ms := int64(100 * (i + 1))
 			sum += ms
@@ -257,6 +263,39 @@ func runSuite(t *testing.T, b suiteBackend) {
 		}
 	})
 
+	t.Run("a budget below the run's cpu_ms admits it with what is left, and refuses only when nothing is", func(t *testing.T) {
+		l := b.newLimiter(t, cfg)
+		lim := Limits{DailyCPUSeconds: 1} // below the default cpu_ms of 5000
+		a := mustAdmit(t, l, "acme", "first", lim, 5000)
+		if a.ReservedMS != 1000 || a.BudgetCPUMS(5000) != 1000 || a.BudgetCPUMS(400) != 400 {
+			t.Fatalf("ReservedMS = %d, BudgetCPUMS(5000) = %d, BudgetCPUMS(400) = %d; want 1000, 1000, 400", a.ReservedMS, a.BudgetCPUMS(5000), a.BudgetCPUMS(400))
+		}
+		if u := usage(t, l, "acme", lim); u.Budget.ReservedMS != 1000 || u.Budget.UsedMS != 0 {
+			t.Fatalf("budget = %+v, want 1000 reserved", u.Budget)
+		}
+		_, err := l.Admit(ctx, AdmitRequest{TenantID: "acme", ExecutionID: "second", Limits: lim, CPUReserveMS: 5000})
+		if e := mustExceed(t, err, KindBudget); e.Spent() || e.RetryAfter != time.Second || e.ReservedMS != 1000 {
+			t.Fatalf("refusal %+v: want the rest held by the run in flight, retry in 1s", e)
+		}
+		mustSettle(t, a, 300)
+		a2 := mustAdmit(t, l, "acme", "second", lim, 5000)
+		if a2.ReservedMS != 700 {
+			t.Fatalf("ReservedMS = %d, want the 700 ms left after 300 were used", a2.ReservedMS)
+		}
+		replay := mustAdmit(t, l, "acme", "second", lim, 5000)
+		if !replay.Replayed || replay.ReservedMS != 700 {
+			t.Fatalf("replay: Replayed %v, ReservedMS %d; want the same 700 ms reservation", replay.Replayed, replay.ReservedMS)
+		}
+		mustSettle(t, a2, 700)
+		if u := usage(t, l, "acme", lim); u.Budget.UsedMS != 1000 || u.Budget.ReservedMS != 0 {
+			t.Fatalf("budget = %+v, want 1000 used (settled once each), 0 reserved", u.Budget)
+		}
+		unlimited := mustAdmit(t, l, "other", "u", Limits{}, 5000)
+		if unlimited.ReservedMS != 5000 || unlimited.BudgetCPUMS(5000) != 5000 {
+			t.Fatalf("an unlimited budget: ReservedMS %d, BudgetCPUMS %d; want 5000", unlimited.ReservedMS, unlimited.BudgetCPUMS(5000))
+		}
+	})
+
 	t.Run("an exhausted budget refuses until the next UTC midnight", func(t *testing.T) {
 		l := b.newLimiter(t, cfg)
 		lim := Limits{DailyCPUSeconds: 1}
@@ -267,6 +306,9 @@ func runSuite(t *testing.T, b suiteBackend) {
 			want := time.Until(nextUTCMidnight(time.Now()))
 			if d := e.RetryAfter - want; d < -2*time.Second || d > 2*time.Second {
 				t.Fatalf("reserve %d: RetryAfter = %s, want about %s (to UTC midnight)", reserve, e.RetryAfter, want)
+			}
+			if !e.Spent() || e.UsedMS != 1000 || e.LimitMS != 1000 {
+				t.Fatalf("reserve %d: refusal %+v, want spent: 1000 of 1000 ms used", reserve, e)
 			}
 		}
 		u := usage(t, l, "acme", lim)

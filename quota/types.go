@@ -117,7 +117,16 @@ type ExceededError struct {
 	RetryAfter time.Duration // when a retry can succeed (budget: until the reset)
 	// Limit is the bound that refused (set for KindQueued).
 	Limit int
+	// UsedMS, ReservedMS and LimitMS are today's budget when KindBudget
+	// refused: the CPU settled, the CPU reserved by runs in flight, the
+	// daily limit. A run is refused only when nothing is left to reserve
+	// (UsedMS >= LimitMS: spent; else runs in flight hold the rest).
+	UsedMS, ReservedMS, LimitMS int64
 }
+
+// Spent reports whether a KindBudget refusal is the day's budget used up
+// (rather than held by runs in flight, which give back what they do not use).
+func (e *ExceededError) Spent() bool { return e.UsedMS >= e.LimitMS }
 
 func (e *ExceededError) Error() string {
 	return fmt.Sprintf("quota exceeded: %s (retry after %s)", e.Kind, e.RetryAfter)
@@ -253,6 +262,9 @@ type AdmitRequest struct {
 	Limits Limits
 	// CPUReserveMS is reserved from the daily budget until Settle: the
 	// policy decision's cpu_ms limit (an upper bound of the run's usage).
+	// When less of today's budget is left, only what is left is reserved
+	// (Admission.ReservedMS) and the run's cpu_ms must be cut to it; the
+	// run is refused only when nothing is left.
 	CPUReserveMS int64
 }
 

@@ -2,7 +2,11 @@ package rootfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -49,11 +53,62 @@ func findHostDeno(opts Options) (*hostDeno, error) {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return nil, fmt.Errorf("deno %s: not an executable file", real)
 	}
-	return &hostDeno{
-		Real:    real,
-		Version: denoWheelVersion(real),
-		Stamp:   fmt.Sprintf("%s size=%d mtime=%d", real, fi.Size(), fi.ModTime().UnixNano()),
-	}, nil
+	stamp, err := DenoStamp(real)
+	if err != nil {
+		return nil, err
+	}
+	return &hostDeno{Real: real, Version: denoWheelVersion(real), Stamp: stamp}, nil
+}
+
+// DenoStamp identifies a Deno binary by its content, not by where it is:
+// its size and the GNU build id the linker computed from it (read from
+// the ELF notes, without running it), or, for a binary without one, its
+// size and SHA-256. Two checkouts with their own copy of the same Deno
+// get the same stamp, so they share a rootfs instead of rebuilding it for
+// each other; another build gets another stamp.
+func DenoStamp(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("deno %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("deno %s: %w", path, err)
+	}
+	if id := gnuBuildID(f); id != "" {
+		return fmt.Sprintf("size=%d build-id=%s", fi.Size(), id), nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing deno %s: %w", path, err)
+	}
+	return fmt.Sprintf("size=%d sha256=%x", fi.Size(), h.Sum(nil)), nil
+}
+
+// gnuBuildID is the hex of r's NT_GNU_BUILD_ID note, "" when r is not an
+// ELF file or has none.
+func gnuBuildID(r io.ReaderAt) string {
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return ""
+	}
+	sec := ef.Section(".note.gnu.build-id")
+	if sec == nil || sec.Size > 1024 {
+		return ""
+	}
+	b, err := sec.Data()
+	if err != nil || len(b) < 16 {
+		return ""
+	}
+	bo := ef.ByteOrder
+	namesz, descsz, typ := bo.Uint32(b[0:]), bo.Uint32(b[4:]), bo.Uint32(b[8:])
+	const ntGNUBuildID = 3
+	off := 12 + (uint64(namesz)+3)&^3
+	if typ != ntGNUBuildID || namesz != 4 || string(b[12:15]) != "GNU" || descsz == 0 || off+uint64(descsz) > uint64(len(b)) {
+		return ""
+	}
+	return hex.EncodeToString(b[off : off+uint64(descsz)])
 }
 
 // denoWheelVersion reads the version of the deno wheel that installed the

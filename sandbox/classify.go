@@ -212,7 +212,9 @@ func classify(o outcome) verdict {
 	}
 	switch {
 	case o.EnvelopeTruncated:
-		return fail(ErrOutputLimit, fmt.Sprintf("the result envelope exceeded %d bytes", int(o.Limits.OutputBytes)+envelopeOverhead), "")
+		// Name the limit the tenant set (output_bytes), not the capture's
+		// cap, which adds envelopeOverhead for the envelope's framing.
+		return fail(ErrOutputLimit, fmt.Sprintf("the tool's result and logs exceeded its output limit of %d bytes (output_bytes)", o.Limits.OutputBytes), "")
 	case o.MemoryLimitHit:
 		return fail(ErrMemoryLimit, fmt.Sprintf("the tool used more memory than its limit of %d MiB", o.Limits.MemoryMB), "")
 	case sig == syscall.SIGXCPU || (sig == syscall.SIGKILL && o.CPUMS >= o.Limits.CPUMS):

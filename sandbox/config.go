@@ -182,8 +182,10 @@ func (c Config) ForRuntime(name string) Config {
 	return c
 }
 
-// WithDefaults returns c with zero fields defaulted. RootfsDir has no
-// default here: the config package derives it from state_dir.
+// WithDefaults returns c as the runner uses it: zero fields, the zygotes'
+// included, set to their defaults. RootfsDir has no default here: the
+// config package derives it from state_dir; NsjailPath and UVPath stay as
+// given (FindNsjail and FindUV resolve them).
 func (c Config) WithDefaults() Config {
 	if len(c.Runtimes) == 0 {
 		c.Runtimes = append([]string(nil), DefaultRuntimes...)
@@ -230,6 +232,7 @@ func (c Config) WithDefaults() Config {
 	if c.RuntimeDir == "" {
 		c.RuntimeDir = DefaultRuntimeDir
 	}
+	c.Zygotes = c.Zygotes.WithDefaults()
 	return c
 }
 

@@ -421,9 +421,11 @@ func (r *Runner) depsName(dir string) (string, error) {
 	return filepath.Base(dir), nil
 }
 
-// seccompRecordWait is how long a run waits for the kernel's audit record
-// of its seccomp kill (the kernel's audit thread sends it asynchronously).
-const seccompRecordWait = time.Second
+// seccompRecordWait is how long a run killed by seccomp waits for the
+// kernel's audit record naming the call: the kernel's audit thread sends it
+// asynchronously, and on a loaded host (load 15 on 2 cores) it came later
+// than a second. Only such runs wait, and only until the record arrives.
+const seccompRecordWait = 3 * time.Second
 
 func errorResult(typ, msg, tb string) Result {
 	return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}

@@ -35,7 +35,7 @@ if [ ! -x "$ST" ]; then
 fi
 if [ ! -x "$BIN" ]; then
   log "building $BIN"
-  (cd "$ROOT" && go build -o "$BIN" ./cmd/execgate)
+  (cd "$ROOT" && go build -trimpath -o "$BIN" ./cmd/execgate)
 fi
 
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/execgate-schemathesis.XXXXXX")"

@@ -54,9 +54,8 @@ fi
 # (scripts/vm-test.sh) runs the containment suite, the cgroup and
 # level-process sandbox tests, the app's isolation tests, smoke, the
 # README's probe against serve, and execgate in a systemd-delegated cgroup
-# and in a container's cgroup namespace (with EXECGATE_VM_IMAGE=1 also the
-# image, built here first by scripts/image.sh; not in the default run
-# yet). It fails when the VM cannot boot.
+# and in a container's cgroup namespace, and the shipped image under podman
+# (built here first by scripts/image.sh). It fails when the VM cannot boot.
 echo "== cgroup v2 VM (scripts/vm-test.sh)"
 if ! ./scripts/vm-test.sh; then
   failed+=("cgroup v2 VM")

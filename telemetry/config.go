@@ -20,6 +20,12 @@ type Config struct {
 	// false turns the exporter off even then. Spans are always created, so
 	// trace ids reach envelopes, logs and audit records either way.
 	Tracing *bool `yaml:"tracing" json:"tracing,omitempty"`
+	// TracesStdout writes every finished span as one JSON line to stdout
+	// (ids, name, start, end, duration, status, attributes), to see traces
+	// without a collector (serve --traces stdout). Default false. Either
+	// way, without OTLP export serve keeps each tenant's recent spans in
+	// memory for GET /v1/admin/traces/{trace_id}.
+	TracesStdout bool `yaml:"traces_stdout" json:"traces_stdout"`
 	// ServiceName is the OTel service.name. Default "execgate";
 	// OTEL_SERVICE_NAME overrides it.
 	ServiceName string `yaml:"service_name" json:"service_name"`
@@ -58,7 +64,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if c.ServiceName == "" {
 		c.ServiceName = DefaultServiceName
 	}

@@ -21,7 +21,7 @@ const (
 // *Context call (InfoContext, ...) that carries a span. Invalid format or
 // level fall back to JSON / info; Setup validates them first.
 func NewLogger(cfg Config, w io.Writer) *slog.Logger {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		level = slog.LevelInfo

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -39,12 +40,14 @@ var Stages = []string{StageAuth, StageDecode, StagePolicy, StageQuota, StageDeps
 // OTLP/HTTP exporter when tracing is on (see Config.Tracing). The exporter is
 // configured only by the standard OTEL_EXPORTER_OTLP_* variables; the
 // resource has service.name plus OTEL_RESOURCE_ATTRIBUTES/OTEL_SERVICE_NAME.
-// shutdown flushes and stops the exporter; call it once at exit.
-func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) error, err error) {
+// With cfg.TracesStdout each finished span is also written to stdout as a
+// JSON line (NewStdoutExporter). extra processors (a SpanRing) see every
+// span too. shutdown flushes and stops the exporters; call it once at exit.
+func Setup(ctx context.Context, cfg Config, extra ...sdktrace.SpanProcessor) (shutdown func(context.Context) error, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	slog.SetDefault(NewLogger(cfg, os.Stderr))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		slog.Warn("opentelemetry", "err", err)
@@ -66,6 +69,13 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 			return nil, fmt.Errorf("creating OTLP trace exporter: %w", err)
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	if cfg.TracesStdout {
+		// A second's delay at most: a person is watching.
+		opts = append(opts, sdktrace.WithBatcher(NewStdoutExporter(os.Stdout), sdktrace.WithBatchTimeout(time.Second)))
+	}
+	for _, p := range extra {
+		opts = append(opts, sdktrace.WithSpanProcessor(p))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)

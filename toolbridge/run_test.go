@@ -420,20 +420,28 @@ func TestArgumentsAreRecordedOnlyWithRecordArgs(t *testing.T) {
 	}
 }
 
-func TestStdioServerIsLaunchedWithItsOwnEnvironmentOnly(t *testing.T) {
-	t.Setenv("GATEWAY_ONLY_SECRET", "stdio-secret-value")
+// stdioRun is a run of tenant acme granted the tools of "local", a stdio
+// server (this test binary, toolbridgetest.ServeIfChild) given the
+// gateway's variable secretEnv as its StdioEnv.
+func stdioRun(t *testing.T, secretEnv string) *toolbridge.Run {
+	t.Helper()
 	hub, err := toolbridge.NewHub(map[string]toolconfig.Config{"acme": {Servers: []toolconfig.Server{{
 		Name:           "local",
 		Command:        []string{os.Args[0], "-test.run=^$"},
-		Env:            map[string]toolconfig.Secret{toolbridgetest.StdioEnv: {Env: "GATEWAY_ONLY_SECRET"}},
+		Env:            map[string]toolconfig.Secret{toolbridgetest.StdioEnv: {Env: secretEnv}},
 		TimeoutMS:      30000,
 		MaxResultBytes: 64 << 10,
 	}}}}, toolbridge.Options{Policy: newEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hub.Close()
-	r := hub.NewRun(toolbridge.RunInfo{TenantID: "acme", Granted: []string{"local.*"}})
+	t.Cleanup(hub.Close)
+	return hub.NewRun(toolbridge.RunInfo{TenantID: "acme", Granted: []string{"local.*"}})
+}
+
+func TestStdioServerIsLaunchedWithItsOwnEnvironmentOnly(t *testing.T) {
+	t.Setenv("GATEWAY_ONLY_SECRET", "stdio-secret-value")
+	r := stdioRun(t, "GATEWAY_ONLY_SECRET")
 	ctx := context.Background()
 	if out, err := r.Call(ctx, "local.add", json.RawMessage(`{"a":1,"b":2}`)); err != nil || string(out) != `{"sum":3}` {
 		t.Fatalf("add over stdio: %s %v", out, err)

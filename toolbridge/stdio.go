@@ -37,6 +37,7 @@ func (s *server) startStdio() (mcp.Transport, func(), error) {
 		return nil, nil, err
 	}
 	// stderr: /dev/null (a server may print what it was given).
+	closeInheritedOnExec() // stdin, stdout and stderr only
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
 	}

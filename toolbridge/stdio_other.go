@@ -10,3 +10,7 @@ import (
 func stdioProcAttr() *syscall.SysProcAttr { return nil }
 
 func killGroup(cmd *exec.Cmd) { _ = cmd.Process.Kill() }
+
+// closeInheritedOnExec does nothing here: stdio servers may inherit the
+// descriptors the gateway inherited without close-on-exec.
+func closeInheritedOnExec() {}

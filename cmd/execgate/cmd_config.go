@@ -12,7 +12,7 @@ func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Inspect the effective configuration"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "print",
-		Short: "Print the effective config (file + EXECGATE_… overrides + defaults), secrets redacted",
+		Short: "Print the effective config (file + EXECGATE_… overrides + every default, derived ones too), secrets redacted",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()

@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -63,7 +63,10 @@ check fails. The cgroups row says what the first run would do on this host (on
 cgroup v2: which cgroup execgate's tree goes below, which controllers it enables
 where, which processes sharing its cgroup it moves into a leaf) and fails only
 where the host forbids it, naming why. Nothing is built; the rootfs check's real
-jailed run sets up execgate's cgroups as serve would.`,
+jailed run sets up execgate's cgroups as serve would.
+
+The table is wrapped to the terminal's width (else $COLUMNS, else 100
+columns); --json prints the checks for scripts instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
@@ -78,7 +81,7 @@ jailed run sets up execgate's cgroups as serve would.`,
 					return err
 				}
 			} else {
-				printDiagnose(cmd.OutOrStdout(), checks)
+				printDiagnose(cmd.OutOrStdout(), checks, outputColumns(cmd.OutOrStdout()))
 			}
 			failed := 0
 			for _, c := range checks {
@@ -93,7 +96,7 @@ jailed run sets up execgate's cgroups as serve would.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON: [{name, status, detail, hint, required}]")
 	return cmd
 }
 
@@ -112,18 +115,113 @@ func runDiagnose(ctx context.Context, cfg *config.Config) []diagCheck {
 	return checks
 }
 
-func printDiagnose(w io.Writer, checks []diagCheck) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STATUS\tCHECK\tDETAIL\tHINT")
-	for _, c := range checks {
-		detail := strings.ReplaceAll(c.Detail, "\n", " | ")
-		hint := c.Hint
-		if c.Status != diagFail && c.Status != diagWarn {
-			hint = ""
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Status, c.Name, detail, hint)
+// diagWidth is the width diagnose's table is wrapped to when the output is
+// not a terminal and COLUMNS does not say.
+const diagWidth = 100
+
+// outputColumns is the width to wrap w's output to: the terminal's, else
+// $COLUMNS, else diagWidth.
+func outputColumns(w io.Writer) int {
+	if n := terminalColumns(w); n > 0 {
+		return n
 	}
-	tw.Flush()
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return diagWidth
+}
+
+// printDiagnose writes the checks as a table wrapped to width columns:
+// status and check name, then the detail (and, for a failure or a
+// warning, "hint: …") wrapped in its own column. When the column would be
+// too narrow, the detail goes below the row, indented.
+func printDiagnose(w io.Writer, checks []diagCheck, width int) {
+	const statusW, gap, minText = 6, 2, 30
+	nameW := len("CHECK")
+	for _, c := range checks {
+		nameW = max(nameW, utf8.RuneCountInString(c.Name))
+	}
+	nameW = min(nameW, 24)
+	indent := statusW + gap + nameW + gap
+	below := width-indent < minText // too narrow: details go under each row
+	if below {
+		indent = 4
+		nameW = min(nameW, max(width-statusW-gap, 8))
+	}
+	pad := strings.Repeat(" ", indent)
+	head := fmt.Sprintf("%-*s%*s%-*s", statusW, "STATUS", gap, "", nameW, "CHECK")
+	if !below {
+		head += strings.Repeat(" ", gap) + "DETAIL"
+	}
+	fmt.Fprintln(w, strings.TrimRight(head, " "))
+	for _, c := range checks {
+		var text []string
+		for _, para := range strings.Split(c.Detail, "\n") {
+			text = append(text, wrapWords(para, width-indent)...)
+		}
+		if c.Hint != "" && (c.Status == diagFail || c.Status == diagWarn) {
+			text = append(text, wrapWords("hint: "+c.Hint, width-indent)...)
+		}
+		name := []string{c.Name}
+		if utf8.RuneCountInString(c.Name) > nameW {
+			name = wrapWords(c.Name, nameW)
+		}
+		row := fmt.Sprintf("%-*s%*s", statusW, c.Status, gap, "")
+		for i, n := range name {
+			if i > 0 {
+				row = strings.Repeat(" ", statusW+gap)
+			}
+			line := row + n
+			if !below && i < len(text) {
+				line = row + fmt.Sprintf("%-*s", nameW+gap, n) + text[i]
+			}
+			fmt.Fprintln(w, strings.TrimRight(line, " "))
+		}
+		rest := text
+		if !below {
+			rest = text[min(len(name), len(text)):]
+		}
+		for _, l := range rest {
+			fmt.Fprintln(w, strings.TrimRight(pad+l, " "))
+		}
+	}
+}
+
+// wrapWords breaks s into lines of at most width runes at spaces, and
+// inside words longer than a line (paths).
+func wrapWords(s string, width int) []string {
+	width = max(width, 8)
+	var lines []string
+	var cur []rune
+	for _, word := range strings.Fields(s) {
+		wr := []rune(word)
+		for len(wr) > 0 {
+			room := width - len(cur)
+			if len(cur) > 0 {
+				room-- // the space
+			}
+			switch {
+			case len(wr) <= room:
+				if len(cur) > 0 {
+					cur = append(cur, ' ')
+				}
+				cur, wr = append(cur, wr...), nil
+			case len(cur) > 0 && len(wr) <= width:
+				lines, cur = append(lines, string(cur)), nil
+			default: // longer than a line: cut it
+				if len(cur) > 0 {
+					cur = append(cur, ' ')
+				}
+				n := width - len(cur)
+				cur = append(cur, wr[:n]...)
+				lines, cur, wr = append(lines, string(cur)), nil, wr[n:]
+			}
+		}
+	}
+	if len(cur) > 0 || len(lines) == 0 {
+		lines = append(lines, string(cur))
+	}
+	return lines
 }
 
 // diagNsjail finds nsjail the way the sandbox does and reports its version:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -171,5 +172,80 @@ func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(view + "*"); len(m) != 0 {
 		t.Errorf("diagnose left its view mounted: %v", m)
+	}
+}
+
+func TestDiagnoseWrapsToTheWidthAndPrintsJSONForScripts(t *testing.T) {
+	state := t.TempDir() // no rootfs: the rootfs rows fail with long details, nothing is built
+	run := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := runRoot(t, repoRoot(t), append([]string{"diagnose", "--state-dir", state}, args...)...)
+		if err != nil && exitCode(err) != 1 {
+			t.Fatalf("diagnose: %v", err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		columns string
+		width   int
+	}{{"", diagWidth}, {"60", 60}, {"250", 250}} {
+		t.Run("COLUMNS="+tc.columns, func(t *testing.T) {
+			t.Setenv("COLUMNS", tc.columns)
+			out := run(t)
+			lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+			if len(lines) < 8 || !strings.HasPrefix(lines[0], "STATUS") || !strings.Contains(out, "nsjail") || !strings.Contains(out, "hint: ") {
+				t.Fatalf("not the table:\n%s", out)
+			}
+			longest := 0
+			for _, l := range lines {
+				longest = max(longest, len([]rune(l)))
+			}
+			if longest > tc.width {
+				t.Fatalf("a line of %d columns, want at most %d:\n%s", longest, tc.width, out)
+			}
+		})
+	}
+
+	t.Run("--json", func(t *testing.T) {
+		var checks []struct {
+			Name, Status, Detail, Hint string
+			Required                   bool
+		}
+		out := run(t, "--json")
+		if err := json.Unmarshal([]byte(out), &checks); err != nil {
+			t.Fatalf("not a JSON list: %v\n%s", err, out)
+		}
+		byName := map[string]string{}
+		for _, c := range checks {
+			byName[c.Name] = c.Status
+		}
+		if len(checks) < 8 || byName["nsjail"] == "" || byName["rootfs"] != "FAIL" {
+			t.Fatalf("checks %+v", checks)
+		}
+	})
+}
+
+func TestPrintDiagnoseKeepsEveryWord(t *testing.T) {
+	long := strings.Repeat("a fairly long sentence about the host ", 8) + "/a/path/" + strings.Repeat("x", 150)
+	checks := []diagCheck{
+		{Name: "short", Status: diagOK, Detail: "fine"},
+		{Name: "rootfs", Status: diagFail, Detail: long + "\nsecond paragraph", Hint: "do this"},
+		{Name: "a check with a name longer than the column", Status: diagWarn, Detail: "x"},
+	}
+	for _, width := range []int{100, 40, 20} {
+		var b strings.Builder
+		printDiagnose(&b, checks, width)
+		out := b.String()
+		for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+			if len([]rune(l)) > width {
+				t.Fatalf("width %d: line %q is %d columns", width, l, len([]rune(l)))
+			}
+		}
+		joined := strings.Join(strings.Fields(out), "")
+		for _, want := range []string{strings.ReplaceAll(long, " ", ""), "secondparagraph", "hint:dothis", "fine", "acheckwithaname", "longerthanthecolumn"} {
+			if !strings.Contains(joined, want) {
+				t.Fatalf("width %d: %q lost:\n%s", width, want, out)
+			}
+		}
 	}
 }

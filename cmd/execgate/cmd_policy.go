@@ -144,6 +144,14 @@ decoded and validated exactly as POST /v1/execute decodes it,
 and the tenant's policy data from the config, evaluates the policies the
 gateway would (defaults, policy.dirs, the bundle, plus --dir), and prints
 {"decision": …, "input": …}. Nothing is run.
+
+The tenant comes from the config, as the gateway's does: --config FILE (or
+EXECGATE_TENANTS); without one only the embedded default's tenant "demo"
+exists. The repository's example:
+
+  execgate policy eval --config deploy/examples/config.yaml --tenant acme \
+    --input deploy/examples/requests/unpinned.json --dir deploy/examples/policies
+
 Exit status: 0 allow, 2 deny, 1 error (including an undefined decision).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -191,6 +199,7 @@ Exit status: 0 allow, 2 deny, 1 error (including an undefined decision).`,
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
+			enc.SetEscapeHTML(false) // reasons quote requirements such as "six>=1.0"
 			if err := enc.Encode(out); err != nil {
 				return err
 			}
@@ -204,7 +213,7 @@ Exit status: 0 allow, 2 deny, 1 error (including an undefined decision).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&tenantID, "tenant", "", "tenant id (its policy data comes from the config)")
+	f.StringVar(&tenantID, "tenant", "", "tenant id (its policy data comes from the config: --config or EXECGATE_TENANTS)")
 	f.StringVar(&inputFile, "input", "", "execute request body (JSON file, - for stdin)")
 	f.StringVar(&subject, "sub", "policy-eval", "subject (token sub) to evaluate as")
 	f.StringSliceVar(&roles, "role", []string{tenancy.RoleExecutor}, "roles of the subject (repeat or comma-separate)")
@@ -222,7 +231,8 @@ func findTenant(tenants []tenancy.Tenant, id string) (tenancy.Tenant, error) {
 		}
 		ids = append(ids, t.ID)
 	}
-	return tenancy.Tenant{}, fmt.Errorf("%w %q (configured: %s)", tenancy.ErrUnknownTenant, id, strings.Join(ids, ", "))
+	return tenancy.Tenant{}, fmt.Errorf("%w %q (configured: %s; tenants come from the config file, --config FILE, or EXECGATE_TENANTS)",
+		tenancy.ErrUnknownTenant, id, strings.Join(ids, ", "))
 }
 
 func readInput(stdin io.Reader, name string) ([]byte, error) {

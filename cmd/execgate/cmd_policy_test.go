@@ -150,7 +150,7 @@ func TestPolicyEvalCommand(t *testing.T) {
 		name, stdin, wantErr string
 		args                 []string
 	}{
-		{"an unknown tenant", "", `unknown tenant "nope" (configured: demo)`, []string{"--tenant", "nope", "--input", file}},
+		{"an unknown tenant", "", `unknown tenant "nope" (configured: demo; tenants come from the config file, --config FILE, or EXECGATE_TENANTS)`, []string{"--tenant", "nope", "--input", file}},
 		{"a bad field", `{"source": "x", "limits": {"memory_mb": "x"}}`, "limits.memory_mb: must be an integer", []string{"--tenant", "demo", "--input", "-"}},
 		{"an unknown field, as the gateway refuses it", `{"source": "x", "tool": ["a"]}`, "tool: unknown field", []string{"--tenant", "demo", "--input", "-"}},
 		{"a body without source, as the gateway refuses it", `{"language": "python"}`, "source: is required", []string{"--tenant", "demo", "--input", "-"}},
@@ -165,5 +165,182 @@ func TestPolicyEvalCommand(t *testing.T) {
 				t.Fatalf("err %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// docFiles are the Markdown files whose examples the tests run: the
+// README, the example policy's README and the documentation site's pages.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	root := repoRoot(t)
+	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "deploy", "examples", "policies", "README.md")}
+	_ = filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// docCommandLines returns every line of the docs that starts with prefix
+// (a command as a user would paste it), with the file it is in.
+func docCommandLines(t *testing.T, prefix string) map[string]string {
+	t.Helper()
+	lines := map[string]string{}
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				lines[strings.TrimSpace(l)] = f
+			}
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no line of the docs starts with %q", prefix)
+	}
+	return lines
+}
+
+// docRegoBlock returns the first ```rego block of the docs containing want.
+func docRegoBlock(t *testing.T, want string) string {
+	t.Helper()
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range strings.Split(string(b), "```rego\n")[1:] {
+			block, _, _ = strings.Cut(block, "```")
+			if strings.Contains(block, want) {
+				return block
+			}
+		}
+	}
+	t.Fatalf("no rego block of the docs contains %q", want)
+	return ""
+}
+
+// runRoot runs the whole command line (global flags included) from dir and
+// returns stdout and the error.
+func runRoot(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("EXECGATE_STATE_DIR", t.TempDir())
+	t.Chdir(dir)
+	saved := flags
+	t.Cleanup(func() { flags = saved })
+	cmd := newRootCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	if err != nil {
+		t.Logf("stderr: %s", errOut.String())
+	}
+	return out.String(), err
+}
+
+// TestThePolicyEvalExampleOfTheDocsWorksAsWritten runs the docs' policy
+// eval lines against the committed example (deploy/examples/config.yaml,
+// whose tenant acme the line names) through the root command. Lines that
+// read files an earlier command of their block writes run, with their
+// block, in internal/docexamples.
+func TestThePolicyEvalExampleOfTheDocsWorksAsWritten(t *testing.T) {
+	seen := 0
+	for line, file := range docCommandLines(t, "execgate policy eval ") {
+		if !strings.Contains(line, "--config deploy/examples/config.yaml ") {
+			continue
+		}
+		seen++
+		// The docs show the exit status with a shell suffix.
+		line = strings.TrimSuffix(line, ` || echo "exit $?"`)
+		t.Run(line, func(t *testing.T) {
+			if strings.ContainsAny(line, `'"$\`) {
+				t.Fatalf("%s: the example needs a shell; keep it plain words", file)
+			}
+			out, err := runRoot(t, repoRoot(t), strings.Fields(line)[1:]...)
+			if exitCode(err) != 2 {
+				t.Fatalf("%s: exit %d (%v), want 2 (denied by acme's rule)\n%s", file, exitCode(err), err, out)
+			}
+			var r struct {
+				Decision struct {
+					Allow   bool     `json:"allow"`
+					Reasons []string `json:"reasons"`
+				} `json:"decision"`
+				Input struct {
+					Tenant struct {
+						ID   string `json:"id"`
+						Plan string `json:"plan"`
+					} `json:"tenant"`
+				} `json:"input"`
+			}
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			want := `acme: requirement "six>=1.16" must pin an exact version with ==`
+			if r.Input.Tenant.ID != "acme" || len(r.Decision.Reasons) != 1 || r.Decision.Reasons[0] != want {
+				t.Fatalf("tenant %+v, reasons %q; want acme's one reason %q", r.Input.Tenant, r.Decision.Reasons, want)
+			}
+			if !strings.Contains(out, "six>=1.16") {
+				t.Errorf("the reason's >= is escaped in the output (want it as the README quotes it):\n%s", out)
+			}
+		})
+	}
+	if seen == 0 {
+		t.Fatal("no line of the docs runs execgate policy eval against deploy/examples/config.yaml")
+	}
+}
+
+func TestAUserRuleDoesNotBreakTheShippedPolicyTests(t *testing.T) {
+	rule := docRegoBlock(t, "deny_tool_call contains")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "shell.rego"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The user's own test of the rule: it sees the rule layered on the
+	// defaults.
+	userTest := `package team_test
+
+import data.execgate.main
+
+test_shell_is_denied_for_executors if {
+	d := main.tool_call with input as {
+		"version": 1,
+		"tenant": {"id": "t1", "data": {}},
+		"subject": {"sub": "ci", "roles": ["executor"]},
+		"call": {"tool": "shell.exec", "server": "shell", "name": "exec", "args_bytes": 2, "index": 0, "elapsed_ms": 0, "counts": {}},
+	}
+	not d.allow
+	"shell.* is denied for role executor" in d.reasons
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "shell_test.rego"), []byte(userTest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runPolicy(t, "", "test", "-v", dir)
+	if err != nil {
+		t.Fatalf("policy test with the README's deny_tool_call rule: exit %d (%v)\n%s", exitCode(err), err, out)
+	}
+	for _, want := range []string{
+		"PASS execgate.main_test.", // a shipped test, run against the shipped policy
+		"PASS team_test.test_shell_is_denied_for_executors",
+		filepath.Join(dir, "shell.rego"), // the user's module has its coverage
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
 	}
 }

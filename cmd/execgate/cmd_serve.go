@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/auth"
@@ -17,7 +20,7 @@ import (
 )
 
 func newServeCmd() *cobra.Command {
-	var role string
+	var role, traces string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway (default: the embedded default config)",
@@ -31,11 +34,23 @@ reloads the policies.
 hands runs to executors over Redis (dispatch.*; no nsjail, no privileges),
 "executor" runs what gateways decided (needs the sandbox, dispatch.redis_url
 and dispatch.spec_key_file only) and serves /healthz and /metrics; "all"
-(default) does both in one process.`,
+(default) does both in one process.
+
+--traces says where spans go: otlp (the OTLP/HTTP exporter, configured by the
+OTEL_EXPORTER_OTLP_* variables), stdout (one JSON line per finished span, to
+see traces without a collector), none, or a comma-separated list
+(stdout,otlp); it overrides telemetry.tracing and telemetry.traces_stdout.
+Without OTLP export the gateway also keeps each tenant's recent spans in
+memory for GET /v1/admin/traces/{trace_id} (admin, auditor).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if role != "" {
 				os.Setenv("EXECGATE_SERVER_ROLE", role)
+			}
+			if traces != "" {
+				if err := setTraces(traces); err != nil {
+					return err
+				}
 			}
 			cfg, err := loadConfig()
 			if err != nil {
@@ -48,16 +63,42 @@ and dispatch.spec_key_file only) and serves /healthz and /metrics; "all"
 		},
 	}
 	cmd.Flags().StringVar(&role, "role", "", "all | gateway | executor (default: server.role, all)")
+	cmd.Flags().StringVar(&traces, "traces", "", "where spans go: otlp, stdout, none, or a list (stdout,otlp) (default: telemetry.tracing and telemetry.traces_stdout)")
 	return cmd
 }
 
+// setTraces turns --traces into the telemetry keys' variables.
+func setTraces(list string) error {
+	otlp, stdout := false, false
+	for _, v := range strings.Split(list, ",") {
+		switch strings.TrimSpace(v) {
+		case "otlp":
+			otlp = true
+		case "stdout":
+			stdout = true
+		case "none":
+		default:
+			return fmt.Errorf("--traces: %q is not otlp, stdout or none", v)
+		}
+	}
+	os.Setenv("EXECGATE_TELEMETRY_TRACING", strconv.FormatBool(otlp))
+	os.Setenv("EXECGATE_TELEMETRY_TRACES_STDOUT", strconv.FormatBool(stdout))
+	return nil
+}
+
 func serve(ctx context.Context, cfg *config.Config) error {
-	stopTelemetry, err := startTelemetry(ctx, cfg)
+	// Without OTLP export, the gateway keeps each tenant's recent spans
+	// for GET /v1/admin/traces/{trace_id}.
+	var ring *telemetry.SpanRing
+	if !telemetry.TracingEnabled(cfg.Telemetry, os.LookupEnv) {
+		ring = telemetry.NewSpanRing(telemetry.RingOptions{})
+	}
+	stopTelemetry, err := startTelemetry(ctx, cfg, ring)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
-	a, err := app.New(ctx, app.Options{Config: cfg, Progress: os.Stderr, HandleSIGHUP: true})
+	a, err := app.New(ctx, app.Options{Config: cfg, Progress: os.Stderr, HandleSIGHUP: true, Traces: ring})
 	if err != nil {
 		return err
 	}
@@ -84,8 +125,12 @@ func serve(ctx context.Context, cfg *config.Config) error {
 
 // startTelemetry sets up the OTel exporters of cfg; the function it returns
 // flushes and stops them (at most 5 s).
-func startTelemetry(ctx context.Context, cfg *config.Config) (stop func(), err error) {
-	shutdown, err := telemetry.Setup(ctx, cfg.Telemetry)
+func startTelemetry(ctx context.Context, cfg *config.Config, ring *telemetry.SpanRing) (stop func(), err error) {
+	var extra []sdktrace.SpanProcessor
+	if ring != nil {
+		extra = append(extra, ring)
+	}
+	shutdown, err := telemetry.Setup(ctx, cfg.Telemetry, extra...)
 	if err != nil {
 		return nil, err
 	}

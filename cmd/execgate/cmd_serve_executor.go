@@ -11,7 +11,7 @@ import (
 
 // serveExecutor runs server.role executor until ctx ends, then drains.
 func serveExecutor(ctx context.Context, cfg *config.Config) error {
-	stopTelemetry, err := startTelemetry(ctx, cfg)
+	stopTelemetry, err := startTelemetry(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}

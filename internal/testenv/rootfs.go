@@ -157,10 +157,8 @@ func rootfsKey() (string, error) {
 // writeDenoKey adds the host's Deno (it goes into every tree) to a key.
 func writeDenoKey(h io.Writer) {
 	if deno, err := sandbox.FindDeno(""); err == nil {
-		if real, err := filepath.EvalSymlinks(deno); err == nil {
-			if fi, err := os.Stat(real); err == nil {
-				fmt.Fprintf(h, " deno=%s size=%d mtime=%d", real, fi.Size(), fi.ModTime().UnixNano())
-			}
+		if stamp, err := rootfs.DenoStamp(deno); err == nil {
+			fmt.Fprintf(h, " deno=%s", stamp)
 		}
 	}
 }

@@ -8,9 +8,12 @@
 --       7 lease ms, 8 day shift ms (0 in production: UTC days),
 --       9 max_queued (configured; the override wins; enforced by dispatch)
 -- Returns {status, kind, retry_ms, reserved_ms, rate, burst, concurrency,
---          daily_cpu_seconds, max_queued}: status 1 admitted, 2 replayed (the id already
+--          daily_cpu_seconds, max_queued, used_ms, held_ms}: status 1 admitted, 2 replayed (the id already
 --          held a live lease; nothing consumed), 0 refused; kind 1 rate,
 --          2 concurrency, 3 budget (the refusal with the longest retry).
+--          reserved_ms is the reservation: ARGV[6], or what was left of the
+--          budget when less was. used_ms and held_ms are today's settled
+--          and reserved budget (set when the budget was checked).
 redis.replicate_commands()
 
 local exec = ARGV[1]
@@ -45,7 +48,7 @@ if redis.call('ZSCORE', KEYS[2], exec) then
   if r > 0 then
     redis.call('PEXPIRE', KEYS[3], key_ttl)
   end
-  return {2, 0, 0, r, rate, burst, conc, cpu_s, max_queued}
+  return {2, 0, 0, r, rate, burst, conc, cpu_s, max_queued, 0, 0}
 end
 
 local kind, retry = 0, 0
@@ -82,25 +85,29 @@ if conc > 0 then
   end
 end
 
--- Budget: today's settled usage plus live reservations plus this one.
+-- Budget: what today's settled usage and the live reservations leave.
+-- A run reserves at most that (its cpu_ms is cut to it); it is refused
+-- only when nothing is left.
+local used, reserved = 0, 0
 if cpu_s > 0 then
   local limit = cpu_s * 1000
   local day = math.floor((now_ms + shift) / 86400000)
   local b = redis.call('HMGET', KEYS[4], 'day', 'used_ms')
-  local used = 0
   if tonumber(b[1]) == day then used = tonumber(b[2]) or 0 end
-  local reserved = 0
   local vals = redis.call('HVALS', KEYS[3])
   for i = 1, #vals do reserved = reserved + tonumber(vals[i]) end
-  if used >= limit or used + reserved + reserve > limit then
+  local left = limit - used - reserved
+  if used >= limit or (reserve > 0 and left <= 0) then
     local r = (day + 1) * 86400000 - shift - now_ms
-    if used < limit and used + reserve <= limit and r > 1000 then r = 1000 end -- fits once runs in flight settle
+    if used < limit and r > 1000 then r = 1000 end -- the rest is reserved by runs in flight: it comes back as they settle
     refuse(3, r)
+  elseif reserve > left then
+    reserve = left
   end
 end
 
 if kind ~= 0 then
-  return {0, kind, retry, 0, rate, burst, conc, cpu_s, max_queued}
+  return {0, kind, retry, 0, rate, burst, conc, cpu_s, max_queued, used, reserved}
 end
 
 -- Consume.
@@ -114,4 +121,4 @@ if reserve > 0 then
   redis.call('PEXPIRE', KEYS[3], key_ttl)
 end
 redis.call('ZREM', KEYS[5], exec)
-return {1, 0, 0, reserve, rate, burst, conc, cpu_s, max_queued}
+return {1, 0, 0, reserve, rate, burst, conc, cpu_s, max_queued, used, reserved}

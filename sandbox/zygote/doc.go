@@ -87,8 +87,8 @@ const (
 	DefaultStartMS  = 10000
 )
 
-// withDefaults returns c with zero fields defaulted.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with zero fields defaulted.
+func (c Config) WithDefaults() Config {
 	if c.Max == 0 {
 		c.Max = DefaultMax
 	}

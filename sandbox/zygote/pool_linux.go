@@ -50,7 +50,7 @@ type Pool struct {
 // are made by cg; grace is how long a stopped run or zygote may take to
 // end (sandbox.kill_grace_ms). Close it to stop them all.
 func New(cfg Config, cg *cgroups.Manager, grace time.Duration, log *slog.Logger) *Pool {
-	zs := &Pool{cg: cg, log: log, grace: grace, cfg: cfg.withDefaults(), m: map[Key]*zygote{}, starting: map[Key]chan struct{}{}, next: map[Key]*zygote{}, stopTic: make(chan struct{}), ended: map[*cgroups.Run]struct{}{}}
+	zs := &Pool{cg: cg, log: log, grace: grace, cfg: cfg.WithDefaults(), m: map[Key]*zygote{}, starting: map[Key]chan struct{}{}, next: map[Key]*zygote{}, stopTic: make(chan struct{}), ended: map[*cgroups.Run]struct{}{}}
 	zs.wg.Add(1)
 	go zs.retireIdle()
 	return zs

@@ -234,12 +234,36 @@ const serveEnv = "EXECGATE_TOOLBRIDGETEST_SERVE"
 
 // StdioEnv, set in a test binary's environment, makes ServeIfChild serve
 // MCP over stdin/stdout (a stdio tool server launched by the gateway), with
-// one more tool, environ() → the sorted names of its environment.
+// two more tools: environ() → the sorted names of its environment, fds() →
+// its open descriptors.
 const StdioEnv = "EXECGATE_TOOLBRIDGETEST_STDIO"
 
 // EnvironOut is what environ returns.
 type EnvironOut struct {
 	Names []string `json:"names"`
+}
+
+// FDsOut is what fds returns: each open descriptor of the stdio server,
+// "<fd> <target>" (the target of /proc/self/fd/<fd>).
+type FDsOut struct {
+	Targets []string `json:"targets"`
+}
+
+// openFDs lists the process's open descriptors and what they point at.
+func openFDs() []string {
+	names, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var out []string
+	for _, n := range names {
+		target, err := os.Readlink("/proc/self/fd/" + n.Name())
+		if err != nil {
+			continue // the directory's own descriptor, closed by now
+		}
+		out = append(out, n.Name()+" "+target)
+	}
+	return out
 }
 
 // ServeIfChild turns a test binary started by StartProcess (or as a stdio
@@ -250,6 +274,9 @@ func ServeIfChild() {
 	if _, ok := os.LookupEnv(StdioEnv); ok {
 		s := &Server{calls: map[string]int{}}
 		m := s.newMCP()
+		mcp.AddTool(m, &mcp.Tool{Name: "fds", Description: "What the process's open descriptors point at."}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, FDsOut, error) {
+			return nil, FDsOut{Targets: openFDs()}, nil
+		})
 		mcp.AddTool(m, &mcp.Tool{Name: "environ", Description: "Names of the environment."}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, EnvironOut, error) {
 			var names []string
 			for _, kv := range os.Environ() {

@@ -52,6 +52,17 @@ class Gateway:
         return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+def _spend_budget(g: Gateway, tenant: str) -> None:
+    """Burns tenant's daily CPU budget: each run gets what is left of it,
+    until nothing is and runs are 429 BudgetExhausted."""
+    burn = {"source": "def run(args, context):\n    while True:\n        pass\n", "limits": {"timeout_ms": 30000}}
+    for _ in range(8):
+        r = httpx.post(g.url + "/v1/execute", json=burn, headers={"Authorization": "Bearer " + g.token(tenant)}, timeout=60)
+        if r.status_code == 429:
+            return
+    pytest.fail(f"{tenant}'s CPU budget is not spent after 8 runs: {r.status_code} {r.text[:400]}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,7 +114,9 @@ def gateway():
             if time.monotonic() > deadline:
                 pytest.fail(f"execgate serve not ready after 300 s:\n{(state / 'serve.log').read_text()[-4000:]}")
             time.sleep(0.2)
-        yield Gateway(url, config, state, binary)
+        g = Gateway(url, config, state, binary)
+        _spend_budget(g, "broke")
+        yield g
     finally:
         proc.terminate()
         try:

@@ -479,6 +479,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/traces/{trace_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The spans this gateway kept of a trace (admin for any tenant or all; auditor for its own).
+         * @description Without an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`) the gateway keeps the recent spans of each tenant's traces in memory: at most 512 per trace, 4 MiB per tenant and 32 MiB in all (the oldest traces go first, from the tenant holding the most), each span with at most 32 attributes and strings clipped to 256 bytes. Look up an envelope's or an audit record's `trace_id`. Only spans of the tenants the caller reaches are returned: `tenant` defaults to the caller's own; an admin without it gets every tenant's. 404 when none are kept (another gateway served the run, it was pushed out, or spans go to an OTLP collector).
+         */
+        get: operations["getTrace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1030,6 +1050,36 @@ export interface components {
             usage: Record<string, never>;
             egress?: components["schemas"]["EgressAttempt"][];
             trace_id?: string;
+        };
+        TraceResponse: {
+            trace_id: string;
+            /** @description The tenant whose spans these are; empty when an admin asked for every tenant's. */
+            tenant: string;
+            spans: components["schemas"]["TraceSpan"][];
+            /** @description Spans of the trace that were not kept (past 512 */
+            dropped_spans: number;
+        };
+        TraceSpan: {
+            trace_id: string;
+            span_id: string;
+            parent_span_id?: string;
+            /** @description e.g. GET /v1/admin/audit, auth, policy, quota, run, tool.call */
+            name: string;
+            /** @enum {string} */
+            kind: "unspecified" | "internal" | "server" | "client" | "producer" | "consumer";
+            /** Format: date-time */
+            start: string;
+            /** Format: date-time */
+            end: string;
+            duration_ms: number;
+            /** @enum {string} */
+            status: "unset" | "ok" | "error";
+            status_message?: string;
+            tenant_id?: string;
+            attributes?: {
+                [key: string]: string | number | boolean;
+            };
+            attributes_dropped?: number;
         };
         EvaluateResponse: {
             decision: components["schemas"]["Decision"];
@@ -2078,6 +2128,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            500: components["responses"]["ServerError"];
+        };
+    };
+    getTrace: {
+        parameters: {
+            query?: {
+                /** @description The tenant (default: the caller's own; every tenant for admin). */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                trace_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The kept spans, by start time. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TraceResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

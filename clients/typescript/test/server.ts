@@ -66,7 +66,7 @@ export async function startGateway(): Promise<Gateway> {
     await new Promise((r) => setTimeout(r, 200));
   }
   const tokens = new Map<string, string>();
-  return {
+  const gw: Gateway = {
     url,
     token(tenant = "demo", ...roles: string[]) {
       const key = [tenant, ...roles].join(" ");
@@ -89,4 +89,21 @@ export async function startGateway(): Promise<Gateway> {
       rmSync(state, { recursive: true, force: true });
     },
   };
+  await spendBudget(gw, "broke");
+  return gw;
+}
+
+// spendBudget burns tenant's daily CPU budget: each run gets what is left
+// of it, until nothing is and runs are 429 BudgetExhausted.
+async function spendBudget(gw: Gateway, tenant: string): Promise<void> {
+  const burn = JSON.stringify({ source: "def run(args, context):\n    while True:\n        pass\n", limits: { timeout_ms: 30000 } });
+  for (let i = 0; i < 8; i++) {
+    const r = await fetch(gw.url + "/v1/execute", {
+      method: "POST", body: burn,
+      headers: { Authorization: `Bearer ${gw.token(tenant)}`, "Content-Type": "application/json" },
+    });
+    await r.text();
+    if (r.status === 429) return;
+  }
+  throw new Error(`${tenant}'s CPU budget is not spent after 8 runs`);
 }
