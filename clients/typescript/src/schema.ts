@@ -1488,6 +1488,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];
         };
