@@ -91,3 +91,34 @@ func TestRecordNeverExceedsMaxRecordBytes(t *testing.T) {
 			got.Truncated, len(got.Source), got.SourceSHA256, got.ExecutionID, got.Outcome)
 	}
 }
+
+// Issue #24: a request's input files and a run's artifacts are recorded
+// (path or name, bytes, SHA-256, media type), bounded like the rest: at
+// most audit.MaxFiles of each, the rest counted, paths clipped; valid
+// against the schema.
+func TestRecordBoundsFilesAndArtifacts(t *testing.T) {
+	r := records()["ok run"]
+	sum := strings.Repeat("ab", 32)
+	for i := range 150 {
+		r.Files = append(r.Files, audit.File{Path: "data/" + strings.Repeat("p", 2000) + string(rune('a'+i%26)), Bytes: int64(i), SHA256: sum})
+		r.Artifacts = append(r.Artifacts, audit.Artifact{Name: "chart-" + string(rune('a'+i%26)) + ".png", Bytes: 10, SHA256: sum, MIME: "image/png"})
+	}
+	r.ArtifactsRefused = 7
+	l, path := newFileLog(t, audit.Config{})
+	if err := l.Record(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	lines := audittest.ReadFile(t, path) // validates against the schema
+	got := lines[0].Record
+	if len(got.Files) != audit.MaxFiles || got.FilesDropped != 50 || len(got.Artifacts) != audit.MaxFiles || got.ArtifactsDropped != 50 || got.ArtifactsRefused != 7 {
+		t.Fatalf("files %d (+%d), artifacts %d (+%d), refused %d", len(got.Files), got.FilesDropped, len(got.Artifacts), got.ArtifactsDropped, got.ArtifactsRefused)
+	}
+	for _, f := range got.Files {
+		if len(f.Path) > 1024 || f.SHA256 != sum {
+			t.Fatalf("file not clipped: %d bytes", len(f.Path))
+		}
+	}
+	if got.Artifacts[0].Name != "chart-a.png" || got.Artifacts[0].MIME != "image/png" {
+		t.Errorf("artifact %+v", got.Artifacts[0])
+	}
+}

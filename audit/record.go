@@ -46,6 +46,19 @@ type Record struct {
 	// counts those past the recorded ones.
 	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	// Files are the run's input files (path, bytes, SHA-256), at most
+	// MaxFiles of them, paths clipped (Log.Record enforces both);
+	// FilesDropped counts the files left out.
+	Files        []File `json:"files,omitempty"`
+	FilesDropped int    `json:"files_dropped,omitempty"`
+	// Artifacts are the files collected from the run's /workspace/out
+	// (name, bytes, SHA-256, media type), bounded the same way;
+	// ArtifactsDropped counts those left out of the record, and
+	// ArtifactsRefused the files the run left that were not collected
+	// (the envelope's truncated.artifacts_dropped).
+	Artifacts        []Artifact `json:"artifacts,omitempty"`
+	ArtifactsDropped int        `json:"artifacts_dropped,omitempty"`
+	ArtifactsRefused int        `json:"artifacts_refused,omitempty"`
 	// RefusalsDropped is set on the record that stands for a subject's
 	// requests refused by the refusal limiter (quota kind "refusals"): how
 	// many more were answered 429 without a record of their own.
@@ -128,3 +141,26 @@ type Outcome struct {
 	// other outcome.
 	Syscall string `json:"syscall,omitempty"`
 }
+
+// File is one input file of a run as recorded.
+type File struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Artifact is one collected artifact of a run as recorded.
+type Artifact struct {
+	Name   string `json:"name"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	MIME   string `json:"mime"`
+}
+
+// MaxFiles bounds the input files and the artifacts a record lists (each;
+// the rest are counted).
+const MaxFiles = 100
+
+// maxPathBytes bounds a recorded path or name (the request decoder allows
+// no longer one).
+const maxPathBytes = 1024

@@ -111,6 +111,7 @@ func (r *Record) normalize() {
 	if r.Egress == nil {
 		r.Egress = []sandbox.EgressAttempt{}
 	}
+	r.boundFiles(MaxFiles, maxPathBytes)
 	if r.Decision != nil {
 		d := *r.Decision
 		if d.Reasons == nil {
@@ -173,6 +174,7 @@ func (r *Record) shrink() {
 	if r.ToolCalls != nil {
 		r.ToolCalls = calls
 	}
+	r.boundFiles(shrinkListItems, shrinkStringBytes)
 	r.ExecutionID, r.TenantID, r.Subject = clip(r.ExecutionID), clip(r.TenantID), clip(r.Subject)
 	r.Roles = clipAll(r.Roles)
 	r.Quota.Kind = clip(r.Quota.Kind)
@@ -185,4 +187,60 @@ func (r *Record) shrink() {
 		d.Reasons, d.Egress = clipAll(d.Reasons), clipAll(d.Egress)
 		r.Decision = &d
 	}
+}
+
+// boundFiles keeps at most items input files and artifacts, counting
+// the rest, with their strings clipped to n bytes.
+func (r *Record) boundFiles(items, n int) {
+	if len(r.Files) > items {
+		r.FilesDropped += len(r.Files) - items
+		r.Files = r.Files[:items]
+	}
+	if len(r.Artifacts) > items {
+		r.ArtifactsDropped += len(r.Artifacts) - items
+		r.Artifacts = r.Artifacts[:items]
+	}
+	r.Files = clipFiles(r.Files, n)
+	r.Artifacts = clipArtifacts(r.Artifacts, n)
+}
+
+// clipString cuts s to at most n bytes of valid UTF-8.
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// clipFiles returns fs with every string clipped to n bytes.
+func clipFiles(fs []File, n int) []File {
+	return clipEach(fs, func(f File) File {
+		return File{Path: clipString(f.Path, n), Bytes: f.Bytes, SHA256: clipString(f.SHA256, 64)}
+	})
+}
+
+// clipArtifacts is clipFiles for artifacts.
+func clipArtifacts(as []Artifact, n int) []Artifact {
+	return clipEach(as, func(a Artifact) Artifact {
+		return Artifact{Name: clipString(a.Name, n), Bytes: a.Bytes, SHA256: clipString(a.SHA256, 64), MIME: clipString(a.MIME, 127)}
+	})
+}
+
+// clipEach returns xs with clip applied to each, a copy when it changed
+// one (the caller's slice is never written).
+func clipEach[T comparable](xs []T, clip func(T) T) []T {
+	var out []T
+	for i, x := range xs {
+		c := clip(x)
+		if c != x && out == nil {
+			out = append([]T(nil), xs...)
+		}
+		if out != nil {
+			out[i] = c
+		}
+	}
+	if out == nil {
+		return xs
+	}
+	return out
 }

@@ -87,7 +87,7 @@ func TestConfigPrintShowsNoZeroWhereTheServerUsesADefault(t *testing.T) {
 }
 
 func TestConfigPrintShowsTheDerivedDefaults(t *testing.T) {
-	cfg, err := Load("", []string{"EXECGATE_STATE_DIR=/tmp/eg-print", "EXECGATE_SERVER_MAX_CONCURRENT_RUNS=6"})
+	cfg, err := Load("", []string{"EXECGATE_STATE_DIR=/tmp/eg-print", "EXECGATE_SERVER_MAX_CONCURRENT_RUNS=3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +101,9 @@ func TestConfigPrintShowsTheDerivedDefaults(t *testing.T) {
 	if err := yaml.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	// 3/4 of the slots, half the queue, 6 runs' output reservations.
-	for key, want := range map[string]int{"max_concurrent_runs": 6, "tenant_max_runs": 4, "tenant_max_queue": 32, "max_output_memory_mb": 600, "max_queue": 64} {
+	// 3/4 of the slots, half the queue, 3 runs' output reservations (292
+	// MiB each at the platform's largest output and artifacts).
+	for key, want := range map[string]int{"max_concurrent_runs": 3, "tenant_max_runs": 2, "tenant_max_queue": 32, "max_output_memory_mb": 876, "max_queue": 64} {
 		if got.Server[key] != want {
 			t.Errorf("server.%s = %v, want %d", key, got.Server[key], want)
 		}

@@ -299,6 +299,8 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 		},
 		"tools":    toolsField(&req.Tools),
 		"fixtures": fixturesField(&req.Fixtures),
+		"files":    filesField(&req.Files),
+		"stdin":    stdinField(&req.Stdin, c.Args),
 	}
 }
 
@@ -536,6 +538,11 @@ func decodeLimits(path string, raw json.RawMessage, l *policy.Limits) error {
 		"pids":         func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitPids, &l.Pids) },
 		"output_bytes": func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.OutputBytes) },
 		"tmp_mb":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitMB, &l.TmpMB) },
+		// Counts and sizes: bounded like output_bytes (the policy caps them).
+		"files":           func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.Files) },
+		"files_bytes":     func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.FilesBytes) },
+		"artifacts":       func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.Artifacts) },
+		"artifacts_bytes": func(p string, r json.RawMessage) error { return decodeInt(p, r, maxLimitOutput, &l.ArtifactsBytes) },
 	})
 }
 

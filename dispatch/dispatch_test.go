@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"log/slog"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -82,7 +82,7 @@ func startExecutor(t *testing.T, rdb *redis.Client, cfg Config, run Runner) *Exe
 func testJob(runID string) Job {
 	now := time.Now()
 	return Job{V: WireVersion, RunID: runID, Gateway: "test", IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Minute).UnixMilli(),
-		Spec: WireSpec{ExecutionID: "x-" + runID, TenantID: "t", Source: "src", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 1000, MemoryMB: 64, Pids: 8, OutputBytes: 4096, TmpMB: 4}}}
+		Spec: WireSpec{ExecutionID: "x-" + runID, TenantID: "t", Source: "src", Limits: sandbox.Limits{TimeoutMS: 1000, CPUMS: 1000, MemoryMB: 64, Pids: 8, OutputBytes: 4096, TmpMB: 4}.Or(limits.Default)}}
 }
 
 // pushAndStrand queues a genuine job and reads it as a consumer that dies

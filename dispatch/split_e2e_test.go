@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/execgate/execgate/auth"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 )
@@ -610,7 +610,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			return Job{V: WireVersion, RunID: newRunID(), Gateway: "test", IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Minute).UnixMilli(),
 				Spec: WireSpec{ExecutionID: "direct-" + newRunID()[:8], TenantID: splitTenant, Language: "python", Source: src,
 					Entrypoint: "run", Args: json.RawMessage(`{"i":7}`), Mode: "run", Network: sandbox.NetworkNone, Limits: sandbox.Limits{
-						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}}}
+						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}.Or(limits.Default)}}
 		}
 		push := func(v string) string {
 			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runsFor(limits.DefaultRuntime), Values: []string{"job", v}}).Result()

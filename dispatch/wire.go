@@ -9,22 +9,21 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/sandbox/workspace"
 )
 
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
 // output chunks are signed frames of the run (frames.go). 3: runs carry
-// their runtime and go to the stream of their target (a runtime, or Deno).
+// their runtime and go to the stream of their target (a runtime, or Deno);
+// a job carries the run's input files and stdin, a reply its artifacts.
 const WireVersion = 3
 
 // Bounds on what crosses Redis.
 const (
-	// maxJobBytes bounds an encoded job: the source and args are capped by
-	// the gateway's server.max_source_bytes / max_args_bytes (256 KiB
-	// each by default, 1 MiB body), fixtures and lock likewise.
-	maxJobBytes = 4 << 20
 	// maxIDBytes bounds run and executor ids.
 	maxIDBytes = 128
 	// replyOverhead is what a reply may hold beyond the run's three
@@ -33,6 +32,13 @@ const (
 	// maxReasonBytes bounds a refusal reason.
 	maxReasonBytes = 256
 )
+
+// maxJobBytes bounds an encoded job: the source and args are capped by
+// the gateway's server.max_source_bytes / max_args_bytes (256 KiB each by
+// default, 1 MiB body), fixtures and lock likewise (4 MiB for them); and
+// the input files by the platform's files and files_bytes (base64 in the
+// job, with their paths).
+var maxJobBytes = 4<<20 + int(limits.Max.FilesBytes/3*4+4+limits.Max.Files*(workspace.MaxPathBytes+64))
 
 // sigSep separates the hex signature from the payload in a signed value.
 const sigSep = "."
@@ -81,6 +87,8 @@ type WireSpec struct {
 	EgressAllow  []string        `json:"egress_allow,omitempty"`
 	Isolation    string          `json:"isolation,omitempty"`
 	Runtime      string          `json:"runtime,omitempty"`
+	Files        []sandbox.File  `json:"files,omitempty"`
+	Stdin        string          `json:"stdin,omitempty"`
 }
 
 func wireSpec(s sandbox.Spec) WireSpec {
@@ -89,7 +97,7 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		Entrypoint: s.Entrypoint, Args: s.Args, Mode: s.Mode, Variables: s.Variables,
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Lock: s.Lock, EgressAllow: s.EgressAllow,
-		Isolation: s.Isolation, Runtime: s.Runtime,
+		Isolation: s.Isolation, Runtime: s.Runtime, Files: s.Files, Stdin: s.Stdin,
 	}
 }
 
@@ -99,7 +107,7 @@ func (w WireSpec) spec() sandbox.Spec {
 		Entrypoint: w.Entrypoint, Args: w.Args, Mode: w.Mode, Variables: w.Variables,
 		ToolFixtures: w.ToolFixtures, Network: w.Network, Limits: w.Limits,
 		Lock: w.Lock, EgressAllow: w.EgressAllow,
-		Isolation: w.Isolation, Runtime: w.Runtime,
+		Isolation: w.Isolation, Runtime: w.Runtime, Files: w.Files, Stdin: w.Stdin,
 	}
 }
 
@@ -171,9 +179,10 @@ func validID(id string) error {
 	return nil
 }
 
-// maxReplyBytes bounds the reply of a run with these limits.
+// maxReplyBytes bounds the reply of a run with these limits: its output,
+// and its artifacts (base64, each with its name, media type and digest).
 func maxReplyBytes(l sandbox.Limits) int64 {
-	return 3*l.OutputBytes + replyOverhead
+	return 3*l.OutputBytes + replyOverhead + l.ArtifactsBytes/3*4 + 4 + l.Artifacts*1024
 }
 
 // clip bounds s for logs and the refusal stream.

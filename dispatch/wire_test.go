@@ -28,7 +28,10 @@ func TestWireSpecCarriesEverySpecField(t *testing.T) {
 		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
 			f.Set(reflect.ValueOf([]string{"x-" + name}))
 		case f.Kind() == reflect.Struct && name == "Limits":
-			f.Set(reflect.ValueOf(sandbox.Limits{TimeoutMS: 1, CPUMS: 2, MemoryMB: 3, Pids: 4, OutputBytes: 5, TmpMB: 6}))
+			f.Set(reflect.ValueOf(sandbox.Limits{TimeoutMS: 1, CPUMS: 2, MemoryMB: 3, Pids: 4, OutputBytes: 5, TmpMB: 6,
+				Files: 7, FilesBytes: 8, Artifacts: 9, ArtifactsBytes: 10}))
+		case name == "Files":
+			f.Set(reflect.ValueOf([]sandbox.File{{Path: "data/in.csv", Content: []byte{0, 1, 0xff}}}))
 		default:
 			t.Fatalf("sandbox.Spec.%s (%s): teach this test to fill it, and the wire to carry it", name, f.Type())
 		}

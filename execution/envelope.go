@@ -45,6 +45,12 @@ type Request struct {
 	// Runtime asks for a Python runtime ("python3.11", "python3.13");
 	// empty: the tenant's default. Policy decides (DESIGN §15).
 	Runtime string `json:"runtime,omitempty"`
+	// Files are the run's input files (decoded: their content's bytes),
+	// read-only under /workspace; within the decided limits.files and
+	// limits.files_bytes (FilesWithin).
+	Files []sandbox.File `json:"files,omitempty"`
+	// Stdin is the tool's standard input.
+	Stdin string `json:"stdin,omitempty"`
 }
 
 // EgressRequest is the requested egress allow-list (host[:port] globs).
@@ -84,7 +90,11 @@ type Envelope struct {
 	// EgressDropped counts the attempts left out. Absent when there were none.
 	Egress        []sandbox.EgressAttempt `json:"egress,omitempty"`
 	EgressDropped int                     `json:"egress_dropped,omitempty"`
-	TraceID       string                  `json:"trace_id"`
+	// Artifacts are the files the run left in /workspace/out, collected
+	// within its limits.artifacts and artifacts_bytes (truncated.artifacts
+	// lists what was dropped), in name order; absent when there were none.
+	Artifacts []EnvelopeArtifact `json:"artifacts,omitempty"`
+	TraceID   string             `json:"trace_id"`
 }
 
 // EnvelopeToolCall is one tool call as the caller sees it; the audit

@@ -99,6 +99,12 @@ func TooLarge(field string, size, limit int64) *Error {
 		Message: fmt.Sprintf("%s: %d bytes is over the %d-byte cap", field, size, limit)}
 }
 
+// Oversize is a 413 naming field with a message of its own (a count or a
+// sum over a limit, where TooLarge's "bytes over the cap" does not fit).
+func Oversize(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
 // Sentinels the flow wraps so Refusal can classify.
 var (
 	// ErrPolicy wraps every error of policy.Decide: undefined or erroring

@@ -139,6 +139,10 @@ type Config struct {
 	// idempotency store used when Deps.Idempotency is nil.
 	IdempotencyWindow time.Duration
 	IdempotencyLimits IdempotencyLimits
+	// ArtifactsInlineBytes is the largest artifact whose bytes the
+	// envelope carries (base64; server.artifacts_inline_bytes). Zero:
+	// DefaultArtifactsInlineBytes; negative: none.
+	ArtifactsInlineBytes int64
 }
 
 // Deps are the components a Flow uses. Tenants, Policy, Quota, Runner and
@@ -158,6 +162,10 @@ type Deps struct {
 	// Idempotency remembers run responses per (tenant, execution_id). Nil:
 	// an in-memory store.
 	Idempotency IdempotencyStore
+	// Artifacts keeps runs' artifacts for GET
+	// /v1/executions/{id}/artifacts/{name}. Nil: they are only in the
+	// envelope (the small ones).
+	Artifacts ArtifactStore
 	// Metrics may be nil (no metrics).
 	Metrics Metrics
 	// Succeeded is told when a jailed run ended ok (the readiness check
@@ -175,7 +183,9 @@ type Deps struct {
 // concurrent use, and its run queue, output budget and settlement retries
 // live as long as it does.
 type Flow struct {
-	d      Deps
+	d Deps
+	// inline is Config.ArtifactsInlineBytes, defaulted.
+	inline int64
 	queue  *runQueue
 	output *outputBudget
 	idem   IdempotencyStore
@@ -211,8 +221,13 @@ func New(cfg Config, d Deps) (*Flow, error) {
 	if d.Idempotency == nil {
 		d.Idempotency = NewMemoryIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyLimits, d.Now)
 	}
+	inline := cfg.ArtifactsInlineBytes
+	if inline == 0 {
+		inline = DefaultArtifactsInlineBytes
+	}
 	return &Flow{
 		d:      d,
+		inline: inline,
 		queue:  newRunQueue(cfg.Queue, d.Metrics.SetQueue),
 		output: newOutputBudget(cfg.OutputMemoryBytes),
 		idem:   d.Idempotency,
@@ -384,6 +399,9 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := checkFiles(req.Files, x.limits); err != nil {
+		return 0, nil, err
+	}
 	tk, adm, err := f.admit(ctx, x, tenant)
 	if err != nil {
 		return 0, nil, err
@@ -399,5 +417,8 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	}
 	f.observe(x, tenant, res)
 	f.settleRun(ctx, adm, res)
-	return http.StatusOK, runEnvelope(ctx, x, tenant, res), nil
+	f.keepArtifacts(ctx, x, tenant.ID, res.Artifacts)
+	env := runEnvelope(ctx, x, tenant, res)
+	env.Artifacts = envelopeArtifacts(res.Artifacts, f.inline, x.limits.OutputBytes)
+	return http.StatusOK, env, nil
 }

@@ -45,13 +45,9 @@ import (
 func outputReservation(c int64) int64 { return 6*c + 4<<20 }
 
 // OutputMemoryFor is the output memory that lets runs run slots each hold
-// a run with the largest output the default policies grant.
-func OutputMemoryFor(runs int) int64 { return int64(runs) * outputReservation(platformMaxOutput) }
-
-// platformMaxOutput is the largest output_bytes the default policies grant
-// (policies/platform.rego); the default budget lets every run slot hold a
-// run that uses it.
-const platformMaxOutput = 16 << 20
+// a run with the largest output and artifacts the default policies grant
+// (limits.Max, policies/platform.rego).
+func OutputMemoryFor(runs int) int64 { return int64(runs) * runReservation(limits.Max) }
 
 // errOutputBudget: the run could not reserve memory for its output in time.
 var errOutputBudget = errors.New("output memory budget exhausted")
@@ -85,7 +81,13 @@ func newOutputBudget(total int64) *outputBudget {
 // the budget: such a run runs alone. The returned func gives the
 // reservation back; call it once the response is written.
 func (b *outputBudget) acquire(ctx context.Context, l sandbox.Limits) (release func(), err error) {
-	return b.reserve(ctx, outputReservation(l.OutputBytes), time.Duration(l.TimeoutMS)*time.Millisecond)
+	return b.reserve(ctx, runReservation(l), time.Duration(l.TimeoutMS)*time.Millisecond)
+}
+
+// runReservation is what a run with limits l reserves: its output's and
+// its artifacts'.
+func runReservation(l sandbox.Limits) int64 {
+	return outputReservation(l.OutputBytes) + artifactReservation(l)
 }
 
 // acquireReplay reserves memory for replaying a remembered response of

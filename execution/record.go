@@ -217,6 +217,11 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 		r.Egress = x.result.Egress
 		r.EgressDropped = x.result.EgressDropped
 		r.ToolCalls = x.result.ToolCalls
+		r.Artifacts = auditArtifacts(x.result.Artifacts)
+		r.ArtifactsRefused = x.result.Truncated.ArtifactsDropped
+	}
+	if x.req != nil {
+		r.Files = auditFiles(x.req.Files)
 	}
 	if x.bridge != nil {
 		r.ToolCallsDropped = x.bridge.Dropped()

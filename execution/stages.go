@@ -274,6 +274,8 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Isolation:   dec.Isolation,
 		Runtime:     dec.Runtime,
 		Output:      x.output,
+		Files:       req.Files,
+		Stdin:       req.Stdin,
 	}
 	if spec.Network == "" {
 		spec.Network = sandbox.NetworkNone

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/tenancy"
 )
@@ -51,12 +52,12 @@ def run(args, context):
 `
 
 // validatorLimits bound the validator run.
-var validatorLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256, Pids: 8, OutputBytes: 1 << 20, TmpMB: 8}
+var validatorLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256, Pids: 8, OutputBytes: 1 << 20, TmpMB: 8}.Or(limits.Default)
 
 // denoValidatorLimits bound `deno check` of a JavaScript or TypeScript
 // source: the TypeScript checker loads its lib types first (about 3 s of
 // CPU on a loaded 2-core host), and Deno runs a few threads.
-var denoValidatorLimits = sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000, MemoryMB: 512, Pids: 32, OutputBytes: 1 << 20, TmpMB: 8}
+var denoValidatorLimits = sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000, MemoryMB: 512, Pids: 32, OutputBytes: 1 << 20, TmpMB: 8}.Or(limits.Default)
 
 // ValidateRequest is a request to check a tool's source (POST
 // /v1/validate, the MCP validate tool).

@@ -84,6 +84,7 @@ var accessTable = []Access{
 	{http.MethodGet, "/v1/executions/:id", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "read an async run's state and result"},
 	{http.MethodGet, "/v1/executions/:id/events", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "follow an async run's output (Server-Sent Events)"},
 	{http.MethodDelete, "/v1/executions/:id", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "cancel an async run"},
+	{http.MethodGet, "/v1/executions/:id/artifacts/:name", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "download a run's artifact"},
 	{http.MethodPost, "/mcp", TenantFromToken, []tenancy.Grant{executor}, "MCP tools: execute_python, execute_javascript, validate"},
 }
 

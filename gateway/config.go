@@ -53,11 +53,13 @@ type Config struct {
 	TenantMaxQueue int `yaml:"tenant_max_queue" json:"tenant_max_queue"`
 	// MaxOutputMemoryMB bounds, in MiB, the memory the output of all runs
 	// in flight may take in this process (stdout, stderr, result, response
-	// body): each run reserves 6 × its output_bytes + 4 MiB before it starts
-	// and gives it back once its response is written; a run that finds no
-	// room waits, at most its own timeout_ms, then gets 503 Overloaded.
-	// Default: max_concurrent_runs × the reservation of a run at the
-	// platform's largest cap (16 MiB output: 100 MiB), at most 1024.
+	// body, artifacts): each run reserves 6 × its output_bytes + 4 MiB, and
+	// 2 × its artifacts_bytes + 4 × min(output_bytes, artifacts_bytes) for
+	// its artifacts, before it starts and gives it back once its response
+	// is written; a run that finds no room waits, at most its own
+	// timeout_ms, then gets 503 Overloaded. Default: max_concurrent_runs ×
+	// the reservation of a run at the platform's largest caps (16 MiB
+	// output, 64 MiB artifacts: 292 MiB), at most 1024.
 	MaxOutputMemoryMB int64 `yaml:"max_output_memory_mb" json:"max_output_memory_mb"`
 	// IdempotencyWindowSeconds: a repeated execution_id from the same tenant
 	// within this window returns the first result. Default 600.
@@ -84,6 +86,20 @@ type Config struct {
 	// results, in bytes; the oldest are dropped first (GET is then 409
 	// ResultExpired). Default 64 MiB.
 	AsyncTenantResultBytes int64 `yaml:"async_tenant_result_bytes" json:"async_tenant_result_bytes"`
+	// AsyncTenantArtifactBytes is each tenant's budget of kept artifacts
+	// (the files runs leave in /workspace/out, sync and async alike, for
+	// GET /v1/executions/{id}/artifacts/{name}), in bytes; kept for
+	// async_result_ttl_seconds, the oldest dropped first (GET is then
+	// 404). Default 256 MiB.
+	AsyncTenantArtifactBytes int64 `yaml:"async_tenant_artifact_bytes" json:"async_tenant_artifact_bytes"`
+	// AsyncMaxArtifacts is how many artifacts one tenant keeps; beyond it
+	// its oldest are dropped. Default 10000.
+	AsyncMaxArtifacts int `yaml:"async_max_artifacts" json:"async_max_artifacts"`
+	// ArtifactsInlineBytes is the largest artifact whose bytes the
+	// envelope carries too (base64, as long as the inlined bytes stay
+	// within the run's output_bytes); every artifact is listed and can be
+	// fetched whatever its size. Default 65536; -1 inlines none.
+	ArtifactsInlineBytes int64 `yaml:"artifacts_inline_bytes" json:"artifacts_inline_bytes"`
 	// TenantMaxResultReaders is how many requests of one tenant may be
 	// reading stored async results at once on this gateway (GET
 	// /v1/executions/{id}, and …/events of a finished execution); beyond it
@@ -265,6 +281,15 @@ func (c Config) WithDefaults() Config {
 	if c.AsyncTenantResultBytes == 0 {
 		c.AsyncTenantResultBytes = async.DefaultTenantResultBytes
 	}
+	if c.AsyncTenantArtifactBytes == 0 {
+		c.AsyncTenantArtifactBytes = async.DefaultTenantArtifactBytes
+	}
+	if c.AsyncMaxArtifacts == 0 {
+		c.AsyncMaxArtifacts = async.DefaultMaxArtifacts
+	}
+	if c.ArtifactsInlineBytes == 0 {
+		c.ArtifactsInlineBytes = execution.DefaultArtifactsInlineBytes
+	}
 	if c.WebhookMaxAttempts == 0 {
 		c.WebhookMaxAttempts = 5
 	}
@@ -320,7 +345,8 @@ func (c Config) IdempotencyLimits() execution.IdempotencyLimits {
 // (after WithDefaults).
 func (c Config) AsyncLimits() async.Limits {
 	return async.Limits{MaxActive: c.AsyncMaxActive, MaxResults: c.AsyncMaxResults, TenantResultBytes: c.AsyncTenantResultBytes,
-		ResultTTL: time.Duration(c.AsyncResultTTLSeconds) * time.Second}
+		ResultTTL:           time.Duration(c.AsyncResultTTLSeconds) * time.Second,
+		TenantArtifactBytes: c.AsyncTenantArtifactBytes, MaxArtifacts: c.AsyncMaxArtifacts}
 }
 
 // WebhookOptions are the delivery bounds of callbacks (after WithDefaults).
@@ -378,6 +404,15 @@ func (c Config) Validate() error {
 	}
 	if c.AsyncTenantResultBytes < 1 {
 		errs = append(errs, fmt.Errorf("server.async_tenant_result_bytes: %d must be >= 1", c.AsyncTenantResultBytes))
+	}
+	if c.AsyncTenantArtifactBytes < 1 {
+		errs = append(errs, fmt.Errorf("server.async_tenant_artifact_bytes: %d must be >= 1", c.AsyncTenantArtifactBytes))
+	}
+	if c.AsyncMaxArtifacts < 1 {
+		errs = append(errs, fmt.Errorf("server.async_max_artifacts: %d must be >= 1", c.AsyncMaxArtifacts))
+	}
+	if c.ArtifactsInlineBytes < -1 {
+		errs = append(errs, fmt.Errorf("server.artifacts_inline_bytes: %d must be >= -1 (-1: inline none)", c.ArtifactsInlineBytes))
 	}
 	if c.WebhookMaxAttempts < 1 || c.WebhookMaxAttempts > 20 {
 		errs = append(errs, fmt.Errorf("server.webhook_max_attempts: %d is outside 1..20", c.WebhookMaxAttempts))
@@ -455,8 +490,9 @@ func (c Config) flowConfig() execution.Config {
 	return execution.Config{
 		Queue: execution.QueueLimits{Running: c.MaxConcurrentRuns, Waiting: c.MaxQueue,
 			TenantRunning: c.TenantMaxRuns, TenantWaiting: c.TenantMaxQueue},
-		OutputMemoryBytes: c.MaxOutputMemoryMB << 20,
-		IdempotencyWindow: time.Duration(c.IdempotencyWindowSeconds) * time.Second,
-		IdempotencyLimits: c.IdempotencyLimits(),
+		OutputMemoryBytes:    c.MaxOutputMemoryMB << 20,
+		IdempotencyWindow:    time.Duration(c.IdempotencyWindowSeconds) * time.Second,
+		IdempotencyLimits:    c.IdempotencyLimits(),
+		ArtifactsInlineBytes: c.ArtifactsInlineBytes,
 	}
 }

@@ -38,12 +38,19 @@ type ExecutionStatus struct {
 	Envelope   json.RawMessage `json:"envelope,omitempty"`
 }
 
-// newRuns builds the async runs of s on its flow.
-func (s *Server) newRuns() {
-	store, poll := s.d.Async, time.Duration(0)
-	if store == nil {
-		store = async.NewMemoryStore(s.cfg.AsyncLimits(), s.now)
-	} else {
+// asyncStore is where s keeps async results and every run's artifacts:
+// Deps.Async, else one in this process.
+func (s *Server) asyncStore() async.Store {
+	if s.d.Async != nil {
+		return s.d.Async
+	}
+	return async.NewMemoryStore(s.cfg.AsyncLimits(), s.now)
+}
+
+// newRuns builds the async runs of s on its flow, recording in store.
+func (s *Server) newRuns(store async.Store) {
+	poll := time.Duration(0)
+	if s.d.Async != nil {
 		poll = asyncCancelPoll // a shared store: a cancel may come through another replica
 	}
 	s.runs = async.NewRuns(s.flow, store, async.Config{CancelPoll: poll}, s.log)
@@ -177,14 +184,8 @@ func (s *Server) lookup(c *gin.Context, k async.Key, find func(context.Context, 
 // server.tenant_max_result_readers, the envelope written from the store's
 // shared bytes (readers.go).
 func (s *Server) handleGetExecution(c *gin.Context) {
-	k, err := s.executionKey(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	done, err := s.resultReaders.take(k.TenantID, whatResultReaders)
-	if err != nil {
-		s.fail(c, err)
+	k, done, ok := s.resultReader(c)
+	if !ok {
 		return
 	}
 	defer done()
@@ -205,6 +206,22 @@ func (s *Server) handleGetExecution(c *gin.Context) {
 	}
 	defer release()
 	writeExecution(c, executionStatus(rec), env)
+}
+
+// resultReader is the execution the route names for one of the tenant's
+// readers of stored results (server.tenant_max_result_readers), the
+// reader's place held until done is called. Without one it has answered
+// the request and returns false.
+func (s *Server) resultReader(c *gin.Context) (k async.Key, done func(), ok bool) {
+	k, err := s.executionKey(c)
+	if err == nil {
+		done, err = s.resultReaders.take(k.TenantID, whatResultReaders)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return k, nil, false
+	}
+	return k, done, true
 }
 
 // handleCancelExecution is DELETE /v1/executions/{id}: 202 when a queued

@@ -37,7 +37,12 @@ func writeEnvelope(c *gin.Context, status int, e *execution.EncodedEnvelope) {
 // writeBounded writes a JSON response of size bytes with write, within
 // writeDeadline(size).
 func writeBounded(c *gin.Context, status, size int, write func(io.Writer) error) {
-	c.Header("Content-Type", "application/json; charset=utf-8")
+	writeBoundedAs(c, status, "application/json; charset=utf-8", size, write)
+}
+
+// writeBoundedAs is writeBounded for a body of another media type.
+func writeBoundedAs(c *gin.Context, status int, contentType string, size int, write func(io.Writer) error) {
+	c.Header("Content-Type", contentType)
 	c.Header("Content-Length", strconv.Itoa(size))
 	c.Status(status)
 	rc := http.NewResponseController(c.Writer)

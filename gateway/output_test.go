@@ -15,9 +15,11 @@ import (
 )
 
 func TestMaxOutputMemoryDefault(t *testing.T) {
-	c := Config{MaxConcurrentRuns: 4}.WithDefaults()
-	if c.MaxOutputMemoryMB != 4*100 {
-		t.Errorf("default for 4 run slots: %d MiB, want 400", c.MaxOutputMemoryMB)
+	// A run at the platform's largest caps reserves 6 × 16 + 4 MiB for its
+	// output and 2 × 64 + 4 × 16 MiB for its artifacts: 292 MiB.
+	c := Config{MaxConcurrentRuns: 3}.WithDefaults()
+	if c.MaxOutputMemoryMB != 3*292 {
+		t.Errorf("default for 3 run slots: %d MiB, want 876", c.MaxOutputMemoryMB)
 	}
 	c = Config{MaxConcurrentRuns: 64}.WithDefaults()
 	if c.MaxOutputMemoryMB != DefaultMaxOutputMemoryMBCeiling {

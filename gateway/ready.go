@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -19,7 +20,7 @@ import (
 // check (DESIGN §12.1).
 const probeSource = "def run(args, context):\n    return {\"ok\": True}\n"
 
-var probeLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 8, OutputBytes: 4096, TmpMB: 4}
+var probeLimits = sandbox.Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 8, OutputBytes: 4096, TmpMB: 4}.Or(limits.Default)
 
 // probeTimeout bounds one probe run (a cold jail is well under a second).
 const probeTimeout = 15 * time.Second

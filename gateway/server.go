@@ -192,16 +192,18 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	s.ready = newReadiness(s, time.Duration(cfg.ReadyCacheSeconds)*time.Second)
 	s.refusals = newRefusalLimiter(cfg.RefusalsPerMinute, cfg.RefusalsBurst, d.Now)
+	store := s.asyncStore()
 	fd := execution.Deps{
 		Tenants: d.Tenants, Policy: d.Policy, Quota: d.Quota, Runner: d.Runner, Audit: d.Audit,
 		Environments: d.Environments, Tools: d.Tools, Idempotency: d.Idempotency, Metrics: d.Metrics,
 		Succeeded: s.ready.succeeded, Logger: d.Logger, TracerProvider: d.TracerProvider, Now: d.Now,
+		Artifacts: store, // every run's, sync and async: kept where the results are
 	}
 	var err error
 	if s.flow, err = execution.New(cfg.flowConfig(), fd); err != nil {
 		return nil, err
 	}
-	s.newRuns()
+	s.newRuns(store)
 	s.mcp = mcpserver.New(s.caps, mcpserver.Deps{
 		Flow: s.flow, Tenants: d.Tenants, Logger: d.Logger,
 		ExecuteGrants:  accessRow(http.MethodPost, "/v1/execute").Grants,
@@ -316,6 +318,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodGet, "/v1/executions/:id"}:                           s.handleGetExecution,
 		{http.MethodDelete, "/v1/executions/:id"}:                        s.handleCancelExecution,
 		{http.MethodGet, "/v1/executions/:id/events"}:                    s.handleExecutionEvents,
+		{http.MethodGet, "/v1/executions/:id/artifacts/:name"}:           s.handleArtifact,
 	}
 	for _, a := range accessTable {
 		r := Route{a.Method, a.Path}
@@ -471,6 +474,13 @@ func writeJSON(c *gin.Context, status int, v any) {
 
 // readBody reads at most limit bytes; over it is a 413.
 func readBody(r *http.Request, w http.ResponseWriter, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// Declared too large: refused before a byte of it is read (the
+		// connection is closed after the answer: its body is not drained).
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: TypePayloadTooLarge,
+			Message: fmt.Sprintf("body: %d bytes declared, over the %d-byte cap", r.ContentLength, limit)}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mb *http.MaxBytesError

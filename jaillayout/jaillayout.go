@@ -64,6 +64,12 @@ const (
 	// TmpDir is the jail's writable tmpfs (Limits.TmpMB), its working
 	// directory and the tool's HOME.
 	TmpDir = "/tmp"
+	// WorkspaceDir is the tool's working directory: the run's input
+	// files, read-only, over which the sandbox mounts the run's own tmpfs
+	// (package sandbox/workspace); WorkspaceOutDir, in it, is the tool's
+	// writable tmpfs whose files the runner collects as artifacts.
+	WorkspaceDir    = "/workspace"
+	WorkspaceOutDir = WorkspaceDir + "/out"
 	// DevDir, DevShmDir and ProcDir are mounted by the sandbox.
 	DevDir    = "/dev"
 	DevShmDir = "/dev/shm"
@@ -92,7 +98,7 @@ var Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
 // MountPoints are the directories the sandbox mounts or binds over; the
 // builder creates them empty so nsjail never creates a mount point inside
 // the (host-backed, read-only) tree.
-var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, path.Dir(ManifestPath)}
+var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, WorkspaceDir, path.Dir(ManifestPath)}
 
 // ManifestFormat is the version of the manifest's own layout.
 const ManifestFormat = 1
@@ -104,9 +110,10 @@ const ManifestFormat = 1
 //	1 (or absent): the original tree
 //	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
 //	   readable by the tool's user
-//	3: runtimes: trees built from pinned Debian packages (merged /usr),
+//	3: /workspace
+//	4: runtimes: trees built from pinned Debian packages (merged /usr),
 //	   the manifest names its runtime
-const Version = 3
+const Version = 4
 
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
 type Manifest struct {

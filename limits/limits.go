@@ -62,6 +62,15 @@ type Limits struct {
 	Pids        int64 `json:"pids"`         // pids cgroup limit
 	OutputBytes int64 `json:"output_bytes"` // cap on each of stdout, stderr and the result
 	TmpMB       int64 `json:"tmp_mb"`       // size of the /tmp (and /dev/shm) tmpfs, MiB
+	// Files and FilesBytes bound the input files a request carries (read
+	// only under /workspace): their number and their total size in bytes.
+	Files      int64 `json:"files"`
+	FilesBytes int64 `json:"files_bytes"`
+	// Artifacts and ArtifactsBytes bound what is collected from
+	// /workspace/out after the run: how many files and how many bytes in
+	// all; the rest is dropped (truncated.artifacts says which and why).
+	Artifacts      int64 `json:"artifacts"`
+	ArtifactsBytes int64 `json:"artifacts_bytes"`
 }
 
 // Default is the platform's default set (platform.rego limits_default):
@@ -73,6 +82,11 @@ var Default = Limits{
 	Pids:        32,
 	OutputBytes: 1 << 20,
 	TmpMB:       64,
+
+	Files:          32,
+	FilesBytes:     8 << 20,
+	Artifacts:      32,
+	ArtifactsBytes: 8 << 20,
 }
 
 // Max is the platform's maximum set (platform.rego limits_max): no
@@ -84,15 +98,20 @@ var Max = Limits{
 	Pids:        256,
 	OutputBytes: 16 << 20,
 	TmpMB:       1024,
+
+	Files:          1000,
+	FilesBytes:     64 << 20,
+	Artifacts:      1000,
+	ArtifactsBytes: 64 << 20,
 }
 
 // Or returns l with every zero field taken from d: how a caller that does
 // not ask the policy (a CLI flag set, a benchmark) completes the few limits
 // it chose, usually with Default.
 func (l Limits) Or(d Limits) Limits {
-	for _, f := range l.fields() {
-		if *f.v == 0 {
-			*f.v = *d.field(f.key)
+	for _, f := range l.Fields() {
+		if *f.V == 0 {
+			*f.V = *d.field(f.Key)
 		}
 	}
 	return l
@@ -102,39 +121,56 @@ func (l Limits) Or(d Limits) Limits {
 // names each bad field (limits.<key>).
 func (l Limits) Validate() error {
 	var errs []error
-	for _, f := range l.fields() {
-		limit := *Max.field(f.key)
-		switch v := *f.v; {
+	for _, f := range l.Fields() {
+		limit := *Max.field(f.Key)
+		switch v := *f.V; {
 		case v <= 0:
-			errs = append(errs, fmt.Errorf("limits.%s: %d is not positive (every limit must be set)", f.key, v))
+			errs = append(errs, fmt.Errorf("limits.%s: %d is not positive (every limit must be set)", f.Key, v))
 		case v > limit:
-			errs = append(errs, fmt.Errorf("limits.%s: %d is above the platform maximum of %d", f.key, v, limit))
+			errs = append(errs, fmt.Errorf("limits.%s: %d is above the platform maximum of %d", f.Key, v, limit))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-type field struct {
-	key string
-	v   *int64
+// Field is one limit of a Limits: its JSON key and a pointer to its value.
+type Field struct {
+	Key string
+	V   *int64
 }
 
-// fields lists l's fields with their JSON keys, in declaration order.
-func (l *Limits) fields() []field {
-	return []field{
+// Fields lists l's limits with their JSON keys, in declaration order: the
+// one enumeration the policy's input and decision codecs, its memo key and
+// Validate share, so a new limit is added here once.
+func (l *Limits) Fields() []Field {
+	return []Field{
 		{"timeout_ms", &l.TimeoutMS},
 		{"cpu_ms", &l.CPUMS},
 		{"memory_mb", &l.MemoryMB},
 		{"pids", &l.Pids},
 		{"output_bytes", &l.OutputBytes},
 		{"tmp_mb", &l.TmpMB},
+		{"files", &l.Files},
+		{"files_bytes", &l.FilesBytes},
+		{"artifacts", &l.Artifacts},
+		{"artifacts_bytes", &l.ArtifactsBytes},
 	}
 }
 
+// Keys are the limits' JSON keys, in declaration order.
+var Keys = func() []string {
+	var l Limits
+	var keys []string
+	for _, f := range l.Fields() {
+		keys = append(keys, f.Key)
+	}
+	return keys
+}()
+
 func (l *Limits) field(key string) *int64 {
-	for _, f := range l.fields() {
-		if f.key == key {
-			return f.v
+	for _, f := range l.Fields() {
+		if f.Key == key {
+			return f.V
 		}
 	}
 	panic("limits: no field " + key)

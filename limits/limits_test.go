@@ -16,7 +16,7 @@ func TestValidate(t *testing.T) {
 		{name: "a missing limit is refused by name", l: Limits{TimeoutMS: 1000, CPUMS: 1000, MemoryMB: 64, Pids: 8, OutputBytes: 100}, want: []string{"limits.tmp_mb: 0 is not positive"}},
 		{name: "a negative limit is refused by name", l: func() Limits { l := Default; l.CPUMS = -1; return l }(), want: []string{"limits.cpu_ms: -1"}},
 		{name: "a limit above the platform maximum is refused by name", l: func() Limits { l := Default; l.MemoryMB = Max.MemoryMB + 1; return l }(), want: []string{"limits.memory_mb: 2049 is above the platform maximum of 2048"}},
-		{name: "every bad field is named", l: Limits{}, want: []string{"timeout_ms", "cpu_ms", "memory_mb", "pids", "output_bytes", "tmp_mb"}},
+		{name: "every bad field is named", l: Limits{}, want: []string{"timeout_ms", "cpu_ms", "memory_mb", "pids", "output_bytes", "tmp_mb", "files", "files_bytes", "artifacts", "artifacts_bytes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

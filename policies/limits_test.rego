@@ -85,7 +85,10 @@ test_limits_that_are_not_an_object_are_unknown if {
 }
 
 # The gateway sends every limit, 0 when not requested.
-unrequested := {"timeout_ms": 0, "cpu_ms": 0, "memory_mb": 0, "pids": 0, "output_bytes": 0, "tmp_mb": 0}
+unrequested := {
+	"timeout_ms": 0, "cpu_ms": 0, "memory_mb": 0, "pids": 0, "output_bytes": 0, "tmp_mb": 0,
+	"files": 0, "files_bytes": 0, "artifacts": 0, "artifacts_bytes": 0,
+}
 
 test_gateway_request_without_limits_gets_capped_defaults if {
 	inp := object.union(with_limits(unrequested), {"tenant": {"data": {"max_limits": {"memory_mb": 128}}}})
@@ -104,4 +107,35 @@ test_gateway_request_with_one_limit_is_checked if {
 	e := limits.effective with input as inp
 	e.memory_mb == 512
 	e.pids == 32
+}
+
+# Input files and artifacts are limits like the others: defaulted, capped
+# by the tenant's maximum and the platform's.
+test_files_and_artifacts_get_platform_defaults if {
+	e := limits.effective with input as base
+	e.files == 32
+	e.files_bytes == 8388608
+	e.artifacts == 32
+	e.artifacts_bytes == 8388608
+}
+
+test_files_and_artifacts_are_capped_by_tenant_max if {
+	inp := object.union(with_limits({"files": 500, "artifacts_bytes": 50000000}), {"tenant": {"data": {"max_limits": {"files": 10, "artifacts_bytes": 1048576}}}})
+	e := limits.effective with input as inp
+	e.files == 10
+	e.artifacts_bytes == 1048576
+	count(limits.violations) == 0 with input as inp
+}
+
+test_files_and_artifacts_are_capped_by_platform_max if {
+	e := limits.effective with input as with_limits({"files": 100000, "files_bytes": 9999999999, "artifacts": 100000, "artifacts_bytes": 9999999999})
+	e.files == 1000
+	e.files_bytes == 67108864
+	e.artifacts == 1000
+	e.artifacts_bytes == 67108864
+}
+
+test_a_bad_tenant_max_files_is_denied if {
+	v := limits.violations with input as object.union(base, {"tenant": {"data": {"max_limits": {"files": "many"}}}})
+	"tenant \"t1\" policy data max_limits.files must be a positive number" in v
 }

@@ -12,6 +12,10 @@
 #   pids          32               256              cgroup pids
 #   output_bytes  1048576 (1 MiB)  16777216 (16 MiB) result/stdout/stderr cap
 #   tmp_mb        64 MiB           1024 MiB         tmpfs /tmp size
+#   files         32               1000             input files under /workspace
+#   files_bytes   8388608 (8 MiB)  67108864 (64 MiB) their total size
+#   artifacts     32               1000             files collected from /workspace/out
+#   artifacts_bytes 8388608 (8 MiB) 67108864 (64 MiB) their total size
 package execgate.platform
 
 # limits_default applies to a limit the request did not set.
@@ -22,6 +26,10 @@ limits_default := {
 	"pids": 32,
 	"output_bytes": 1048576,
 	"tmp_mb": 64,
+	"files": 32,
+	"files_bytes": 8388608,
+	"artifacts": 32,
+	"artifacts_bytes": 8388608,
 }
 
 # limits_max caps every limit, whatever the request or the tenant data say.
@@ -32,6 +40,10 @@ limits_max := {
 	"pids": 256,
 	"output_bytes": 16777216,
 	"tmp_mb": 1024,
+	"files": 1000,
+	"files_bytes": 67108864,
+	"artifacts": 1000,
+	"artifacts_bytes": 67108864,
 }
 
 # network_modes are the values network_access may take.

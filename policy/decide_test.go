@@ -9,7 +9,8 @@ import (
 	"github.com/execgate/execgate/tenancy"
 )
 
-var platformDefaults = Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256, Pids: 32, OutputBytes: 1 << 20, TmpMB: 64}
+var platformDefaults = Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 256, Pids: 32, OutputBytes: 1 << 20, TmpMB: 64,
+	Files: 32, FilesBytes: 8 << 20, Artifacts: 32, ArtifactsBytes: 8 << 20}
 
 // TestDefaultPolicies evaluates the real embedded policies for every
 // default rule.
@@ -127,14 +128,14 @@ func TestDefaultPolicies(t *testing.T) {
 			name: "requested limits are capped by tenant and platform maxima, unrequested get defaults",
 			req:  Request{Limits: Limits{TimeoutMS: 50000, CPUMS: 999999, MemoryMB: 300, Pids: 10}},
 			want: want{allow: true, reasons: []string{}, network: "none",
-				limits: &Limits{TimeoutMS: 30000, CPUMS: 60000, MemoryMB: 300, Pids: 10, OutputBytes: 1 << 20, TmpMB: 64}},
+				limits: &Limits{TimeoutMS: 30000, CPUMS: 60000, MemoryMB: 300, Pids: 10, OutputBytes: 1 << 20, TmpMB: 64, Files: 32, FilesBytes: 8 << 20, Artifacts: 32, ArtifactsBytes: 8 << 20}},
 		},
 		{
 			name:   "a tenant max above the platform max cannot raise a limit; a lower one caps the default",
 			tenant: &bigTenant,
 			req:    Request{Limits: Limits{MemoryMB: 100000}},
 			want: want{allow: true, reasons: []string{}, network: "none",
-				limits: &Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 2048, Pids: 32, OutputBytes: 1 << 20, TmpMB: 16}},
+				limits: &Limits{TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 2048, Pids: 32, OutputBytes: 1 << 20, TmpMB: 16, Files: 32, FilesBytes: 8 << 20, Artifacts: 32, ArtifactsBytes: 8 << 20}},
 		},
 		{
 			name: "a negative limit is denied",

@@ -61,14 +61,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			item("packages", packagesTerm(r.Packages)),
 			item("network_access", stringTerm(r.NetworkAccess)),
 			item("egress_hosts", stringsTerm(r.EgressHosts)),
-			item("limits", ast.ObjectTerm(
-				item("timeout_ms", int64Term(r.Limits.TimeoutMS)),
-				item("cpu_ms", int64Term(r.Limits.CPUMS)),
-				item("memory_mb", int64Term(r.Limits.MemoryMB)),
-				item("pids", int64Term(r.Limits.Pids)),
-				item("output_bytes", int64Term(r.Limits.OutputBytes)),
-				item("tmp_mb", int64Term(r.Limits.TmpMB)),
-			)),
+			item("limits", limitsTerm(r.Limits)),
 			item("mode", stringTerm(r.Mode)),
 			item("tools", stringsTerm(r.Tools)),
 			item("isolation", stringTerm(r.Isolation)),
@@ -85,11 +78,24 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
 		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
-		"memory_mb", "pids", "output_bytes", "tmp_mb", "mode", "tools", "isolation", "runtime"} {
+		"mode", "tools", "isolation", "runtime"} {
+		m[k] = stringTerm(k)
+	}
+	for _, k := range limits.Keys {
 		m[k] = stringTerm(k)
 	}
 	return m
 }()
+
+// limitsTerm is l as the input's request.limits object.
+func limitsTerm(l Limits) *ast.Term {
+	fs := l.Fields()
+	items := make([][2]*ast.Term, len(fs))
+	for i, f := range fs {
+		items[i] = item(f.Key, int64Term(*f.V))
+	}
+	return ast.ObjectTerm(items...)
+}
 
 func item(k string, v *ast.Term) [2]*ast.Term {
 	if t, ok := keyTerms[k]; ok {
@@ -154,22 +160,12 @@ func decodeDecision(v any) (Decision, error) {
 		fail("network_access is %q, not none, proxy or host", d.NetworkAccess)
 	}
 	if lm, ok := m["limits"].(map[string]any); ok {
-		for _, f := range []struct {
-			key string
-			dst *int64
-		}{
-			{"timeout_ms", &d.Limits.TimeoutMS},
-			{"cpu_ms", &d.Limits.CPUMS},
-			{"memory_mb", &d.Limits.MemoryMB},
-			{"pids", &d.Limits.Pids},
-			{"output_bytes", &d.Limits.OutputBytes},
-			{"tmp_mb", &d.Limits.TmpMB},
-		} {
-			n, err := positiveInt(lm[f.key])
+		for _, f := range d.Limits.Fields() {
+			n, err := positiveInt(lm[f.Key])
 			if err != nil {
-				fail("limits.%s %v", f.key, err)
+				fail("limits.%s %v", f.Key, err)
 			}
-			*f.dst = n
+			*f.V = n
 		}
 	} else {
 		fail("limits is %s, not an object", kind(m["limits"]))
@@ -344,10 +340,13 @@ var (
 		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"),
 		ast.StringTerm("runtime"),
 	}
-	limitKeys = []*ast.Term{
-		ast.StringTerm("timeout_ms"), ast.StringTerm("cpu_ms"), ast.StringTerm("memory_mb"),
-		ast.StringTerm("pids"), ast.StringTerm("output_bytes"), ast.StringTerm("tmp_mb"),
-	}
+	limitKeys = func() []*ast.Term {
+		var ts []*ast.Term
+		for _, k := range limits.Keys {
+			ts = append(ts, ast.StringTerm(k))
+		}
+		return ts
+	}()
 )
 
 // fastDecision decodes a well-formed decision; ok is false for anything
@@ -377,12 +376,13 @@ func fastDecision(v ast.Value) (d Decision, ok bool) {
 		return d, false
 	}
 	d.NetworkAccess = string(net)
-	limits, ok := get(obj, k.limits).(ast.Object)
+	limitsObj, ok := get(obj, k.limits).(ast.Object)
 	if !ok {
 		return d, false
 	}
-	for i, dst := range []*int64{&d.Limits.TimeoutMS, &d.Limits.CPUMS, &d.Limits.MemoryMB, &d.Limits.Pids, &d.Limits.OutputBytes, &d.Limits.TmpMB} {
-		n, ok := get(limits, limitKeys[i]).(ast.Number)
+	for i, f := range d.Limits.Fields() {
+		dst := f.V
+		n, ok := get(limitsObj, limitKeys[i]).(ast.Number)
 		if !ok {
 			return d, false
 		}

@@ -32,7 +32,11 @@ func TestPlatformRegoAndLimitsPackageAgree(t *testing.T) {
 	})
 	t.Run("a request that asks for more than any maximum gets limits.Max", func(t *testing.T) {
 		huge := int64(1) << 40
-		req := Request{Source: "def run(a, c): return 1", Limits: Limits{TimeoutMS: huge, CPUMS: huge, MemoryMB: huge, Pids: huge, OutputBytes: huge, TmpMB: huge}}
+		var asked Limits
+		for _, f := range asked.Fields() {
+			*f.V = huge
+		}
+		req := Request{Source: "def run(a, c): return 1", Limits: asked}
 		if got := decide(t, req); got != limits.Max {
 			t.Errorf("platform.rego limits_max = %+v, limits.Max = %+v", got, limits.Max)
 		}

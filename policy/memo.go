@@ -67,8 +67,8 @@ var inputFields = []inputField{
 	{[]string{"request", "egress_hosts"}, func(b []byte, in Input) []byte { return appendKeyStrings(b, in.Request.EgressHosts) }},
 	{[]string{"request", "limits"}, func(b []byte, in Input) []byte {
 		l := in.Request.Limits
-		for _, n := range []int64{l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB} {
-			b = appendKeyInt(b, n)
+		for _, f := range l.Fields() {
+			b = appendKeyInt(b, *f.V)
 		}
 		return b
 	}},

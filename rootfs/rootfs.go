@@ -26,8 +26,8 @@
 //	/usr/lib/ssl/cert.pem, /usr/lib/ssl/certs   the same, at OpenSSL's OPENSSLDIR
 //	/usr/share/zoneinfo                  the time zone database (tzdata, or the
 //	                                     host's), dereferenced
-//	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps, /opt/execgate/egress
-//	                                     empty mount points
+//	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps, /opt/execgate/egress,
+//	/workspace                           empty mount points
 //	/dev/null, /dev/zero, /dev/urandom  empty files the sandbox binds devices over
 //	/opt/execgate/harness/               the harness (sandbox/harness.FS)
 //	/etc/execgate/manifest.json          the Manifest

@@ -174,3 +174,48 @@ func benchRunner(b *testing.B, warm int) *sandbox.Runner {
 	b.Cleanup(func() { r.Close() })
 	return r
 }
+
+// BenchmarkFileAndArtifact is what one input file and one small artifact
+// add to the probe's run through the Runner, at level process and with a
+// warm jail: the plain probe and the probe reading a file and saving it as
+// an artifact run alternately (so both see the same host), and the p50 of
+// each and their difference are reported.
+func BenchmarkFileAndArtifact(b *testing.B) {
+	withFiles := sandbox.Spec{Limits: limits.Default,
+		Source: "def run(args, context):\n    context.artifacts.save(\"copy.txt\", open(\"in.txt\").read())\n    return {\"ok\": True}\n",
+		Files:  []sandbox.File{{Path: "in.txt", Content: []byte("one small input file\n")}}}
+	for _, level := range []string{sandbox.IsolationProcess, sandbox.IsolationJail} {
+		b.Run(level, func(b *testing.B) {
+			r := benchRunner(b, 2)
+			plain, files := probe, withFiles
+			plain.Isolation, plain.TenantID = level, "bench"
+			files.Isolation, files.TenantID = level, "bench"
+			run := func(spec sandbox.Spec) time.Duration {
+				t0 := time.Now()
+				res, err := r.Run(context.Background(), spec)
+				d := time.Since(t0)
+				if err != nil || res.Status != sandbox.StatusOK || (len(spec.Files) > 0 && len(res.Artifacts) != 1) {
+					b.Fatalf("%v %s", err, dump(res))
+				}
+				return d
+			}
+			run(plain) // the zygote, or the pool's profile
+			run(files)
+			var a, f []time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if i%2 == 0 {
+					a, f = append(a, run(plain)), append(f, run(files))
+				} else {
+					f, a = append(f, run(files)), append(a, run(plain))
+				}
+			}
+			slices.Sort(a)
+			slices.Sort(f)
+			pa, pf := a[len(a)/2], f[len(f)/2]
+			b.ReportMetric(float64(pa.Microseconds()), "plain-p50-µs")
+			b.ReportMetric(float64(pf.Microseconds()), "files-p50-µs")
+			b.ReportMetric(float64((pf - pa).Microseconds()), "added-p50-µs")
+		})
+	}
+}

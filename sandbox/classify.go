@@ -118,6 +118,10 @@ type envelope struct {
 	Result          json.RawMessage `json:"result"`
 	Error           *ErrorInfo      `json:"error"`
 	Logs            []LogLine       `json:"logs"`
+	// Artifacts are the media types the tool gave the artifacts it saved
+	// (context.artifacts.save(name, data, mime)), by name: claims, used
+	// only to label them (workspace.MIMEOf checks each).
+	Artifacts map[string]string `json:"artifacts"`
 }
 
 // Caps on what the envelope may carry besides the result.
@@ -171,13 +175,30 @@ type verdict struct {
 	Error       *ErrorInfo
 	Logs        []LogLine
 	Unavailable *UnavailableError
+	// MIMEs are the envelope's artifact media types (nil without one).
+	MIMEs map[string]string
 }
 
 func classify(o outcome) verdict {
+	env, envErr := parseEnvelope(o.Envelope, o.EnvelopeTruncated)
+	return classifyParsed(o, env, envErr)
+}
+
+// classifyParsed is classify with o's envelope parsed (parseEnvelope).
+func classifyParsed(o outcome, env *envelope, envErr error) verdict {
 	if u := setupFailure(o); u != nil {
 		return verdict{Unavailable: u}
 	}
-	env, envErr := parseEnvelope(o.Envelope, o.EnvelopeTruncated)
+	v := classifyEnvelope(o, env, envErr)
+	if env != nil {
+		v.MIMEs = env.Artifacts
+	}
+	return v
+}
+
+// classifyEnvelope is classify's answer for a jail that ran, with its
+// envelope parsed (nil, and envErr, when there is none).
+func classifyEnvelope(o outcome, env *envelope, envErr error) verdict {
 	fail := func(typ, msg, tb string) verdict {
 		v := verdict{Status: StatusError, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}
 		if env != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/execgate/execgate/sandbox/internal/unixpair"
 	"github.com/execgate/execgate/sandbox/seccomp"
 	"github.com/execgate/execgate/sandbox/uids"
+	"github.com/execgate/execgate/sandbox/workspace"
 )
 
 // jail is one nsjail process: started (cold, or ahead of time for the warm
@@ -56,6 +57,9 @@ type jail struct {
 	// needs one: its nsjail config and, in network mode proxy, the egress
 	// directory bound at jaillayout.EgressDir. "" otherwise. Removed by release.
 	dir string
+	// ws is the jail's /workspace, attached below the view (nil for a
+	// zygote's jail and mode validate). Closed by release.
+	ws *workspace.Workspace
 
 	// bridge is the runner's end of the tool bridge socket (bridge.go).
 	bridge net.Conn
@@ -100,11 +104,18 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		return nil, err
 	}
 	undo.add(lease.Release)
+	ws, err := r.newWorkspace(p, lease.UID, runID)
+	if err != nil {
+		return nil, err
+	}
+	if ws != nil {
+		undo.add(ws.Close)
+	}
 	fds, err := openJailFDs(&undo)
 	if err != nil {
 		return nil, err
 	}
-	cmd := r.nsjailCommand(cfgPath, lease, cg, fds)
+	cmd := r.nsjailCommand(cfgPath, lease, cg, fds, ws)
 	// Under the ABI filter (package seccomp), or not at all.
 	if err := seccomp.StartConfined(cmd); err != nil {
 		var unavailable *UnavailableError
@@ -122,6 +133,7 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 		cg:      cg,
 		uid:     lease,
 		dir:     dir,
+		ws:      ws,
 		stdin:   fds.stdin.w,
 		bridge:  fds.bridge,
 		readEnd: []*os.File{fds.stdout.r, fds.stderr.r, fds.result.r, fds.log.r},
@@ -130,6 +142,30 @@ func (r *Runner) startJail(p profile, warm bool) (_ *jail, err error) {
 	}
 	j.capture(fds)
 	return j, nil
+}
+
+// newWorkspace makes the /workspace of a jail of p and attaches it below
+// the view (where the jail's uid reaches it), for nsjail to bind; nil for
+// a jail without one (a zygote's: its runs get theirs; mode validate).
+func (r *Runner) newWorkspace(p profile, uid uint32, runID string) (*workspace.Workspace, error) {
+	if p.Zygote || p.Runtime == runtimeDenoCheck {
+		return nil, nil
+	}
+	ws, err := workspace.New(workspaceConfig(p.Limits, uid))
+	if err != nil {
+		return nil, err
+	}
+	if err := ws.Attach(filepath.Join(r.wsDir, runID)); err != nil {
+		ws.Close()
+		return nil, err
+	}
+	return ws, nil
+}
+
+// workspaceConfig sizes the workspace of a run with limits l whose tool
+// runs as the host uid uid.
+func workspaceConfig(l Limits, uid uint32) workspace.Config {
+	return workspace.Config{Files: l.Files, FilesBytes: l.FilesBytes, OutBytes: l.TmpMB << 20, UID: int(uid)}
 }
 
 // cleanups undoes the steps of a setup that failed half-way.
@@ -237,10 +273,14 @@ func (f *jailFDs) closeChildEnds() {
 // nsjailCommand is nsjail for one jail: its config, the jail's host uid
 // (as nsjail's own credentials and in the id maps), its cgroups, and the
 // fds of the contract above.
-func (r *Runner) nsjailCommand(cfgPath string, lease *uids.Lease, cg *cgroups.Run, fds *jailFDs) *exec.Cmd {
+func (r *Runner) nsjailCommand(cfgPath string, lease *uids.Lease, cg *cgroups.Run, fds *jailFDs, ws *workspace.Workspace) *exec.Cmd {
 	args := []string{r.nsjail, "--config", cfgPath}
 	args = append(args, idMapArgs(lease.UID)...)
 	args = append(args, cg.NsjailArgs()...)
+	if ws != nil {
+		// After the config's mounts: over the rootfs's empty /workspace.
+		args = append(args, ws.BindArgs(jaillayout.WorkspaceDir)...)
+	}
 	cmd := &exec.Cmd{
 		Path:       r.nsjailExec,
 		Args:       args,
@@ -506,12 +546,35 @@ func (j *jail) release() {
 	if j.dir != "" {
 		os.RemoveAll(j.dir)
 	}
+	j.ws.Release()
 	j.uid.Release()
 }
 
 // nsjailCaps are the capabilities nsjail keeps (ambient) while running as
 // the jail's host uid.
 var nsjailCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRIDE}
+
+// writeFiles writes the run's input files into the jail's workspace (at
+// the hand-off: a warm jail sees them at once).
+func (j *jail) writeFiles(files []File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if j.ws == nil {
+		return errors.New("files: this run has no /workspace (mode validate)")
+	}
+	return j.ws.Write(files)
+}
+
+// collectArtifacts reads the artifacts of the jail's run, once nsjail has
+// exited and the run's cgroup is gone; mimes are the media types its
+// envelope gave them.
+func (j *jail) collectArtifacts(l Limits, mimes map[string]string) workspace.Collected {
+	if j.ws == nil {
+		return workspace.Collected{}
+	}
+	return j.ws.Collect(artifactBounds(l, mimes))
+}
 
 // egressSocket is where the jail's egress socket is created on the host.
 func (j *jail) egressSocket() string {

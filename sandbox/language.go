@@ -86,12 +86,14 @@ func denoHeapMB(memoryMB int64) int64 {
 	return max(memoryMB-denoHeapHeadMB, denoMinHeapMB)
 }
 
-// denoFlags are Deno's flags for every run: no --allow-* flag at all (every
-// permission denied, nothing prompted), nothing fetched or written
-// (--no-remote --no-npm --cached-only --no-lock), no configuration file
-// discovered (--no-config), and the import map that blocks every file:,
-// node:, npm:, jsr: and remote specifier.
+// denoFlags are Deno's flags for every run: no --allow-* flag but reading
+// the run's /workspace (its input files) and writing /workspace/out (its
+// artifacts), every other permission denied and nothing prompted, nothing
+// fetched or written (--no-remote --no-npm --cached-only --no-lock), no
+// configuration file discovered (--no-config), and the import map that
+// blocks every file:, node:, npm:, jsr: and remote specifier.
 var denoFlags = []string{
+	"--allow-read=" + jaillayout.WorkspaceDir, "--allow-write=" + jaillayout.WorkspaceOutDir,
 	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
 	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/sandbox/seccomp"
+	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/sandbox/zygote"
 )
 
@@ -41,6 +42,12 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	// The run's output goes to spec.Output as it comes (live output), as a
 	// jail's does.
 	watchCaptures(spec.Output, &out.stdout, &out.stderr)
+	if len(spec.Files) > 0 {
+		if err := p.Workspace.Write(spec.Files); err != nil {
+			p.Abort(out)
+			return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+		}
+	}
 	handoff := time.Now()
 	req, err := encodeRequest(spec, handoff.UnixMilli())
 	if err != nil {
@@ -63,15 +70,18 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if used, ok := p.Cgroup().CPUUsage(); ok {
 		o.CPUMS = used.Milliseconds()
 	}
+	o.Envelope, o.EnvelopeTruncated = out.envelope.buf, out.envelope.truncated
+	env, envErr := parseEnvelope(o.Envelope, o.EnvelopeTruncated)
+	collected := collectProcess(p, spec.Limits, env)
 	p.End(spec.ExecutionID, exit.Crashed)
 	usage := Usage{WallMS: wall.Milliseconds(), CPUMS: o.CPUMS, PeakMemoryKB: stats.PeakBytes >> 10, Warm: true, Isolation: IsolationProcess}
 	if exit.Crashed {
 		res := errorResult(ErrSandboxCrashed, "the run's zygote died during the run (nothing is retried)", "")
 		res.Stdout, res.Stderr = out.stdout.String(), out.stderr.String()
 		res.Usage = usage
+		withArtifacts(&res, collected)
 		return res, nil
 	}
-	o.Envelope, o.EnvelopeTruncated = out.envelope.buf, out.envelope.truncated
 	o.Runtime = prof.Runtime
 	o.Limits = prof.Limits
 	o.MemoryLimitHit = stats.MemoryLimitHit
@@ -79,11 +89,33 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	if o.childSignal() == syscall.SIGSYS && p.HostPID > 0 {
 		o.DeniedSyscall = seccomp.SyscallFor(p.HostPID, p.Forked, seccompRecordWait)
 	}
-	v := classify(o)
+	v := classifyParsed(o, env, envErr)
 	if v.Unavailable != nil {
 		return Result{}, v.Unavailable
 	}
-	return runResult(v, o, &out.stdout, &out.stderr, bridge, usage), nil
+	res := runResult(v, o, &out.stdout, &out.stderr, bridge, usage)
+	withArtifacts(&res, collected)
+	return res, nil
+}
+
+// collectProcess reads the artifacts of a run at level process after
+// Wait, which killed every process of its cgroup (or, when its harness
+// ended it with a whole envelope, killed the harness, its one process):
+// nothing of the run runs code any more. A process other than the harness
+// still listed (one Wait could not kill in time) means the run is not
+// stopped, and nothing is read. env is the run's envelope (nil without
+// one: its media types label the artifacts).
+func collectProcess(p *zygote.Run, l Limits, env *envelope) workspace.Collected {
+	for _, pid := range p.Cgroup().Pids() {
+		if pid != p.HostPID {
+			return workspace.NotCollected(workspace.ReasonNotStopped)
+		}
+	}
+	var mimes map[string]string
+	if env != nil {
+		mimes = env.Artifacts
+	}
+	return p.Workspace.Collect(artifactBounds(l, mimes))
 }
 
 // procOutput reads a level-process run's output: stdout and stderr capped
@@ -153,6 +185,7 @@ func (z *zygoteJail) Exited() <-chan struct{} { return z.j.exited }
 func (z *zygoteJail) Discard() error          { return z.j.discard(z.grace) }
 func (z *zygoteJail) Stderr() string          { return z.j.stderr.String() }
 func (z *zygoteJail) Pid() int                { return z.j.cmd.Process.Pid }
+func (z *zygoteJail) UID() uint32             { return z.j.uid.UID }
 
 func (z *zygoteJail) Unavailable(reason string) error {
 	return &UnavailableError{Reason: reason, Log: z.j.log.lines, Hint: hostHint(z.j.log.lines)}

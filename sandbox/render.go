@@ -91,8 +91,8 @@ func (p profile) Env() string { return p.Deps }
 
 func (p profile) String() string {
 	l := p.Limits
-	s := fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB",
-		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB)
+	s := fmt.Sprintf("network=%s timeout=%dms cpu=%dms memory=%dMiB pids=%d output=%dB tmp=%dMiB files=%d/%dB artifacts=%d/%dB",
+		p.Network, l.TimeoutMS, l.CPUMS, l.MemoryMB, l.Pids, l.OutputBytes, l.TmpMB, l.Files, l.FilesBytes, l.Artifacts, l.ArtifactsBytes)
 	if p.Runtime != "" && p.Runtime != runtimePython {
 		s = "runtime=" + string(p.Runtime) + " " + s
 	}
@@ -148,7 +148,7 @@ func renderConfig(in renderInput) (string, error) {
 	w(`name: "execgate"`)
 	w("mode: ONCE")
 	w("hostname: %s", q(jailHostname))
-	w("cwd: %s", q(jaillayout.TmpDir))
+	w("cwd: %s", q(jaillayout.WorkspaceDir))
 	w("time_limit: %d", ceilDiv(l.TimeoutMS+in.KillGraceMS, 1000))
 	w("log_fd: %d", logFD)
 	w("log_level: INFO")

@@ -12,6 +12,7 @@ import (
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
+	"github.com/execgate/execgate/sandbox/workspace"
 )
 
 // Errors carried by an *UnavailableError from NewRunner (errors.Is).
@@ -161,6 +162,12 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if len(spec.ToolFixtures) > 0 && !isJSONObject(spec.ToolFixtures) {
 		errs = append(errs, errors.New("tools: must be a JSON object"))
 	}
+	if err := checkFiles(spec.Files, spec.Limits); err != nil {
+		errs = append(errs, err)
+	}
+	if len(spec.Stdin) > maxStdinBytes {
+		errs = append(errs, fmt.Errorf("stdin: %d bytes; at most %d", len(spec.Stdin), maxStdinBytes))
+	}
 	if spec.Lock != "" && spec.Deps == "" {
 		errs = append(errs, errors.New("lock: the runner installs nothing; prepare the environment (package environments) and pass its directory as deps"))
 	}
@@ -175,6 +182,31 @@ func normalize(spec Spec) (Spec, profile, error) {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
 	}
 	return spec, profile{Runtime: rt, Network: spec.Network, Limits: l}, errors.Join(errs...)
+}
+
+// maxStdinBytes bounds Spec.Stdin (the gateway bounds it like args).
+const maxStdinBytes = 16 << 20
+
+// checkFiles refuses input files beyond l (limits.files, files_bytes) or
+// that break workspace.CheckFiles.
+func checkFiles(files []File, l Limits) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if int64(len(files)) > l.Files {
+		return fmt.Errorf("files: %d files; limits.files is %d", len(files), l.Files)
+	}
+	var total int64
+	for _, f := range files {
+		total += int64(len(f.Content))
+	}
+	if total > l.FilesBytes {
+		return fmt.Errorf("files: %d bytes; limits.files_bytes is %d", total, l.FilesBytes)
+	}
+	if i, err := workspace.CheckFiles(files); err != nil {
+		return fmt.Errorf("files[%d] %q: %w", i, files[i].Path, err)
+	}
+	return nil
 }
 
 // Minimum limits under which the interpreter cannot start.
@@ -210,6 +242,8 @@ type request struct {
 	EgressSocket string `json:"egress_socket,omitempty"`
 	// Bridge describes the tool bridge socket (bridge.go).
 	Bridge bridgeInfo `json:"bridge"`
+	// Stdin is what the harness gives the tool as its standard input.
+	Stdin string `json:"stdin,omitempty"`
 }
 
 // bridgeInfo tells the harness where the tool bridge is and how large a
@@ -252,6 +286,7 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 		MaxLogLines:     maxEnvelopeLogs,
 		Deps:            spec.Deps != "",
 		Bridge:          bridgeInfo{FD: bridgeFD, Version: BridgeProtocolVersion, MaxRequestBytes: maxBridgeRequest, MaxInflight: maxBridgeInflight},
+		Stdin:           spec.Stdin,
 	}
 	if spec.Network == NetworkProxy {
 		req.EgressSocket = jaillayout.EgressSocket

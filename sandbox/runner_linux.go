@@ -25,6 +25,7 @@ import (
 	"github.com/execgate/execgate/sandbox/seccomp"
 	"github.com/execgate/execgate/sandbox/uids"
 	"github.com/execgate/execgate/sandbox/view"
+	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/sandbox/zygote"
 	"github.com/execgate/execgate/sourcecheck"
 )
@@ -40,10 +41,12 @@ type Runner struct {
 	nsjailFile *os.File
 	nsjailExec string
 	view       *view.View // the jail's view of the rootfs, deps and jails dirs
-	uids       *uids.Pool // host uids, one per live jail
-	version    string
-	cg         *cgroups.Manager
-	manifest   *jaillayout.Manifest
+	// wsDir is where jails' workspaces are attached (the view's).
+	wsDir    string
+	uids     *uids.Pool // host uids, one per live jail
+	version  string
+	cg       *cgroups.Manager
+	manifest *jaillayout.Manifest
 	// seccompPolicy is the Kafel policy; tests swap in a broken one.
 	seccompPolicy string
 	log           *slog.Logger
@@ -152,6 +155,7 @@ func NewRunner(cfg Config, opts ...Option) (*Runner, error) {
 		nsjailFile:    nsjailFile,
 		nsjailExec:    nsjailExec,
 		view:          v,
+		wsDir:         v.Workspaces,
 		uids:          leases,
 		version:       nsjailVersion(nsjail),
 		cg:            cg,
@@ -312,6 +316,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if err := j.writeFiles(spec.Files); err != nil {
+		_ = j.discard(r.grace())
+		if session != nil {
+			_ = session.Close()
+		}
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
 	handoff := time.Now()
 	req, err := encodeRequest(spec, handoff.UnixMilli())
 	if err != nil {
@@ -340,7 +351,6 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		attempts, dropped = session.Attempts(), session.Dropped()
 	}
-	j.release()
 	if fin.outcome.childSignal() == syscall.SIGSYS {
 		if pid := seccomp.ViolationPID(fin.outcome.Log); pid > 0 {
 			fin.outcome.DeniedSyscall = seccomp.SyscallFor(pid, j.started, seccompRecordWait)
@@ -348,8 +358,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	v := classify(fin.outcome)
 	if v.Unavailable != nil {
+		j.release()
 		return Result{NsjailLog: fin.outcome.Log}, v.Unavailable
 	}
+	// Every process of the jail is gone (nsjail exited, its cgroup
+	// removed): nothing writes /workspace/out any more.
+	collected := j.collectArtifacts(spec.Limits, v.MIMEs)
+	j.release()
 	res := runResult(v, fin.outcome, &j.stdout, &j.stderr, bridge, Usage{
 		WallMS:       fin.wall.Milliseconds(),
 		CPUMS:        fin.outcome.CPUMS,
@@ -359,7 +374,20 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	})
 	res.Egress, res.EgressDropped = attempts, dropped
 	res.NsjailLog = fin.outcome.Log
+	withArtifacts(&res, collected)
 	return res, nil
+}
+
+// withArtifacts puts what a run's collection found into its result.
+func withArtifacts(res *Result, c workspace.Collected) {
+	res.Artifacts = c.Artifacts
+	res.Truncated.Artifacts, res.Truncated.ArtifactsDropped = c.Dropped, c.DroppedCount
+}
+
+// artifactBounds are what the collection of a run with limits l may take;
+// mimes are the media types its envelope gave (by name).
+func artifactBounds(l Limits, mimes map[string]string) workspace.Bounds {
+	return workspace.Bounds{Artifacts: l.Artifacts, Bytes: l.ArtifactsBytes, MIMEs: mimes}
 }
 
 // runResult is the Result of a run (a jail's or a level-process one)

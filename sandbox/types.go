@@ -30,6 +30,7 @@ import (
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
+	"github.com/execgate/execgate/sandbox/workspace"
 )
 
 // Network is the network mode of a run.
@@ -91,7 +92,28 @@ type Spec struct {
 	// Output, if set, sees the tool's stdout and stderr as they are
 	// captured (live output, issue #15). Nil: nobody watches.
 	Output OutputFunc
+	// Files are the run's input files, written read-only under
+	// jaillayout.WorkspaceDir (the tool's working directory) before the
+	// hand-off: at most Limits.Files of them and Limits.FilesBytes in all,
+	// each path as workspace.CheckPath wants it (the runner refuses a spec
+	// that breaks either: InvalidInput).
+	Files []File
+	// Stdin is what the tool reads on its standard input (sys.stdin,
+	// Deno.stdin); empty: end of file at once.
+	Stdin string
 }
+
+// File is one input file of a run (package workspace).
+type File = workspace.File
+
+// Artifact is one file a run left in jaillayout.WorkspaceOutDir, collected
+// by the runner within the run's limits.artifacts and artifacts_bytes
+// (package workspace).
+type Artifact = workspace.Artifact
+
+// DroppedArtifact is a file of jaillayout.WorkspaceOutDir that was not
+// collected, and why.
+type DroppedArtifact = workspace.Dropped
 
 // OutputFunc receives a chunk of a run's stdout or stderr (stream is
 // StreamStdout or StreamStderr) as soon as the capture kept it: only bytes
@@ -159,10 +181,16 @@ type ErrorInfo struct {
 	Column int `json:"column,omitempty"`
 }
 
-// Truncated says which streams were cut at the output cap.
+// Truncated says which streams were cut at the output cap, and which
+// artifacts were dropped.
 type Truncated struct {
 	Stdout bool `json:"stdout"`
 	Stderr bool `json:"stderr"`
+	// Artifacts are the files of /workspace/out that were not collected
+	// (at most workspace.MaxDropped of them, each with its reason);
+	// ArtifactsDropped counts all of them. Absent when none was dropped.
+	Artifacts        []DroppedArtifact `json:"artifacts,omitempty"`
+	ArtifactsDropped int               `json:"artifacts_dropped,omitempty"`
 }
 
 // Usage is measured by the kernel for the whole jail.
@@ -222,6 +250,11 @@ type Result struct {
 	// ToolCalls are the run's tool calls as recorded by its Bridge (when
 	// it is a ToolCallRecorder), in order.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Artifacts are the files the run left in /workspace/out, collected
+	// after its processes were gone, in name order, within its
+	// limits.artifacts and artifacts_bytes (Truncated.Artifacts lists what
+	// was dropped).
+	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// NsjailLog holds nsjail's own log lines (not user output); kept for
 	// diagnosis and SandboxCrashed tracebacks.
 	NsjailLog []string `json:"-"`

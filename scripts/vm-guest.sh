@@ -19,7 +19,13 @@ step() {
   printf '\n\033[1m== vm: %s\033[0m\n' "$*"
   printf '%s %s\n' "$(date +%T)" "$*" >>"$RES/progress.log"
 }
-fail() { printf 'vm: FAIL: %s\n' "$*"; failed+=("$1"); }
+# A failure is also written to progress.log, which the host prints after
+# the VM ends: the console's own output may be cut short by then.
+fail() {
+  printf 'vm: FAIL: %s\n' "$*"
+  printf '%s FAIL: %s\n' "$(date +%T)" "$*" >>"$RES/progress.log"
+  failed+=("$1")
+}
 
 if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || grep -q ' cgroup ' /proc/mounts; then
   echo "vm-guest: /sys/fs/cgroup is not a cgroup2-only hierarchy: $(grep cgroup /proc/mounts | tr '\n' ';')"
@@ -63,7 +69,13 @@ gotests containment "" "^TestGatewaySecretIsNotFindableInTheJail$"
 gotests sandbox "$SANDBOX_V2"
 gotests sandbox/cgroups "$CGROUPS_V2"
 gotests app "$APP_V2"
-cat "$RES"/containment.json "$RES"/sandbox.json "$RES"/sandbox-cgroups.json "$RES"/app.json | /usr/bin/python3 scripts/gotest-report.py || fail "go tests"
+# The report goes to the host too (go-tests.txt, printed after the VM ends
+# when the tests failed).
+if ! cat "$RES"/containment.json "$RES"/sandbox.json "$RES"/sandbox-cgroups.json "$RES"/app.json |
+  /usr/bin/python3 scripts/gotest-report.py >"$RES/go-tests.txt" 2>&1; then
+  fail "go tests ($(tail -1 "$RES/go-tests.txt"))"
+fi
+tail -40 "$RES/go-tests.txt"
 cat "$RES/times.log"
 
 state=$(mktemp -d)
@@ -88,8 +100,11 @@ scripts/vm-cgroup-shapes.sh cgroupns-ro "$BIN" "$state" || fail "read-only cgrou
 step "a private cgroup namespace shown the host's hierarchy (a bind mount of the host's /sys/fs/cgroup): refused"
 scripts/vm-cgroup-shapes.sh hostbind "$BIN" "$state" || fail "host cgroup2 bind-mounted"
 
+step "systemd as PID 1 of a container managing deploy/systemd/execgate.service (Delegate=yes)"
+scripts/vm-systemd.sh "$BIN" "$state" || fail "systemd unit"
+
 if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then
-  step "the shipped image under podman (scripts/image.sh check)"
+  step "the shipped image under podman and its compose file (scripts/image.sh check)"
   scripts/image.sh check || fail "image"
 fi
 

@@ -114,5 +114,9 @@ if [ ! -s "$RES/status" ]; then
 fi
 status="$(cat "$RES/status")"
 [ -s "$RES/progress.log" ] && { log "steps in the VM:"; cat "$RES/progress.log" >&2; }
+if [ "$status" != 0 ] && [ -s "$RES/go-tests.txt" ] && grep -q FAIL "$RES/go-tests.txt"; then
+  log "the go tests' failures in the VM:"
+  grep -E -B2 -A25 -- '^(--- FAIL|FAIL)' "$RES/go-tests.txt" | head -200 >&2
+fi
 log "VM ($ACCEL_NAME) finished in ${took}s; command status $status"
 exit "$status"

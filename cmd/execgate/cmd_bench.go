@@ -52,7 +52,7 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 	f.IntVar(&o.WarmPool, "warm-pool", 4, "warm jails per profile for the warm rows")
 	f.IntVar(&o.BridgeCalls, "bridge-calls", 500, "measured tool calls per bridge row")
 	f.BoolVar(&asJSON, "json", false, "print every row as JSON (name, isolation, concurrency, p50, p99, req/s, CPU per run, errors) instead of Markdown")
-	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge (default all)")
+	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge, files (default all)")
 	f.StringSliceVar(&o.Modes, "modes", nil, "gateway rows' modes, subset of: cold, warm, process (default all)")
 	f.StringSliceVar(&o.Runtimes, "runtimes", nil, "the Python runtimes measured, each in turn in the same run (default: sandbox.runtimes)")
 	return cmd

@@ -10,7 +10,7 @@ import (
 // MemoryStore keeps executions in this process (one gateway). A tenant
 // holds at most Limits.MaxActive active records, Limits.MaxResults finished
 // ones and Limits.TenantResultBytes of envelopes; done records are forgotten after ResultTTL, active ones
-// after ActiveTTL.
+// after ActiveTTL. Artifacts are kept beside them (artifacts.go).
 type MemoryStore struct {
 	limits Limits
 	now    func() time.Time
@@ -18,6 +18,8 @@ type MemoryStore struct {
 	mu      sync.Mutex // guards recs, tenants and what they point to
 	recs    map[Key]*memRec
 	tenants map[string]*memTenant
+
+	artifacts memArtifacts // the runs' artifacts (artifacts.go)
 }
 
 type memRec struct {

@@ -31,6 +31,7 @@ import (
 //	P:xbytes            the tenant's kept envelope bytes
 //	P:xall              sorted set: execution_id → finish time (ms) of every
 //	                      finished one; beyond MaxResults the oldest are deleted
+//	P:a:…, P:aidx, P:asize, P:abytes   the runs' artifacts (artifacts.go)
 //
 // Time is Redis TIME. Redis errors wrap quota.ErrUnavailable (503
 // QuotaUnavailable at the edge).
@@ -39,6 +40,8 @@ type RedisStore struct {
 	prefix string
 	limits Limits
 	shared sharedEnvelopes // the envelopes being read, one copy each
+	// artifacts are the artifacts being read, one copy each.
+	artifacts sharedCopies[artifactKey, StoredArtifact]
 }
 
 var _ Store = (*RedisStore)(nil)

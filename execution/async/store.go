@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 // State is where an execution is.
@@ -71,6 +73,12 @@ type Limits struct {
 	// the store: one whose gateway died is forgotten after it (its tenant's
 	// active count with it). Default 30 min.
 	ActiveTTL time.Duration
+	// TenantArtifactBytes and MaxArtifacts bound the artifacts a tenant's
+	// runs (sync and async) keep, in bytes and in number; the tenant's
+	// oldest go first. They are kept for ResultTTL. Defaults 256 MiB and
+	// 10000.
+	TenantArtifactBytes int64
+	MaxArtifacts        int
 }
 
 // Defaults of Limits.
@@ -80,6 +88,9 @@ const (
 	DefaultMaxResults        = 10000
 	DefaultResultTTL         = time.Hour
 	DefaultActiveTTL         = 30 * time.Minute
+
+	DefaultTenantArtifactBytes = 256 << 20
+	DefaultMaxArtifacts        = 10000
 )
 
 // WithDefaults returns l with zero fields set to the defaults.
@@ -98,6 +109,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.ActiveTTL == 0 {
 		l.ActiveTTL = DefaultActiveTTL
+	}
+	if l.TenantArtifactBytes == 0 {
+		l.TenantArtifactBytes = DefaultTenantArtifactBytes
+	}
+	if l.MaxArtifacts == 0 {
+		l.MaxArtifacts = DefaultMaxArtifacts
 	}
 	return l
 }
@@ -137,6 +154,26 @@ type Store interface {
 	// CancelRequested reports whether a cancel was requested for k (a
 	// replica polls it for the runs it owns).
 	CancelRequested(ctx context.Context, k Key) (bool, error)
+	// PutArtifacts keeps the artifacts of a run of the tenant (sync or
+	// async: execution.ArtifactStore) for ResultTTL, within the tenant's
+	// TenantArtifactBytes and MaxArtifacts (its oldest are dropped first;
+	// one larger than the whole budget is not kept).
+	PutArtifacts(ctx context.Context, tenantID, executionID string, arts []sandbox.Artifact) error
+	// Artifact returns the artifact name of k for reading and a release to
+	// call once the reader is done with it (once); false when there is
+	// none (never was, expired, dropped). Readers of one artifact share one
+	// copy, as Envelope's share one; reserve is asked for the memory of a
+	// copy the store has to make.
+	Artifact(ctx context.Context, k Key, name string, reserve Reserve) (a StoredArtifact, release func(), ok bool, err error)
+}
+
+// StoredArtifact is an artifact as kept: what the envelope says of it and
+// its bytes (shared between readers: never modified).
+type StoredArtifact struct {
+	Name   string
+	MIME   string
+	SHA256 string
+	Data   []byte
 }
 
 // Reserve reserves n bytes of memory, waiting at most as long as it

@@ -22,7 +22,13 @@
 //
 // stdin carries the request as one frame (4-byte big-endian length | JSON)
 // and then the bridge's answers, framed the same way; the runner keeps it
-// open until the jail is gone (EOF earlier: the bridge has ended).
+// open until the jail is gone (EOF earlier: the bridge has ended). The
+// tool's Deno.stdin is the request's "stdin" text instead.
+//
+// Deno may read /workspace (the run's input files) and write
+// /workspace/out (its artifacts: context.artifacts.save writes there, with
+// the writer taken before the tool loads); every other permission is
+// denied.
 //
 // The jail starts Deno on this module directly (a warm jail is a Deno
 // waiting here for its request on stdin). The tool's source arrives in the
@@ -56,6 +62,7 @@ const decoder = new TextDecoder();
 const stringify = JSON.stringify;
 const parse = JSON.parse;
 const exit = Deno.exit;
+const writeFileSync = Deno.writeFileSync;
 const now = Date.now;
 const isFinite = Number.isFinite;
 const origConsole = globalThis.console;
@@ -89,7 +96,40 @@ function format(args) {
   return parts.join(" ");
 }
 
-function installConsole() {
+// stdinOf is the tool's Deno.stdin: the request's stdin bytes, then EOF.
+function stdinOf(bytes) {
+  let pos = 0;
+  const take = (p) => {
+    if (pos >= bytes.length) return null;
+    const n = Math.min(p.length, bytes.length - pos);
+    p.set(bytes.subarray(pos, pos + n));
+    pos += n;
+    return n;
+  };
+  return {
+    rid: undefined,
+    read: (p) => Promise.resolve(take(p)),
+    readSync: (p) => take(p),
+    // highWaterMark 0: nothing is pulled before the tool reads (read and
+    // readSync share the bytes).
+    readable: new ReadableStream({
+      pull: (c) => {
+        if (pos >= bytes.length) {
+          c.close();
+          return;
+        }
+        const chunk = bytes.slice(pos, Math.min(bytes.length, pos + (64 << 10)));
+        pos += chunk.length;
+        c.enqueue(chunk);
+      },
+    }, { highWaterMark: 0 }),
+    isTerminal: () => false,
+    setRaw: () => {},
+    close: () => {},
+  };
+}
+
+function installConsole(stdinText) {
   const counts = new Map();
   const timers = new Map();
   let indent = "";
@@ -142,18 +182,9 @@ function installConsole() {
     close: () => {},
   };
   Object.defineProperty(Deno, "stdout", { value: framedStdout, writable: false, configurable: false });
-  // stdin carries the bridge's answers: the tool reads EOF, as before the
-  // bridge kept stdin open.
-  const noStdin = {
-    rid: undefined,
-    read: () => Promise.resolve(null),
-    readSync: () => null,
-    readable: new ReadableStream({ start: (c) => c.close() }),
-    isTerminal: () => false,
-    setRaw: () => {},
-    close: () => {},
-  };
-  Object.defineProperty(Deno, "stdin", { value: noStdin, writable: false, configurable: false });
+  // stdin carries the bridge's answers: the tool reads the request's stdin
+  // text, then EOF.
+  Object.defineProperty(Deno, "stdin", { value: stdinOf(encoder.encode(stdinText)), writable: false, configurable: false });
   // Two ways to fd 1 need no permission: Deno's internal namespace
   // (Deno[Deno.internal].core.writeSync(1, bytes)) and Node's
   // process.stdout. A raw write would break the framing or forge a frame
@@ -190,6 +221,7 @@ function emit(status, resultJSON, error, logs) {
   done = true;
   const env = { protocol_version: PROTOCOL_VERSION, status, logs };
   if (error) env.error = error;
+  if (artifactMimes.size > 0) env.artifacts = Object.fromEntries(artifactMimes);
   const head = stringify(env);
   const body = '{"result":' + (resultJSON ?? "null") + "," + head.slice(1);
   frame(FRAME_ENVELOPE, encoder.encode(body));
@@ -487,6 +519,66 @@ class Bridge {
   }
 }
 
+// ---- artifacts (sandbox/workspace) ----
+
+// Where a run's artifacts go: every file left there is collected by the
+// runner after the run.
+const OUT_DIR = "/workspace/out";
+const MAX_MIMES = 1000;
+// Media types given to context.artifacts.save, by name (for the envelope).
+const artifactMimes = new Map();
+
+// checkArtifactName: the rules of sandbox/workspace CheckName.
+function checkArtifactName(name) {
+  if (typeof name !== "string") throw new TypeError(`an artifact's name must be a string, not ${typeof name}`);
+  const n = encoder.encode(name).length;
+  if (n === 0 || n > 255) throw new RangeError(`an artifact's name must be 1 to 255 bytes, not ${n}`);
+  if (name === "." || name === "..") throw new RangeError(`an artifact's name cannot be "${name}"`);
+  for (const ch of name) {
+    const c = ch.codePointAt(0);
+    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0) || (c >= 0xd800 && c < 0xe000)) {
+      throw new RangeError(`an artifact's name cannot contain U+${c.toString(16).padStart(4, "0")}`);
+    }
+    if (ch === "/" || ch === "\\") throw new RangeError(`an artifact's name cannot contain "${ch}" (artifacts are files directly in ${OUT_DIR})`);
+  }
+}
+
+const MIME_TOKEN = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$/;
+
+// checkMime: the rules of sandbox/workspace CheckMIME.
+function checkMime(mime) {
+  if (typeof mime !== "string") throw new TypeError(`mime must be a string, not ${typeof mime}`);
+  const i = mime.indexOf("/");
+  if (mime.length > 127 || i < 0 || !MIME_TOKEN.test(mime.slice(0, i)) || !MIME_TOKEN.test(mime.slice(i + 1))) {
+    throw new RangeError(`mime "${mime}" is not a media type (type/subtype, lower case, no parameters)`);
+  }
+}
+
+function bytesOf(data) {
+  if (typeof data === "string") return encoder.encode(data);
+  if (data instanceof Uint8Array) return data;
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  throw new TypeError("data must be a string, a Uint8Array or an ArrayBuffer");
+}
+
+function makeArtifacts() {
+  return Object.freeze({
+    // save(name, data, mime) writes data (a string, as UTF-8, or bytes) to
+    // /workspace/out/<name> and returns its path; mime labels it (else its
+    // extension does). A file of that name is replaced.
+    save: (name, data, mime = undefined) => {
+      checkArtifactName(name);
+      if (mime !== undefined && mime !== null) checkMime(mime);
+      const path = OUT_DIR + "/" + name;
+      writeFileSync(path, bytesOf(data));
+      if (mime === undefined || mime === null) artifactMimes.delete(name);
+      else if (artifactMimes.has(name) || artifactMimes.size < MAX_MIMES) artifactMimes.set(name, mime);
+      return path;
+    },
+  });
+}
+
 // Properties of context.tools that are never tool names (await, JSON, inspection).
 const NOT_TOOLS = new Set(["then", "toJSON", "constructor", "prototype"]);
 
@@ -528,6 +620,7 @@ function makeContext(req, sink) {
     remaining: () => Math.max(0, deadline - now()),
     log: (message, level = "info") => sink.add(message, level),
     tools: makeTools(new Bridge(req.bridge)),
+    artifacts: makeArtifacts(),
     ToolFailure,
     InvalidInput,
     ToolDenied,
@@ -644,7 +737,7 @@ async function main() {
   }
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
   globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
-  installConsole();
+  installConsole(typeof req.stdin === "string" ? req.stdin : "");
   // An error thrown or a promise rejected outside the tool's awaited path
   // ends the run as the tool's error rather than as Deno's.
   globalThis.addEventListener("error", (ev) => {

@@ -8,10 +8,12 @@ Protocol (PROTOCOL_VERSION):
   stdin   one JSON request, read to EOF:
           {protocol_version, execution_id, tenant_id, source, entrypoint, args,
            mode, variables, tools, deadline_unix_ms, output_bytes, cpu_ms,
-           max_log_lines, deps}
+           max_log_lines, deps, stdin}; the tool then reads the request's
+          stdin (a memfd on fd 0), or end of file at once
   fd 3    one JSON envelope, written once at the end:
           {protocol_version, status, result, error: {type, message, traceback,
-           line}, logs: [{level, message}]}
+           line}, logs: [{level, message}], artifacts: {name: mime}}
+          (artifacts: the media types context.artifacts.save was given)
   fd 5    the tool bridge: a unix socket, length-prefixed JSON frames
           (execgate_runtime._Bridge; request key "bridge" gives fd, version
           and the request cap); closed in forked children
@@ -160,6 +162,8 @@ def _emit(status, result_json=None, error=None, logs=()):
     env = {"protocol_version": PROTOCOL_VERSION, "status": status, "logs": list(logs)}
     if error is not None:
         env["error"] = error
+    if rt._artifact_mimes:
+        env["artifacts"] = rt._artifact_mimes
     head = _dumps(env)
     body = '{"result":' + (result_json if result_json is not None else "null") + "," + head[1:]
     data = memoryview(body.encode("utf-8"))
@@ -517,6 +521,28 @@ def _run(req):
     return "ok", text, None
 
 
+def _set_stdin(text):
+    """Give the tool text on fd 0 (a memfd, so os.read(0), sys.stdin and
+    subprocesses all read it), or /dev/null: end of file at once."""
+    try:
+        if text:
+            fd = os.memfd_create("stdin", 0)
+            data = memoryview(text.encode("utf-8", "surrogatepass"))
+            while data:
+                n = os.write(fd, data)
+                data = data[n:]
+            os.lseek(fd, 0, os.SEEK_SET)
+        else:
+            fd = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(fd, 0)
+        os.close(fd)
+    except OSError:
+        return
+    import io
+
+    sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
+
+
 def main():
     global _sink
     try:
@@ -531,13 +557,6 @@ def main():
     os.register_at_fork(after_in_child=_close_result_fd_in_child)
     _make_undumpable()
     raw = sys.stdin.buffer.read()
-    # The tool reads EOF from stdin.
-    try:
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-    except OSError:
-        pass
     try:
         req = _loads(raw)
     except ValueError as e:
@@ -545,6 +564,8 @@ def main():
     if not isinstance(req, dict) or req.get("protocol_version") != PROTOCOL_VERSION:
         got = req.get("protocol_version") if isinstance(req, dict) else None
         _emit("error", error=_error("ProtocolMismatch", "the harness speaks protocol %d, the request has %r" % (PROTOCOL_VERSION, got)))
+    stdin = req.get("stdin")
+    _set_stdin(stdin if isinstance(stdin, str) else "")
     _sink = rt._LogSink(max_lines=int(req.get("max_log_lines") or 1000))
     if req.get("deps"):
         sys.path.append(DEPS_DIR)

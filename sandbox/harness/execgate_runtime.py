@@ -10,7 +10,7 @@
 
 Offers:
   Context        the type of the `context` argument (tenant_id, execution_id,
-                 variables, deadline, remaining(), log(), tools)
+                 variables, deadline, remaining(), log(), tools, artifacts)
   logger / log   log lines that land in the result envelope's "logs"
   ToolFailure    base of the exceptions a tool raises on purpose;
                  ToolFailure(type, message) with type "ToolError" or "InvalidInput"
@@ -25,6 +25,7 @@ import os
 import time as _time
 
 __all__ = [
+    "Artifacts",
     "Context",
     "InvalidInput",
     "ToolDenied",
@@ -133,6 +134,89 @@ class ToolFailed(ToolBridgeError):
 
 
 _BRIDGE_ERRORS = {c.type_name: c for c in (ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed)}
+
+# Where a run's artifacts go (jaillayout.WorkspaceOutDir): every file left
+# there is collected by the runner after the run.
+OUT_DIR = "/workspace/out"
+# The most media types remembered for the envelope.
+_MAX_MIMES = 1000
+# Media types given to context.artifacts.save, by name (the harness puts
+# them in the envelope; the runner labels the artifacts with them).
+_artifact_mimes = {}
+
+
+def _check_artifact_name(name):
+    """The rules of sandbox/workspace CheckName: a file directly in
+    /workspace/out."""
+    if not isinstance(name, str):
+        raise TypeError("an artifact's name must be a str, not %s" % type(name).__name__)
+    raw = name.encode("utf-8", "surrogatepass")
+    if not raw or len(raw) > 255:
+        raise ValueError("an artifact's name must be 1 to 255 bytes, not %d" % len(raw))
+    if name in (".", ".."):
+        raise ValueError("an artifact's name cannot be %r" % name)
+    for ch in name:
+        o = ord(ch)
+        if o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0 or 0xD800 <= o < 0xE000:
+            raise ValueError("an artifact's name cannot contain %r" % ch)
+        if ch in "/\\":
+            raise ValueError("an artifact's name cannot contain %r (artifacts are files directly in %s)" % (ch, OUT_DIR))
+
+
+_MIME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_MIME_MORE = frozenset("!#$&-^_.+")
+
+
+def _mime_token(t):
+    if not t or len(t) > 63 or t[0] not in _MIME_CHARS:
+        return False
+    return all(c in _MIME_CHARS or c in _MIME_MORE for c in t)
+
+
+def _check_mime(mime):
+    """The rules of sandbox/workspace CheckMIME: type/subtype, lower case,
+    no parameters."""
+    if not isinstance(mime, str):
+        raise TypeError("mime must be a str, not %s" % type(mime).__name__)
+    typ, sep, sub = mime.partition("/")
+    if len(mime) > 127 or not sep or not _mime_token(typ) or not _mime_token(sub):
+        raise ValueError("mime %r is not a media type (type/subtype, lower case, no parameters)" % mime)
+
+
+class Artifacts:
+    """context.artifacts: the files a run hands back. Every file the tool
+    leaves in /workspace/out is one; save() writes one there."""
+
+    def save(self, name, data, mime=None):
+        """Write data (str, as UTF-8, or bytes) to /workspace/out/<name> and
+        return its path. mime labels it (else its extension does). A file
+        of that name is replaced."""
+        _check_artifact_name(name)
+        if mime is not None:
+            _check_mime(mime)
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            data = memoryview(data).cast("B")
+        else:
+            raise TypeError("data must be str or bytes, not %s" % type(data).__name__)
+        path = OUT_DIR + "/" + name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        finally:
+            os.close(fd)
+        if mime is None:
+            _artifact_mimes.pop(name, None)
+        elif name in _artifact_mimes or len(_artifact_mimes) < _MAX_MIMES:
+            _artifact_mimes[name] = mime
+        return path
+
+    def __repr__(self):
+        return "Artifacts(%r)" % OUT_DIR
 
 
 class _Bridge:
@@ -339,6 +423,7 @@ class Context:
         self.deadline = float(deadline)
         self.mode = mode
         self.tools = _Tools(tools, mode, bridge)
+        self.artifacts = Artifacts()
         self._sink = sink if sink is not None else _LogSink()
 
     def remaining(self):

@@ -24,7 +24,10 @@ harness would, after this setup (all before any tool code):
     before anything else happens in it, so every process the run ever
     starts is born there and is killed with it.
  3. A fresh, empty tmpfs on /tmp and on /dev/shm, sized by the run's
-    tmp_mb, private to this run; /proc remounted read-only.
+    tmp_mb, private to this run; /proc remounted read-only; the run's
+    workspace (sandbox/workspace: two tmpfs the host made and handed over
+    as detached mounts) moved to /workspace (its input files, read-only)
+    and /workspace/out (its artifacts), the working directory.
  4. A Landlock domain of its own that scopes abstract unix sockets
     (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12 and later): the runs of
     a zygote share its network namespace, and with it the abstract socket
@@ -35,9 +38,9 @@ harness would, after this setup (all before any tool code):
     sockets (they share the domain). Where the kernel lacks it, the zygote
     says so ("R 0") and the runner logs a warning when it starts one.
  5. Every capability dropped (bounding set included) and a seccomp filter
-    added on top of the inherited one that kills mount and unshare, the two
-    calls the zygote's own filter lets through for step 1 and 3: the
-    child's filter is then at least as strict as level jail's.
+    added on top of the inherited one that kills mount, move_mount and
+    unshare, the calls the zygote's own filter lets through for step 1 and
+    3: the child's filter is then at least as strict as level jail's.
  6. The harness waits for the run's request on stdin, as a warm jail's
     does. Steps 1-5 happen ahead of the run (the host keeps a few such
     processes ready): the hand-off is the request.
@@ -55,8 +58,8 @@ Control protocol (fd 5, a unix stream socket; one line per message):
                   reads the child's host pid from the kernel's
                   SCM_CREDENTIALS and moves it into the run's cgroup);
                   host -> child "a" with SCM_RIGHTS [stdin, stdout, stderr,
-                  result, bridge] once it did: the child goes on with
-                  steps 3 to 6
+                  result, bridge, workspace, workspace out] once it did:
+                  the child goes on with steps 3 to 6
 """
 
 import os
@@ -113,7 +116,7 @@ CONTROL_FD = 5
 # Exit status of a child whose setup failed (zygote_linux.go knows it).
 EXIT_SETUP = 73
 FORK_FDS = 1  # sync
-RUN_FDS = 5  # stdin, stdout, stderr, result, bridge
+RUN_FDS = 7  # stdin, stdout, stderr, result, bridge, workspace, workspace out
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -124,6 +127,9 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
+MOVE_MOUNT_F_EMPTY_PATH = 4
+SYS_MOVE_MOUNT = 429
+AT_FDCWD = -100
 PR_CAPBSET_DROP = 24
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -140,7 +146,7 @@ def _check(ret, what):
 
 
 def _seccomp_program():
-    """Kill mount and unshare, refuse PR_SET_DUMPABLE other than 0 (EPERM),
+    """Kill mount, move_mount and unshare, refuse PR_SET_DUMPABLE other than 0 (EPERM),
     as level jail's policy does, and kill every call through another
     architecture's entry or with the x32 bit set, as execgate's own filter
     under nsjail does (sandbox/abi_linux.go); allow the rest: the inherited
@@ -159,21 +165,22 @@ def _seccomp_program():
         (JEQ_K, 1, 0, AUDIT_ARCH_X86_64),  # 1
         (RET_K, 0, 0, KILL_PROCESS),  # 2
         (LD_W_ABS, 0, 0, 0),  # 3: nr
-        (JSET_K, 13, 0, X32_SYSCALL_BIT),  # 4: x32 -> 18
-        (JEQ_K, 12, 0, 165),  # 5: mount -> 18
-        (JEQ_K, 11, 0, 272),  # 6: unshare -> 18
-        (JEQ_K, 1, 0, 157),  # 7: prctl -> 9
-        (RET_K, 0, 0, ALLOW),  # 8
-        (LD_W_ABS, 0, 0, 16),  # 9: option (an int: its low half)
-        (JEQ_K, 1, 0, PR_SET_DUMPABLE),  # 10: -> 12
-        (RET_K, 0, 0, ALLOW),  # 11
-        (LD_W_ABS, 0, 0, 24),  # 12: value, low half
-        (JEQ_K, 0, 3, 0),  # 13: -> 14, else 17
-        (LD_W_ABS, 0, 0, 28),  # 14: value, high half
-        (JEQ_K, 0, 1, 0),  # 15: -> 16, else 17
-        (RET_K, 0, 0, ALLOW),  # 16
-        (RET_K, 0, 0, ERRNO_EPERM),  # 17
-        (RET_K, 0, 0, KILL_PROCESS),  # 18
+        (JSET_K, 14, 0, X32_SYSCALL_BIT),  # 4: x32 -> 19
+        (JEQ_K, 13, 0, 165),  # 5: mount -> 19
+        (JEQ_K, 12, 0, SYS_MOVE_MOUNT),  # 6: move_mount -> 19
+        (JEQ_K, 11, 0, 272),  # 7: unshare -> 19
+        (JEQ_K, 1, 0, 157),  # 8: prctl -> 10
+        (RET_K, 0, 0, ALLOW),  # 9
+        (LD_W_ABS, 0, 0, 16),  # 10: option (an int: its low half)
+        (JEQ_K, 1, 0, PR_SET_DUMPABLE),  # 11: -> 13
+        (RET_K, 0, 0, ALLOW),  # 12
+        (LD_W_ABS, 0, 0, 24),  # 13: value, low half
+        (JEQ_K, 0, 3, 0),  # 14: -> 15, else 18
+        (LD_W_ABS, 0, 0, 28),  # 15: value, high half
+        (JEQ_K, 0, 1, 0),  # 16: -> 17, else 18
+        (RET_K, 0, 0, ALLOW),  # 17
+        (RET_K, 0, 0, ERRNO_EPERM),  # 18
+        (RET_K, 0, 0, KILL_PROCESS),  # 19
     ]
     code = b"".join(struct.pack("HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(code, len(code))
@@ -289,14 +296,18 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
             _libc.mount(None, b"/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
             "remounting /proc read-only",
         )
-        os.chdir("/tmp")
+        ws, ws_out = run_fds[5], run_fds[6]
+        for fd, target in ((ws, b"/workspace"), (ws_out, b"/workspace/out")):
+            _check(_libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH), "moving the workspace to " + target.decode())
+            os.close(fd)
+        os.chdir("/workspace")
         if _SCOPED:
             _scope_abstract_sockets()
         _drop_caps()
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_PROG), 0, 0), "installing the seccomp filter")
         # Received in this order into the lowest free numbers (3 and up), so
         # no descriptor is overwritten below before it is copied.
-        stdin, stdout, stderr, result, bridge = run_fds
+        stdin, stdout, stderr, result, bridge = run_fds[:5]
         for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2), (result, harness.RESULT_FD), (bridge, harness.BRIDGE_FD)):
             os.dup2(src, dst)
         # Nothing else of the zygote's reaches the tool (fd 4 is nsjail's

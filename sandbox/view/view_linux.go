@@ -38,6 +38,10 @@ import (
 //	    rootfs  → sandbox.rootfs_dir       bind, read-only
 //	    deps    → sandbox.deps_dir         bind, read-only
 //	    jails   → <work_dir>/jails         bind, read-only
+//	    ws/                                tmpfs, 0711: the mount points of
+//	                                       the jails' workspaces (package
+//	                                       sandbox/workspace attaches each
+//	                                       run's there for nsjail to bind)
 //
 // (nsjail adds nosuid, nodev and noexec per jail mount, as its config says.)
 //
@@ -55,7 +59,9 @@ type View struct {
 
 	// Host paths of the view's mounts, and what each shows.
 	Rootfs, Deps, Jails string
-	sources             map[string]string // view path → source
+	// Workspaces is where the runner attaches jails' workspaces.
+	Workspaces string
+	sources    map[string]string // view path → source
 }
 
 var (
@@ -89,6 +95,8 @@ func Open(runtimeDir, rootfs, deps, jails string) (*View, error) {
 		Deps:    filepath.Join(dir, "deps"),
 		Jails:   filepath.Join(dir, "jails"),
 		sources: map[string]string{},
+		// Its own tmpfs: one mount point per live jail.
+		Workspaces: filepath.Join(dir, "ws"),
 	}
 	if err := v.mount(rootfs, deps, jails); err != nil {
 		unmountView(dir)
@@ -143,6 +151,12 @@ func (v *View) mount(rootfs, deps, jails string) error {
 			return fmt.Errorf("making %s read-only: %w", m.dst, err)
 		}
 		v.sources[m.dst] = m.src
+	}
+	if err := os.Mkdir(v.Workspaces, 0o711); err != nil {
+		return err
+	}
+	if err := unix.Mount("execgate-ws", v.Workspaces, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,nr_inodes=65536,mode=0711"); err != nil {
+		return fmt.Errorf("mounting a tmpfs at %s: %w", v.Workspaces, err)
 	}
 	return nil
 }

@@ -27,14 +27,18 @@
 // control socket (startJail's bridge socketpair): fork requests carrying
 // each run's descriptors (SCM_RIGHTS), fork replies and exit statuses
 // (protocol in execgate_zygote.py) One run: ahead of it (prepareSpare), the
-// runner creates a run's cgroup (cgroups.Manager.Create, the same as a jail's) and
+// runner creates a run's cgroup (cgroups.Manager.Create, the same as a jail's),
+// its workspace (package workspace: two detached tmpfs) and
 // a sync socketpair, sends one end to the zygote, which forks. The child
 // reports on the sync socket; the kernel tells the runner its host pid
 // (SCM_CREDENTIALS), the runner moves it into the run's cgroup and hands it
-// the run's pipes (stdin, stdout, stderr, result) and tool bridge socket
-// over the sync socket; the child does its setup (private /tmp, Landlock
-// scope, capabilities, seccomp) and its harness waits for the request on
-// stdin. A zygote keeps zygoteSpares such processes ready, and starts its
+// the run's pipes (stdin, stdout, stderr, result), tool bridge socket and
+// workspace (a read-only clone of the inputs, out/'s clone) over the sync
+// socket; the child does its setup (private /tmp, its /workspace moved
+// into its mount namespace, Landlock scope, capabilities, seccomp) and its
+// harness waits for the request on stdin. The runner writes the run's
+// input files into the workspace at the hand-off (Run.Workspace) and
+// collects its artifacts once Wait has killed every process of the run. A zygote keeps zygoteSpares such processes ready, and starts its
 // successor before it retires (startNextLocked). When the run comes (Pool.Fork), the
 // runner writes the request. From then on the run is watched as a jail is
 // (wall deadline, CPU from the cgroup, memory counters); when the child
@@ -154,6 +158,9 @@ type Jail interface {
 	Unavailable(reason string) error
 	// Pid is nsjail's pid (its process group's).
 	Pid() int
+	// UID is the jail's host uid: its runs' tools run as it, and own
+	// their /workspace/out.
+	UID() uint32
 }
 
 func clip(s string, n int) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/execgate/execgate/sandbox/cgroups"
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
 	"github.com/execgate/execgate/sandbox/internal/unixpair"
+	"github.com/execgate/execgate/sandbox/workspace"
 )
 
 // Run is one run forked from a zygote (Pool.Fork): a process in its own
@@ -36,6 +37,10 @@ type Run struct {
 	// audit record of the process with the time of an earlier syscall
 	// than the one that killed it, never earlier than its fork.
 	Forked time.Time
+	// Workspace is the run's /workspace: the runner writes the run's
+	// input files into it before the request and collects its artifacts
+	// after Wait. End (or Abort) closes it.
+	Workspace *workspace.Workspace
 
 	z     *zygote
 	cg    *cgroups.Run
@@ -86,6 +91,7 @@ func (p *Run) Cgroup() *cgroups.Run { return p.cg }
 // (crashed) is dropped, and the zygote is released (a retired one stops
 // after its last run).
 func (p *Run) End(executionID string, crashed bool) {
+	p.Workspace.Release()
 	zs := p.z.pool
 	zs.recycle(p.z, p.cg, executionID)
 	if crashed {
@@ -97,6 +103,7 @@ func (p *Run) End(executionID string, crashed bool) {
 // Abort ends a run that never got its request: it is killed, its output
 // collected, its cgroup removed and its zygote released.
 func (p *Run) Abort(out Output) {
+	defer p.Workspace.Release()
 	p.kill()
 	p.finish(out, p.z.exitChan(p.pid))
 	_ = p.cg.Remove(3 * time.Second)
@@ -129,7 +136,7 @@ func (zs *Pool) Fork(key Key, start StartFunc) (*Run, error) {
 	}
 	return &Run{
 		Stdin: sp.stdin, Stdout: sp.stdout, Stderr: sp.stderr, Result: sp.result, Bridge: sp.bridge,
-		HostPID: sp.hostPID, Forked: sp.forked,
+		HostPID: sp.hostPID, Forked: sp.forked, Workspace: sp.ws,
 		z: z, cg: sp.cg, pid: sp.pid, pidfd: sp.pidfd,
 	}, nil
 }
@@ -155,15 +162,18 @@ type spare struct {
 	stderr       *os.File
 	result       *os.File
 	bridge       net.Conn
+	ws           *workspace.Workspace
 }
 
-// closeEnds closes the runner's ends of the spare's descriptors.
+// closeEnds closes the runner's ends of the spare's descriptors and its
+// workspace.
 func (sp *spare) closeEnds() {
 	for _, f := range []*os.File{sp.stdin, sp.stdout, sp.stderr, sp.result} {
 		f.Close()
 	}
 	sp.bridge.Close()
 	syscall.Close(sp.pidfd)
+	sp.ws.Release()
 }
 
 // killPidfd kills the process of a pidfd (never another that reuses its
@@ -203,6 +213,17 @@ func (z *zygote) prepareSpare(l limits.Limits) (_ *spare, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { _ = cg.Remove(time.Second) })
+	ws, err := workspace.New(workspace.Config{Files: l.Files, FilesBytes: l.FilesBytes, OutBytes: l.TmpMB << 20, UID: int(z.j.UID())})
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, ws.Close)
+	wsRO, wsOut, err := ws.Clones()
+	if err != nil {
+		return nil, err
+	}
+	defer wsRO.Close()
+	defer wsOut.Close()
 	if err := cg.Prepare(); err != nil {
 		return nil, err
 	}
@@ -259,7 +280,7 @@ func (z *zygote) prepareSpare(l limits.Limits) (_ *spare, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { bridgeConn.Close(); bridgeChild.Close() })
-	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd())}
+	fds := []int{int(in.r.Fd()), int(out.w.Fd()), int(errp.w.Fd()), int(res.w.Fd()), int(bridgeChild.Fd()), int(wsRO.Fd()), int(wsOut.Fd())}
 	if err := syscall.Sendmsg(int(syncHost.Fd()), []byte("a"), unix.UnixRights(fds...), nil, 0); err != nil {
 		return nil, fmt.Errorf("handing the run's descriptors to its process: %w", err)
 	}
@@ -270,7 +291,7 @@ func (z *zygote) prepareSpare(l limits.Limits) (_ *spare, err error) {
 	}
 	return &spare{
 		pid: pid, hostPID: hostPID, pidfd: pidfd, cg: cg, exit: exit, forked: forked,
-		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn,
+		stdin: in.w, stdout: out.r, stderr: errp.r, result: res.r, bridge: bridgeConn, ws: ws,
 	}, nil
 }
 

@@ -47,11 +47,13 @@ export type ToolsResponse = Schemas["ToolsResponse"];
 export const REQUEST_FIELDS = {
   execute: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures", "files",
+    "stdin",
   ],
   submit: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures", "callback_url",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures", "files",
+    "stdin", "callback_url",
   ],
   validate: ["source", "entrypoint", "language"],
   prepare: ["tenant_id", "requirements", "requirements_lock", "warm", "runtime"],

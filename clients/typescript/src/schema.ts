@@ -228,6 +228,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/executions/{id}/artifacts/{name}": {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+                /** @description The artifact's name, as the envelope's artifacts list it (URL-encoded). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * One artifact of a run (sync or async), its bytes.
+         * @description A file the run left in /workspace/out (or saved with context.artifacts.save), as the
+         *     envelope's `artifacts` lists it: kept for `server.async_result_ttl_seconds` within the
+         *     tenant's `server.async_tenant_artifact_bytes` and `server.async_max_artifacts` (oldest
+         *     first), on every gateway replica. Only the owning tenant (or an admin, naming it with
+         *     `tenant`) sees it; for anyone else it does not exist (404), as it does not once dropped.
+         *     The response is an attachment, served with its media type (`nosniff`, a sandboxing
+         *     Content-Security-Policy); it counts as one of the tenant's
+         *     `server.tenant_max_result_readers` and must be taken within 10 s plus 1 s per MiB.
+         */
+        get: operations["getArtifact"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/mcp": {
         parameters: {
             query?: never;
@@ -586,6 +620,10 @@ export interface components {
                 variables?: Record<string, never>;
                 tools?: Record<string, never>;
             };
+            /** @description Input files, read-only under /workspace (the tool's working directory). At most the decided limits.files of them and limits.files_bytes (decoded) in all: beyond is a 413 naming the file, a bad path or content a 400 naming it; nothing runs. They travel in the body, so server.max_body_bytes bounds them first (base64 costs 4/3). */
+            files?: components["schemas"]["InputFile"][];
+            /** @description The tool's standard input (sys.stdin, Deno.stdin). Over server.max_args_bytes is a 413. */
+            stdin?: string;
         } & (unknown & unknown);
         /** @description The body of POST /v1/executions - an execute request and, optionally, where to send its result. */
         ExecutionRequest: {
@@ -652,7 +690,22 @@ export interface components {
                 variables?: Record<string, never>;
                 tools?: Record<string, never>;
             };
+            /** @description Input files, read-only under /workspace (the tool's working directory). At most the decided limits.files of them and limits.files_bytes (decoded) in all: beyond is a 413 naming the file, a bad path or content a 400 naming it; nothing runs. They travel in the body, so server.max_body_bytes bounds them first (base64 costs 4/3). */
+            files?: components["schemas"]["InputFile"][];
+            /** @description The tool's standard input (sys.stdin, Deno.stdin). Over server.max_args_bytes is a 413. */
+            stdin?: string;
         } & (unknown & unknown);
+        InputFile: {
+            /** @description Relative to /workspace and normalised: no "..", "." or empty components, not absolute, not under out/, at most 8 components of at most 255 bytes, no control characters or backslashes; no path twice, no file below another. */
+            path: string;
+            /** @description The file's bytes, as text (utf8) or base64 (standard, padded). */
+            content: string;
+            /**
+             * @default utf8
+             * @enum {string}
+             */
+            encoding?: "utf8" | "base64";
+        };
         /** @description Requested limits; 0 or absent means not requested. The policy caps them, never raises them. */
         RequestedLimits: {
             timeout_ms?: number;
@@ -661,6 +714,14 @@ export interface components {
             pids?: number;
             output_bytes?: number;
             tmp_mb?: number;
+            /** @description Input files the run may carry. */
+            files?: number;
+            /** @description Their total size. */
+            files_bytes?: number;
+            /** @description Files collected from /workspace/out. */
+            artifacts?: number;
+            /** @description Their total size. */
+            artifacts_bytes?: number;
         };
         Limits: {
             timeout_ms: number;
@@ -669,6 +730,10 @@ export interface components {
             pids: number;
             output_bytes: number;
             tmp_mb: number;
+            files: number;
+            files_bytes: number;
+            artifacts: number;
+            artifacts_bytes: number;
         };
         /**
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
@@ -773,6 +838,13 @@ export interface components {
             truncated: {
                 stdout: boolean;
                 stderr: boolean;
+                /** @description Files of /workspace/out that were not collected, each with why (a link, a FIFO, a directory, an invalid name, over limits.artifacts or limits.artifacts_bytes): the first 32 in name order. Absent when none was dropped. */
+                artifacts?: {
+                    name: string;
+                    reason: string;
+                }[];
+                /** @description How many files of /workspace/out were not collected (all of them, listed or not). */
+                artifacts_dropped?: number;
             };
             error?: components["schemas"]["ErrorBody"];
             usage: {
@@ -804,7 +876,18 @@ export interface components {
             egress?: components["schemas"]["EgressAttempt"][];
             /** @description How many attempts were made beyond those listed in egress; absent when none. */
             egress_dropped?: number;
+            /** @description The files the run left in /workspace/out (or saved with context.artifacts.save), in name order, within limits.artifacts and limits.artifacts_bytes. Each can be fetched with GET /v1/executions/{id}/artifacts/{name}; one of at most server.artifacts_inline_bytes carries its bytes here too (base64), while the inlined bytes stay within limits.output_bytes. Absent when there were none. */
+            artifacts?: components["schemas"]["Artifact"][];
             trace_id: string;
+        };
+        Artifact: {
+            name: string;
+            bytes: number;
+            /** @description The media type the tool gave it (context.artifacts.save), else by its extension from a fixed table, else application/octet-stream; never sniffed. */
+            mime: string;
+            sha256: string;
+            /** @description Its bytes (standard base64), when it is small enough to be carried inline. */
+            base64?: string;
         };
         EgressAttempt: {
             /** @description The host the tool asked for (canonical when it parsed; empty when the request was refused before parsing). */
@@ -1668,6 +1751,45 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["ResultExpired"];
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getArtifact: {
+        parameters: {
+            query?: {
+                /** @description The execution's tenant (default the caller's own; another tenant needs role admin). */
+                tenant?: components["parameters"]["ExecutionTenant"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ExecutionID"];
+                /** @description The artifact's name, as the envelope's artifacts list it (URL-encoded). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The artifact's bytes. */
+            200: {
+                headers: {
+                    /** @description attachment, with the name (filename, and filename* for a name outside ASCII). */
+                    "Content-Disposition"?: string;
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The SHA-256 of the bytes (hex), as the envelope has it. */
+                    "X-Artifact-Sha256"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    "*/*": string;
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeaderTooLarge"];
             503: components["responses"]["Unavailable"];

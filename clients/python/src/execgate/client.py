@@ -121,7 +121,7 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        for name in ("requirements", "egress_allow", "tools"):
+        for name in ("requirements", "egress_allow", "tools", "files"):
             if kw.get(name) is not None:
                 kw[name] = list(kw[name])
         body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
@@ -314,6 +314,8 @@ class Client:
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
@@ -357,6 +359,8 @@ class Client:
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
     ) -> ExecutionStatus:
@@ -604,6 +608,8 @@ class AsyncClient:
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         check: bool = True,
     ) -> Envelope:
@@ -638,6 +644,8 @@ class AsyncClient:
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
+        files: Optional[Sequence[Mapping[str, Any]]] = None,
+        stdin: Optional[str] = None,
         tenant_id: Optional[str] = None,
         callback_url: Optional[str] = None,
     ) -> ExecutionStatus:

@@ -33,6 +33,10 @@ class Limits:
     pids: Optional[int] = None
     output_bytes: Optional[int] = None
     tmp_mb: Optional[int] = None
+    files: Optional[int] = None
+    files_bytes: Optional[int] = None
+    artifacts: Optional[int] = None
+    artifacts_bytes: Optional[int] = None
 
     def to_dict(self) -> dict[str, int]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -67,11 +71,15 @@ class ExecuteRequest:
     mode: Optional[Literal["run", "test"]] = None
     tools: Optional[list[str]] = None
     fixtures: Optional[Mapping[str, Any]] = None
+    # Input files, read-only under /workspace: {"path", "content",
+    # "encoding": "utf8" | "base64"} each, sent as given.
+    files: Optional[list[Mapping[str, Any]]] = None
+    stdin: Optional[str] = None
     callback_url: Optional[str] = None
 
     # Sent as they are when set.
     _PLAIN: ClassVar[tuple[str, ...]] = ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "requirements_lock",
-              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "callback_url")
+              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "stdin", "callback_url")
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source}
@@ -87,6 +95,8 @@ class ExecuteRequest:
             body["limits"] = self.limits.to_dict()
         if self.fixtures is not None:
             body["fixtures"] = dict(self.fixtures)
+        if self.files is not None:
+            body["files"] = [dict(f) for f in self.files]
         return body
 
 

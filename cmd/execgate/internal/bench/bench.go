@@ -31,8 +31,9 @@ const (
 	SectionGateway  = "gateway"  // HTTP end to end, cold and warm, per concurrency
 	SectionOverhead = "overhead" // gateway with a no-op executor
 	SectionMemory   = "memory"   // gateway RSS idle and under load, per warm jail
-	SectionOutput   = "output"   // gateway RSS around concurrent control-byte floods and stalled readers
+	SectionOutput   = "output"   // gateway RSS around concurrent control-byte and artifact floods, and stalled readers
 	SectionBridge   = "bridge"   // one code-mode tool call: direct, governed, from a jail
+	SectionFiles    = "files"    // one input file and one small artifact on a trivial run, per level
 )
 
 // AllModes are the gateway section's modes, in report order: no warm pool,
@@ -40,7 +41,7 @@ const (
 var AllModes = []string{"cold", "warm", "process"}
 
 // AllSections in report order.
-var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput, SectionBridge}
+var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput, SectionBridge, SectionFiles}
 
 // Options configure Run. Config is required.
 type Options struct {
@@ -71,9 +72,13 @@ type Report struct {
 	Overhead []*LoadResult
 	Memory   *MemoryReport
 	Output   *OutputReport
-	Readers  *ReadersReport
-	Bridge   *bridgebench.Result
-	Notes    []string
+	// ArtifactFlood is the output section's artifact-flood row.
+	ArtifactFlood *ArtifactFloodReport
+	// Files are the files section's rows, one per isolation level.
+	Files   []FilesRow
+	Readers *ReadersReport
+	Bridge  *bridgebench.Result
+	Notes   []string
 }
 
 // GatewayRow is one load level against the real gateway.
@@ -174,12 +179,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err := rep.outputFlood(ctx); err != nil {
 			return nil, err
 		}
+		if err := rep.artifactFlood(ctx); err != nil {
+			return nil, err
+		}
 		if err := rep.readers(ctx); err != nil {
 			return nil, err
 		}
 	}
 	if has(SectionBridge) {
 		if err := rep.bridge(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionFiles) {
+		if err := rep.filesCost(ctx); err != nil {
 			return nil, err
 		}
 	}

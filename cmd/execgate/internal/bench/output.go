@@ -55,14 +55,11 @@ const afterFlood = 2 * time.Second
 // process's RSS is the gateway's: the client discards the bodies as they
 // arrive).
 func (r *Report) outputFlood(ctx context.Context) error {
-	tg, err := startTarget(ctx, r.Options.Config, 0, r.Options.Runtimes[:1], app.Options{Progress: r.Options.Progress})
+	tg, err := r.sandboxTarget(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tg.stop(ctx) }()
-	if err := tg.app.SandboxErr(); err != nil {
-		return fmt.Errorf("bench: the sandbox is unavailable: %w", err)
-	}
 	conc := 2 * runtime.NumCPU()
 	rep := &OutputReport{Concurrency: conc, Requests: 2 * conc, BudgetMB: r.Options.Config.Server.WithDefaults().MaxOutputMemoryMB}
 	body, _ := json.Marshal(map[string]any{
@@ -79,48 +76,69 @@ func (r *Report) outputFlood(ctx context.Context) error {
 	rep.IdleKB = selfRSSKB()
 
 	r.progress("output: %d flood runs (2×%d MiB of 0x01 each) at concurrency %d", rep.Requests, OutputFloodBytes>>20, conc)
+	f := runFlood(rep.Requests, conc, func() floodAnswer {
+		a := postFlood(ctx, tg, body)
+		a.ok = a.status == http.StatusOK && a.truncated
+		return a
+	})
+	rep.OK, rep.Overloaded, rep.Errors, rep.MaxBodyBytes, rep.Wall, rep.PeakKB = f.ok, f.overloaded, f.errors, f.maxBody, f.wall, f.peakKB
+	rep.AfterKB = f.afterKB
+	r.Output = rep
+	return nil
+}
+
+// flood is what runFlood saw.
+type flood struct {
+	ok, overloaded, errors int
+	maxBody                int64
+	wall                   time.Duration
+	peakKB, afterKB        int64
+}
+
+// runFlood sends requests with conc clients at once (post sends one and
+// says how it was answered), sampling this process's RSS meanwhile and
+// afterFlood after the last answer (no GC from here: the gateway returns
+// the memory itself once the burst is over).
+func runFlood(requests, conc int, post func() floodAnswer) flood {
+	var f flood
 	stop := make(chan struct{})
 	peak := make(chan int64, 1)
 	go sampleRSS(stop, peak)
 	start := time.Now()
-	next := make(chan struct{}, rep.Requests)
-	for range rep.Requests {
+	next := make(chan struct{}, requests)
+	for range requests {
 		next <- struct{}{}
 	}
 	close(next)
-	var mu sync.Mutex // guards rep's counters
+	var mu sync.Mutex // guards f's counters
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range next {
-				a := postFlood(ctx, tg, body)
+				a := post()
 				mu.Lock()
 				switch {
-				case a.status == http.StatusOK && a.truncated:
-					rep.OK++
+				case a.ok:
+					f.ok++
 				case a.status == http.StatusServiceUnavailable && a.overloaded:
-					rep.Overloaded++
+					f.overloaded++
 				default:
-					rep.Errors++
+					f.errors++
 				}
-				rep.MaxBodyBytes = max(rep.MaxBodyBytes, a.bytes)
+				f.maxBody = max(f.maxBody, a.bytes)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	rep.Wall = time.Since(start)
+	f.wall = time.Since(start)
 	close(stop)
-	rep.PeakKB = <-peak
-
-	// The gateway returns the memory itself once the burst is over; this
-	// only watches (no GC from here).
+	f.peakKB = <-peak
 	time.Sleep(afterFlood)
-	rep.AfterKB = selfRSSKB()
-	r.Output = rep
-	return nil
+	f.afterKB = selfRSSKB()
+	return f
 }
 
 type floodAnswer struct {
@@ -128,18 +146,13 @@ type floodAnswer struct {
 	bytes      int64
 	truncated  bool
 	overloaded bool
+	ok         bool // the answer the flood wants
 }
 
 // postFlood sends one request and reads the answer without keeping it,
 // except its last 4 KiB (the fields after stdout and stderr).
 func postFlood(ctx context.Context, tg *target, body []byte) floodAnswer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.url, bytes.NewReader(body))
-	if err != nil {
-		return floodAnswer{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tg.token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tg.post(ctx, body)
 	if err != nil {
 		return floodAnswer{}
 	}
@@ -163,4 +176,30 @@ func (w *tailBuffer) Write(p []byte) (int, error) {
 		w.b = append(w.b[:0], w.b[len(w.b)-4<<10:]...)
 	}
 	return len(p), nil
+}
+
+// post sends body to the target's POST /v1/execute with its token.
+func (tg *target) post(ctx context.Context, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tg.token)
+	return http.DefaultClient.Do(req)
+}
+
+// sandboxTarget is an in-process gateway over the real sandbox with warm
+// jails, serving the first of the benchmarked runtimes, refused when the
+// sandbox is unavailable.
+func (r *Report) sandboxTarget(ctx context.Context, warm int) (*target, error) {
+	tg, err := startTarget(ctx, r.Options.Config, warm, r.Options.Runtimes[:1], app.Options{Progress: r.Options.Progress})
+	if err != nil {
+		return nil, err
+	}
+	if err := tg.app.SandboxErr(); err != nil {
+		_ = tg.stop(ctx)
+		return nil, fmt.Errorf("bench: the sandbox is unavailable: %w", err)
+	}
+	return tg, nil
 }

@@ -90,6 +90,19 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
 		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d.\n\n", o.BudgetMB)
 	}
+	if o := r.ArtifactFlood; o != nil {
+		fmt.Fprintf(w, "### Artifact floods: gateway RSS (%d runs at concurrency %d, each leaving %d MiB of artifacts, its artifacts_bytes, and ~4000 files more in /workspace/out)\n\n",
+			o.Requests, o.Concurrency, o.ArtifactBytes>>20)
+		fmt.Fprintln(w, "| what | value |")
+		fmt.Fprintln(w, "|---|---:|")
+		fmt.Fprintf(w, "| gateway RSS idle, before | %s |\n", mib(o.IdleKB))
+		fmt.Fprintf(w, "| gateway RSS peak, during | %s |\n", mib(o.PeakKB))
+		fmt.Fprintf(w, "| gateway RSS %s after the last answer | %s |\n", afterFlood, mib(o.AfterKB))
+		fmt.Fprintf(w, "| largest response body | %.1f MiB |\n", float64(o.MaxBodyBytes)/(1<<20))
+		fmt.Fprintf(w, "| answers: 200 collected and dropped / 503 Overloaded / other | %d / %d / %d |\n", o.OK, o.Overloaded, o.Errors)
+		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
+		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d; the memory store keeps the tenant's artifacts up to server.async_tenant_artifact_bytes = %d MiB. Bound: idle + %d MiB + %d MiB.\n\n", o.BudgetMB, o.StoreMB, o.BudgetMB, o.StoreMB)
+	}
 	if o := r.Readers; o != nil {
 		fmt.Fprintf(w, "### Stalled readers: RSS of a separate `execgate serve` process (readers over loopback that never read past the response head)\n\n")
 		fmt.Fprintln(w, "| what | value |")
@@ -105,6 +118,15 @@ func (r *Report) Markdown(w io.Writer) {
 	if b := r.Bridge; b != nil {
 		fmt.Fprintf(w, "### Tool bridge call round trip (code mode, %d calls per row after one warm-up, MCP server on loopback in-process)\n\n", r.Options.BridgeCalls)
 		b.Markdown(w)
+		fmt.Fprintln(w)
+	}
+	if len(r.Files) > 0 {
+		fmt.Fprintf(w, "### One input file and one small artifact (probe vs the probe reading a file and saving it as an artifact, %d of each, sent alternately at concurrency 1)\n\n", r.Files[0].Requests)
+		fmt.Fprintln(w, "| level | plain p50 / p95 | with a file and an artifact p50 / p95 | added p50 | errors |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		for _, f := range r.Files {
+			fmt.Fprintf(w, "| %s | %s / %s | %s / %s | %s | %d |\n", f.Isolation, ms(f.PlainP50), ms(f.PlainP95), ms(f.FilesP50), ms(f.FilesP95), ms(f.AddedP50), f.Errors)
+		}
 		fmt.Fprintln(w)
 	}
 	for _, n := range r.Notes {
