@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 

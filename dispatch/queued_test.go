@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
 )

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 )
 
 // BenchmarkSplitLatency compares a warm sync run in-process (server.role

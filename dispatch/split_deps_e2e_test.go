@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/execgate/execgate/limits"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 )
 
 // post sends body (tenant added) to the gateway's path as the test tenant.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/execgate/execgate/limits"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 )

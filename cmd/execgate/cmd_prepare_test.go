@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/execgate/execgate/limits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 

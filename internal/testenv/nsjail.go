@@ -2,12 +2,12 @@ package testenv
 
 import (
 	"errors"
-	"github.com/execgate/execgate/limits"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/zygote"
 )
