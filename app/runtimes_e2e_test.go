@@ -46,7 +46,7 @@ func runtimesServer(t *testing.T) *server {
 // TestEachRuntimeRunsItsOwnPythonAtBothLevels: a run names its runtime
 // and gets that interpreter, with a CA store, at level jail and at level
 // process (a zygote per runtime); the decision and usage.runtime say
-// which ran it.
+// which ran it; input files, stdin and artifacts work on each.
 func TestEachRuntimeRunsItsOwnPythonAtBothLevels(t *testing.T) {
 	s := runtimesServer(t)
 	for _, tc := range []struct {
@@ -74,6 +74,19 @@ func TestEachRuntimeRunsItsOwnPythonAtBothLevels(t *testing.T) {
 				u, _ := env["usage"].(map[string]any)
 				if dec["runtime"] != tc.runtime || u["runtime"] != tc.runtime || u["isolation"] != level {
 					t.Errorf("decision.runtime %v, usage.runtime %v, usage.isolation %v; want %s at %s", dec["runtime"], u["runtime"], u["isolation"], tc.runtime, level)
+				}
+
+				// Input files, stdin and artifacts work on every runtime:
+				// each tree has /workspace.
+				id := "files-" + strings.ReplaceAll(tc.runtime, ".", "") + "-" + level
+				r = s.execute(s.token("both"), filesBody(id, map[string]any{"runtime": tc.runtime, "isolation": level}))
+				if r.status != http.StatusOK {
+					t.Fatalf("files on %s at %s: %d %s", tc.runtime, level, r.status, r.body)
+				}
+				env = r.json(t)
+				wantFilesEnvelope(t, env)
+				if u, _ := env["usage"].(map[string]any); u["runtime"] != tc.runtime {
+					t.Errorf("files ran on %v, want %s", u["runtime"], tc.runtime)
 				}
 			})
 		}
