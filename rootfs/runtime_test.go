@@ -19,7 +19,6 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/rootfs/debian"
-	"github.com/execgate/execgate/rootfs/jailverify"
 )
 
 // The runtime names are written three times: the lock (what can be built),
@@ -100,14 +99,7 @@ func TestBothRuntimesVerifyInARealJail(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := testenv.SandboxConfig(t)
 			cfg.RootfsDir = testenv.Runtime(t, name)
-			r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, jailverify.Opener(cfg))
-			if err != nil {
-				var b strings.Builder
-				if r != nil {
-					r.Print(&b)
-				}
-				t.Fatalf("Verify: %v\n%s", err, b.String())
-			}
+			r := verifyInJail(t, cfg)
 			if r.Jail == nil || !strings.HasPrefix(r.Jail.PythonVersion, strings.TrimPrefix(name, "python")) || r.Jail.CACerts == 0 {
 				t.Fatalf("jail facts %+v", r.Jail)
 			}
