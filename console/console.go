@@ -7,7 +7,8 @@
 //
 // The files are served with a strict Content-Security-Policy (same origin
 // only, no inline scripts or styles, no framing) and nosniff; the scripts
-// render every piece of tool output and API data as text.
+// render every piece of tool output and API data as text; the only tool
+// bytes drawn are image artifacts, as <img> of a blob: URL.
 //
 // The icon is assets/favicon.svg (linked by the page) and the same drawing
 // as assets/favicon.ico, served at /favicon.ico too: a browser asks for that
@@ -37,8 +38,10 @@ const Prefix = "/ui/"
 // serves it (the same file as /ui/favicon.ico).
 const FaviconPath = "/favicon.ico"
 
-// CSP is the console's Content-Security-Policy.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// CSP is the console's Content-Security-Policy. Images come from the
+// origin, or from blob: URLs the page makes of an artifact's bytes (its
+// preview of PNG, JPEG, GIF and WebP artifacts); nothing else.
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob:; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Handler serves the console under Prefix: /ui/ is index.html, /ui/x the

@@ -22,7 +22,8 @@ func TestEveryAssetIsServedWithItsTypeAndTheSecurityHeaders(t *testing.T) {
 	for path, ctype := range map[string]string{
 		"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/dom.js": "text/javascript",
 		"/ui/editor.js": "text/javascript", "/ui/playground.js": "text/javascript", "/ui/pages.js": "text/javascript",
-		"/ui/console.css": "text/css", "/ui/favicon.svg": "image/svg+xml", "/ui/favicon.ico": "image/x-icon",
+		"/ui/artifacts.js": "text/javascript",
+		"/ui/console.css":  "text/css", "/ui/favicon.svg": "image/svg+xml", "/ui/favicon.ico": "image/x-icon",
 		console.FaviconPath: "image/x-icon",
 	} {
 		r := get(t, http.MethodGet, path)
@@ -83,5 +84,30 @@ func TestTheHTMLHasNoInlineScriptsStylesHandlersOrOtherOrigins(t *testing.T) {
 		if m := regexp.MustCompile(re).FindString(html); m != "" {
 			t.Errorf("index.html has %q (%s)", m, re)
 		}
+	}
+}
+
+// The CSP lets the page draw an artifact's image from a blob: URL it made
+// of the bytes, and nothing more: no data: URLs, no other origin, no
+// inline code.
+func TestTheCSPAllowsBlobImagesAndNothingMore(t *testing.T) {
+	directives := map[string]string{}
+	for _, d := range strings.Split(console.CSP, ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+		directives[name] = value
+	}
+	if got := directives["img-src"]; got != "'self' blob:" {
+		t.Errorf("img-src %q, want 'self' blob:", got)
+	}
+	for name, value := range directives {
+		if name == "img-src" {
+			continue
+		}
+		if strings.Contains(value, "blob:") || strings.Contains(value, "data:") || strings.Contains(value, "unsafe") || strings.Contains(value, "*") {
+			t.Errorf("%s %q allows more than the origin", name, value)
+		}
+	}
+	if directives["default-src"] != "'self'" || directives["object-src"] != "'none'" {
+		t.Errorf("default-src %q, object-src %q", directives["default-src"], directives["object-src"])
 	}
 }

@@ -456,7 +456,7 @@ func TestMemoryBombIsMemoryLimit(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "memory_bomb", args: tc.args,
-				limits: sandbox.Limits{MemoryMB: 64, TimeoutMS: 20000, CPUMS: 20000}})
+				limits: sandbox.Limits{MemoryMB: 64, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)}})
 			wantError(t, res, sandbox.ErrMemoryLimit)
 		})
 	}
@@ -503,7 +503,7 @@ func TestSharedMemoryCannotExceedTheCaps(t *testing.T) {
 	for _, mode := range []string{"memfd", "dev_shm", "shared_memory", "shared_memory_many"} {
 		t.Run(mode, func(t *testing.T) {
 			res := runTool(t, r, job{tool: "shm", args: map[string]any{"mode": mode, "mb": askMB},
-				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: 20000}})
+				limits: sandbox.Limits{MemoryMB: memMB, TmpMB: tmpMB, TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}})
 			if res.ErrorType() == sandbox.ErrMemoryLimit {
 				t.Logf("%s: MemoryLimit: %s", mode, res.Error.Message)
 				return
@@ -569,7 +569,7 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": stream, "bytes": flood},
-				limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+				limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 			runtime.ReadMemStats(&after)
 			if res.Status != sandbox.StatusOK {
 				t.Fatalf("flooding %s is not an error, the stream is truncated: %s", stream, describe(res))
@@ -590,7 +590,7 @@ func TestOutputFloodIsTruncatedAndMemoryStaysBounded(t *testing.T) {
 	// for the encoded text, so the gateway never sends six times the cap.
 	t.Run("stdout of control bytes", func(t *testing.T) {
 		res := runTool(t, r, job{tool: "flood", args: map[string]any{"mode": "stdout", "bytes": 16 << 20, "byte": 1},
-			limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: 30000, CPUMS: 30000}})
+			limits: sandbox.Limits{OutputBytes: capBytes, TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 		if res.Status != sandbox.StatusOK || !res.Truncated.Stdout {
 			t.Fatalf("want ok and stdout truncated: %s", describe(res))
 		}
@@ -907,7 +907,7 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 	for _, target := range []string{"child", "seize_child", "init", "exec_child"} {
 		t.Run("ptrace of "+target, func(t *testing.T) {
 			t.Parallel()
-			wantSyscallDenied(t, runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: 20000}}), "ptrace")
+			wantSyscallDenied(t, runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}}), "ptrace")
 		})
 	}
 	type mem struct {
@@ -934,7 +934,7 @@ func TestPtraceAndProcMemOfOtherProcessesAreDenied(t *testing.T) {
 		SetDumpable         dumpable `json:"set_dumpable"`
 		SetDumpableHighBits dumpable `json:"set_dumpable_high_bits"`
 	}
-	decode(t, runTool(t, r, job{tool: "ptrace", limits: sandbox.Limits{TimeoutMS: 20000}}), &out)
+	decode(t, runTool(t, r, job{tool: "ptrace", limits: sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS)}}), &out)
 	if out.ChildAttachParentSignal != int(syscall.SIGSYS) {
 		t.Errorf("a child's ptrace of its parent ended it with signal %d, want SIGSYS", out.ChildAttachParentSignal)
 	}
@@ -1883,7 +1883,7 @@ func TestPerUserKernelLimitsArePerJail(t *testing.T) {
 	r, _ := newRunner(t, "per-user")
 	wait := startTool(t, r, job{tool: "per_user_limits", tenant: "tenant-a",
 		args:   map[string]any{"mode": "hold", "hold_ms": 8000},
-		limits: sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}})
+		limits: sandbox.Limits{TimeoutMS: allowance(30000, limits.Max.TimeoutMS), CPUMS: allowance(30000, limits.Max.CPUMS)}})
 	// Wait until tenant A holds them (its tool renames itself then).
 	for deadline := time.Now().Add(20 * time.Second); !processNamed("eg-limits-hold"); {
 		if time.Now().After(deadline) {

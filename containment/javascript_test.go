@@ -10,6 +10,7 @@ import (
 
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -54,7 +55,7 @@ func jsTries(t *testing.T, r *sandbox.Runner, tries map[string]string, args any)
 	for name, body := range tries {
 		fmt.Fprintf(&b, "    %q: async () => { %s },\n", name, body)
 	}
-	res := runJS(t, r, fmt.Sprintf(jsAttempts, b.String()), args, sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000})
+	res := runJS(t, r, fmt.Sprintf(jsAttempts, b.String()), args, sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("the attempts tool failed: %s", describe(res))
 	}
@@ -79,11 +80,11 @@ func TestJavaScriptTimeoutMemoryAndOutput(t *testing.T) {
 		wantError(t, res, sandbox.ErrCPULimit)
 	})
 	t.Run("3. a heap bomb is MemoryLimit, not a V8 crash", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: 20000, CPUMS: 20000})
+		res := runJS(t, r, "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 		wantError(t, res, sandbox.ErrMemoryLimit)
 	})
 	t.Run("3. an off-heap bomb is MemoryLimit", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: 20000, CPUMS: 20000})
+		res := runJS(t, r, "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 		wantError(t, res, sandbox.ErrMemoryLimit)
 	})
 	t.Run("7. an output flood is truncated at the cap", func(t *testing.T) {

@@ -77,7 +77,7 @@ if [ $# -eq 0 ]; then
   log "building the test binaries"
   # One binary per package vm-guest.sh runs, named with its slashes as
   # dashes (sandbox/cgroups → bin/sandbox-cgroups.test).
-  for pkg in containment sandbox sandbox/cgroups app; do
+  for pkg in containment sandbox sandbox/cgroups sandbox/workspace app; do
     go test -c -trimpath -o "$OUT/bin/$(echo "$pkg" | tr / -).test" "./$pkg"
   done
   if [ "${EXECGATE_VM_IMAGE:-0}" = 1 ]; then

@@ -3,6 +3,7 @@
 
 import { api, h, clear, badge, bar, jsonTree, lineDiff, parseJSON, errorText, fmt, egressTable, toolCallsTable } from "./dom.js";
 import { request as playgroundRequest } from "./playground.js";
+import { artifactsView, fmtBytes } from "./artifacts.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -180,9 +181,11 @@ function chart24h(runs) {
 // sent to be refused.
 const TRACE_ROLES = ["admin", "auditor"];
 let readsTraces = false;
+let signedIn = { tenant: "", roles: [] };
 
 export function initRuns(me) {
   readsTraces = me.roles.some((r) => TRACE_ROLES.includes(r));
+  signedIn = me;
   $("r-form").addEventListener("submit", (e) => { e.preventDefault(); searchRuns(); });
 }
 
@@ -241,12 +244,36 @@ function showRun(rec) {
     h("p", {}, rec.usage.wall_ms + " ms wall · " + rec.usage.cpu_ms + " ms CPU · " + fmt(rec.usage.peak_memory_kb) + " KB peak"),
     d && d.limits ? [bar("wall time", rec.usage.wall_ms, d.limits.timeout_ms, "ms"), bar("CPU", rec.usage.cpu_ms, d.limits.cpu_ms, "ms")] : null,
     rec.tool_calls && rec.tool_calls.length ? [h("h3", {}, "Tool calls"), toolCallsTable(rec.tool_calls, rec.tool_calls_dropped, "r-tool-calls")] : null,
+    rec.files && rec.files.length ? [h("h3", {}, "Input files"), filesTable(rec.files, rec.files_dropped)] : null,
+    rec.artifacts && rec.artifacts.length || rec.artifacts_refused ? [h("h3", {}, "Artifacts"), artifactsView({
+      list: rec.artifacts || [], execID: rec.execution_id, tenant: rec.tenant_id === signedIn.tenant ? "" : rec.tenant_id,
+      access: artifactAccess(rec.tenant_id), refused: rec.artifacts_refused || 0, unlisted: rec.artifacts_dropped || 0, id: "r-artifacts" })] : null,
     h("h3", {}, "Egress attempts"),
     rec.egress && rec.egress.length ? egressTable(rec.egress, rec.egress_dropped) : h("p", { class: "muted" }, "none"),
     h("h3", {}, "Trace"), spans,
     rec.source ? [h("h3", {}, "Source (recorded by policy)"), h("pre", { class: "out" }, rec.source)] : null);
   if (rec.trace_id && readsTraces) loadSpans(rec.trace_id, spans);
   else if (rec.trace_id) clear(spans, h("p", { class: "muted small", id: "r-spans-note" }, "The spans of a trace are shown to " + TRACE_ROLES.join(" and ") + " tokens; look up trace " + rec.trace_id + " in your collector."));
+}
+
+// artifactAccess is "" when the token may read tenant's artifacts (GET
+// /v1/executions/{id}/artifacts/{name}: admin, or executor of that
+// tenant), else why it may not; the page then offers neither download nor
+// preview (the API would refuse them).
+function artifactAccess(tenant) {
+  const roles = signedIn.roles;
+  if (roles.includes("admin") || (roles.includes("executor") && tenant === signedIn.tenant)) return "";
+  return "Downloads and previews are for admin tokens and executor tokens of tenant " + tenant +
+    " (GET /v1/executions/{id}/artifacts/{name}); this token has roles [" + roles.join(", ") + "].";
+}
+
+// filesTable lists an audit record's input files (path, size, sha256).
+function filesTable(list, dropped) {
+  return h("div", { class: "scroll-x", id: "r-files" }, h("table", {},
+    h("thead", {}, h("tr", {}, ["path", "size", "sha256"].map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, list.map((f) => h("tr", {}, h("td", { class: "mono" }, f.path), h("td", { class: "nowrap" }, fmtBytes(f.bytes)),
+      h("td", { class: "mono nowrap", title: f.sha256 }, String(f.sha256 || "").slice(0, 12)))))),
+  dropped ? h("p", { class: "muted small" }, dropped + " more files (counted, not listed)") : null);
 }
 
 // ---- Spans ----------------------------------------------------------------

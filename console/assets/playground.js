@@ -5,6 +5,7 @@
 
 import { api, token, h, clear, badge, bar, jsonTree, parseJSON, errorText, toolCallsTable, egressTable } from "./dom.js";
 import { Editor } from "./editor.js";
+import { artifactsView, fmtBytes } from "./artifacts.js";
 
 const SAMPLE = {
   python: 'async def run(args, context):\n    """The probe: returns {"ok": true}."""\n    context.log("hello from the playground")\n    return {"ok": True}\n',
@@ -22,10 +23,19 @@ const MAX_LIVE_CHARS = 1 << 20;
 // How many notes a run shows (a reader that keeps falling behind gets one
 // "dropped" event each time); the rest are counted.
 const MAX_NOTES = 20;
+// The platform's maxima of input files (limits.files, limits.files_bytes):
+// the page holds no more than this. What a tenant may send is the policy's
+// to decide; the API refuses more, naming the file (shown with the
+// envelope).
+const MAX_FILES = 1000;
+const MAX_FILES_BYTES = 64 << 20;
 
 const $ = (id) => document.getElementById(id);
 let editor;
 let running = null; // the run in flight: {id, cancel()} once submitted
+// The picked input files: {path (the field), name, size, encoding,
+// content}, content as the request sends it.
+let files = [];
 
 export function initPlayground(me) {
   editor = new Editor({ textarea: $("pg-source"), code: $("pg-highlight"), gutter: $("pg-gutter"), language: () => $("pg-language").value });
@@ -48,6 +58,8 @@ export function initPlayground(me) {
   if (me && me.roles.includes("executor")) loadRuntimes();
   $("pg-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
   $("pg-validate").addEventListener("click", validate);
+  $("pg-files-input").addEventListener("change", pickFiles);
+  $("pg-files-clear").addEventListener("click", () => { files = []; renderFiles(); });
   $("pg-cancel").addEventListener("click", () => { if (running && running.cancel) running.cancel(); });
   $("pg-form").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(); }
@@ -86,6 +98,79 @@ function formState() {
   $("pg-egress-label").hidden = test || deno || $("pg-network").value !== "proxy";
 }
 
+// encodeFile reads a picked file as the request carries it: utf8 when its
+// bytes are valid UTF-8 (a byte-order mark kept), else base64.
+async function encodeFile(file) {
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  try {
+    return { encoding: "utf8", content: new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes) };
+  } catch {
+    let bin = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return { encoding: "base64", content: btoa(bin) };
+  }
+}
+
+// pickFiles adds the chosen files, each at /workspace/<its name> (the path
+// can be edited); a file of the same path is replaced. Picks are added one
+// after the other, in the order they were made.
+let picking = Promise.resolve();
+function pickFiles(e) {
+  const picked = [...e.target.files];
+  e.target.value = ""; // the same file can be picked again
+  picking = picking.then(() => addFiles(picked));
+}
+
+async function addFiles(picked) {
+  const problems = [];
+  for (const f of picked) {
+    const rest = files.filter((x) => x.path.value !== f.name);
+    const total = rest.reduce((n, x) => n + x.size, 0) + f.size;
+    if (rest.length + 1 > MAX_FILES || total > MAX_FILES_BYTES) {
+      problems.push("input file " + JSON.stringify(f.name) + " (" + fmtBytes(f.size) + ") was not added: a request carries at most " +
+        MAX_FILES + " files of " + fmtBytes(MAX_FILES_BYTES) + " in all (the platform's maxima; the tenant's policy may allow less)");
+      continue;
+    }
+    let enc;
+    try { enc = await encodeFile(f); } catch (err) { problems.push("input file " + JSON.stringify(f.name) + " could not be read: " + err.message); continue; }
+    const path = h("input", { value: f.name, spellcheck: "false", autocomplete: "off", "aria-label": "path of input file " + f.name, class: "path" });
+    path.addEventListener("input", () => { path.removeAttribute("aria-invalid"); path.closest("tr").classList.remove("bad"); });
+    files = [...rest, { path, name: f.name, size: f.size, ...enc }];
+  }
+  $("pg-form-error").textContent = problems.join("\n");
+  renderFiles();
+}
+
+function filesBytes() { return files.reduce((n, f) => n + f.size, 0); }
+
+function renderFiles() {
+  const box = $("pg-files");
+  $("pg-files-clear").hidden = !files.length;
+  $("pg-files-sum").textContent = files.length ? files.length + (files.length === 1 ? " file, " : " files, ") + fmtBytes(filesBytes()) : "";
+  if (!files.length) { clear(box); return; }
+  clear(box, h("table", { id: "pg-files-table" },
+    h("thead", {}, h("tr", {}, ["path under /workspace", "size", "sent as", ""].map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, files.map((f, i) => h("tr", { dataset: { index: String(i), name: f.name } },
+      h("td", {}, f.path),
+      h("td", { class: "nowrap size" }, fmtBytes(f.size)),
+      h("td", {}, f.encoding),
+      h("td", {}, h("button", { type: "button", class: "quiet", "aria-label": "remove input file " + f.name,
+        onclick: () => { files = files.filter((x) => x !== f); renderFiles(); } }, "Remove")))))));
+}
+
+// markFile points at the input file a refusal names ("files[2]…").
+function markFile(message) {
+  for (const r of document.querySelectorAll("#pg-files-table tr.bad")) {
+    r.classList.remove("bad");
+    r.querySelector("input.path").removeAttribute("aria-invalid");
+  }
+  const m = /\bfiles\[(\d+)\]/.exec(message || "");
+  const row = m && document.querySelector('#pg-files-table tr[data-index="' + m[1] + '"]');
+  if (!row) return;
+  row.classList.add("bad");
+  row.querySelector("input.path").setAttribute("aria-invalid", "true");
+}
+
 // lines splits a one-per-line field into its non-empty trimmed lines,
 // throwing an Error naming the field beyond the API's bound.
 function lines(field, text) {
@@ -111,6 +196,15 @@ export function request() {
     limits[k] = n;
   }
   if (Object.keys(limits).length) req.limits = limits;
+  if (files.length) {
+    req.files = files.map((f) => {
+      const o = { path: f.path.value, content: f.content };
+      if (f.encoding !== "utf8") o.encoding = f.encoding;
+      return o;
+    });
+  }
+  const stdin = $("pg-stdin").value;
+  if (stdin) req.stdin = stdin;
   const requirements = lines("requirements", $("pg-requirements").value);
   if (requirements.length) {
     if (deno) throw new Error("requirements are Python packages: " + language + " tools cannot install packages (clear the field)");
@@ -178,7 +272,8 @@ async function run() {
       renderEnvelope(out, { status: sub.status, env: sub.body, header: sub.headers.get("X-Execution-Status"), clientMS: elapsed(), via: "POST /v1/executions (refused)", notes: live.notes });
     }
   } catch (e) {
-    clear(out, h("p", { class: "error" }, "The request failed: " + e.message));
+    clear(out, h("p", { class: "error" }, "The request failed: " + e.message +
+      (files.length ? " (it carried " + fmtBytes(filesBytes()) + " of input files: a gateway may close the connection on a body over its server.max_body_bytes without reading it)" : "")));
   } finally {
     running = null;
     busy(false);
@@ -378,6 +473,10 @@ function renderEnvelope(out, { status, env, header, clientMS, via, notes }) {
     const e = env.error;
     const errBox = h("section", { id: "pg-error", "aria-label": "Error" }, h("h2", {}, e.type),
       h("p", { class: "error" }, e.message || ""));
+    if (e.type === "PayloadTooLarge" && /^body:/.test(e.message || "") && files.length) {
+      errBox.append(h("p", { class: "muted small", id: "pg-body-hint" }, "The input files travel in the request body (" + fmtBytes(filesBytes()) +
+        " picked; those sent as base64 a third more), and the gateway's server.max_body_bytes bounds the body before any policy limit: send fewer or smaller files, or ask the operator to raise it."));
+    }
     if (e.reasons && e.reasons.length) {
       errBox.appendChild(h("h3", {}, "Policy reasons"));
       errBox.appendChild(h("ul", { class: "reasons", id: "pg-reasons" }, e.reasons.map((x) => h("li", {}, x))));
@@ -407,6 +506,7 @@ function renderEnvelope(out, { status, env, header, clientMS, via, notes }) {
     }
     kids.push(errBox);
   }
+  markFile(env.error && env.error.message);
 
   if (ok || (env.result !== undefined && env.result !== null)) {
     kids.push(h("h2", {}, "Result"), h("div", { id: "pg-result" }, jsonTree(env.result === undefined ? null : env.result)));
@@ -415,6 +515,11 @@ function renderEnvelope(out, { status, env, header, clientMS, via, notes }) {
     if (!env[s] && !(env.truncated && env.truncated[s])) continue;
     kids.push(h("h2", {}, s, env.truncated && env.truncated[s] ? [" ", h("span", { class: "trunc" }, "truncated")] : null),
       h("pre", { class: "out", id: "pg-" + s, tabindex: 0 }, env[s], env.truncated && env.truncated[s] ? h("span", { class: "trunc" }, "\n… truncated at the output cap") : null));
+  }
+  const tr = env.truncated || {};
+  if ((env.artifacts && env.artifacts.length) || tr.artifacts_dropped) {
+    kids.push(h("h2", {}, "Artifacts"), artifactsView({ list: env.artifacts || [], execID: env.execution_id, truncated: tr.artifacts || [],
+      refused: tr.artifacts_dropped || 0, id: "pg-artifacts" }));
   }
   if (env.logs && env.logs.length) {
     kids.push(h("h2", {}, "Logs"), h("pre", { class: "out", id: "pg-logs" }, env.logs.map((l) => "[" + l.level + "] " + l.message + "\n")));

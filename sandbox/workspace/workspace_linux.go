@@ -153,23 +153,91 @@ func (w *Workspace) BindArgs(dst string) []string {
 // that moves them into its own mount namespace (move_mount with
 // MOVE_MOUNT_F_EMPTY_PATH): the inputs read-only, and out/ writable. The
 // caller closes them once it handed them on.
+//
+// Linux 6.15 and later clone the detached mounts themselves. Older
+// kernels (Debian 12's 6.1, Ubuntu 22.04's 5.15, RHEL 9's 5.14) clone
+// only a mount of the caller's mount namespace (EINVAL otherwise): there
+// the two are attached for the moment of the clone at a fresh directory
+// below os.TempDir() and lazily detached again (the runner's descriptors
+// keep them, as before), see cloneAttached.
 func (w *Workspace) Clones() (ro, out *os.File, err error) {
-	const flags = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH
-	r, err := unix.OpenTree(int(w.in.Fd()), "", flags)
-	if err != nil {
-		return nil, nil, unavailableErr("cloning the workspace (open_tree)", err)
+	return w.clones(false)
+}
+
+// clones is Clones; attached goes straight to cloneAttached (a test's way
+// to prove that path on a kernel that does not need it).
+func (w *Workspace) clones(attached bool) (ro, out *os.File, err error) {
+	r, o, err := -1, -1, unix.EINVAL
+	if !attached {
+		r, o, err = w.cloneDetached()
 	}
-	ro = os.NewFile(uintptr(r), "workspace-ro")
+	if errors.Is(err, unix.EINVAL) {
+		r, o, err = w.cloneAttached()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ro, out = os.NewFile(uintptr(r), "workspace-ro"), os.NewFile(uintptr(o), "workspace-out")
 	if err := unix.MountSetattr(r, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		ro.Close()
+		out.Close()
 		return nil, nil, unavailableErr("making the workspace's clone read-only (mount_setattr)", err)
 	}
-	o, err := unix.OpenTree(int(w.out.Fd()), "", flags)
-	if err != nil {
-		ro.Close()
-		return nil, nil, unavailableErr("cloning /workspace/out (open_tree)", err)
+	return ro, out, nil
+}
+
+const cloneFlags = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+
+// cloneDetached clones the two detached mounts through their descriptors
+// (Linux 6.15 and later; EINVAL before).
+func (w *Workspace) cloneDetached() (r, o int, err error) {
+	if r, err = unix.OpenTree(int(w.in.Fd()), "", cloneFlags|unix.AT_EMPTY_PATH); err != nil {
+		return -1, -1, unavailableErr("cloning the workspace (open_tree)", err)
 	}
-	return ro, os.NewFile(uintptr(o), "workspace-out"), nil
+	if o, err = unix.OpenTree(int(w.out.Fd()), "", cloneFlags|unix.AT_EMPTY_PATH); err != nil {
+		unix.Close(r)
+		return -1, -1, unavailableErr("cloning /workspace/out (open_tree)", err)
+	}
+	return r, o, nil
+}
+
+// cloneAttached attaches the workspace at a new private directory, clones
+// the two mounts by path and detaches them again (MNT_DETACH: nothing
+// stays mounted there; the runner's descriptors still reach both), for
+// kernels that clone only mounts of the caller's namespace.
+func (w *Workspace) cloneAttached() (r, o int, err error) {
+	dir, err := os.MkdirTemp("", "execgate-ws-")
+	if err != nil {
+		return -1, -1, unavailableErr("creating a directory to clone the workspace at", err)
+	}
+	defer os.Remove(dir)
+	at := filepath.Join(dir, "w")
+	if err := os.Mkdir(at, 0o700); err != nil {
+		return -1, -1, unavailableErr("creating a directory to clone the workspace at", err)
+	}
+	defer os.Remove(at)
+	if err := unix.MoveMount(int(w.in.Fd()), "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return -1, -1, unavailableErr("attaching the workspace to clone it (move_mount)", err)
+	}
+	defer func() {
+		if derr := unix.Unmount(at, unix.MNT_DETACH); derr != nil && err == nil {
+			unix.Close(r)
+			unix.Close(o)
+			r, o, err = -1, -1, unavailableErr("detaching the workspace after its clone", derr)
+		}
+	}()
+	outAt := filepath.Join(at, OutDir)
+	if err := unix.MoveMount(int(w.out.Fd()), "", unix.AT_FDCWD, outAt, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return -1, -1, unavailableErr("attaching /workspace/out to clone it (move_mount)", err)
+	}
+	if r, err = unix.OpenTree(unix.AT_FDCWD, at, cloneFlags); err != nil {
+		return -1, -1, unavailableErr("cloning the workspace (open_tree)", err)
+	}
+	if o, err = unix.OpenTree(unix.AT_FDCWD, outAt, cloneFlags); err != nil {
+		unix.Close(r)
+		return -1, -1, unavailableErr("cloning /workspace/out (open_tree)", err)
+	}
+	return r, o, nil
 }
 
 // ErrTooMany: the files are more, or larger, than the workspace was made

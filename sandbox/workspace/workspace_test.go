@@ -289,3 +289,52 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The clones level process gets (Clones) work the same whichever way the
+// kernel makes them: through the detached mounts' descriptors (Linux 6.15
+// and later) or attached for the moment of the clone (older kernels,
+// ClonesAttached on any): inputs written after the clone are seen through
+// it, read-only; what the tool writes to out/'s clone is collected; and
+// nothing stays mounted anywhere.
+func TestClonesSeeTheWorkspaceOnEveryKernel(t *testing.T) {
+	for name, clones := range map[string]func(*workspace.Workspace) (*os.File, *os.File, error){
+		"Clones":         (*workspace.Workspace).Clones,
+		"ClonesAttached": (*workspace.Workspace).ClonesAttached,
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorkspace(t, workspace.Config{})
+			before, _ := os.ReadFile("/proc/self/mountinfo")
+			ro, out, err := clones(w)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			after, _ := os.ReadFile("/proc/self/mountinfo")
+			if string(after) != string(before) {
+				t.Errorf("the clone left mounts behind:\n%s", after)
+			}
+			// Play the zygote's child: attach the clones in a directory.
+			dir := t.TempDir()
+			in, outDir := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+			must(t, os.Mkdir(in, 0o755))
+			must(t, os.Mkdir(outDir, 0o755))
+			must(t, unix.MoveMount(int(ro.Fd()), "", unix.AT_FDCWD, in, unix.MOVE_MOUNT_F_EMPTY_PATH))
+			t.Cleanup(func() { _ = unix.Unmount(in, unix.MNT_DETACH) })
+			must(t, unix.MoveMount(int(out.Fd()), "", unix.AT_FDCWD, outDir, unix.MOVE_MOUNT_F_EMPTY_PATH))
+			t.Cleanup(func() { _ = unix.Unmount(outDir, unix.MNT_DETACH) })
+			ro.Close()
+			out.Close()
+			must(t, w.Write([]workspace.File{{Path: "in.txt", Content: []byte("input")}}))
+			if b, err := os.ReadFile(filepath.Join(in, "in.txt")); err != nil || string(b) != "input" {
+				t.Errorf("the input written after the clone reads %q, %v", b, err)
+			}
+			if err := os.WriteFile(filepath.Join(in, "new"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+				t.Errorf("writing into the inputs' clone: %v, want EROFS", err)
+			}
+			must(t, os.WriteFile(filepath.Join(outDir, "chart.csv"), []byte("a,b\n"), 0o644))
+			c := w.Collect(workspace.Bounds{Artifacts: 4, Bytes: 1 << 20})
+			if len(c.Artifacts) != 1 || c.Artifacts[0].Name != "chart.csv" || string(c.Artifacts[0].Data) != "a,b\n" {
+				t.Errorf("collected %+v, want chart.csv", c)
+			}
+		})
+	}
+}
