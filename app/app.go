@@ -146,8 +146,8 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		}
 	}()
 
-	if cfg.Embedded && cfg.Auth.HS256SecretFile != "" {
-		if _, err := auth.EnsureDevKey(cfg.Auth.HS256SecretFile); err != nil {
+	if f := devKeyToCreate(cfg); f != "" {
+		if _, err := auth.EnsureDevKey(f); err != nil {
 			return nil, fmt.Errorf("dev key: %w", err)
 		}
 	}
@@ -619,4 +619,16 @@ func traces(ring *telemetry.SpanRing) gateway.Traces {
 		return nil
 	}
 	return ring
+}
+
+// devKeyToCreate is the HS256 dev key file execgate creates at start when
+// it is missing: the embedded default's, and a config file's that names
+// the state dir's own dev.key (deploy/compose's config does, on a fresh
+// volume); "" for any other key file, which the operator provides.
+func devKeyToCreate(cfg *config.Config) string {
+	f := cfg.Auth.HS256SecretFile
+	if f == "" || !(cfg.Embedded || filepath.Clean(f) == filepath.Join(cfg.StateDir, "dev.key")) {
+		return ""
+	}
+	return f
 }

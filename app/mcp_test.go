@@ -108,7 +108,7 @@ func TestMCPToolsRunThroughTheExecuteFlow(t *testing.T) {
 					Properties map[string]any `json:"properties"`
 				}
 				_ = json.Unmarshal(b, &schema)
-				for _, f := range []string{"source", "entrypoint", "args", "execution_id", "requirements", "network_access", "egress", "limits", "mode", "isolation", "fixtures"} {
+				for _, f := range []string{"source", "entrypoint", "args", "execution_id", "requirements", "network_access", "egress", "limits", "mode", "isolation", "secrets", "fixtures", "files", "stdin"} {
 					if _, ok := schema.Properties[f]; !ok {
 						t.Errorf("%s's input schema lacks %s", tool.Name, f)
 					}

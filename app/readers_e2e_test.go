@@ -26,8 +26,10 @@ import (
 // the smallest receive buffer (internal/slowclient).
 
 // readersBudgetMB is server.max_output_memory_mb of these gateways: room
-// for one run at the platform's largest output cap (6 × 16 MiB + 4 MiB).
-const readersBudgetMB = 128
+// for one run at the platform's largest output cap with the default
+// artifacts (6 × 16 MiB + 4 MiB, and 2 × 8 MiB + 4 × 8 MiB: 148 MiB) and
+// another tenant's probe beside it (default caps: 30 MiB).
+const readersBudgetMB = 192
 
 // readersTenants is demo (60 s runs) and acme, as EXECGATE_TENANTS.
 func readersTenants(t *testing.T) string {

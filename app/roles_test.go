@@ -87,6 +87,8 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/executions/{t}/events?tenant={t}", "",
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
+		{"GET", "/v1/executions/{t}/artifacts/crm?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"DELETE", "/v1/executions/{t}?tenant={t}", "",
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/executions/{t}/artifacts/crm?tenant={t}", "",

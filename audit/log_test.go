@@ -47,6 +47,7 @@ func records() map[string]audit.Record {
 				{Host: "api.example.com", Port: 443, Allowed: true, IP: "93.184.216.34"},
 				{Host: "169.254.169.254", Port: 80, Allowed: false, Reason: "metadata address"},
 			},
+			Secrets: []string{"API_KEY", "db_password"},
 		},
 		"javascript run with a package environment": {
 			ExecutionID: "env-1", TenantID: "demo", Subject: "alice", Roles: []string{"executor"},
@@ -177,6 +178,14 @@ func TestSchemaRejectsBrokenRecords(t *testing.T) {
 			o := m["outcome"].(map[string]any)
 			o["status"], o["error_type"], o["syscall"] = "error", "ToolError", "unshare"
 		}},
+		{"a secret that is not a name", func(m map[string]any) { m["secrets"] = []any{"API_KEY", "sk_live value"} }},
+		{"too many secrets", func(m map[string]any) {
+			var names []any
+			for i := range 17 {
+				names = append(names, fmt.Sprintf("S%d", i))
+			}
+			m["secrets"] = names
+		}},
 		{"syscall not a name", func(m map[string]any) {
 			o := m["outcome"].(map[string]any)
 			o["status"], o["error_type"], o["syscall"] = "error", "SyscallDenied", "unshare; rm -rf /"
@@ -215,6 +224,7 @@ func TestRecordRefusesInvalidRecordNamingTheField(t *testing.T) {
 		{"bad trace id", func(r *audit.Record) { r.TraceID = "nope" }, "trace_id"},
 		{"future schema version", func(r *audit.Record) { r.SchemaVersion = 9 }, "schema_version"},
 		{"syscall without SyscallDenied", func(r *audit.Record) { r.Outcome.Syscall = "unshare" }, "outcome.syscall"},
+		{"a secret's value where its name goes", func(r *audit.Record) { r.Secrets = []string{"sk_live value"} }, "secrets[0]"},
 		{"unknown language", func(r *audit.Record) { r.Language = "ruby" }, "language"},
 		{"environment id not an id", func(r *audit.Record) { r.EnvironmentID = "latest" }, "environment_id"},
 	}

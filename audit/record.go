@@ -46,6 +46,9 @@ type Record struct {
 	// counts those past the recorded ones.
 	ToolCalls        []sandbox.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsDropped int                `json:"tool_calls_dropped,omitempty"`
+	// Secrets are the names of the brokered secrets the run was given
+	// (at most secrets.MaxPerRun; never a value). Absent when none.
+	Secrets []string `json:"secrets,omitempty"`
 	// Files are the run's input files (path, bytes, SHA-256), at most
 	// MaxFiles of them, paths clipped (Log.Record enforces both);
 	// FilesDropped counts the files left out.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // ErrInvalidRecord is wrapped by every error Validate returns; the message
@@ -84,6 +85,14 @@ func (r *Record) Validate() error {
 	}
 	if r.RefusalsDropped < 0 {
 		bad("refusals_dropped", "must not be negative")
+	}
+	if len(r.Secrets) > secrets.MaxPerRun {
+		bad("secrets", "has %d names, at most %d", len(r.Secrets), secrets.MaxPerRun)
+	}
+	for i, name := range r.Secrets {
+		if !secrets.ValidName(name) {
+			bad(fmt.Sprintf("secrets[%d]", i), "is not a secret name")
+		}
 	}
 	if r.Outcome.Syscall != "" && r.Outcome.ErrorType != sandbox.ErrSyscallDenied {
 		bad("outcome.syscall", "must be empty unless error_type is SyscallDenied (got %q)", r.Outcome.ErrorType)

@@ -16,7 +16,9 @@ type Config struct {
 	Audience string `yaml:"audience" json:"audience"`
 	// HS256SecretFile is the dev HMAC key (HS256 only); the file's bytes with
 	// one trailing newline trimmed are the key. Empty: none, except in the
-	// embedded default, which generates one (0600) in the state dir.
+	// embedded default, which generates one (0600) in the state dir. A
+	// file named <state_dir>/dev.key is generated at start when missing;
+	// any other file must exist.
 	HS256SecretFile string `yaml:"hs256_secret_file" json:"hs256_secret_file"`
 	// PublicKeys are PEM files (RSA → RS256, EC → ES256, Ed25519 → EdDSA).
 	// Default none.

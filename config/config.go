@@ -77,7 +77,8 @@ type Config struct {
 	// executor); unused with role all.
 	Dispatch dispatch.Config `yaml:"dispatch" json:"dispatch"`
 	// ToolsAPI bounds the secret references of tool servers added over
-	// the admin API (toolconfig.APIScope).
+	// the admin API and of tenants' brokered secrets (tenants[].secrets)
+	// (toolconfig.APIScope).
 	ToolsAPI toolconfig.APIScope `yaml:"tools_api" json:"tools_api"`
 
 	// Embedded is true when no config file was given (DESIGN §9).
@@ -254,8 +255,22 @@ func (c *Config) Validate() error {
 		if err := t.Webhooks.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("tenants[%d].%w", i, err))
 		}
+		for _, err := range joined(t.Secrets.Validate(c.ToolsAPI.WithDefaults())) {
+			errs = append(errs, fmt.Errorf("tenants[%d].%w", i, err))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// joined is the errors err joins (errors.Join), or err alone; none for nil.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // Effective returns c as the running server uses it: every section with

@@ -103,6 +103,15 @@ func TestLoad_Invalid(t *testing.T) {
 		{"leeway out of range", []string{"EXECGATE_AUTH_LEEWAY_SECONDS=3600"}, "auth.leeway_seconds"},
 		{"negative jwks refresh", []string{"EXECGATE_AUTH_JWKS_REFRESH_SECONDS=-1"}, "auth.jwks_refresh_seconds"},
 		{"negative decision cache", []string{"EXECGATE_POLICY_DECISION_CACHE=-1"}, "policy.decision_cache"},
+		{"a brokered secret's file outside tools_api.secret_dirs", []string{`EXECGATE_TENANTS=[{"id":"a","secrets":{"API_KEY":{"file":"/var/lib/execgate/dev.key"}}}]`},
+			"tenants[0].secrets.API_KEY.file: must lie below one of tools_api.secret_dirs (/run/secrets)"},
+		{"a brokered secret's file outside the configured secret_dirs", []string{`EXECGATE_TOOLS_API_SECRET_DIRS=/etc/execgate/secrets`, `EXECGATE_TENANTS=[{"id":"a","secrets":{"K":{"file":"/run/secrets/k"}}}]`},
+			"tenants[0].secrets.K.file: must lie below one of tools_api.secret_dirs (/etc/execgate/secrets)"},
+		{"a brokered secret's variable without the prefix", []string{`EXECGATE_TENANTS=[{"id":"a","secrets":{"K":{"env":"EXECGATE_DISPATCH_SPEC_KEY"}}}]`},
+			"tenants[0].secrets.K.env: must start with one of tools_api.env_prefixes"},
+		{"every bad brokered secret is named", []string{`EXECGATE_TENANTS=[{"id":"a","secrets":{"A":{"env":"X"},"B":{"file":"/x"}}}]`},
+			"tenants[0].secrets.B.file"},
+		{"a brokered secret's bad name", []string{`EXECGATE_TENANTS=[{"id":"a","secrets":{"my-key":{"env":"TOOL_SECRET_K"}}}]`}, `tenants[0].secrets: "my-key" is not a secret name`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,6 +44,8 @@ var zeroIsTheValue = map[string]string{
 	"tenants[*].tools.servers":               "no tool servers",
 	"tenants[*].tools.record_args":           "arguments are not recorded",
 	"tenants[*].webhooks.secrets":            "no callbacks signed",
+	"tenants[*].secrets":                     "no brokered secrets",
+	"tenants[*].secrets.*.*":                 "a brokered secret is a file or an env variable; the other stays empty",
 	"tenants[*].webhooks.secrets[*].*":       "a secret is a file or an env variable; the other stays empty",
 	"dispatch.redis_url":                     "role all: no dispatch (it follows quota.redis_url)",
 	"dispatch.spec_key_file":                 "role all: no dispatch",

@@ -1221,9 +1221,20 @@ func TestNothingSurvivesBetweenRuns(t *testing.T) {
 func TestHostPathsAreAbsent(t *testing.T) {
 	t.Parallel()
 	r, cfg := newRunner(t, "hostpaths")
-	paths := []string{"/root", "/home", "/var/lib/redis", "/var/lib/execgate", "/var/run/docker.sock", "/run",
+	paths := []string{"/root", "/home", "/var/lib/redis", "/var/lib/execgate", "/var/run/docker.sock",
 		"/sys", "/boot", "/etc/shadow", "/etc/sudoers", "/work", "/usr/local", "/usr/lib/python3/dist-packages",
 		cfg.WorkDir, filepath.Dir(cfg.RootfsDir), testenv.RepoRoot(t), filepath.Dir(secretConfigFile)}
+	// The jail has a /run of its own (the mount point of brokered secrets,
+	// /run/execgate/secrets): none of the host's /run may show in it.
+	hostRun, err := os.ReadDir("/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hostRun {
+		if e.Name() != "execgate" {
+			paths = append(paths, "/run/"+e.Name())
+		}
+	}
 	var out struct {
 		Exists map[string]bool `json:"exists"`
 		Passwd string          `json:"passwd"`
@@ -1343,7 +1354,7 @@ func TestProcHygiene(t *testing.T) {
 
 // jailEnvAllowed is the environment whitelist the sandbox sets (DESIGN §8:
 // keep_env false). A new variable must be added here on purpose.
-var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
+var jailEnvAllowed = []string{"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "MPLBACKEND", "MPLCONFIGDIR"}
 
 // 20–22. The environment is the whitelist only; no descriptor beyond 0–2,
 // the result fd 3 and the tool bridge socket 5 is inherited, nsjail's log fd

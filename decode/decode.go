@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Decoding is strict and names the field on every error: the body is first
@@ -299,6 +301,7 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 		},
 		"tools":    toolsField(&req.Tools),
 		"fixtures": fixturesField(&req.Fixtures),
+		"secrets":  secretsField(&req.Secrets),
 		"files":    filesField(&req.Files),
 		"stdin":    stdinField(&req.Stdin, c.Args),
 	}
@@ -317,6 +320,9 @@ func checkExecute(req *execution.Request) error {
 	if req.Runtime != "" && req.Language != "python" {
 		return execution.BadRequest("runtime", "only python runs name a runtime; %s runs choose by language", req.Language)
 	}
+	if err := checkFixtureSecrets(req); err != nil {
+		return err
+	}
 	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
 }
 
@@ -329,6 +335,67 @@ func runtimeField(dst *string) func(string, json.RawMessage) error {
 		}
 		return oneOf(p, *dst, limits.Runtimes...)
 	}
+}
+
+// checkFixtureSecrets: in test mode the secrets a request names take their
+// values from fixtures.secrets, which holds exactly those.
+func checkFixtureSecrets(req *execution.Request) error {
+	var fixed map[string]string
+	if req.Fixtures != nil {
+		fixed = req.Fixtures.Secrets
+	}
+	if req.Mode == "test" {
+		for i, name := range req.Secrets {
+			if _, ok := fixed[name]; !ok {
+				return execution.BadRequest(fmt.Sprintf("secrets[%d]", i), "%q has no value in fixtures.secrets (test mode never reads real secrets)", name)
+			}
+		}
+	}
+	for _, name := range sortedKeys(fixed) {
+		if !slices.Contains(req.Secrets, name) {
+			return execution.BadRequest("fixtures.secrets."+name, "is not asked for in secrets")
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// secretsField decodes the names of the brokered secrets a run asks for
+// into dst: at most secrets.MaxPerRun valid names, each once.
+func secretsField(dst *[]string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeStrings(p, raw, dst); err != nil {
+			return err
+		}
+		if len(*dst) > secrets.MaxPerRun {
+			return execution.BadRequest(p, "has %d secrets; at most %d", len(*dst), secrets.MaxPerRun)
+		}
+		for i, name := range *dst {
+			switch {
+			case !secrets.ValidName(name):
+				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is not a secret name (%s)", clipName(name), secrets.NameRule)
+			case slices.Index(*dst, name) < i:
+				return execution.BadRequest(fmt.Sprintf("%s[%d]", p, i), "%q is named twice", name)
+			}
+		}
+		return nil
+	}
+}
+
+// clipName bounds a caller's name in a message.
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // tenantIDField decodes a tenant_id into dst: 1 to MaxIDLen bytes.
@@ -470,7 +537,45 @@ func fixturesField(dst **execution.Fixtures) func(string, json.RawMessage) error
 				fx.Tools = m
 				return nil
 			},
+			"secrets": fixtureSecretsField(&fx.Secrets),
 		})
+	}
+}
+
+// fixtureSecretsField decodes test mode's stand-in secret values into dst:
+// names as for secrets, values text of at most secrets.MaxValueBytes.
+func fixtureSecretsField(dst *map[string]string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		var m map[string]json.RawMessage
+		if kindOf(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
+			return execution.BadRequest(p, "must be an object mapping secret names to values, got %s", kindOf(raw))
+		}
+		if len(m) > secrets.MaxPerRun {
+			return execution.BadRequest(p, "has %d secrets; at most %d", len(m), secrets.MaxPerRun)
+		}
+		out := make(map[string]string, len(m))
+		for _, name := range sortedKeys(m) {
+			at := p + "." + name
+			if !secrets.ValidName(name) {
+				return execution.BadRequest(p, "%q is not a secret name (%s)", clipName(name), secrets.NameRule)
+			}
+			var v string
+			if err := decodeString(at, m[name], &v); err != nil {
+				return err
+			}
+			if len(v) > secrets.MaxValueBytes {
+				return execution.TooLarge(at, int64(len(v)), secrets.MaxValueBytes)
+			}
+			if v == "" {
+				return execution.BadRequest(at, "is empty")
+			}
+			if err := secrets.CheckText(v); err != nil {
+				return execution.BadRequest(at, "%v", err)
+			}
+			out[name] = v
+		}
+		*dst = out
+		return nil
 	}
 }
 

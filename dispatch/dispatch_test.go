@@ -79,6 +79,21 @@ func startExecutor(t *testing.T, rdb *redis.Client, cfg Config, run Runner) *Exe
 	return ex
 }
 
+// startPair starts an executor running run and a dispatcher that sees it.
+func startPair(t *testing.T, rdb *redis.Client, run Runner) *Dispatcher {
+	t.Helper()
+	startExecutor(t, rdb, testCfg(), run)
+	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
+		f, _ := d.Executors(context.Background())
+		return len(f) == 1
+	})
+	return d
+}
+
 func testJob(runID string) Job {
 	now := time.Now()
 	return Job{V: WireVersion, RunID: runID, Gateway: "test", IssuedMS: now.UnixMilli(), ExpiresMS: now.Add(time.Minute).UnixMilli(),
@@ -248,15 +263,7 @@ func TestBridgeCallsOfADispatchedRunAreServedByTheGateway(t *testing.T) {
 		return sandbox.Result{Status: sandbox.StatusOK, Result: out,
 			ToolCalls: []sandbox.ToolCall{{Tool: "forged", Outcome: "ok"}}} // the executor's word does not count
 	}}
-	startExecutor(t, rdb, testCfg(), run)
-	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
-		f, _ := d.Executors(context.Background())
-		return len(f) == 1
-	})
+	d := startPair(t, rdb, run)
 	b := &recordingBridge{}
 	spec := testJob("").Spec.spec()
 	spec.Bridge = b
@@ -285,15 +292,7 @@ func TestAStartedRunIsKilledWhenItsCallerGoesAway(t *testing.T) {
 		}
 		return sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: sandbox.ErrTimeout}, Usage: sandbox.Usage{CPUMS: 7}}
 	}}
-	startExecutor(t, rdb, testCfg(), run)
-	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
-		f, _ := d.Executors(context.Background())
-		return len(f) == 1
-	})
+	d := startPair(t, rdb, run)
 	ctx, cancel := context.WithCancel(context.Background())
 	type out struct {
 		res sandbox.Result
@@ -392,15 +391,7 @@ func TestTheExecutorsSpanJoinsTheGatewaysTrace(t *testing.T) {
 	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
 
 	rdb := newRedis(t)
-	startExecutor(t, rdb, testCfg(), &countingRunner{})
-	d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the executor's heartbeat", func() bool {
-		f, _ := d.Executors(context.Background())
-		return len(f) == 1
-	})
+	d := startPair(t, rdb, &countingRunner{})
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "execgate.run")
 	if _, err := d.Run(ctx, testJob("").Spec.spec()); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 //go:embed lua/enqueue.lua
@@ -259,6 +260,9 @@ type watch struct {
 	bridgeSeq   seqWindow
 	outputSeq   uint64
 	refused     int // frames of the run refused
+	// secrets are the run's secret values, sealed for the executor
+	// confirmed in its confirm frame (secrets.go).
+	secrets []secrets.Value
 }
 
 // maxRefusalsRecorded bounds the refusals of one run logged and recorded
@@ -273,7 +277,7 @@ const maxStartFrame = 1024
 // expiry (see the package doc).
 func (d *Dispatcher) await(ctx context.Context, job Job, spec sandbox.Spec) (sandbox.Result, error) {
 	runID := job.RunID
-	w := &watch{runID: runID, sig: d.sig.forRun(runID)}
+	w := &watch{runID: runID, sig: d.sig.forRun(runID), secrets: spec.Secrets}
 	listen := []string{d.k.reply(runID), d.k.start(runID)}
 	var bridges sync.WaitGroup
 	var bsem chan struct{}
@@ -367,13 +371,22 @@ func (d *Dispatcher) confirm(ctx context.Context, w *watch, raw string) {
 		return
 	}
 	ok := w.executor == "" || w.executor == f.Executor
-	if w.executor == "" {
+	var sealed *sealedSecrets
+	if ok && len(w.secrets) > 0 {
+		// The values go to this executor alone, sealed to its key.
+		if sealed, err = sealSecrets(w.secrets, f.SecretsKey, w.runID, f.Executor); err != nil {
+			d.refuseFrame(w, "start", fmt.Errorf("a run with secrets: %w", err))
+			ok = false
+		}
+	}
+	switch {
+	case ok && w.executor == "":
 		w.executor, w.confirmedAt = f.Executor, d.now()
 		d.log.Debug("dispatch: start confirmed", "run_id", w.runID, "executor", f.Executor)
-	} else if !ok {
+	case !ok && w.executor != f.Executor && w.executor != "":
 		d.log.Warn("dispatch: a second executor asked to start a run; refused", "run_id", w.runID, "executor", f.Executor, "confirmed", w.executor)
 	}
-	v, err := sealFrame(w.sig, domainConfirm, confirmFrame{frameHead: frameHead{RunID: w.runID, Executor: f.Executor}, OK: ok})
+	v, err := sealFrame(w.sig, domainConfirm, confirmFrame{frameHead: frameHead{RunID: w.runID, Executor: f.Executor}, OK: ok, Secrets: sealed})
 	if err != nil {
 		return
 	}

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"crypto/ecdh"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Runner runs one spec in the executor's sandbox (*sandbox.Runner).
@@ -372,7 +374,20 @@ func (e *Executor) handle(en entry) {
 		return
 	}
 	rsig := e.sig.forRun(job.RunID)
-	switch e.confirmStart(ctx, job, rsig) {
+	// A run with secrets gets their values sealed to a key of its own
+	// (secrets.go); the private key lives in this call only.
+	var secretKey *ecdh.PrivateKey
+	if len(job.Spec.Secrets) > 0 {
+		if secretKey, err = secretKeyPair(); err != nil {
+			// Never started: the gateway answers the run unavailable
+			// once it expires.
+			e.skipped.Add(1)
+			e.log.Error("dispatch: making a key for a run's secrets; not run", "run_id", job.RunID, "err", err)
+			return
+		}
+	}
+	answer, sealed := e.confirmStart(ctx, job, rsig, secretKey)
+	switch answer {
 	case startRefused:
 		e.skipped.Add(1)
 		return
@@ -382,17 +397,33 @@ func (e *Executor) handle(en entry) {
 			Reason: "the run's gateway did not confirm its start in time; it was not run"}})
 		return
 	}
+	spec := job.Spec.spec()
+	if secretKey != nil {
+		if spec.Secrets, err = openSecrets(sealed, secretKey, job.Spec.Secrets, job.RunID, e.id); err != nil {
+			e.log.Warn("dispatch: a run's secrets", "run_id", job.RunID, "err", err)
+			e.sendReply(ctx, job, Reply{V: WireVersion, RunID: job.RunID, Executor: e.id, Unavailable: &Unavailable{
+				Reason: errSecretsNotIntact.Error() + "; it was not run"}})
+			return
+		}
+		secretKey = nil
+	}
+	// Nothing of a secret reaches Redis: the live output and the reply
+	// are masked here (the sandbox masks them too; the gateway again).
+	masker := secrets.NewMasker(spec.Secrets)
 	e.hold(ctx, job.RunID, true)
 	e.log.Info("dispatch: run started", "run_id", job.RunID, "execution_id", job.Spec.ExecutionID, "tenant_id", job.Spec.TenantID)
 	head := frameHead{RunID: job.RunID, Executor: e.id}
-	spec := job.Spec.spec()
 	if job.Bridge {
 		spec.Bridge = &remoteBridge{rdb: e.rdb, k: e.k, sig: rsig, runID: job.RunID, executor: e.id, log: e.log}
 	}
 	var out *remoteOutput
+	var live *secrets.Stream
 	if job.Output {
 		out = newRemoteOutput(e.rdb, e.k.output(job.RunID), rsig, head)
 		spec.Output = out.write
+		if live = masker.Stream(out.write); live != nil {
+			spec.Output = live.Write
+		}
 	}
 	start := e.now()
 	tctx, span := e.span(ctx, job)
@@ -403,6 +434,10 @@ func (e *Executor) handle(en entry) {
 	res, err := e.run.Run(rctx, spec)
 	stopWatch()
 	<-watched
+	if live != nil {
+		live.Flush()
+	}
+	sandbox.MaskResult(&res, masker)
 	if out != nil {
 		// Every chunk is on the list before the reply is.
 		if n := out.close(); n > 0 {
@@ -464,11 +499,19 @@ func (c Config) startWait() time.Duration { return max(10*time.Second, c.deadAft
 // and waits for its signed answer: the gateway confirms one executor per
 // run and remembers which, so whatever the dispatch Redis loses, a run is
 // never run twice and never run unknown to its gateway.
-func (e *Executor) confirmStart(ctx context.Context, job Job, sig signer) startAnswer {
+//
+// For a run with secrets, key is this executor's key for them: its public
+// half goes in the start frame, and a confirmation carries the values
+// sealed to it.
+func (e *Executor) confirmStart(ctx context.Context, job Job, sig signer, key *ecdh.PrivateKey) (startAnswer, *sealedSecrets) {
 	head := frameHead{RunID: job.RunID, Executor: e.id}
-	f, err := sealFrame(sig, domainStart, startFrame{frameHead: head})
+	start := startFrame{frameHead: head}
+	if key != nil {
+		start.SecretsKey = key.PublicKey().Bytes()
+	}
+	f, err := sealFrame(sig, domainStart, start)
 	if err != nil {
-		return startUnconfirmed
+		return startUnconfirmed, nil
 	}
 	if err := push(ctx, e.rdb, e.k.start(job.RunID), f, bridgeKeyTTL); err != nil {
 		e.log.Warn("dispatch: asking the gateway to confirm a start", "run_id", job.RunID, "err", err)
@@ -480,21 +523,21 @@ func (e *Executor) confirmStart(ctx context.Context, job Job, sig signer) startA
 		switch {
 		case err == nil:
 			var c confirmFrame
-			err := openFrame(sig, domainConfirm, kv[1], maxStartFrame, &c)
+			err := openFrame(sig, domainConfirm, kv[1], maxConfirmFrame, &c)
 			if err == nil {
 				err = c.check(job.RunID, e.id)
 			}
 			if err == nil && c.OK {
-				return startConfirmed
+				return startConfirmed, c.Secrets
 			}
 			if err == nil {
-				e.log.Info("dispatch: the gateway confirmed another executor; not run", "run_id", job.RunID)
-				return startRefused
+				e.log.Info("dispatch: the gateway confirmed another executor (or refused this one); not run", "run_id", job.RunID)
+				return startRefused, nil
 			}
 			recordRefusal(ctx, e.rdb, e.k, e.log, job.RunID, "executor", e.id, "confirm", err)
 		case errors.Is(err, redis.Nil):
 		case ctx.Err() != nil:
-			return startRefused
+			return startRefused, nil
 		default:
 			select { // Redis is down: look again a beat later
 			case <-time.After(e.cfg.heartbeat()):
@@ -503,11 +546,11 @@ func (e *Executor) confirmStart(ctx context.Context, job Job, sig signer) startA
 		}
 		if n, err := e.rdb.Exists(ctx, e.k.cancel(job.RunID)).Result(); err == nil && n > 0 {
 			e.log.Info("dispatch: the gateway gave the run up before confirming it; not run", "run_id", job.RunID)
-			return startRefused
+			return startRefused, nil
 		}
 		if e.now().After(deadline) {
 			e.log.Warn("dispatch: the gateway did not confirm the start in time; not run", "run_id", job.RunID)
-			return startUnconfirmed
+			return startUnconfirmed, nil
 		}
 	}
 }

@@ -52,6 +52,9 @@ type frameHead struct {
 // other, runs it (executor → gateway, on {R}:start).
 type startFrame struct {
 	frameHead
+	// SecretsKey is the executor's ephemeral X25519 public key for a run
+	// with secrets (secrets.go); absent otherwise.
+	SecretsKey []byte `json:"secrets_key,omitempty"`
 }
 
 // confirmFrame is the gateway's answer to a start frame (gateway →
@@ -59,6 +62,9 @@ type startFrame struct {
 type confirmFrame struct {
 	frameHead
 	OK bool `json:"ok"`
+	// Secrets are the run's secret values sealed for this executor
+	// (secrets.go), with an OK for a run with secrets.
+	Secrets *sealedSecrets `json:"secrets,omitempty"`
 }
 
 // push appends v to the list key and (re)sets its TTL, in one transaction.

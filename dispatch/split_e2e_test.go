@@ -70,6 +70,9 @@ type splitEnv struct {
 	dispatchRedis *testenv.RedisServer
 	// queueTimeoutMS is dispatch.queue_timeout_ms (default 20000).
 	queueTimeoutMS int
+	// gatewayExtra is appended to the gateway's config (top-level keys,
+	// one per line); tenantExtra to its tenant (lines indented by 4).
+	gatewayExtra, tenantExtra string
 }
 
 // useDispatchRedis moves the runs to a Redis of their own (the quota and
@@ -167,7 +170,7 @@ quota:
   redis_url: %s
 audit: {file: %s}
 `+e.dispatchCfg("")+`
-tenants:
+`+e.gatewayExtra+`tenants:
   - id: %s
     quota: {rate_per_minute: 100000, burst: 10000, concurrency: 32, daily_cpu_seconds: 100000`+e.quotaExtra+`}
     policy: {network: [none], egress_allow: [], tools: ["math.*"]`+e.policyExtra+`}
@@ -177,7 +180,7 @@ tenants:
           url: %s
           headers: { Authorization: { file: %s } }
           allow: [`+allow+`]
-`+e.toolsLimitsLine(), addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, splitTenant,
+`+e.toolsLimitsLine()+e.tenantExtra, addr, filepath.Join(e.dir, "gw"), filepath.Join(e.dir, "jwt.key"), e.redis.URL(), e.audit, splitTenant,
 		e.mcp.URL, filepath.Join(e.dir, "mcp-token"))
 	path := filepath.Join(e.dir, role+".yaml")
 	writeFile(t, path, cfg)

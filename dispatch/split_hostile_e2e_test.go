@@ -462,7 +462,7 @@ func TestSplitForgedOrReplayedFramesInARunsListsAreRefused(t *testing.T) {
 		e.rdb.RPush(ctx, k.output(runID), v)
 	}
 	e.rdb.RPush(ctx, k.reply(runID), signer{[]byte(strings.Repeat("w", 40))}.seal(domainReply, forgedReply))
-	e.rdb.RPush(ctx, k.start(runID), seal(wrong, domainStart, startFrame{head("ex-evil", 0)}))
+	e.rdb.RPush(ctx, k.start(runID), seal(wrong, domainStart, startFrame{frameHead: head("ex-evil", 0)}))
 	// The held call's answer, forged before the gateway's comes.
 	e.rdb.RPush(ctx, k.bridgeAnswer(runID, 1), seal(wrong, domainBridgeAnswer, bridgeAnswer{frameHead: head("ex-a", 1), Result: json.RawMessage(`{"n":99}`)}))
 

@@ -12,15 +12,18 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/workspace"
+	"github.com/execgate/execgate/secrets"
 )
 
 // WireVersion is the version of the Job and Reply formats. An executor
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
-// output chunks are signed frames of the run (frames.go). 3: runs carry
-// their runtime and go to the stream of their target (a runtime, or Deno);
-// a job carries the run's input files and stdin, a reply its artifacts.
-const WireVersion = 3
+// output chunks are signed frames of the run (frames.go). 3: a job carries
+// the run's input files and stdin, a reply its artifacts. 4: runs carry
+// their runtime and go to the stream of their target (a runtime, or Deno),
+// and a run's brokered secrets travel sealed to the executor confirmed
+// (secrets.go).
+const WireVersion = 4
 
 // Bounds on what crosses Redis.
 const (
@@ -70,7 +73,9 @@ type Job struct {
 const maxTraceBytes = 512
 
 // WireSpec is sandbox.Spec without its Bridge (a live object) and Deps (a
-// directory of the gateway's host: the executor installs the Lock).
+// directory of the gateway's host: the executor installs the Lock), and
+// with its secrets' names only (their values are sealed for the executor
+// confirmed: secrets.go).
 type WireSpec struct {
 	ExecutionID  string          `json:"execution_id"`
 	TenantID     string          `json:"tenant_id"`
@@ -89,6 +94,8 @@ type WireSpec struct {
 	Runtime      string          `json:"runtime,omitempty"`
 	Files        []sandbox.File  `json:"files,omitempty"`
 	Stdin        string          `json:"stdin,omitempty"`
+	// Secrets are the names of the run's brokered secrets.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 func wireSpec(s sandbox.Spec) WireSpec {
@@ -98,7 +105,16 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Lock: s.Lock, EgressAllow: s.EgressAllow,
 		Isolation: s.Isolation, Runtime: s.Runtime, Files: s.Files, Stdin: s.Stdin,
+		Secrets: secretNames(s.Secrets),
 	}
+}
+
+// secretNames are vals' names (nil for none).
+func secretNames(vals []secrets.Value) []string {
+	if len(vals) == 0 {
+		return nil
+	}
+	return secrets.Names(vals)
 }
 
 func (w WireSpec) spec() sandbox.Spec {

@@ -3,13 +3,15 @@ package dispatch
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Every field of sandbox.Spec but the live hooks (Bridge, Output) crosses
-// the wire: a
+// the wire (Secrets by name: their values go sealed, secrets.go): a
 // field added to the spec and forgotten here would silently be dropped
 // between gateway and executor (the decided isolation level once was).
 func TestWireSpecCarriesEverySpecField(t *testing.T) {
@@ -21,6 +23,8 @@ func TestWireSpecCarriesEverySpecField(t *testing.T) {
 		switch {
 		case name == "Bridge", name == "Output":
 		case name == "Deps": // a directory of the gateway's host: the executor installs the Lock
+		case name == "Secrets":
+			f.Set(reflect.ValueOf([]secrets.Value{secrets.NewValue("API_KEY", "the-value-stays-off-the-wire")}))
 		case f.Kind() == reflect.String:
 			f.SetString("x-" + name)
 		case f.Type() == reflect.TypeOf(json.RawMessage(nil)):
@@ -44,6 +48,10 @@ func TestWireSpecCarriesEverySpecField(t *testing.T) {
 	if err := json.Unmarshal(raw, &w); err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(string(raw), "the-value-stays-off-the-wire") || !reflect.DeepEqual(w.Secrets, []string{"API_KEY"}) {
+		t.Errorf("the secrets on the wire: %s", raw)
+	}
+	in.Secrets = nil // the executor fills them from the sealed confirmation
 	if out := w.spec(); !reflect.DeepEqual(out, in) {
 		t.Errorf("through the wire:\n got %+v\nwant %+v", out, in)
 	}

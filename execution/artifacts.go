@@ -51,9 +51,10 @@ type EnvelopeArtifact struct {
 	Base64 *string `json:"base64,omitempty"`
 }
 
-// envelopeArtifacts lists arts for the envelope, inlining each of at most
-// inlineMax bytes while the inlined bytes stay within budget, in order.
-func envelopeArtifacts(arts []sandbox.Artifact, inlineMax, budget int64) []EnvelopeArtifact {
+// EnvelopeArtifacts lists arts for the envelope, inlining each of at most
+// inlineMax bytes (-1: none) while the inlined bytes stay within budget,
+// in order.
+func EnvelopeArtifacts(arts []sandbox.Artifact, inlineMax, budget int64) []EnvelopeArtifact {
 	if len(arts) == 0 {
 		return nil
 	}

@@ -45,6 +45,10 @@ type Request struct {
 	// Runtime asks for a Python runtime ("python3.11", "python3.13");
 	// empty: the tenant's default. Policy decides (DESIGN §15).
 	Runtime string `json:"runtime,omitempty"`
+	// Secrets names the brokered secrets the run asks for; each must be
+	// granted by policy (else 403 PolicyDenied naming it). Absent: none.
+	// In test mode their values come from Fixtures.Secrets.
+	Secrets []string `json:"secrets,omitempty"`
 	// Files are the run's input files (decoded: their content's bytes),
 	// read-only under /workspace; within the decided limits.files and
 	// limits.files_bytes (FilesWithin).
@@ -58,10 +62,12 @@ type EgressRequest struct {
 	Allow []string `json:"allow"`
 }
 
-// Fixtures are test-mode inputs: context.variables and canned tool returns.
+// Fixtures are test-mode inputs: context.variables, canned tool returns
+// and stand-in values of the secrets the run asks for (never real ones).
 type Fixtures struct {
 	Variables json.RawMessage            `json:"variables,omitempty"`
 	Tools     map[string]json.RawMessage `json:"tools,omitempty"`
+	Secrets   map[string]string          `json:"secrets,omitempty"`
 }
 
 // Envelope is the answer to every execute request, run or refused
@@ -140,6 +146,9 @@ type EnvelopeDecision struct {
 	// Runtime is the decided Python runtime ("python3.13"); absent for
 	// other languages.
 	Runtime string `json:"runtime,omitempty"`
+	// Secrets are the brokered secrets granted to the run, by name
+	// (absent when none).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ExecutionStatus is the X-Execution-Status value of e: ok or
@@ -178,7 +187,11 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if iso == "" {
 		iso = sandbox.IsolationJail
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Runtime: d.Runtime}
+	var granted []string
+	if len(d.Secrets) > 0 {
+		granted = d.Secrets
+	}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Runtime: d.Runtime, Secrets: granted}
 }
 
 // TraceID is the trace id of ctx's span ("" without one).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 	"github.com/execgate/execgate/tenancy"
 )
 
@@ -39,6 +40,7 @@ const (
 	TypeInternal           = "Internal"           // 500: a bug; details in the log under the execution id
 	TypeOutcomeUnknown     = "OutcomeUnknown"     // 502: dispatched, and the gateway cannot know whether it ran (split mode, dispatch state lost); its execution_id stays claimed, never run again
 	TypeSandboxUnavailable = "SandboxUnavailable" // 503: nsjail missing/broken; traceback has its log and a hint
+	TypeSecretUnavailable  = "SecretUnavailable"  // 503: a brokered secret granted to the run cannot be read (named; the log says why); nothing was run
 	TypeOverloaded         = "Overloaded"         // 503: the local run queue is full
 	TypeQuotaUnavailable   = "QuotaUnavailable"   // 503: quota backend down, failing closed
 )
@@ -156,6 +158,7 @@ func Refusal(err error) *Error {
 		expired  *ResultExpiredError
 		claims   *ClaimsExhaustedError
 		unknown  *sandbox.OutcomeUnknownError
+		secret   *secrets.UnavailableError
 	)
 	switch {
 	case errors.As(err, &forbid):
@@ -199,6 +202,10 @@ func Refusal(err error) *Error {
 	case errors.Is(err, quota.ErrUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeQuotaUnavailable,
 			Message: "the quota backend is unavailable and admission fails closed", Err: err}
+	case errors.As(err, &secret):
+		// Not the cause (a path, a variable's name: the operator's log
+		// has it), only which secret.
+		return &Error{Status: http.StatusServiceUnavailable, Type: TypeSecretUnavailable, Message: secret.Public(), Err: err}
 	case errors.As(err, &unavail):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeSandboxUnavailable,
 			Message: "the sandbox is unavailable: " + unavail.Reason + "; nothing was run", Traceback: unavail.Detail(), Err: err}

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http" // status codes only
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -177,6 +178,9 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+	// Getenv reads the gateway's environment for tenants' secrets given
+	// as {env: VAR}. Nil: os.Getenv.
+	Getenv func(string) string
 }
 
 // Flow runs execute requests. Create it with New; it is safe for
@@ -217,6 +221,9 @@ func New(cfg Config, d Deps) (*Flow, error) {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Getenv == nil {
+		d.Getenv = os.Getenv
 	}
 	if d.Idempotency == nil {
 		d.Idempotency = NewMemoryIdempotency(cfg.IdempotencyWindow, cfg.IdempotencyLimits, d.Now)
@@ -326,6 +333,9 @@ type state struct {
 	failedDecisionID string
 	// output watches the run's stdout and stderr (Call.Output); nil: no one.
 	output sandbox.OutputFunc
+	// secrets are the names of the brokered secrets the run was given
+	// (for the audit record; never a value).
+	secrets []string
 	// releaseOutput gives back the run's output memory reservation
 	// (output.go) once the response is written; nil without one.
 	releaseOutput func()
@@ -419,6 +429,6 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	f.settleRun(ctx, adm, res)
 	f.keepArtifacts(ctx, x, tenant.ID, res.Artifacts)
 	env := runEnvelope(ctx, x, tenant, res)
-	env.Artifacts = envelopeArtifacts(res.Artifacts, f.inline, x.limits.OutputBytes)
+	env.Artifacts = EnvelopeArtifacts(res.Artifacts, f.inline, x.limits.OutputBytes)
 	return http.StatusOK, env, nil
 }

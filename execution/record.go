@@ -223,6 +223,7 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 	if x.req != nil {
 		r.Files = auditFiles(x.req.Files)
 	}
+	r.Secrets = x.secrets
 	if x.bridge != nil {
 		r.ToolCallsDropped = x.bridge.Dropped()
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
+	"github.com/execgate/execgate/secrets"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
 	"github.com/execgate/execgate/toolbridge"
@@ -78,7 +79,8 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 	x.replayed = true
 	if env.Decision != nil {
 		x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation, Runtime: env.Decision.Runtime}
+			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation, Runtime: env.Decision.Runtime,
+			Secrets: env.Decision.Secrets}
 		x.limits = env.Decision.Limits
 	}
 	return stored.Status, &env, nil
@@ -176,6 +178,7 @@ func (req *Request) PolicyRequest() policy.Request {
 		Tools:         tools,
 		Isolation:     req.Isolation,
 		Runtime:       req.Runtime,
+		Secrets:       req.Secrets,
 	}
 	if req.Egress != nil {
 		preq.EgressAllow = req.Egress.Allow
@@ -344,6 +347,21 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		return sandbox.Result{}, err
 	}
 	spec.Deps = deps
+	// The run's secrets are read now, at their use (a rotated file is
+	// read anew), and masked out of everything it sends back: its live
+	// output here, its result below (the runner masks both too; a
+	// dispatched run's executor does before anything crosses Redis).
+	if spec.Secrets, err = f.secretValues(ctx, x, tenant, dec); err != nil {
+		if rerr := adm.Release(context.WithoutCancel(ctx)); rerr != nil {
+			f.log.WarnContext(ctx, "quota release failed", telemetry.KeyExecutionID, x.id, "err", rerr)
+		}
+		return sandbox.Result{}, err
+	}
+	masker := secrets.NewMasker(spec.Secrets)
+	if live := masker.Stream(spec.Output); live != nil {
+		spec.Output = live.Write
+		defer live.Flush() // before the run's answer is published
+	}
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -386,6 +404,7 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		f.log.ErrorContext(ctx, "quota lease lost during the run; the run was cancelled", telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, tenant.ID)
 	default:
 	}
+	sandbox.MaskResult(&res, masker)
 	if x.bridge != nil { // the bridge is the gateway's, in split mode too
 		res.Usage.BridgeCPUMS = x.bridge.ChargedCPUMS()
 	}
@@ -394,6 +413,33 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		span.SetStatus(codes.Error, res.ErrorType())
 	}
 	return res, nil
+}
+
+// secretValues are the brokered secrets of the decided run: the ones
+// policy granted (dec.Secrets) read from the tenant's config, or in test
+// mode the request's stand-ins (fixtures.secrets) for the names it asked
+// for. A secret that cannot be read refuses the run (SecretUnavailable,
+// naming it); nothing of a value is ever logged.
+func (f *Flow) secretValues(ctx context.Context, x *state, tenant tenancy.Tenant, dec policy.Decision) ([]secrets.Value, error) {
+	var vals []secrets.Value
+	if x.req.Mode == "test" {
+		for _, name := range x.req.Secrets {
+			vals = append(vals, secrets.NewValue(name, x.req.Fixtures.Secrets[name])) // the decoder checked each is there
+		}
+	} else if len(dec.Secrets) > 0 {
+		var err error
+		if vals, err = secrets.Resolve(tenant.Secrets, dec.Secrets, f.d.Getenv); err != nil {
+			return nil, err
+		}
+	}
+	for _, v := range vals {
+		if len(v.Reveal()) < secrets.MinMaskBytes {
+			f.log.WarnContext(ctx, "a brokered secret shorter than the masking minimum is delivered but not masked",
+				telemetry.KeyExecutionID, x.id, telemetry.KeyTenantID, tenant.ID, "secret", v.Name(), "min_bytes", secrets.MinMaskBytes)
+		}
+	}
+	x.secrets = secrets.Names(vals)
+	return vals, nil
 }
 
 // observe takes note of what a run showed about the host and the tenant:

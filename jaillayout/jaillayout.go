@@ -64,6 +64,13 @@ const (
 	// TmpDir is the jail's writable tmpfs (Limits.TmpMB), its working
 	// directory and the tool's HOME.
 	TmpDir = "/tmp"
+	// SecretsDir is where a run finds its brokered secrets, one file per
+	// name (mode 0400, the tool's own), on a tmpfs of the run's own the
+	// sandbox mounts (SecretsTmpfsBytes; at level process each run mounts
+	// a fresh one in its own mount namespace); the harness writes them
+	// from its request before the tool is loaded. Never on the host's
+	// disk, never in a shared directory.
+	SecretsDir = "/run/execgate/secrets"
 	// WorkspaceDir is the tool's working directory: the run's input
 	// files, read-only, over which the sandbox mounts the run's own tmpfs
 	// (package sandbox/workspace); WorkspaceOutDir, in it, is the tool's
@@ -98,7 +105,11 @@ var Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
 // MountPoints are the directories the sandbox mounts or binds over; the
 // builder creates them empty so nsjail never creates a mount point inside
 // the (host-backed, read-only) tree.
-var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, WorkspaceDir, path.Dir(ManifestPath)}
+var MountPoints = []string{TmpDir, DevDir, DevShmDir, ProcDir, DepsDir, EgressDir, HarnessDir, WorkspaceDir, SecretsDir, path.Dir(ManifestPath)}
+
+// SecretsTmpfsBytes sizes the tmpfs at SecretsDir: a run's secrets at
+// their bounds (16 of 4 KiB, a page each) with room to spare.
+const SecretsTmpfsBytes = 256 << 10
 
 // ManifestFormat is the version of the manifest's own layout.
 const ManifestFormat = 1
@@ -110,10 +121,12 @@ const ManifestFormat = 1
 //	1 (or absent): the original tree
 //	2: /usr/share/zoneinfo, /opt/execgate/egress, an interpreter not
 //	   readable by the tool's user
-//	3: /workspace
-//	4: runtimes: trees built from pinned Debian packages (merged /usr),
-//	   the manifest names its runtime
-const Version = 4
+//	3: /workspace, /run/execgate/secrets (brokered secrets' mount point)
+//	4: the system libraries manylinux wheels link (libstdc++, libpthread, …)
+//	5: runtimes: trees built from pinned Debian packages (merged /usr),
+//	   the manifest names its runtime; every runtime's closure holds the
+//	   packages of 4's libraries
+const Version = 5
 
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
 type Manifest struct {

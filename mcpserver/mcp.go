@@ -25,6 +25,10 @@
 //   - validate calls the /v1/validate flow (execution.Flow.Validate) with
 //     that row's grants.
 //
+// A run's artifacts are in the envelope; an image among them that the
+// envelope carries inline is also an image content of the result, and the
+// text part names them all (artifacts.go).
+//
 // A refusal (PolicyDenied, QuotaExceeded, a bad argument) and a run that
 // ended in error are tool errors (isError), not protocol errors, so the
 // agent sees them. The result carries the envelope (validate: its answer)
@@ -163,7 +167,8 @@ func executeTool(lang string) *mcp.Tool {
 		Title: "Run a " + lang + " tool in the sandbox",
 		Description: "Run " + lang + " source in execgate's sandbox, as POST /v1/execute does: the source defines " +
 			entrypointSketch[lang] + ", called with args; it returns a JSON-serialisable value. " +
-			"The result is the execution envelope (status, result, stdout, stderr, error, usage, decision). " +
+			"The result is the execution envelope (status, result, stdout, stderr, error, usage, decision, artifacts). " +
+			"Files the tool writes to /workspace/out (a matplotlib figure saved with plt.savefig(\"/workspace/out/chart.png\")) come back as artifacts; small PNG, JPEG, GIF and WebP images as image content. " +
 			"Reuse an execution_id to retry safely: a repeated id returns the first run's answer and never runs twice.",
 		InputSchema: json.RawMessage(executeInputSchema(lang)),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -196,9 +201,15 @@ const executeInputSchemaBase = `{
     "egress": {"type": "object", "properties": {"allow": {"type": "array", "items": {"type": "string"}}}},
     "limits": {"type": "object", "properties": {
       "timeout_ms": {"type": "integer"}, "cpu_ms": {"type": "integer"}, "memory_mb": {"type": "integer"},
-      "pids": {"type": "integer"}, "output_bytes": {"type": "integer"}, "tmp_mb": {"type": "integer"}}},
+      "pids": {"type": "integer"}, "output_bytes": {"type": "integer"}, "tmp_mb": {"type": "integer"},
+      "files": {"type": "integer"}, "files_bytes": {"type": "integer"}, "artifacts": {"type": "integer"}, "artifacts_bytes": {"type": "integer"}}},
+    "files": {"type": "array", "description": "input files, read-only under /workspace (the tool's working directory)", "items": {"type": "object", "properties": {
+      "path": {"type": "string", "description": "relative, e.g. data/in.csv"}, "content": {"type": "string"},
+      "encoding": {"type": "string", "enum": ["utf8", "base64"]}}, "required": ["path", "content"]}},
+    "stdin": {"type": "string", "description": "the tool's standard input"},
     "mode": {"type": "string", "enum": ["run", "test"]},
     "isolation": {"type": "string", "enum": ["jail", "process"], "description": "jail (default): a fresh jail per run; process: a fresh process forked from the tenant's warm jail, if policy grants it"},
+    "secrets": {"type": "array", "items": {"type": "string"}, "description": "brokered secrets the run asks for by name, if policy grants them: the tool reads context.secrets[NAME]; their values never come back (masked as ***)"},
     "fixtures": {"type": "object"}
   },
   "required": ["source"],
@@ -230,8 +241,13 @@ func (s *Server) mcpExecute(lang string) mcp.ToolHandler {
 			Decode:    func(body []byte) (*execution.Request, error) { return decode.Execute(body, s.caps) },
 		})
 		defer out.Release()
+		text := envelopeText(out.Envelope, out.RetryAfter)
+		images, listed := artifactContent(out.Envelope)
+		if listed != "" {
+			text += "\n" + listed
+		}
 		res := &mcp.CallToolResult{
-			Content:           []mcp.Content{&mcp.TextContent{Text: envelopeText(out.Envelope, out.RetryAfter)}},
+			Content:           append([]mcp.Content{&mcp.TextContent{Text: text}}, images...),
 			StructuredContent: out.Envelope,
 			IsError:           out.Envelope.Status != sandbox.StatusOK,
 		}

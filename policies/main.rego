@@ -22,6 +22,7 @@ import data.execgate.limits
 import data.execgate.network
 import data.execgate.packages
 import data.execgate.runtimes
+import data.execgate.secrets
 import data.execgate.tools
 
 deny contains reason if some reason in baseline
@@ -37,11 +38,12 @@ baseline := union({
 	tools.violations,
 	isolation.violations,
 	runtimes.violations,
+	secrets.violations,
 })
 
 # decision is the answer: an allowed run gets what its concerns decided; a
-# denied decision grants nothing (no network, no egress, no tools) and lists
-# the reasons. Both branches name every key of the decision, so an allowed
+# denied decision grants nothing (no network, no egress, no tools, no
+# secrets) and lists the reasons. Both branches name every key of the decision, so an allowed
 # run costs one evaluation of deny. The else branch states its condition: if
 # the allowed branch could not be built, the decision stays undefined (a
 # PolicyError) rather than becoming a denial without reasons.
@@ -56,6 +58,7 @@ decision := {
 	"audit": {"record_source": access.record_source},
 	"isolation": isolation.level,
 	"runtime": runtimes.runtime,
+	"secrets": secrets.granted,
 } if {
 	count(deny) == 0
 } else := {
@@ -69,6 +72,7 @@ decision := {
 	"audit": {"record_source": access.record_source},
 	"isolation": "jail",
 	"runtime": "",
+	"secrets": [],
 } if {
 	count(deny) > 0
 }

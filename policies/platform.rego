@@ -95,4 +95,5 @@ tenant_data_types := {
 	"isolation": "array",
 	"runtimes": "array",
 	"callbacks": "array",
+	"secrets": "array",
 }

@@ -27,6 +27,8 @@ func TestDefaultPolicies(t *testing.T) {
 	broken.Policy["network"] = "proxy"
 	auditing := demoTenant()
 	auditing.Policy["audit"] = map[string]any{"record_source": true}
+	keyed := demoTenant()
+	keyed.Policy["secrets"] = []any{"API_KEY", "DB_PASSWORD"}
 
 	type want struct {
 		allow        bool
@@ -36,6 +38,7 @@ func TestDefaultPolicies(t *testing.T) {
 		egress       []string
 		requirements *bool
 		tools        []string // nil: not checked
+		secrets      []string // nil: []
 		recordSource bool
 	}
 	yes, no := true, false
@@ -188,6 +191,34 @@ func TestDefaultPolicies(t *testing.T) {
 			want: want{allow: true, reasons: []string{}, network: "none", egress: []string{}, tools: []string{}},
 		},
 		{
+			name: "a run that asks for no secrets gets none",
+			req:  Request{},
+			want: want{allow: true, reasons: []string{}, network: "none"},
+		},
+		{
+			name:   "secrets the tenant grants are granted, sorted",
+			tenant: &keyed,
+			req:    Request{Secrets: []string{"DB_PASSWORD", "API_KEY"}},
+			want:   want{allow: true, reasons: []string{}, network: "none", secrets: []string{"API_KEY", "DB_PASSWORD"}},
+		},
+		{
+			name:   "a secret the tenant does not grant denies the run, naming it",
+			tenant: &keyed,
+			req:    Request{Secrets: []string{"API_KEY", "ROOT_TOKEN"}},
+			want:   want{reasons: []string{`secret "ROOT_TOKEN" is not granted to tenant "demo"`}, network: "none"},
+		},
+		{
+			name: "a tenant without secrets grants none",
+			req:  Request{Secrets: []string{"API_KEY"}},
+			want: want{reasons: []string{`secret "API_KEY" is not granted to tenant "demo"`}, network: "none"},
+		},
+		{
+			name:   "test mode gets no real secrets (its fixtures stand in)",
+			tenant: &keyed,
+			req:    Request{Mode: "test", Secrets: []string{"API_KEY", "ANYTHING"}},
+			want:   want{allow: true, reasons: []string{}, network: "none"},
+		},
+		{
 			name:   "tenant data can ask the audit log to record the source",
 			tenant: &auditing,
 			want:   want{allow: true, reasons: []string{}, network: "none", recordSource: true},
@@ -232,6 +263,10 @@ func TestDefaultPolicies(t *testing.T) {
 			if tc.want.tools != nil {
 				require.Equal(t, tc.want.tools, d.Tools)
 			}
+			if tc.want.secrets == nil {
+				tc.want.secrets = []string{}
+			}
+			require.Equal(t, tc.want.secrets, d.Secrets)
 			require.Equal(t, tc.want.recordSource, d.Audit.RecordSource)
 		})
 	}

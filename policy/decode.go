@@ -66,6 +66,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			item("tools", stringsTerm(r.Tools)),
 			item("isolation", stringTerm(r.Isolation)),
 			item("runtime", stringTerm(r.Runtime)),
+			item("secrets", stringsTerm(r.Secrets)),
 		)),
 	)
 }
@@ -78,7 +79,7 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
 		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
-		"mode", "tools", "isolation", "runtime"} {
+		"mode", "tools", "isolation", "runtime", "secrets"} {
 		m[k] = stringTerm(k)
 	}
 	for _, k := range limits.Keys {
@@ -186,6 +187,12 @@ func decodeDecision(v any) (Decision, error) {
 	}
 	if d.Runtime, err = decodeRuntime(m["runtime"]); err != nil {
 		fail("runtime %v", err)
+	}
+	d.Secrets = []string{}
+	if v, ok := m["secrets"]; ok {
+		if d.Secrets, err = stringList(v); err != nil {
+			fail("secrets %v", err)
+		}
 	}
 	am, _ := m["audit"].(map[string]any)
 	if rs, ok := am["record_source"]; ok {
@@ -333,12 +340,12 @@ func decodeDecisionValue(v ast.Value) (Decision, error) {
 
 var (
 	decisionKeys = struct {
-		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation, runtime *ast.Term
+		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation, runtime, secrets *ast.Term
 	}{
 		ast.StringTerm("allow"), ast.StringTerm("reasons"), ast.StringTerm("network_access"), ast.StringTerm("limits"),
 		ast.StringTerm("egress"), ast.StringTerm("allow"), ast.StringTerm("requirements_allowed"), ast.StringTerm("tools"),
 		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"),
-		ast.StringTerm("runtime"),
+		ast.StringTerm("runtime"), ast.StringTerm("secrets"),
 	}
 	limitKeys = func() []*ast.Term {
 		var ts []*ast.Term
@@ -434,6 +441,12 @@ func fastDecision(v ast.Value) (d Decision, ok bool) {
 			return d, false
 		}
 		d.Runtime = string(s)
+	}
+	d.Secrets = []string{}
+	if sec := get(obj, k.secrets); sec != nil {
+		if d.Secrets, ok = fastStrings(sec); !ok {
+			return d, false
+		}
 	}
 	if !d.Allow && len(d.Reasons) == 0 {
 		d.Reasons = []string{"denied by policy (no reason given)"}

@@ -78,6 +78,7 @@ func TestPolicyErrorsNeverAllow(t *testing.T) {
 		{name: "an allow with an unknown network mode", defaults: mod(`decision := {"allow": true, "reasons": [], "network_access": "bridge"}`), malformed: true, wantErr: `network_access is "bridge"`},
 		{name: "an allow that carries reasons", defaults: mod(`decision := {"allow": true, "reasons": ["no"]}`), malformed: true, wantErr: "allow is true but reasons"},
 		{name: "a decision that is not an object", defaults: mod("decision := true"), malformed: true, wantErr: "decision is a boolean"},
+		{name: "an allow whose secrets are not a list of names", defaults: mod(`decision := {"allow": true, "reasons": [], "network_access": "none", "limits": {"timeout_ms": 1, "cpu_ms": 1, "memory_mb": 1, "pids": 1, "output_bytes": 1, "tmp_mb": 1}, "egress": {"allow": []}, "requirements_allowed": true, "tools": [], "secrets": "API_KEY"}`), malformed: true, wantErr: "secrets is a string"},
 		{
 			name:    "an extension rule conflict reached through deny",
 			dir:     map[string]string{"ext.rego": "package ext.conflict\n\nx := 1 if true\n\nx := 2 if true\n", "hook.rego": "package execgate.main\n\nimport data.ext.conflict\n\ndeny contains \"x\" if conflict.x == 3\n"},

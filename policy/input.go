@@ -28,6 +28,8 @@ type Request struct {
 	// Runtime is the Python runtime asked for; "" asks for the tenant's
 	// default (RuntimeFor).
 	Runtime string
+	// Secrets are the brokered secrets asked for, by name.
+	Secrets []string
 }
 
 // BuildInput builds the versioned policy input for tenant t, principal p and
@@ -66,6 +68,7 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			Tools:         nonNil(r.Tools),
 			Isolation:     r.Isolation,
 			Runtime:       RuntimeFor(t, r.Language, r.Runtime),
+			Secrets:       nonNil(r.Secrets),
 		},
 	}
 }

@@ -42,6 +42,7 @@ func TestBuildInput(t *testing.T) {
 		Tools:         []string{},
 		Isolation:     "jail",
 		Runtime:       limits.DefaultRuntime,
+		Secrets:       []string{},
 	}, in.Request)
 
 	raw, err := json.Marshal(in)

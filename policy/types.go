@@ -65,6 +65,9 @@ type RequestInput struct {
 	// tenant's default when the request names none (BuildInput); "" for
 	// other languages.
 	Runtime string `json:"runtime"`
+	// Secrets are the brokered secrets the run asks for, by name (the
+	// values never enter the input).
+	Secrets []string `json:"secrets"`
 }
 
 // Package is one distribution of a resolved set, as the policy sees it.
@@ -98,6 +101,9 @@ type Decision struct {
 	// one asked for, or the tenant's default; "" for other languages and
 	// for a denied run.
 	Runtime string `json:"runtime"`
+	// Secrets are the brokered secrets granted to the run, by name
+	// (policies/secrets.rego); a decision without the key grants none.
+	Secrets []string `json:"secrets"`
 	// PolicyRevision is the Status().Revision of the policies that decided,
 	// for the audit record. Set by Decide, not by the policy.
 	PolicyRevision string `json:"policy_revision,omitempty"`

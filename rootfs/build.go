@@ -581,10 +581,23 @@ func (b *builder) extensionModules() ([]string, error) {
 	return mods, nil
 }
 
-// extraLibs are loaded with dlopen by glibc rather than linked, so no
-// DT_NEEDED names them; they are shipped when the host has them.
+// extraLibs are shipped, with their own closure, when the host has them,
+// though neither the interpreter nor its extension modules link them:
+// libgcc_s is loaded with dlopen by glibc (thread cancellation and
+// unwinding, pthread_exit); the others are the system libraries a
+// manylinux wheel may link without bundling them (PEP 599/600's
+// whitelist, less its X11, OpenGL and GLib entries), so installed
+// packages with C or C++ extensions (numpy, matplotlib, pillow) load.
 var extraLibs = []string{
-	"libgcc_s.so.1", // thread cancellation and unwinding (pthread_exit)
+	"libgcc_s.so.1",
+	"libstdc++.so.6",
+	"libm.so.6",
+	"libdl.so.2",
+	"librt.so.1",
+	"libpthread.so.0",
+	"libutil.so.1",
+	"libnsl.so.1",
+	"libresolv.so.2",
 }
 
 func (b *builder) libraries(context.Context) error {

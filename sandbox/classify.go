@@ -22,7 +22,8 @@ import (
 //	         its envelope)
 //	1–127    the harness exited with that code without an envelope (70: its
 //	         result fd was missing, 71: writing the envelope failed, 72: the
-//	         egress relay could not start; others: the tool called os._exit
+//	         egress relay could not start, 74: the run's secrets could not be
+//	         written; others: the tool called os._exit
 //	         or the interpreter failed)
 //	128+n    the harness was killed by signal n: 137 SIGKILL (the memory
 //	         cgroup's OOM killer, the hard RLIMIT_CPU, or the runner), 139
@@ -430,6 +431,7 @@ var harnessExits = map[int]string{
 	70: "its result channel, fd 3, was not open",
 	71: "writing the result envelope failed",
 	72: "the egress relay could not start",
+	74: "the run's secrets could not be written to " + jaillayout.SecretsDir,
 }
 
 func signalName(s syscall.Signal) string {

@@ -87,14 +87,19 @@ func denoHeapMB(memoryMB int64) int64 {
 }
 
 // denoFlags are Deno's flags for every run: no --allow-* flag but reading
-// the run's /workspace (its input files) and writing /workspace/out (its
-// artifacts), every other permission denied and nothing prompted, nothing
-// fetched or written (--no-remote --no-npm --cached-only --no-lock), no
-// configuration file discovered (--no-config), and the import map that
-// blocks every file:, node:, npm:, jsr: and remote specifier.
+// the run's /workspace (its input files), writing /workspace/out (its
+// artifacts), and reading and writing the run's secrets directory
+// (jaillayout.SecretsDir, its own tmpfs: the harness writes the run's
+// brokered secrets there and revokes the write permission before the tool
+// loads; the tool may read them); every other permission denied and
+// nothing prompted, nothing fetched or written (--no-remote --no-npm
+// --cached-only --no-lock), no configuration file discovered
+// (--no-config), and the import map that blocks every file:, node:, npm:,
+// jsr: and remote specifier.
 var denoFlags = []string{
 	"--allow-read=" + jaillayout.WorkspaceDir, "--allow-write=" + jaillayout.WorkspaceOutDir,
 	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
+	"--allow-read=" + jaillayout.SecretsDir, "--allow-write=" + jaillayout.SecretsDir,
 	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
 }
 

@@ -32,7 +32,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	case errors.Is(err, zygote.ErrFull):
 		r.log.Info("no zygote place free: running at level jail", "tenant_id", spec.TenantID, "execution_id", spec.ExecutionID)
 		spec.Isolation = IsolationJail
-		return r.Run(ctx, spec)
+		return r.run(ctx, spec)
 	case errors.As(err, &died):
 		return errorResult(ErrSandboxCrashed, "the run's zygote died before the run started: "+died.Err.Error(), ""), nil
 	case err != nil:

@@ -51,6 +51,20 @@ var jailEnv = []string{
 	"PYTHONUNBUFFERED=1",
 }
 
+// pythonEnv is added to jailEnv in the Python runtime (level jail, and
+// the zygote whose forks are level process): matplotlib starts headless
+// with the Agg backend (it never looks for a display, so a figure saved
+// with savefig is a PNG in /workspace/out, an artifact), and keeps its
+// config and font cache in the run's own /tmp (its default would be
+// $HOME/.cache, also the run's /tmp; named here so the place is one the
+// tool can write whatever HOME says). The font cache is built afresh in
+// each run that imports matplotlib.pyplot: nothing a run writes outlives
+// it.
+var pythonEnv = []string{
+	"MPLBACKEND=Agg",
+	"MPLCONFIGDIR=" + jaillayout.TmpDir + "/matplotlib",
+}
+
 // proxyEnv is added to jailEnv in network mode proxy: every HTTP client
 // that honours the usual variables goes through the egress relay, and
 // nothing bypasses it by name (NO_PROXY empty).
@@ -158,6 +172,11 @@ func renderConfig(in renderInput) (string, error) {
 	for _, e := range jailEnv {
 		w("envar: %s", q(e))
 	}
+	if !p.Runtime.deno() {
+		for _, e := range pythonEnv {
+			w("envar: %s", q(e))
+		}
+	}
 	if p.Network == NetworkProxy {
 		for _, e := range proxyEnv {
 			w("envar: %s", q(e))
@@ -206,6 +225,9 @@ func renderConfig(in renderInput) (string, error) {
 		w("mount { src: %s dst: %s is_bind: true is_dir: true rw: false nosuid: true nodev: true noexec: %t mandatory: true }", q(m.Src), q(m.Dst), !m.Exec)
 	}
 	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.TmpDir), q(fmt.Sprintf("size=%d,mode=1777", l.TmpMB<<20)))
+	// The run's brokered secrets: written there by the harness from its
+	// request (never by the host), gone with the jail.
+	w("mount { dst: %s fstype: \"tmpfs\" options: %s rw: true nosuid: true nodev: true noexec: true }", q(jaillayout.SecretsDir), q(secretsTmpfsOptions))
 	w("mount { dst: %s fstype: \"tmpfs\" options: \"size=65536,mode=755\" rw: false nosuid: true noexec: true }", q(jaillayout.DevDir))
 	for _, d := range jaillayout.Devices {
 		w("mount { src: %s dst: %s is_bind: true rw: false nosuid: true noexec: true }", q(d), q(d))
@@ -244,6 +266,10 @@ func renderConfig(in renderInput) (string, error) {
 	b.WriteString("}\n")
 	return b.String(), nil
 }
+
+// secretsTmpfsOptions mount the tmpfs of a run's secrets (jail and
+// zygote child alike): small, few inodes, the tool's own.
+var secretsTmpfsOptions = fmt.Sprintf("size=%d,nr_inodes=64,mode=0700,uid=%d,gid=%d", jaillayout.SecretsTmpfsBytes, jaillayout.ToolUID, jaillayout.ToolGID)
 
 // checkConfigString rejects what the protobuf text quoting below does not
 // handle: control characters and non-ASCII.

@@ -3,13 +3,16 @@ package sandbox
 import (
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/seccomp"
 )
 
@@ -86,6 +89,9 @@ func TestRenderConfigInvariants(t *testing.T) {
 			"rlimit_stack: 8\nrlimit_stack_type: VALUE\n",
 			"keep_env: false", "mode: ONCE", "time_limit: 6", "log_fd: 4", "pass_fd: 3",
 			`mount { src: "/r" dst: "/" is_bind: true is_dir: true rw: false`,
+			// The run's own small tmpfs for its secrets, the tool's, never
+			// a bind of anything of the host's.
+			`mount { dst: "/run/execgate/secrets" fstype: "tmpfs" options: "size=262144,nr_inodes=64,mode=0700,uid=99999,gid=99999" rw: true nosuid: true nodev: true noexec: true }`,
 		} {
 			if !strings.Contains(got, must) {
 				t.Errorf("network %s: config lacks %q", network, must)
@@ -163,8 +169,9 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 
 // The Deno profile's needs (64 GiB of address space for V8, its cache
 // directory) are granted to it alone: the Python profile is not loosened,
-// and no Deno command carries an --allow-* flag but reading /workspace and
-// writing /workspace/out (a run's files and artifacts).
+// and no Deno command carries an --allow-* flag but reading and writing the
+// run's secrets directory (the harness revokes writing before the tool
+// loads).
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
@@ -184,9 +191,39 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
 			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
 		}
-		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "").Replace(got)
+		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "",
+			`arg: "--allow-read=/run/execgate/secrets"`, "", `arg: "--allow-write=/run/execgate/secrets"`, "").Replace(got)
 		if strings.Contains(rest, "--allow") || strings.Contains(rest, "-A\"") {
-			t.Errorf("%s profile grants a Deno permission beyond the workspace:\n%s", rt, got)
+			t.Errorf("%s profile grants a Deno permission beyond the workspace and the secrets directory:\n%s", rt, got)
+		}
+	}
+}
+
+// The zygote's child mounts its run's secrets tmpfs itself: with the same
+// options as a jail's, at the same place the harnesses write to.
+func TestSecretsTmpfsIsTheSameAtBothLevels(t *testing.T) {
+	zy, err := fs.ReadFile(harness.FS, harness.ZygoteEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^SECRETS_TMPFS = b"([^"]*)"$`).FindSubmatch(zy)
+	if m == nil {
+		t.Fatal("execgate_zygote.py declares no SECRETS_TMPFS")
+	}
+	if got := fmt.Sprintf(strings.ReplaceAll(string(m[1]), "%d", "%v"), jaillayout.ToolUID, jaillayout.ToolGID); got != secretsTmpfsOptions {
+		t.Errorf("the zygote mounts %q, a jail %q", got, secretsTmpfsOptions)
+	}
+	for name, decl := range map[string]string{
+		harness.ZygoteEntry:   `SECRETS_DIR = b"` + jaillayout.SecretsDir + `"`,
+		"execgate_harness.py": `SECRETS_DIR = "` + jaillayout.SecretsDir + `"`,
+		harness.JSEntry:       `const SECRETS_DIR = "` + jaillayout.SecretsDir + `";`,
+	} {
+		src, err := fs.ReadFile(harness.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(src), decl) {
+			t.Errorf("%s lacks %s", name, decl)
 		}
 	}
 }

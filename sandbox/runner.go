@@ -13,6 +13,7 @@ import (
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/harness"
 	"github.com/execgate/execgate/sandbox/workspace"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Errors carried by an *UnavailableError from NewRunner (errors.Is).
@@ -162,6 +163,7 @@ func normalize(spec Spec) (Spec, profile, error) {
 	if len(spec.ToolFixtures) > 0 && !isJSONObject(spec.ToolFixtures) {
 		errs = append(errs, errors.New("tools: must be a JSON object"))
 	}
+	errs = append(errs, checkSecrets(spec.Secrets)...)
 	if err := checkFiles(spec.Files, spec.Limits); err != nil {
 		errs = append(errs, err)
 	}
@@ -182,6 +184,33 @@ func normalize(spec Spec) (Spec, profile, error) {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below the minimum of %d", l.Pids, minPids))
 	}
 	return spec, profile{Runtime: rt, Network: spec.Network, Limits: l}, errors.Join(errs...)
+}
+
+// checkSecrets refuses secrets the harness could not write as files or
+// that are over their bounds (the flow checked them already; the runner
+// does not trust its caller).
+func checkSecrets(vals []secrets.Value) []error {
+	var errs []error
+	if len(vals) > secrets.MaxPerRun {
+		errs = append(errs, fmt.Errorf("secrets: %d secrets; at most %d", len(vals), secrets.MaxPerRun))
+	}
+	seen := map[string]bool{}
+	for _, v := range vals {
+		switch {
+		case !secrets.ValidName(v.Name()):
+			errs = append(errs, fmt.Errorf("secrets: %q is not a secret name", v.Name()))
+		case seen[v.Name()]:
+			errs = append(errs, fmt.Errorf("secrets: %q is given twice", v.Name()))
+		case len(v.Reveal()) == 0 || len(v.Reveal()) > secrets.MaxValueBytes:
+			errs = append(errs, fmt.Errorf("secrets: %s: the value is empty or over %d bytes", v.Name(), secrets.MaxValueBytes))
+		default:
+			if err := secrets.CheckText(v.Reveal()); err != nil {
+				errs = append(errs, fmt.Errorf("secrets: %s: %w", v.Name(), err))
+			}
+		}
+		seen[v.Name()] = true
+	}
+	return errs
 }
 
 // maxStdinBytes bounds Spec.Stdin (the gateway bounds it like args).
@@ -240,6 +269,9 @@ type request struct {
 	// EgressSocket is the egress proxy's socket inside the jail (network
 	// mode proxy): the harness relays 127.0.0.1:3128 to it.
 	EgressSocket string `json:"egress_socket,omitempty"`
+	// Secrets are the run's brokered secrets, name → value: the one place
+	// their values leave the host's memory (over the request pipe).
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Bridge describes the tool bridge socket (bridge.go).
 	Bridge bridgeInfo `json:"bridge"`
 	// Stdin is what the harness gives the tool as its standard input.
@@ -293,6 +325,12 @@ func encodeRequest(spec Spec, startUnixMS int64) ([]byte, error) {
 	}
 	if spec.Mode == "test" {
 		req.Tools = rawOr(spec.ToolFixtures, "{}")
+	}
+	if len(spec.Secrets) > 0 {
+		req.Secrets = make(map[string]string, len(spec.Secrets))
+		for _, v := range spec.Secrets {
+			req.Secrets[v.Name()] = v.Reveal()
+		}
 	}
 	data, err := json.Marshal(req)
 	if err != nil {

@@ -534,7 +534,7 @@ func TestJailIsolation(t *testing.T) {
 		t.Errorf("/dev holds %s", got)
 	}
 	env := f["env"].(map[string]any)
-	wantEnv := []string{"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "TMPDIR"}
+	wantEnv := []string{"HOME", "LANG", "MPLBACKEND", "MPLCONFIGDIR", "PATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "TMPDIR"}
 	var keys []string
 	for k := range env {
 		keys = append(keys, k)

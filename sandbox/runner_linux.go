@@ -27,6 +27,7 @@ import (
 	"github.com/execgate/execgate/sandbox/view"
 	"github.com/execgate/execgate/sandbox/workspace"
 	"github.com/execgate/execgate/sandbox/zygote"
+	"github.com/execgate/execgate/secrets"
 	"github.com/execgate/execgate/sourcecheck"
 )
 
@@ -255,6 +256,23 @@ func (r *Runner) Close() error {
 // hand-off and closed when the jail is gone; Result.Egress lists every
 // connection attempt.
 func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
+	// The run's secrets are masked out of its live output as it comes
+	// (a secret split over two chunks included) and out of its Result.
+	m := secrets.NewMasker(spec.Secrets)
+	st := m.Stream(spec.Output)
+	if st != nil {
+		spec.Output = st.Write
+	}
+	res, err := r.run(ctx, spec)
+	if st != nil {
+		st.Flush()
+	}
+	MaskResult(&res, m)
+	return res, err
+}
+
+// run is Run without the masking.
+func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil

@@ -25,12 +25,15 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/internal/unavailable"
 	"github.com/execgate/execgate/sandbox/workspace"
+	"github.com/execgate/execgate/secrets"
 )
 
 // Network is the network mode of a run.
@@ -92,6 +95,13 @@ type Spec struct {
 	// Output, if set, sees the tool's stdout and stderr as they are
 	// captured (live output, issue #15). Nil: nobody watches.
 	Output OutputFunc
+	// Secrets are the brokered secrets granted to the run (package
+	// secrets). They reach the run's harness in its request only (never
+	// nsjail's argv, environment or config, nor a file on the host): the
+	// tool reads them as context.secrets and as files of mode 0400 on the
+	// run's own tmpfs at jaillayout.SecretsDir. Run masks them out of the
+	// Result and the live output (MaskResult, secrets.Stream).
+	Secrets []secrets.Value
 	// Files are the run's input files, written read-only under
 	// jaillayout.WorkspaceDir (the tool's working directory) before the
 	// hand-off: at most Limits.Files of them and Limits.FilesBytes in all,
@@ -264,6 +274,105 @@ type Result struct {
 	// or "unknown". A bounded set: metrics may use it as a
 	// label.
 	DeniedSyscall string `json:"-"`
+}
+
+// MaskResult masks what m masks (secret values, and their common forms)
+// in everything of r a tool controls: stdout, stderr, the result (each
+// JSON string), logs, the error, egress attempts, tool calls and the
+// artifacts (maskArtifacts: names, media types, content). Nothing of r is
+// changed in place: a masked field gets a new value (r's slices may be
+// shared with a caller). A nil m masks nothing. Every runner path (the
+// sandbox's Run, a split mode executor's reply, the flow before the
+// envelope, the artifact store and the audit record) goes through it.
+//
+// How to add a field a tool controls: mask it here (text with m.String,
+// JSON with m.JSON, bytes with m.Bytes); the
+// TestMaskResultCoversEveryToolControlledField case fails until it is.
+func MaskResult(r *Result, m *secrets.Masker) {
+	if m == nil {
+		return
+	}
+	r.Stdout = m.String(r.Stdout)
+	r.Stderr = m.String(r.Stderr)
+	r.Result = m.JSON(r.Result)
+	if r.Logs != nil {
+		logs := make([]LogLine, len(r.Logs))
+		for i, l := range r.Logs {
+			logs[i] = LogLine{Level: m.String(l.Level), Message: m.String(l.Message)}
+		}
+		r.Logs = logs
+	}
+	if r.Error != nil {
+		e := *r.Error
+		e.Message, e.Traceback = m.String(e.Message), m.String(e.Traceback)
+		r.Error = &e
+	}
+	if r.Egress != nil {
+		eg := make([]EgressAttempt, len(r.Egress))
+		for i, a := range r.Egress {
+			a.Host, a.Reason = m.String(a.Host), m.String(a.Reason)
+			eg[i] = a
+		}
+		r.Egress = eg
+	}
+	if r.ToolCalls != nil {
+		calls := make([]ToolCall, len(r.ToolCalls))
+		for i, c := range r.ToolCalls {
+			c.Tool, c.Server, c.Outcome, c.Reason = m.String(c.Tool), m.String(c.Server), m.String(c.Outcome), m.String(c.Reason)
+			c.Args = m.JSON(c.Args)
+			calls[i] = c
+		}
+		r.ToolCalls = calls
+	}
+	maskArtifacts(r, m)
+}
+
+// ReasonMaskedName is why an artifact is dropped whose name, once a
+// secret in it is masked, is the name of an artifact before it (the
+// artifacts of a run are kept and fetched by name).
+const ReasonMaskedName = "its name, with a secret masked, is another artifact's"
+
+// maskArtifacts masks r's artifacts for MaskResult: each name, media type
+// (one that held a match becomes the one its masked name gives) and
+// content; an artifact whose content was masked gets its new size and
+// SHA-256 (masking only shrinks: a match of at least 4 bytes becomes
+// secrets.Mask, so the run's artifact bounds still hold). An artifact
+// whose masked name repeats an earlier one is dropped (ReasonMaskedName).
+// The names of the files not collected are masked too.
+func maskArtifacts(r *Result, m *secrets.Masker) {
+	if r.Truncated.Artifacts != nil {
+		dropped := make([]DroppedArtifact, len(r.Truncated.Artifacts))
+		for i, d := range r.Truncated.Artifacts {
+			dropped[i] = DroppedArtifact{Name: m.String(d.Name), Reason: m.String(d.Reason)}
+		}
+		r.Truncated.Artifacts = dropped
+	}
+	if r.Artifacts == nil {
+		return
+	}
+	arts := make([]Artifact, 0, len(r.Artifacts))
+	seen := make(map[string]bool, len(r.Artifacts))
+	for _, a := range r.Artifacts {
+		name := m.String(a.Name)
+		if mime := m.String(a.MIME); mime != a.MIME {
+			a.MIME = workspace.MIMEOf(name, "")
+		}
+		if data := m.Bytes(a.Data); len(data) != len(a.Data) {
+			sum := sha256.Sum256(data)
+			a.Data, a.Bytes, a.SHA256 = data, int64(len(data)), hex.EncodeToString(sum[:])
+		}
+		if seen[name] {
+			r.Truncated.ArtifactsDropped++
+			if len(r.Truncated.Artifacts) < workspace.MaxDropped {
+				r.Truncated.Artifacts = append(r.Truncated.Artifacts, DroppedArtifact{Name: name, Reason: ReasonMaskedName})
+			}
+			continue
+		}
+		seen[name] = true
+		a.Name = name
+		arts = append(arts, a)
+	}
+	r.Artifacts = arts
 }
 
 // ErrorType returns the outcome type, or "" when the run was ok.

@@ -615,7 +615,11 @@ func TestProcessCloseRightAfterARunLeavesNoCgroup(t *testing.T) {
 func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 	r := newRunner(t, nil)
 	const hog = "def run(a, c):\n    x = bytearray(48 << 20)\n    for i in range(0, len(x), 4096):\n        x[i] = 1\n    return len(x)\n"
-	const oom = "def run(a, c):\n    x = []\n    while True:\n        x.append(bytearray(16 << 20))\n"
+	// The bomb writes every page it takes (b"\x01" * n), so it reaches the
+	// memory limit within little CPU even under emulation: a calloc'd
+	// bytearray's pages are touched lazily, which cost a VM under TCG the
+	// whole CPU limit first.
+	const oom = "def run(a, c):\n    x = []\n    while True:\n        x.append(b\"\\x01\" * (16 << 20))\n"
 	const spin = "def run(a, c):\n    while True:\n        pass\n"
 	lim := sandbox.Limits{MemoryMB: 128, CPUMS: stretch(300), TimeoutMS: stretch(5000)}
 	// Enough trivial runs after each other run that the pool of reset

@@ -22,7 +22,10 @@
 #            seccomp and AppArmor unconfined, a private cgroup namespace,
 #            no bind mount of the host's cgroup2): the same probes ok;
 #          - unprivileged (podman's defaults): /readyz 503 and a run 503
-#            SandboxUnavailable with its hint, never an unjailed run.
+#            SandboxUnavailable with its hint, never an unjailed run;
+#          - deploy/compose/compose.yaml with podman-compose (its one-box
+#            services, only the images named): the probe ok through its
+#            port, Redis holding the quota keys.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -30,6 +33,10 @@ OUT="$(realpath -m "$ROOT/.tools/vm")"
 BASE_TAG=localhost/execgate-base:bookworm
 IMAGE=localhost/execgate:test
 ARCHIVE="$OUT/execgate-image.tar"
+# The compose check's Redis: Debian's redis-server on the same base (the
+# registry's redis image is not reachable here).
+REDIS_IMAGE=localhost/redis:7-bookworm
+REDIS_ARCHIVE="$OUT/redis-image.tar"
 STORE_IMG="$OUT/podman-store.img"
 STORE_LABEL=egpodman
 # The store's paths are recorded in podman's database: the host (loading)
@@ -73,7 +80,21 @@ build() {
   # chroot isolation: the RUN steps need no OCI runtime or cgroups here.
   buildah bud --quiet --isolation chroot --network host --layers "${certargs[@]}" \
     --build-arg BASE="$BASE_TAG" --build-arg BUILDER=prebuilt -t "$IMAGE" -f Dockerfile . >/dev/null
-  rm -f "$ARCHIVE"
+  if ! buildah images --quiet "$REDIS_IMAGE" >/dev/null 2>&1; then
+    log "building $REDIS_IMAGE from the same base (Debian's redis-server) for the compose check"
+    local ctr
+    ctr=$(buildah from --quiet "$BASE_TAG")
+    buildah run --isolation chroot --network host "$ctr" -- sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null && rm -rf /var/lib/apt/lists/*'
+    # As the registry image's entrypoint does: redis-server runs with
+    # protected mode off (the compose network is the boundary).
+    printf '#!/bin/sh\nif [ "$1" = redis-server ]; then shift; exec redis-server --protected-mode no "$@"; fi\nexec "$@"\n' >"$OUT/redis-entrypoint.sh"
+    buildah copy --quiet --chmod 0755 "$ctr" "$OUT/redis-entrypoint.sh" /usr/local/bin/redis-entrypoint.sh
+    buildah config --entrypoint '["/usr/local/bin/redis-entrypoint.sh"]' --cmd '["redis-server"]' --port 6379 "$ctr"
+    buildah commit --quiet "$ctr" "$REDIS_IMAGE" >/dev/null
+    buildah rm "$ctr" >/dev/null
+  fi
+  rm -f "$ARCHIVE" "$REDIS_ARCHIVE"
+  podman save --quiet --format oci-archive -o "$REDIS_ARCHIVE" "$REDIS_IMAGE"
   podman save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE"
   log "saved $(du -h "$ARCHIVE" | cut -f1) to $ARCHIVE"
   log "loading it into a podman store on an ext4 disk image for the VM ($STORE_IMG)"
@@ -86,6 +107,7 @@ build() {
   mount -o loop "$STORE_IMG" "$STORE"
   local rc=0
   "${P[@]}" load --quiet -i "$ARCHIVE" >/dev/null || rc=$?
+  "${P[@]}" load --quiet -i "$REDIS_ARCHIVE" >/dev/null || rc=$?
   "${P[@]}" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' >&2 || true
   umount "$STORE"
   rm -rf "$RUNROOT"
@@ -134,8 +156,8 @@ jailed() { # NAME PORT: the probes through a running container
   log "$name: probe ok, JavaScript ok, $ca CA certificates inside the jail"
 }
 
-check() { # check [priv] [caps] [unpriv]: the named runs only (default all three)
-  local want="${*:-priv caps unpriv}"
+check() { # check [priv] [caps] [unpriv] [compose]: the named runs only (default all)
+  local want="${*:-priv caps unpriv compose}"
   [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ] || die "the image check runs on a cgroup v2 host (scripts/vm-test.sh)"
   # The store scripts/image.sh build loaded, on the disk scripts/vm-test.sh
   # attached (ext4: podman's overlay driver cannot stack on the VM's
@@ -143,7 +165,7 @@ check() { # check [priv] [caps] [unpriv]: the named runs only (default all three
   local dev
   dev=$(findfs "LABEL=$STORE_LABEL" 2>/dev/null) || die "no disk labelled $STORE_LABEL: run scripts/image.sh build on the host, then EXECGATE_VM_IMAGE=1 scripts/vm-test.sh"
   mountpoint -q "$STORE" || { mkdir -p "$STORE" && mount "$dev" "$STORE"; }
-  trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv >/dev/null 2>&1 || true; umount "$STORE" 2>/dev/null || true' EXIT
+  trap '"${P[@]}" rm -f -t 0 eg-priv eg-caps eg-unpriv egc_execgate_1 egc_redis_1 >/dev/null 2>&1 || true; umount "$STORE" 2>/dev/null || true' EXIT
   # A store used by an earlier check starts over from the loaded image.
   "${P[@]}" rm -af -t 0 >/dev/null 2>&1 || true
   "${P[@]}" volume prune -f >/dev/null 2>&1 || true
@@ -185,7 +207,34 @@ check() { # check [priv] [caps] [unpriv]: the named runs only (default all three
     { show "$out"; die "eg-unpriv: a run was not refused 503 SandboxUnavailable with its hint"; }
   log "eg-unpriv: /readyz 503, a run 503 SandboxUnavailable: $(grep -o '"message":"[^"]*"' <<<"$out" | head -1)"
   fi
+  if [[ " $want " == *" compose "* ]]; then
+    compose
+  fi
   log "the image passed"
+}
+
+# compose: deploy/compose/compose.yaml as shipped (its one-box services,
+# execgate with Redis-backed quotas), with only the images named: the
+# probe ok through its published port 8010, the quota keys in its Redis.
+compose() {
+  command -v podman-compose >/dev/null || die "missing podman-compose (Debian package podman-compose)"
+  local dir out token keys
+  dir=$(mktemp -d)
+  cp deploy/compose/compose.yaml deploy/compose/config.yaml deploy/compose/executor.yaml "$dir/"
+  : >"$dir/spec.key" # the split profile's secret file must exist; the one-box services do not read it
+  printf 'services:\n  redis: { image: %s }\n  execgate: { image: %s }\n' "$REDIS_IMAGE" "$IMAGE" >"$dir/images.yaml"
+  local PC=(podman-compose --podman-args "${P[*]:1}" -p egc -f "$dir/compose.yaml" -f "$dir/images.yaml")
+  log "podman-compose up (deploy/compose/compose.yaml: redis, execgate)"
+  "${PC[@]}" up -d --no-build redis execgate >"$dir/up.log" 2>&1 || { show "$(tail -30 "$dir/up.log")"; die "compose: up failed"; }
+  wait_ready egc_execgate_1 8010 200
+  token=$("${P[@]}" exec egc_execgate_1 execgate token --tenant demo)
+  out=$(execute 8010 "$token" "$PY_PROBE")
+  grep -q '^HTTP/1.1 200' <<<"$out" && grep -q '"result":{"ok":true}' <<<"$out" || { show "$out"; die "compose: the README's probe did not answer status ok"; }
+  keys=$("${P[@]}" exec egc_redis_1 redis-cli --scan | wc -l)
+  [ "$keys" -gt 0 ] || die "compose: the probe left no key in the compose file's Redis (quota.backend redis not in use?)"
+  log "compose: /readyz 200, the probe ok through port 8010, $keys keys in its Redis"
+  "${PC[@]}" down >/dev/null 2>&1 || true
+  rm -rf "$dir"
 }
 
 case "${1:-}" in

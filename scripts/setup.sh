@@ -16,8 +16,9 @@
 #     drift test and hatchling and twine for the packaging check) and the
 #     TypeScript client's node_modules (pinned devDependencies, js-yaml too),
 #     and the cgroup v2 VM and image tools (qemu-system-x86, linux-image-amd64,
-#     busybox-static, buildah, podman, mmdebstrap from apt; virtme-ng pinned
-#     in the tools venv)
+#     busybox-static, buildah, podman, podman-compose, mmdebstrap and
+#     systemd-container (systemd-nspawn) from apt; virtme-ng pinned in the
+#     tools venv)
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 # Version checks read a command's whole output before matching it: `cmd |
@@ -144,7 +145,8 @@ if [ "$WITH_TEST_TOOLS" = 1 ]; then
   command -v qemu-system-x86_64 >/dev/null 2>&1 || need_vm+=(qemu-system-x86)
   compgen -G '/boot/vmlinuz-*' >/dev/null || need_vm+=(linux-image-amd64)
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need_vm+=(busybox-static)
-  for t in buildah podman mmdebstrap curl; do command -v "$t" >/dev/null 2>&1 || need_vm+=("$t"); done
+  for t in buildah podman podman-compose mmdebstrap curl; do command -v "$t" >/dev/null 2>&1 || need_vm+=("$t"); done
+  command -v systemd-nspawn >/dev/null 2>&1 || need_vm+=(systemd-container)
   if [ ${#need_vm[@]} -gt 0 ]; then
     log "installing the VM and image tools: ${need_vm[*]}"
     apt-get update -qq

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/secrets"
 	"github.com/execgate/execgate/toolbridge/toolconfig"
 	"github.com/execgate/execgate/webhook"
 )
@@ -67,6 +68,12 @@ type Tenant struct {
 	// references, never values); where they may go is the policy's
 	// callbacks list.
 	Webhooks webhook.Config `yaml:"webhooks" json:"webhooks"`
+	// Secrets are the tenant's brokered secrets: NAME → {file: PATH} or
+	// {env: VAR} of the gateway (references, never values; files below
+	// tools_api.secret_dirs, variables starting with one of
+	// tools_api.env_prefixes), read at each run the policy grants them to
+	// (policy data secrets, decision.secrets). Default none.
+	Secrets secrets.Config `yaml:"secrets" json:"secrets,omitempty"`
 }
 
 // Principal is the authenticated caller.

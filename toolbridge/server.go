@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,27 +124,21 @@ func newServer(cfg toolconfig.Server, getenv func(string) string, log *slog.Logg
 	return s, nil
 }
 
-// resolve reads a secret header value.
+// resolve reads a secret header (or command environment) value: the one
+// reader of references (toolconfig.Secret.Read), and no line breaks.
 func resolve(sec toolconfig.Secret, getenv func(string) string) (string, error) {
-	var v string
-	switch {
-	case sec.File != "":
-		b, err := os.ReadFile(sec.File)
-		if err != nil {
-			return "", fmt.Errorf("reading the secret file: %w", err)
-		}
-		v = strings.TrimSuffix(string(b), "\n")
-	case sec.Env != "":
-		v = getenv(sec.Env)
-		if v == "" {
-			return "", fmt.Errorf("environment variable %s is empty or unset", sec.Env)
-		}
+	v, err := sec.Read(getenv, maxHeaderSecretBytes)
+	if err != nil {
+		return "", err
 	}
 	if strings.ContainsAny(v, "\r\n") {
 		return "", errors.New("the secret holds a line break")
 	}
 	return v, nil
 }
+
+// maxHeaderSecretBytes bounds a header's secret value.
+const maxHeaderSecretBytes = 64 << 10
 
 func (s *server) timeout() time.Duration { return time.Duration(s.cfg.TimeoutMS) * time.Millisecond }
 

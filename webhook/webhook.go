@@ -57,6 +57,10 @@ type Config struct {
 // MaxSecrets bounds Config.Secrets.
 const MaxSecrets = 4
 
+// maxSecretBytes bounds one webhook secret as read ("whsec_" and the
+// base64 of at most 64 bytes).
+const maxSecretBytes = 1 << 10
+
 // Validate checks the shape of c (the secrets themselves are read at each
 // delivery, so a rotated file takes effect without a restart).
 func (c Config) Validate() error {
@@ -82,16 +86,9 @@ func (c Config) Keys(getenv func(string) string) ([][]byte, error) {
 	}
 	keys := make([][]byte, 0, len(c.Secrets))
 	for i, s := range c.Secrets {
-		var v string
-		switch {
-		case s.File != "":
-			b, err := os.ReadFile(s.File)
-			if err != nil {
-				return nil, fmt.Errorf("webhooks.secrets[%d]: reading the file: %w", i, err)
-			}
-			v = strings.TrimSuffix(string(b), "\n")
-		default:
-			v = getenv(s.Env)
+		v, err := s.Read(getenv, maxSecretBytes)
+		if err != nil {
+			return nil, fmt.Errorf("webhooks.secrets[%d]: %w", i, err)
 		}
 		k, err := DecodeSecret(v)
 		if err != nil {

@@ -50,6 +50,11 @@ type runFlags struct {
 	// servers the run may call (code mode).
 	tenant string
 	tools  []string // code mode: narrows the tenant's granted tools
+	// files are the --file arguments, PATH or PATH=NAME: input files at
+	// /workspace/NAME (run_files.go).
+	files []string
+	stdin string // --stdin: a file whose content is the tool's stdin ("-": ours)
+	out   string // --out: the directory the artifacts are written into
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,20 +78,40 @@ environment is installed into the deps cache under the state directory. --networ
 egress proxy, to the hosts named by --egress (egress.allow_cidrs from the
 config opens private ranges). --tenant gives the tool the tool servers the
 config names for that tenant (code mode: context.tools.search, describe,
-run), granted and checked per call by the tenant's policy. Exit status: 0 when the envelope's status is
-ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
+run), granted and checked per call by the tenant's policy.
+
+--file PATH (repeatable) puts a file of the host read-only at
+/workspace/BASENAME in the jail (the tool's working directory), --file
+PATH=NAME at /workspace/NAME; together at most limits.files (32) files and
+limits.files_bytes (8 MiB). --stdin FILE is the tool's standard input ("-":
+this command's). What the tool leaves in /workspace/out (or saves with
+context.artifacts.save) is listed with the envelope, and --out DIR writes
+each file into DIR (made if missing): a regular file of the same name is
+replaced, a symbolic link or anything else there is left alone (an error).
+
+Exit status: 0 when the envelope's status is ok, 1 when it is error (or an
+artifact could not be written), 3 when the sandbox is unavailable (nothing
+ran).`,
 		Example: `  execgate run tool.py --args '{"name": "Ada"}'
   execgate run tool.ts --args '{"name": "Ada"}'
   execgate run tool.py --timeout 30s --memory 512M --json
   execgate run tool.py --requirements 'six==1.16.0,attrs>=23' --tenant demo
   execgate run tool.py --lock requirements.lock
   execgate run tool.py --network proxy --egress api.example.com:443,*.example.org
-  execgate run program.py --config execgate.yaml --tenant acme --tools 'search.*'`,
+  execgate run program.py --config execgate.yaml --tenant acme --tools 'search.*'
+  execgate run chart.py --file data.csv --file ~/in/logo.png=img/logo.png --out ./charts`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec, err := f.spec(args[0])
+			spec, err := f.spec(args[0], cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			var out *os.Root
+			if f.out != "" {
+				if out, err = openOut(f.out); err != nil {
+					return err
+				}
+				defer out.Close()
 			}
 			cfg, err := loadConfig()
 			if err != nil {
@@ -109,7 +134,16 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 				fmt.Fprintln(cmd.ErrOrStderr(), denied.Error())
 				return exitError{code: denied.ExitCode()}
 			}
-			return reportRun(cmd.OutOrStdout(), spec, res, err, f.json)
+			var written []string
+			var writeErr error
+			if out != nil && err == nil {
+				written, writeErr = writeArtifacts(out, res.Artifacts)
+			}
+			rerr := reportRun(cmd.OutOrStdout(), spec, res, err, f.json, written)
+			if writeErr == nil {
+				return rerr
+			}
+			return fmt.Errorf("--out %s: %w", f.out, writeErr) // exit 1, as a run in error
 		},
 	}
 	fl := cmd.Flags()
@@ -126,6 +160,9 @@ ok, 1 when it is error, 3 when the sandbox is unavailable (nothing ran).`,
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
 	fl.StringVar(&f.tenant, "tenant", "", "a tenant of --config: its package policy applies to --requirements and --lock (default demo), and code mode calls its tool servers, governed by its policy")
 	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
+	fl.StringArrayVar(&f.files, "file", nil, "an input file, PATH or PATH=NAME: read-only at /workspace/NAME (default its base name); repeatable")
+	fl.StringVar(&f.stdin, "stdin", "", "a file whose content is the tool's standard input (- for this command's)")
+	fl.StringVar(&f.out, "out", "", "write the run's artifacts (the files of /workspace/out) into this directory")
 	return cmd
 }
 
@@ -139,7 +176,7 @@ func (f runFlags) packageTenant() string {
 }
 
 // spec turns the flags into a sandbox.Spec, naming the flag at fault.
-func (f runFlags) spec(file string) (sandbox.Spec, error) {
+func (f runFlags) spec(file string, stdin io.Reader) (sandbox.Spec, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return sandbox.Spec{}, fmt.Errorf("reading the tool: %w", err)
@@ -177,6 +214,19 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 			return sandbox.Spec{}, fmt.Errorf("--runtime: only python runs name a runtime; %s runs choose by language", lang)
 		}
 	}
+	lim := sandbox.Limits{
+		TimeoutMS: f.timeout.Milliseconds(),
+		CPUMS:     f.timeout.Milliseconds(),
+		MemoryMB:  mem,
+	}.Or(limits.Default)
+	files, err := inputFiles(f.files, lim)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	in, err := f.readStdin(stdin)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
 	return sandbox.Spec{
 		Runtime:     f.runtime,
 		ExecutionID: newExecutionID(),
@@ -187,12 +237,41 @@ func (f runFlags) spec(file string) (sandbox.Spec, error) {
 		Args:        json.RawMessage(f.args),
 		Network:     sandbox.Network(f.network),
 		EgressAllow: f.egress,
-		Limits: sandbox.Limits{
-			TimeoutMS: f.timeout.Milliseconds(),
-			CPUMS:     f.timeout.Milliseconds(),
-			MemoryMB:  mem,
-		}.Or(limits.Default),
+		Limits:      lim,
+		Files:       files,
+		Stdin:       in,
 	}, nil
+}
+
+// maxStdinBytes bounds --stdin as the gateway's default bounds a request's
+// stdin (server.max_args_bytes).
+const maxStdinBytes = gateway.DefaultMaxArgsBytes
+
+// readStdin reads --stdin: a file, or stdin for "-", of at most
+// maxStdinBytes.
+func (f runFlags) readStdin(stdin io.Reader) (string, error) {
+	var r io.Reader
+	switch f.stdin {
+	case "":
+		return "", nil
+	case "-":
+		r = stdin
+	default:
+		fh, err := os.Open(f.stdin)
+		if err != nil {
+			return "", fmt.Errorf("--stdin: %w", err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxStdinBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--stdin: %w", err)
+	}
+	if len(data) > maxStdinBytes {
+		return "", fmt.Errorf("--stdin: more than %d bytes", maxStdinBytes)
+	}
+	return string(data), nil
 }
 
 // toolLanguage is the language of the tool file: flag, or extension.
@@ -293,7 +372,9 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 // reportRun prints the outcome of a run and turns it into the exit status.
 // Errors that are not about the sandbox (bad config, rootfs build) are
 // returned as they are.
-func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error, asJSON bool) error {
+//
+// written are the artifacts --out wrote (nil without --out).
+func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error, asJSON bool, written []string) error {
 	var u *sandbox.UnavailableError
 	if runErr != nil && !errors.As(runErr, &u) {
 		return runErr
@@ -305,6 +386,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 	// The gateway's envelope (DESIGN §4); decision and trace_id stay null
 	// and empty: nothing decided, nothing traced.
 	env := execution.RunEnvelope(spec.ExecutionID, spec.TenantID, res)
+	env.Artifacts = execution.EnvelopeArtifacts(res.Artifacts, -1, 0) // the bytes go to --out
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -313,6 +395,7 @@ func reportRun(w io.Writer, spec sandbox.Spec, res sandbox.Result, runErr error,
 		}
 	} else {
 		printEnvelope(w, env, res.ToolCalls)
+		printArtifacts(w, env, written)
 	}
 	switch {
 	case u != nil:
@@ -398,4 +481,35 @@ func printStream(w io.Writer, name, text string, truncated bool) {
 func indentBlock(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+// printArtifacts lists env's artifacts and what was not collected, for a
+// terminal; written are the names --out wrote (nil: no --out).
+func printArtifacts(w io.Writer, env *execution.Envelope, written []string) {
+	if len(env.Artifacts) == 0 && env.Truncated.ArtifactsDropped == 0 {
+		return
+	}
+	fmt.Fprintf(w, "artifacts:\n")
+	saved := make(map[string]bool, len(written))
+	for _, n := range written {
+		saved[n] = true
+	}
+	for _, a := range env.Artifacts {
+		note := ""
+		switch {
+		case saved[a.Name]:
+			note = ": written"
+		case written == nil:
+			note = " (--out DIR writes it)"
+		default:
+			note = ": not written"
+		}
+		fmt.Fprintf(w, "  %s (%d bytes, %s)%s\n", a.Name, a.Bytes, a.MIME, note)
+	}
+	for _, d := range env.Truncated.Artifacts {
+		fmt.Fprintf(w, "  not collected: %q: %s\n", d.Name, d.Reason)
+	}
+	if n := env.Truncated.ArtifactsDropped - len(env.Truncated.Artifacts); n > 0 {
+		fmt.Fprintf(w, "  not collected: %d more\n", n)
+	}
 }

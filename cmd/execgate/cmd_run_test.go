@@ -63,13 +63,13 @@ func TestRunFlagsNameTheBadFlag(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := base
 			tt.mod(&f)
-			_, err := f.spec(tt.file)
+			_, err := f.spec(tt.file, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error naming %s", err, tt.want)
 			}
 		})
 	}
-	spec, err := base.spec(tool)
+	spec, err := base.spec(tool, nil)
 	if err != nil || spec.Limits.MemoryMB != 64 || spec.Limits.TimeoutMS != 1000 || spec.Limits.CPUMS != 1000 {
 		t.Errorf("spec %+v, %v", spec.Limits, err)
 	}
@@ -106,7 +106,7 @@ func TestReportRunPrintsTheGatewaysEnvelope(t *testing.T) {
 	res := sandbox.Result{Status: sandbox.StatusError, Error: &sandbox.ErrorInfo{Type: "ToolError", Message: "boom"},
 		ToolCalls: []sandbox.ToolCall{{Tool: "math.add", Outcome: sandbox.ErrToolDenied, Reason: "not granted"}}}
 	var out bytes.Buffer
-	if err := reportRun(&out, spec, res, nil, true); exitCode(err) != exitRunError {
+	if err := reportRun(&out, spec, res, nil, true, nil); exitCode(err) != exitRunError {
 		t.Fatalf("exit %d (%v)", exitCode(err), err)
 	}
 	want, _ := json.Marshal(execution.RunEnvelope(spec.ExecutionID, spec.TenantID, res))
@@ -119,13 +119,13 @@ func TestReportRunPrintsTheGatewaysEnvelope(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := reportRun(&out, spec, res, nil, false); exitCode(err) != exitRunError || !strings.Contains(out.String(), "math.add ToolDenied (0 ms): not granted") {
+	if err := reportRun(&out, spec, res, nil, false, nil); exitCode(err) != exitRunError || !strings.Contains(out.String(), "math.add ToolDenied (0 ms): not granted") {
 		t.Errorf("the terminal view drops the tool call's reason (exit %d):\n%s", exitCode(err), out.String())
 	}
 
 	out.Reset()
 	unavailable := &sandbox.UnavailableError{Reason: "nsjail is missing", Hint: "run scripts/setup.sh"}
-	if err := reportRun(&out, spec, sandbox.Result{}, unavailable, true); exitCode(err) != exitSandboxMissing {
+	if err := reportRun(&out, spec, sandbox.Result{}, unavailable, true, nil); exitCode(err) != exitSandboxMissing {
 		t.Fatalf("exit %d (%v)", exitCode(err), err)
 	}
 	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env.Error.Type != gateway.TypeSandboxUnavailable || !strings.Contains(env.Error.Traceback, "scripts/setup.sh") {
@@ -178,6 +178,52 @@ func TestRunCommandEndToEnd(t *testing.T) {
 		env, result, out := runJSON(t, ok, "--args", `{"x": 1}`, "--state-dir", state)
 		if env.Status != sandbox.StatusOK || result != `{"got":{"x":1}}` || env.Stdout != "hello\n" {
 			t.Errorf("%s", out)
+		}
+	})
+	t.Run("--file puts input files in /workspace, --stdin feeds stdin, --out writes the artifacts", func(t *testing.T) {
+		in := write("in.csv", "a,b\n1,2\n3,4\n")
+		stdin := write("stdin.txt", "from stdin\n")
+		out := filepath.Join(dir, "artifacts")
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		secret := write("secret.txt", "keep")
+		if err := os.Symlink(secret, filepath.Join(out, "link.txt")); err != nil {
+			t.Fatal(err)
+		}
+		tool := write("files.py", `import sys
+def run(args, context):
+    rows = open("in.csv").read().splitlines() + open("data/again.csv").read().splitlines()
+    with open("out/report.csv", "w") as f:
+        f.write("%d,%s\n" % (len(rows), sys.stdin.read().strip()))
+    context.artifacts.save("chart.png", b"\x89PNG\r\n\x1a\n", mime="image/png")
+    context.artifacts.save("link.txt", "through the link?")
+    return len(rows)
+`)
+		stdout, err := execute(t, "run", tool, "--file", in, "--file", in+"=data/again.csv", "--stdin", stdin, "--out", out, "--state-dir", state)
+		if exitCode(err) != exitRunError || !strings.Contains(err.Error(), "link.txt is there already, a symbolic link: left alone") {
+			t.Fatalf("want exit 1 naming link.txt, got %v\n%s", err, stdout)
+		}
+		for _, want := range []string{"result:    6", "chart.png (8 bytes, image/png): written", "report.csv (13 bytes, text/csv): written", "link.txt (17 bytes, text/plain): not written"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("output lacks %q:\n%s", want, stdout)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, "report.csv")); string(b) != "6,from stdin\n" {
+			t.Errorf("report.csv = %q", b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, "chart.png")); string(b) != "\x89PNG\r\n\x1a\n" {
+			t.Errorf("chart.png = %q", b)
+		}
+		if b, _ := os.ReadFile(secret); string(b) != "keep" {
+			t.Errorf("the symbolic link in --out was written through: %q", b)
+		}
+		env, _, _ := runJSON(t, tool, "--file", in, "--file", in+"=data/again.csv", "--state-dir", state)
+		if len(env.Artifacts) != 3 || env.Artifacts[0].Name != "chart.png" || env.Artifacts[0].Base64 != nil {
+			t.Errorf("--json lists the artifacts without their bytes: %+v", env.Artifacts)
+		}
+		if _, err := execute(t, "run", tool, "--file", filepath.Join(dir, "missing.csv"), "--out", out, "--state-dir", state); err == nil || !strings.Contains(err.Error(), "--file "+filepath.Join(dir, "missing.csv")+": open") {
+			t.Errorf("a missing file: %v", err)
 		}
 	})
 	t.Run("a failing tool prints the traceback and exits 1", func(t *testing.T) {

@@ -36,7 +36,7 @@ carries nsjail's own log lines and a hint.`,
 				Limits:      limits.Default,
 			}
 			res, runErr := runLocal(cmd.Context(), cfg, spec, runFlags{}, cmd.ErrOrStderr())
-			if err := reportRun(cmd.OutOrStdout(), spec, res, runErr, asJSON); err != nil {
+			if err := reportRun(cmd.OutOrStdout(), spec, res, runErr, asJSON, nil); err != nil {
 				if runErr == nil && len(res.NsjailLog) > 0 && !asJSON {
 					fmt.Fprintf(cmd.ErrOrStderr(), "nsjail log:\n%s", indentBlock(joinLines(res.NsjailLog)))
 				}

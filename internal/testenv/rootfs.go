@@ -107,8 +107,9 @@ func runtimesDir(t testing.TB) string {
 
 // HostRootfs returns a rootfs of the host runtime: built from the host's
 // /usr/bin/python3 with this binary's harness, once per machine into
-// <repo>/.tools/cache/rootfs-<key>, keyed by the harness hash, protocol
-// version and interpreter binary, under a file lock. It skips only when
+// <repo>/.tools/cache/rootfs-<key>, keyed by the tree's layout version, the
+// harness hash, protocol version, interpreter binary and Deno's content,
+// under a file lock. It skips only when
 // the host has no /usr/bin/python3.
 func HostRootfs(t testing.TB) string {
 	t.Helper()

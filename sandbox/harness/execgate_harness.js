@@ -1,8 +1,12 @@
 // execgate JavaScript/TypeScript harness (protocol 1).
 //
 // Runs as Deno's main module inside the jail, with every Deno permission
-// denied (no --allow-* flag at all) and an import map that blocks every
-// file:, node:, npm:, jsr: and remote specifier (execgate_deno.py starts it).
+// denied but reading /workspace, writing /workspace/out (below), and
+// reading and writing the run's secrets directory (SECRETS_DIR: this
+// harness writes the run's brokered secrets there and revokes the write
+// permission before the tool loads; the tool may read them) and an import
+// map that blocks every file:, node:, npm:, jsr: and remote specifier
+// (sandbox/language.go starts it).
 // Deno cannot open file descriptors beyond 0, 1 and 2 without permissions, so
 // this harness frames what it writes on stdout:
 //
@@ -27,8 +31,7 @@
 //
 // Deno may read /workspace (the run's input files) and write
 // /workspace/out (its artifacts: context.artifacts.save writes there, with
-// the writer taken before the tool loads); every other permission is
-// denied.
+// the writer taken before the tool loads).
 //
 // The jail starts Deno on this module directly (a warm jail is a Deno
 // waiting here for its request on stdin). The tool's source arrives in the
@@ -48,6 +51,10 @@ const FRAME_BRIDGE = 3;
 // The largest answer read from the runner (its cap is 8 MiB).
 const MAX_ANSWER_BYTES = 16 << 20;
 const LEVELS = ["debug", "info", "warning", "error"];
+// Where a run's brokered secrets are written (jaillayout.SecretsDir), and
+// the harness's exit status when they cannot be (sandbox/classify.go).
+const SECRETS_DIR = "/run/execgate/secrets";
+const EXIT_NO_SECRETS = 74;
 const TOOL_ERROR_TYPES = ["ToolError", "InvalidInput"];
 
 // Everything the harness needs after the tool has run is taken now, before
@@ -66,6 +73,9 @@ const writeFileSync = Deno.writeFileSync;
 const now = Date.now;
 const isFinite = Number.isFinite;
 const origConsole = globalThis.console;
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const chmodSync = Deno.chmodSync;
+const revokeSync = Deno.permissions.revokeSync.bind(Deno.permissions);
 
 function writeAll(bytes) {
   let off = 0;
@@ -609,12 +619,15 @@ function makeTools(bridge) {
   });
 }
 
-function makeContext(req, sink) {
+function makeContext(req, sink, secrets) {
   const deadline = Number(req.deadline_unix_ms) || 0;
   const ctx = {
     tenantId: String(req.tenant_id ?? ""),
     executionId: String(req.execution_id ?? ""),
     variables: req.variables && typeof req.variables === "object" ? req.variables : {},
+    // The brokered secrets granted to the run, by name (also files under
+    // /run/execgate/secrets/); a secret not granted is undefined.
+    secrets,
     mode: String(req.mode ?? "run"),
     deadline,
     remaining: () => Math.max(0, deadline - now()),
@@ -652,6 +665,32 @@ function serialise(result) {
   return stringify(result, replacer);
 }
 
+// ---- secrets ----
+
+// takeSecrets writes the request's secrets to SECRETS_DIR/NAME (0400, never
+// over an existing file), makes the directory read-only, revokes this
+// process's write permission there (whether or not the run has secrets:
+// before any tool code, so the tool never has it) and returns them as
+// context.secrets: a frozen object without a prototype.
+function takeSecrets(req) {
+  const secrets = req.secrets ?? {};
+  const entries = typeof secrets === "object" && !Array.isArray(secrets) ? Object.entries(secrets) : null;
+  if (entries === null || !entries.every(([k, v]) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) && typeof v === "string")) {
+    emit("error", null, errorInfo("ProtocolMismatch", "the request's secrets are not a map of names to strings"), []);
+  }
+  try {
+    for (const [name, value] of entries) {
+      writeFileSync(`${SECRETS_DIR}/${name}`, encoder.encode(value), { mode: 0o400, createNew: true });
+    }
+    if (entries.length > 0) chmodSync(SECRETS_DIR, 0o500);
+    if (revokeSync({ name: "write", path: SECRETS_DIR }).state === "granted") throw new Error("the write permission was not revoked");
+  } catch (e) {
+    stderrWrite(encoder.encode(`execgate harness: the run's secrets could not be written to ${SECRETS_DIR}: ${e?.message ?? e}\n`));
+    exit(EXIT_NO_SECRETS);
+  }
+  return Object.freeze(Object.assign(Object.create(null), Object.fromEntries(entries)));
+}
+
 // ---- main ----
 
 async function readRequest() {
@@ -683,7 +722,7 @@ function findEntry(mod, entry) {
   return fn;
 }
 
-async function runTool(req, sink) {
+async function runTool(req, sink, secrets) {
   const entry = req.entrypoint || "run";
   let mod;
   try {
@@ -704,7 +743,7 @@ async function runTool(req, sink) {
     if (names.length) msg += "; it exports: " + names.join(", ");
     return ["error", null, errorInfo("EntrypointNotFound", msg)];
   }
-  const ctx = makeContext(req, sink);
+  const ctx = makeContext(req, sink, secrets);
   let result;
   try {
     result = await fn(req.args ?? null, ctx);
@@ -735,6 +774,7 @@ async function main() {
     emit("error", null, errorInfo("ProtocolMismatch", `the harness speaks protocol ${PROTOCOL_VERSION}, the request has ${req?.protocol_version}`), []);
     return;
   }
+  const secrets = takeSecrets(req);
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
   globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
   installConsole(typeof req.stdin === "string" ? req.stdin : "");
@@ -750,7 +790,7 @@ async function main() {
     const e = ev.reason;
     emit("error", null, errorInfo("ToolError", "unhandled rejection: " + describe(e), traceback(e)), sink.export());
   });
-  const [status, result, error] = await runTool(req, sink);
+  const [status, result, error] = await runTool(req, sink, secrets);
   emit(status, result, error, sink.export());
 }
 

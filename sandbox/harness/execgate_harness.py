@@ -8,8 +8,9 @@ Protocol (PROTOCOL_VERSION):
   stdin   one JSON request, read to EOF:
           {protocol_version, execution_id, tenant_id, source, entrypoint, args,
            mode, variables, tools, deadline_unix_ms, output_bytes, cpu_ms,
-           max_log_lines, deps, stdin}; the tool then reads the request's
-          stdin (a memfd on fd 0), or end of file at once
+           max_log_lines, deps, stdin, secrets?: {NAME: value}}; the tool
+           then reads the request's stdin (a memfd on fd 0), or end of file
+           at once
   fd 3    one JSON envelope, written once at the end:
           {protocol_version, status, result, error: {type, message, traceback,
            line}, logs: [{level, message}], artifacts: {name: mime}}
@@ -46,6 +47,13 @@ started from it non-dumpable (and the seccomp policy refuses
 PR_SET_DUMPABLE 1); where that is not so, the harness drops dumpability
 itself before it reads the request.
 
+Brokered secrets: the request's secrets become context.secrets (a read-only
+mapping) and files SECRETS_DIR/NAME of mode 0400 on the run's own tmpfs
+(mounted there by nsjail, or by the zygote's child at level process),
+written before the tool is loaded; the directory is then made read-only for
+the tool's user. A run whose secrets cannot be written ends with
+EXIT_NO_SECRETS before any tool code ran.
+
 Network mode proxy: the request names the egress socket (a unix socket bound
 into the jail by the runner). The harness serves 127.0.0.1:3128 inside the
 jail from a daemon thread and relays each connection to that socket; the
@@ -70,6 +78,9 @@ HARNESS_PID = os.getpid()
 EXIT_NO_RESULT_FD = 70
 EXIT_WRITE_FAILED = 71
 EXIT_NO_RELAY = 72
+EXIT_NO_SECRETS = 74
+# Where a run's brokered secrets are written (jaillayout.SecretsDir).
+SECRETS_DIR = "/run/execgate/secrets"
 # Where the egress relay listens inside the jail (network mode proxy).
 EGRESS_LISTEN = ("127.0.0.1", 3128)
 
@@ -448,7 +459,35 @@ def _await(aw):
     return asyncio.run(main())
 
 
-def _run(req):
+def _write_secrets(secrets):
+    """Write each secret to SECRETS_DIR/NAME (0400, never following a link
+    or replacing a file), then make the directory read-only."""
+    for name, value in secrets.items():
+        fd = os.open(os.path.join(SECRETS_DIR, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+        try:
+            data = memoryview(value.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+    os.chmod(SECRETS_DIR, 0o500)
+
+
+def _secrets(req):
+    """The request's secrets ({} when none), checked and written."""
+    secrets = req.get("secrets") or {}
+    if not isinstance(secrets, dict) or not all(isinstance(k, str) and isinstance(v, str) and k.isidentifier() for k, v in secrets.items()):
+        _emit("error", error=_error("ProtocolMismatch", "the request's secrets are not a map of names to strings"))
+    if secrets:
+        try:
+            _write_secrets(secrets)
+        except OSError as e:
+            sys.stderr.write("execgate harness: the run's secrets could not be written to %s: %s\n" % (SECRETS_DIR, e.strerror or e))
+            os._exit(EXIT_NO_SECRETS)
+    return secrets
+
+
+def _run(req, secrets=None):
     """Run the tool described by req; return (status, result_json, error)."""
     source = req.get("source")
     entry = req.get("entrypoint") or "run"
@@ -497,6 +536,7 @@ def _run(req):
         mode=req.get("mode") or "run",
         sink=_sink,
         bridge=req.get("bridge"),
+        secrets=secrets,
     )
     rt._set_current(ctx)
     try:
@@ -575,6 +615,7 @@ def main():
         except (OSError, RuntimeError) as e:
             sys.stderr.write("execgate harness: the egress relay could not start on %s:%d: %s\n" % (EGRESS_LISTEN + (e,)))
             os._exit(EXIT_NO_RELAY)
+    secrets = _secrets(req)
     _set_cpu_limit(req.get("cpu_ms"))
-    status, result, error = _run(req)
+    status, result, error = _run(req, secrets)
     _emit(status, result, error, _sink.export())

@@ -412,13 +412,20 @@ def _copy(value):
     return value
 
 
+_MappingProxy = type(type.__dict__)  # types.MappingProxyType, without importing types
+
+
 class Context:
     """The `context` a tool's run(args, context) receives."""
 
-    def __init__(self, tenant_id="", execution_id="", variables=None, deadline=0.0, tools=None, mode="run", sink=None, bridge=None):
+    def __init__(self, tenant_id="", execution_id="", variables=None, deadline=0.0, tools=None, mode="run", sink=None, bridge=None, secrets=None):
         self.tenant_id = tenant_id
         self.execution_id = execution_id
         self.variables = dict(variables or {})
+        # secrets are the brokered secrets granted to this run, by name
+        # (read-only; also files under /run/execgate/secrets/). A secret not
+        # granted is absent: context.secrets["X"] raises KeyError.
+        self.secrets = _MappingProxy(dict(secrets or {}))
         # deadline is the wall-clock deadline in Unix seconds (float).
         self.deadline = float(deadline)
         self.mode = mode

@@ -24,10 +24,13 @@ harness would, after this setup (all before any tool code):
     before anything else happens in it, so every process the run ever
     starts is born there and is killed with it.
  3. A fresh, empty tmpfs on /tmp and on /dev/shm, sized by the run's
-    tmp_mb, private to this run; /proc remounted read-only; the run's
-    workspace (sandbox/workspace: two tmpfs the host made and handed over
-    as detached mounts) moved to /workspace (its input files, read-only)
-    and /workspace/out (its artifacts), the working directory.
+    tmp_mb, private to this run, and one on /run/execgate/secrets for the
+    run's brokered secrets (written by its harness from its request: they
+    reach this process only, never the zygote or another spare); /proc
+    remounted read-only; the run's workspace (sandbox/workspace: two tmpfs
+    the host made and handed over as detached mounts) moved to /workspace
+    (its input files, read-only) and /workspace/out (its artifacts), the
+    working directory.
  4. A Landlock domain of its own that scopes abstract unix sockets
     (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12 and later): the runs of
     a zygote share its network namespace, and with it the abstract socket
@@ -135,6 +138,10 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 CAP_LAST = 63
+# The run's secrets' tmpfs (jaillayout.SecretsDir; options as
+# sandbox/render.go's secretsTmpfsOptions, with the tool's ids).
+SECRETS_DIR = b"/run/execgate/secrets"
+SECRETS_TMPFS = b"size=262144,nr_inodes=64,mode=0700,uid=%d,gid=%d"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -290,8 +297,8 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         if msg != b"a" or len(run_fds) != RUN_FDS:
             os._exit(EXIT_SETUP)
         opts = b"size=%d,mode=1777" % tmp_bytes
-        for target in (b"/tmp", b"/dev/shm"):
-            _check(_libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts), "mounting " + target.decode())
+        for target, o in ((b"/tmp", opts), (b"/dev/shm", opts), (SECRETS_DIR, SECRETS_TMPFS % (uid, gid))):
+            _check(_libc.mount(b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, o), "mounting " + target.decode())
         _check(
             _libc.mount(None, b"/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
             "remounting /proc read-only",

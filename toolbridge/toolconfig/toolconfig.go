@@ -5,10 +5,13 @@ package toolconfig
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"strings"
+	"syscall"
 )
 
 // Config is one tenant's tools section (tenants[].tools).
@@ -66,6 +69,74 @@ type Secret struct {
 	// Env is the name of an environment variable of the gateway holding
 	// the value. Default none: File.
 	Env string `yaml:"env" json:"env,omitempty"`
+}
+
+// ErrSecretUnset is matched (errors.Is) by Secret.Read's error for a
+// variable that is empty or unset: a secret is never the empty string.
+var ErrSecretUnset = errors.New("empty or unset")
+
+// Read reads the value s refers to, at most max bytes (max <= 0: no
+// bound): the file's bytes with one trailing newline trimmed, or the
+// variable's value (getenv reads the gateway's environment). It is the one
+// reader of secret references: tool servers' headers and env, webhook
+// secrets and tenants' brokered secrets all go through it, at each use, so
+// a rotated file is picked up. The file must be a regular file (a FIFO or
+// device is refused without blocking). The error never holds the value;
+// an empty value is an error, never a secret.
+func (s Secret) Read(getenv func(string) string, max int64) (string, error) {
+	var v string
+	switch {
+	case s.File != "":
+		b, err := readSecretFile(s.File, max)
+		if err != nil {
+			return "", err
+		}
+		v = strings.TrimSuffix(string(b), "\n")
+	case s.Env != "":
+		v = getenv(s.Env)
+		if v == "" {
+			return "", fmt.Errorf("environment variable %s is %w", s.Env, ErrSecretUnset)
+		}
+		if max > 0 && int64(len(v)) > max {
+			return "", fmt.Errorf("environment variable %s holds %d bytes, over the %d-byte bound", s.Env, len(v), max)
+		}
+	default:
+		return "", errors.New("the reference names neither a file nor an environment variable")
+	}
+	if v == "" {
+		return "", fmt.Errorf("the secret file %s is empty", s.File)
+	}
+	return v, nil
+}
+
+// readSecretFile reads path, a regular file of at most max bytes (max <=
+// 0: no bound), without blocking on a FIFO.
+func readSecretFile(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("the secret file %s is not a regular file", path)
+	}
+	var r io.Reader = f
+	if max > 0 {
+		// One trailing newline is not part of the value.
+		r = io.LimitReader(f, max+2)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading the secret file: %w", err)
+	}
+	if max > 0 && int64(len(strings.TrimSuffix(string(b), "\n"))) > max {
+		return nil, fmt.Errorf("the secret file %s holds more than %d bytes", path, max)
+	}
+	return b, nil
 }
 
 // Limits bound one run's tool calls.
@@ -252,6 +323,25 @@ func ValidateAPIName(name string) error {
 	return nil
 }
 
+// ValidateRef checks the shape of a reference that reaches beyond the
+// config file's author (a header of a server added over the admin API, a
+// tenant's brokered secret): a clean absolute path of at most
+// MaxSecretRefBytes, or a variable name. Errors start with the field
+// ("file: ...", "env: ...").
+func (s Secret) ValidateRef() error {
+	var errs []error
+	if len(s.File) > MaxSecretRefBytes {
+		errs = append(errs, fmt.Errorf("file: longer than %d bytes", MaxSecretRefBytes))
+	}
+	if s.File != "" && (!path.IsAbs(s.File) || path.Clean(s.File) != s.File) {
+		errs = append(errs, errors.New("file: must be a clean absolute path"))
+	}
+	if s.Env != "" && !envNameRE.MatchString(s.Env) {
+		errs = append(errs, errors.New("env: not a variable name"))
+	}
+	return errors.Join(errs...)
+}
+
 // ValidateAPI checks a server given over the admin API: the config's rules,
 // and stricter ones. Only streamable HTTP servers (an API caller must never
 // make the gateway launch a program) whose header values are secret
@@ -276,14 +366,8 @@ func (s Server) ValidateAPI() error {
 		errs = append(errs, fmt.Errorf("headers: %d headers; at most %d", len(s.Headers), MaxHeaders))
 	}
 	for name, sec := range s.Headers {
-		if len(sec.File) > MaxSecretRefBytes {
-			errs = append(errs, fmt.Errorf("headers.%s.file: longer than %d bytes", name, MaxSecretRefBytes))
-		}
-		if sec.File != "" && (!path.IsAbs(sec.File) || path.Clean(sec.File) != sec.File) {
-			errs = append(errs, fmt.Errorf("headers.%s.file: must be a clean absolute path", name))
-		}
-		if sec.Env != "" && !envNameRE.MatchString(sec.Env) {
-			errs = append(errs, fmt.Errorf("headers.%s.env: not a variable name", name))
+		if err := sec.ValidateRef(); err != nil {
+			errs = append(errs, fmt.Errorf("headers.%s.%w", name, err))
 		}
 	}
 	if len(s.Allow) > MaxAllowGlobs {
@@ -355,28 +439,32 @@ func (sc APIScope) Validate() error {
 func (sc APIScope) Check(s Server) error {
 	var errs []error
 	for name, sec := range s.Headers {
-		switch {
-		case sec.File != "":
-			ok := false
-			for _, d := range sc.SecretDirs {
-				if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
-					ok = true
-				}
-			}
-			if !ok {
-				errs = append(errs, fmt.Errorf("headers.%s.file: must lie below one of tools_api.secret_dirs (%s)", name, strings.Join(sc.SecretDirs, ", ")))
-			}
-		case sec.Env != "":
-			ok := false
-			for _, p := range sc.EnvPrefixes {
-				if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
-					ok = true
-				}
-			}
-			if !ok {
-				errs = append(errs, fmt.Errorf("headers.%s.env: must start with one of tools_api.env_prefixes (%s)", name, strings.Join(sc.EnvPrefixes, ", ")))
-			}
+		if err := sc.CheckRef(sec); err != nil {
+			errs = append(errs, fmt.Errorf("headers.%s.%w", name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckRef refuses a reference outside the scope (after WithDefaults): a
+// file not below one of SecretDirs, a variable not starting with one of
+// EnvPrefixes. Errors start with the field ("file: ...", "env: ...").
+func (sc APIScope) CheckRef(sec Secret) error {
+	switch {
+	case sec.File != "":
+		for _, d := range sc.SecretDirs {
+			if strings.HasPrefix(sec.File, strings.TrimSuffix(d, "/")+"/") {
+				return nil
+			}
+		}
+		return fmt.Errorf("file: must lie below one of tools_api.secret_dirs (%s)", strings.Join(sc.SecretDirs, ", "))
+	case sec.Env != "":
+		for _, p := range sc.EnvPrefixes {
+			if strings.HasPrefix(sec.Env, p) && len(sec.Env) > len(p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("env: must start with one of tools_api.env_prefixes (%s)", strings.Join(sc.EnvPrefixes, ", "))
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 UV = sys.argv[1] if len(sys.argv) > 1 else str(HERE.parents[1] / ".tools" / "bin" / "uv")
-MODULES = {"__init__.py", "client.py", "errors.py", "events.py", "models.py", "py.typed"}
+MODULES = {"__init__.py", "artifacts.py", "client.py", "errors.py", "events.py", "models.py", "py.typed"}
 
 
 def main() -> int:

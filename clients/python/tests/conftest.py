@@ -26,6 +26,8 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+# Tenant demo's brokered secret DEMO_KEY (clients/testdata/execgate.yaml).
+DEMO_SECRET = "clients-demo-secret-3f9a"
 
 
 class Gateway:
@@ -97,7 +99,7 @@ def gateway():
     tok = state / "self-mcp.token"
     tok.touch(mode=0o600)
     tok.write_text("Bearer " + self_token)
-    env = dict(os.environ, PATH=f"{REPO / '.tools' / 'bin'}:{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{REPO / '.tools' / 'bin'}:{os.environ.get('PATH', '')}", TOOL_SECRET_CLIENTS_DEMO=DEMO_SECRET)
     log = open(state / "serve.log", "wb")
     proc = subprocess.Popen([str(binary), "serve", "--config", str(config)], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

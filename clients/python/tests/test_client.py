@@ -72,6 +72,20 @@ def test_execute_takes_the_runtime(gateway):
     assert any("python3.13" in r for r in ei.value.reasons), ei.value.reasons
 
 
+def test_execute_takes_secrets(gateway):
+    """The brokered secret reaches the tool; what comes back is masked."""
+    from conftest import DEMO_SECRET
+
+    src = "def run(args, context):\n    print(context.secrets['DEMO_KEY'])\n    return context.secrets['DEMO_KEY'] == args\n"
+    with client(gateway) as c:
+        env = c.execute(src, args=DEMO_SECRET, secrets=["DEMO_KEY"])
+        assert env.result is True and env.stdout == "***\n" and env.decision.secrets == ["DEMO_KEY"], env.raw
+        assert DEMO_SECRET not in json.dumps(env.raw)
+        with pytest.raises(execgate.PolicyDenied) as ei:
+            c.execute(src, secrets=["OTHER"])
+    assert ei.value.reasons == ['secret "OTHER" is not granted to tenant "demo"'], ei.value.reasons
+
+
 # Each refusal the gateway can be made to give here, with its class.
 REFUSALS = [
     ("BadRequest", 400, dict(source=ONE, mode="sideways")),

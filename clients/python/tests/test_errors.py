@@ -9,7 +9,7 @@ from execgate import Envelope, error_for
 
 REFUSALS = ["BadRequest", "Unauthenticated", "Forbidden", "PolicyDenied", "NotFound", "MethodNotAllowed",
             "ResultExpired", "PayloadTooLarge", "QuotaExceeded", "BudgetExhausted", "PolicyError", "AuditError",
-            "Internal", "OutcomeUnknown", "SandboxUnavailable", "Overloaded", "QuotaUnavailable"]
+            "Internal", "OutcomeUnknown", "SandboxUnavailable", "SecretUnavailable", "Overloaded", "QuotaUnavailable"]
 RUN_ERRORS = ["ToolError", "InvalidSource", "EntrypointNotFound", "InvalidResult", "InvalidInput", "Timeout", "CPULimit",
               "MemoryLimit", "OutputLimit", "SyscallDenied", "DependencyError", "SandboxCrashed", "ProtocolMismatch", "ExecutorLost",
               "Cancelled"]

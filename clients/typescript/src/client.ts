@@ -11,9 +11,12 @@
 // the generated schema types, test/drift.test.ts to gateway/openapi.yaml),
 // and the request bodies are built from it.
 //
-// Artifacts (not served yet): their routes go next to events() (artifacts(id)
-// listing, artifact(id, name) streaming), on send() and the retry loop as
-// they are.
+// Artifacts: an envelope lists them (envelope.artifacts, small ones with
+// their bytes, base64); artifact(id, name) fetches one (GET
+// /v1/executions/{id}/artifacts/{name}, read as it comes, at most maxBytes)
+// and saveArtifacts(envelope, dir) writes every one into a directory, safely
+// (artifacts.ts: plain names only, nothing written through a link, size and
+// sha256 checked; needs node:fs). Artifact fetches are not retried.
 //
 // Retries are safe by design: execute and submit fix the execution_id (the
 // gateway's idempotency key) before the first attempt and send the same one
@@ -31,6 +34,7 @@
 import type { components } from "./schema.js";
 import { errorFor, BadRequest, ExecgateError, TransportError, type Envelope } from "./errors.js";
 import { Follow, LineSplitter, type ExecutionEvent } from "./events.js";
+import { ArtifactDir, artifactData, checkArtifactName, DEFAULT_MAX_ARTIFACT_BYTES } from "./artifacts.js";
 
 type Schemas = components["schemas"];
 export type ExecuteRequest = Schemas["ExecuteRequest"];
@@ -47,12 +51,12 @@ export type ToolsResponse = Schemas["ToolsResponse"];
 export const REQUEST_FIELDS = {
   execute: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures", "files",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
     "stdin",
   ],
   submit: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "fixtures", "files",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
     "stdin", "callback_url",
   ],
   validate: ["source", "entrypoint", "language"],
@@ -98,6 +102,10 @@ export type WaitOptions = ExecutionOptions & {
   poll?: number;
   /** Throw the refusal or the run's error like execute (default true). */
   check?: boolean;
+};
+export type ArtifactOptions = ExecutionOptions & {
+  /** The most bytes read; more rejects with PayloadTooLarge. Default 64 MiB. */
+  maxBytes?: number;
 };
 export type EventsOptions = ExecutionOptions & {
   /** Start after this event (resuming an earlier reader). */
@@ -156,6 +164,28 @@ function executionPath(id: string, tail = ""): string {
 
 function transportError(e: unknown): TransportError {
   return new TransportError(`fetch failed: ${(e as Error).message}`, { status: 0, errorType: "TransportError" });
+}
+
+/** The chunks of a response body as they come: a failed read is a
+ * TransportError (unless signal aborted it), and the body is cancelled when
+ * the consumer stops early. */
+async function* bodyChunks(body: ReadableStream<Uint8Array>, signal?: AbortSignal): AsyncGenerator<Uint8Array, void, undefined> {
+  const reader = body.getReader();
+  try {
+    for (;;) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        if (signal?.aborted) throw e;
+        throw transportError(e);
+      }
+      if (chunk.done) return;
+      yield chunk.value;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
 }
 
 interface SendOptions extends CallOptions {
@@ -310,28 +340,15 @@ export class Client {
         const dec = follow.connected();
         const lines = new LineSplitter();
         const text = new TextDecoder();
-        const reader = res.body.getReader();
-        try {
-          for (;;) {
-            let chunk: ReadableStreamReadResult<Uint8Array>;
-            try {
-              chunk = await reader.read();
-            } catch (e) {
-              if (signal?.aborted) throw e;
-              throw transportError(e);
-            }
-            if (chunk.done) break;
-            for (const line of lines.push(text.decode(chunk.value, { stream: true }))) {
-              const raw = dec.line(line);
-              const ev = raw && follow.accept(raw);
-              if (!ev) continue;
-              progress = true;
-              yield ev;
-              if (follow.done) return;
-            }
+        for await (const chunk of bodyChunks(res.body, signal)) {
+          for (const line of lines.push(text.decode(chunk, { stream: true }))) {
+            const raw = dec.line(line);
+            const ev = raw && follow.accept(raw);
+            if (!ev) continue;
+            progress = true;
+            yield ev;
+            if (follow.done) return;
           }
-        } finally {
-          await reader.cancel().catch(() => undefined);
         }
         throw new TransportError("the event stream ended before the envelope", { status: 0, errorType: "TransportError" });
       } catch (e) {
@@ -343,6 +360,74 @@ export class Client {
       if (wait === undefined) throw err;
       attempt++;
       await this.sleep(wait);
+    }
+  }
+
+  /** One artifact's bytes (GET /v1/executions/{id}/artifacts/{name}), read
+   * as they come; more than maxBytes rejects with PayloadTooLarge. Another
+   * tenant's, an expired or an unknown one is NotFound; a name that is not
+   * a plain file name is a TypeError. */
+  async artifact(id: string, name: string, opts: ArtifactOptions = {}): Promise<Uint8Array> {
+    const max = opts.maxBytes ?? DEFAULT_MAX_ARTIFACT_BYTES;
+    const parts: Uint8Array[] = [];
+    let n = 0;
+    for await (const chunk of this.artifactChunks(id, name, opts)) {
+      n += chunk.length;
+      if (n > max) {
+        throw new ExecgateError(`artifact ${JSON.stringify(name)} is more than maxBytes (${max})`, { status: 0, errorType: "PayloadTooLarge" });
+      }
+      parts.push(chunk);
+    }
+    const out = new Uint8Array(n);
+    let at = 0;
+    for (const p of parts) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+
+  /** Write every artifact of envelope into dir (made if missing) and
+   * resolve to their paths: the inline bytes, or fetched (artifact()) for
+   * the others. Every name is checked before anything is written
+   * (TypeError); a regular file of the same name is replaced, a symbolic
+   * link or anything else there is left alone (an Error with code EEXIST);
+   * the bytes must be the listed size and sha256 (ArtifactMismatch). Node
+   * (node:fs) only. */
+  async saveArtifacts(envelope: Envelope, dir: string, opts: ExecutionOptions = {}): Promise<string[]> {
+    const arts = envelope.artifacts ?? [];
+    for (const a of arts) checkArtifactName(a.name);
+    const d = await ArtifactDir.open(dir);
+    const out: string[] = [];
+    for (const a of arts) {
+      const inline = artifactData(a);
+      out.push(await d.write(a, inline ? [inline] : this.artifactChunks(envelope.execution_id, a.name, opts)));
+    }
+    return out;
+  }
+
+  /** The bytes of one artifact as they come (one attempt; a 401 with a
+   * token function is tried once more). */
+  private async *artifactChunks(id: string, name: string, opts: ExecutionOptions): AsyncGenerator<Uint8Array, void, undefined> {
+    checkArtifactName(name);
+    const url = this.url(executionPath(id, "/artifacts/" + encodeURIComponent(name)), { tenant: opts.tenant });
+    for (let refreshed = false; ; refreshed = true) {
+      const headers = await this.headers(false);
+      headers.set("Accept", "*/*");
+      let res: Response;
+      try {
+        res = await this.fetch(url, { method: "GET", headers, signal: opts.signal });
+      } catch (e) {
+        if (opts.signal?.aborted) throw e;
+        throw transportError(e);
+      }
+      if (res.status >= 400) {
+        const e = await this.answerError(res, false);
+        if (res.status === 401 && typeof this.token === "function" && !refreshed) continue;
+        throw e;
+      }
+      if (res.body) yield* bodyChunks(res.body, opts.signal);
+      return;
     }
   }
 

@@ -74,6 +74,9 @@ export class Internal extends RequestError {}
  * claimed: a repeat gets this answer, never a second run. Never retried. */
 export class OutcomeUnknown extends RequestError {}
 export class SandboxUnavailable extends RequestError {}
+/** 503: a brokered secret granted to the run cannot be read (the message names it;
+ * the gateway's log says why); nothing was run. */
+export class SecretUnavailable extends RequestError {}
 export class Overloaded extends RequestError {}
 export class QuotaUnavailable extends RequestError {}
 
@@ -101,7 +104,7 @@ type ErrorClass = new (message: string, d: ErrorDetails) => ExecgateError;
 export const ERRORS = {
   BadRequest, Unauthenticated, Forbidden, PolicyDenied, NotFound, MethodNotAllowed, ResultExpired,
   PayloadTooLarge, QuotaExceeded, BudgetExhausted, PolicyError, AuditError, Internal, OutcomeUnknown, SandboxUnavailable,
-  Overloaded, QuotaUnavailable, ToolError, InvalidSource, EntrypointNotFound, InvalidResult, InvalidInput,
+  SecretUnavailable, Overloaded, QuotaUnavailable, ToolError, InvalidSource, EntrypointNotFound, InvalidResult, InvalidInput,
   Timeout, CPULimit, MemoryLimit, OutputLimit, SyscallDenied, DependencyError, SandboxCrashed,
   ProtocolMismatch, ExecutorLost, Cancelled,
 } satisfies Record<ErrorType, ErrorClass> & Record<string, ErrorClass>;

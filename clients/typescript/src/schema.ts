@@ -274,9 +274,11 @@ export interface paths {
         /**
          * execgate as an MCP server (streamable HTTP, stateless).
          * @description The Model Context Protocol over streamable HTTP (stateless: every POST is a whole
-         *     exchange, no Mcp-Session-Id; JSON responses). Tools: `execute_python` (the body of
-         *     POST /v1/execute without `language` and `tenant_id`; the result's structuredContent
-         *     is the envelope) and `validate` (the body of POST /v1/validate). The same token,
+         *     exchange, no Mcp-Session-Id; JSON responses). Tools: `execute_python` and
+         *     `execute_javascript` (the body of POST /v1/execute without `language` and
+         *     `tenant_id`; the result's structuredContent is the envelope, each PNG, JPEG, GIF or
+         *     WebP artifact the envelope carries inline is also an `image` content, and the text
+         *     part names the artifacts) and `validate` (the body of POST /v1/validate). The same token,
          *     role (executor), policy, quotas, idempotency and audit as those routes; refusals and
          *     failed runs are tool results with `isError: true`, a 429's Retry-After is in
          *     `_meta.retry_after_seconds`. The messages are JSON-RPC 2.0, described by the MCP
@@ -615,10 +617,16 @@ export interface components {
             mode?: "run" | "test";
             /** @description Narrows the run's granted tools (code mode): names or globs over "<server>.<tool>" that the tenant's policy must cover. Absent or empty: every tool the tenant has. */
             tools?: string[];
+            /** @description The brokered secrets the run asks for, by name. Each must be granted by the tenant's policy (policy data secrets), else the run is denied (403 PolicyDenied naming it). The tool reads them as context.secrets["NAME"] and from the file /run/execgate/secrets/NAME; their values never come back: whatever the run sends back is masked (***). Absent: none. In test mode the values come from fixtures.secrets, never from the tenant's config. */
+            secrets?: string[];
             /** @description Test mode only (mode test). */
             fixtures?: {
                 variables?: Record<string, never>;
                 tools?: Record<string, never>;
+                /** @description Stand-in values of the secrets the run names in secrets (exactly those), masked like real ones. */
+                secrets?: {
+                    [key: string]: string;
+                };
             };
             /** @description Input files, read-only under /workspace (the tool's working directory). At most the decided limits.files of them and limits.files_bytes (decoded) in all: beyond is a 413 naming the file, a bad path or content a 400 naming it; nothing runs. They travel in the body, so server.max_body_bytes bounds them first (base64 costs 4/3). */
             files?: components["schemas"]["InputFile"][];
@@ -685,10 +693,16 @@ export interface components {
             mode?: "run" | "test";
             /** @description Narrows the run's granted tools (code mode): names or globs over "<server>.<tool>" that the tenant's policy must cover. Absent or empty: every tool the tenant has. */
             tools?: string[];
+            /** @description The brokered secrets the run asks for, by name. Each must be granted by the tenant's policy (policy data secrets), else the run is denied (403 PolicyDenied naming it). The tool reads them as context.secrets["NAME"] and from the file /run/execgate/secrets/NAME; their values never come back: whatever the run sends back is masked (***). Absent: none. In test mode the values come from fixtures.secrets, never from the tenant's config. */
+            secrets?: string[];
             /** @description Test mode only (mode test). */
             fixtures?: {
                 variables?: Record<string, never>;
                 tools?: Record<string, never>;
+                /** @description Stand-in values of the secrets the run names in secrets (exactly those), masked like real ones. */
+                secrets?: {
+                    [key: string]: string;
+                };
             };
             /** @description Input files, read-only under /workspace (the tool's working directory). At most the decided limits.files of them and limits.files_bytes (decoded) in all: beyond is a 413 naming the file, a bad path or content a 400 naming it; nothing runs. They travel in the body, so server.max_body_bytes bounds them first (base64 costs 4/3). */
             files?: components["schemas"]["InputFile"][];
@@ -739,7 +753,7 @@ export interface components {
          * @description Gateway refusals (4xx/5xx) and run outcomes (status error inside a 200).
          * @enum {string}
          */
-        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "OutcomeUnknown" | "SandboxUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost" | "Cancelled";
+        ErrorType: "BadRequest" | "Unauthenticated" | "Forbidden" | "PolicyDenied" | "NotFound" | "MethodNotAllowed" | "ResultExpired" | "PayloadTooLarge" | "QuotaExceeded" | "BudgetExhausted" | "PolicyError" | "AuditError" | "Internal" | "OutcomeUnknown" | "SandboxUnavailable" | "SecretUnavailable" | "Overloaded" | "QuotaUnavailable" | "ToolError" | "InvalidSource" | "EntrypointNotFound" | "InvalidResult" | "InvalidInput" | "Timeout" | "CPULimit" | "MemoryLimit" | "OutputLimit" | "SyscallDenied" | "DependencyError" | "SandboxCrashed" | "ProtocolMismatch" | "ExecutorLost" | "Cancelled";
         ErrorBody: {
             type: components["schemas"]["ErrorType"];
             message: string;
@@ -838,7 +852,7 @@ export interface components {
             truncated: {
                 stdout: boolean;
                 stderr: boolean;
-                /** @description Files of /workspace/out that were not collected, each with why (a link, a FIFO, a directory, an invalid name, over limits.artifacts or limits.artifacts_bytes): the first 32 in name order. Absent when none was dropped. */
+                /** @description Files of /workspace/out that were not collected, each with why (a link, a FIFO, a directory, an invalid name, over limits.artifacts or limits.artifacts_bytes, a name that repeats another's once a brokered secret in it is masked): the first 32. Absent when none was dropped. */
                 artifacts?: {
                     name: string;
                     reason: string;
@@ -1006,6 +1020,8 @@ export interface components {
             isolation: "jail" | "process";
             /** @description The decided Python runtime; absent for other languages. */
             runtime?: string;
+            /** @description The brokered secrets granted to the run, by name (absent when none). */
+            secrets?: string[];
         };
         Egress: {
             allow: string[];
@@ -1181,6 +1197,8 @@ export interface components {
             egress: components["schemas"]["Egress"];
             requirements_allowed: boolean;
             tools: string[];
+            /** @description The brokered secrets granted to the run, by name (never a value). */
+            secrets: string[];
             audit: {
                 record_source: boolean;
             };
@@ -1214,6 +1232,7 @@ export interface components {
                 tools: string[];
                 isolation: string;
                 runtime: string;
+                secrets: string[];
             };
         };
     };
@@ -1308,7 +1327,7 @@ export interface components {
                 "application/json": components["schemas"]["Envelope"];
             };
         };
-        /** @description SandboxUnavailable (traceback carries nsjail's log and a hint), Overloaded (local queue full) or QuotaUnavailable (quota backend down, failing closed). */
+        /** @description SandboxUnavailable (traceback carries nsjail's log and a hint), SecretUnavailable (a brokered secret granted to the run cannot be read: the message names it; the gateway's log says why), Overloaded (local queue full) or QuotaUnavailable (quota backend down, failing closed). */
         EnvelopeUnavailable: {
             headers: {
                 "X-Execution-Id": components["headers"]["X-Execution-Id"];

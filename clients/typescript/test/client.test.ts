@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 
 import * as execgate from "../src/index.js";
 import { Client } from "../src/index.js";
-import { startGateway, type Gateway } from "./server.js";
+import { DEMO_SECRET, startGateway, type Gateway } from "./server.js";
 
 const ONE = "def run(args, context):\n    return 1\n";
 const RANDOM = "import uuid\n\ndef run(args, context):\n    return uuid.uuid4().hex\n";
@@ -78,6 +78,17 @@ describe("execute", () => {
     assert.equal(env.decision?.runtime, "python3.11");
     const e = await rejects(client().execute(ONE, { runtime: "python3.13" }), execgate.PolicyDenied); // demo: python3.11 only
     assert.ok(e.reasons.some((r) => r.includes("python3.13")), String(e.reasons));
+  });
+
+  test("execute takes secrets: the tool gets the value, what comes back is masked", async () => {
+    const src = "def run(args, context):\n    print(context.secrets['DEMO_KEY'])\n    return context.secrets['DEMO_KEY'] == args\n";
+    const env = await client().execute(src, { args: DEMO_SECRET, secrets: ["DEMO_KEY"] });
+    assert.equal(env.result, true);
+    assert.equal(env.stdout, "***\n");
+    assert.deepEqual(env.decision?.secrets, ["DEMO_KEY"]);
+    assert.ok(!JSON.stringify(env).includes(DEMO_SECRET));
+    const e = await rejects(client().execute(src, { secrets: ["OTHER"] }), execgate.PolicyDenied);
+    assert.deepEqual(e.reasons, ['secret "OTHER" is not granted to tenant "demo"']);
   });
 
   test("an option the method does not take is a TypeError naming it, and nothing is sent", async () => {

@@ -16,6 +16,9 @@ import { fileURLToPath } from "node:url";
 // build/test/server.js → the repository root.
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..");
 
+/** Tenant demo's brokered secret DEMO_KEY (clients/testdata/execgate.yaml). */
+export const DEMO_SECRET = "clients-demo-secret-3f9a";
+
 export interface Gateway {
   url: string;
   token(tenant?: string, ...roles: string[]): string;
@@ -53,7 +56,7 @@ export async function startGateway(): Promise<Gateway> {
   const log = openSync(join(state, "serve.log"), "w");
   const proc: ChildProcess = spawn(bin, ["serve", "--config", config], {
     stdio: ["ignore", log, log],
-    env: { ...process.env, PATH: `${join(REPO, ".tools", "bin")}:${process.env.PATH ?? ""}` },
+    env: { ...process.env, PATH: `${join(REPO, ".tools", "bin")}:${process.env.PATH ?? ""}`, TOOL_SECRET_CLIENTS_DEMO: DEMO_SECRET },
   });
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 300_000; // the first start builds the rootfs

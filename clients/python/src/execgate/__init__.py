@@ -7,14 +7,20 @@
     ex = c.submit(source)                 # async run: POST /v1/executions
     for ev in c.events(ex.execution_id):  # live output, resumed after a dropped connection
         print(ev)
+
+    env = c.execute(chart_source, requirements=["matplotlib"], files=[{"path": "in.csv", "content": csv}])
+    c.save_artifacts(env, "charts/")      # every artifact, written safely
 """
 
+from .artifacts import ArtifactMismatch
 from .client import DEFAULT_URL, AsyncClient, Client, new_execution_id
 from .errors import *  # noqa: F401,F403  (one class per error type)
 from .errors import ERRORS, ExecgateError, RequestError, RunError, TransportError, error_for
 from .events import DroppedEvent, EnvelopeEvent, Event, LogEvent, OutputEvent
 from .models import (
+    Artifact,
     Decision,
+    DroppedArtifact,
     Envelope,
     ErrorInfo,
     ExecuteRequest,
@@ -33,10 +39,13 @@ from .models import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "Artifact",
+    "ArtifactMismatch",
     "AsyncClient",
     "Client",
     "DEFAULT_URL",
     "Decision",
+    "DroppedArtifact",
     "DroppedEvent",
     "ERRORS",
     "Envelope",

@@ -14,9 +14,12 @@ Last-Event-ID after a dropped connection; see ``execgate.events``),
 field of the OpenAPI document is a keyword argument of its method
 (tests/test_drift.py holds them to gateway/openapi.yaml).
 
-Artifacts (not served yet): their routes go next to ``events`` in both
-classes (``artifacts(id)`` listing, ``artifact(id, name)`` streaming), on
-``_send`` and ``_stream`` as they are.
+Artifacts: an envelope lists them (``Envelope.artifacts``, small ones with
+their bytes); ``artifact(id, name)`` fetches one (GET
+/v1/executions/{id}/artifacts/{name}, streamed, at most ``max_bytes``), and
+``save_artifacts(envelope, dir)`` writes every one into a directory, safely
+(``execgate.artifacts``: plain names only, nothing written through a link,
+sizes and sha256 checked). Artifact fetches are not retried.
 
 Retries are safe by design: ``execute`` and ``submit`` fix the
 ``execution_id`` (the gateway's idempotency key) before the first attempt
@@ -40,11 +43,14 @@ import os
 import random
 import time
 import uuid
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, Mapping, Optional, Sequence, Union
+from urllib.parse import quote
 
 import httpx
 
 from . import errors
+from .artifacts import DEFAULT_MAX_BYTES, ArtifactDir, check_name
 from .events import Event, Follow
 from .models import (
     Envelope,
@@ -121,7 +127,7 @@ class _Core:
         limits = kw.pop("limits", None)
         if isinstance(limits, dict):
             limits = Limits(**limits)
-        for name in ("requirements", "egress_allow", "tools", "files"):
+        for name in ("requirements", "egress_allow", "tools", "secrets", "files"):
             if kw.get(name) is not None:
                 kw[name] = list(kw[name])
         body = ExecuteRequest(source=source, limits=limits, **kw).to_dict()
@@ -139,6 +145,15 @@ class _Core:
         if not execution_id or "/" in execution_id:
             raise ValueError(f"not an execution id: {execution_id!r}")
         return "/v1/executions/" + execution_id + tail
+
+    @staticmethod
+    def artifact_path(execution_id: str, name: str) -> str:
+        check_name(name)
+        return _Core.execution_path(execution_id, "/artifacts/" + quote(name, safe=""))
+
+    @staticmethod
+    def too_large(name: str, max_bytes: int) -> errors.ExecgateError:
+        return errors.ExecgateError(f"artifact {name!r} is more than max_bytes ({max_bytes})", error_type="PayloadTooLarge")
 
     @staticmethod
     def tenant_params(tenant: Optional[str]) -> Optional[dict[str, str]]:
@@ -313,6 +328,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -358,6 +374,7 @@ class Client:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -478,6 +495,55 @@ class Client:
                     raise
                 attempt += 1
                 self._sleep(wait)
+
+    def _artifact_chunks(self, execution_id: str, name: str, tenant: Optional[str]) -> Iterator[bytes]:
+        """The bytes of one artifact as they come (one attempt; a 401 with
+        a token callable is tried once more)."""
+        path = self._core.artifact_path(execution_id, name)
+        for refreshed in (False, True):
+            try:
+                with self._http.stream("GET", self._core.base_url + path, params=self._core.tenant_params(tenant),
+                                       headers=self._core.headers(self._token(), {"Accept": "*/*"})) as resp:
+                    if resp.status_code >= 400:
+                        resp.read()
+                        if resp.status_code == 401 and callable(self._core.token) and not refreshed:
+                            continue
+                        raise self._core.answer_error(resp, False)
+                    yield from resp.iter_bytes()
+                    return
+            except httpx.TransportError as e:
+                raise errors.TransportError(f"{type(e).__name__}: {e}") from e
+
+    def artifact(self, execution_id: str, name: str, *, tenant: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """One artifact's bytes (GET /v1/executions/{id}/artifacts/{name}),
+        read as they come and refused (``PayloadTooLarge``) past
+        ``max_bytes``. Another tenant's, an expired or an unknown one is
+        ``NotFound``; a name that is not a plain file name is a ValueError."""
+        buf, n = [], 0
+        for chunk in self._artifact_chunks(execution_id, name, tenant):
+            n += len(chunk)
+            if n > max_bytes:
+                raise self._core.too_large(name, max_bytes)
+            buf.append(chunk)
+        return b"".join(buf)
+
+    def save_artifacts(self, envelope: Envelope, directory: Union[str, "os.PathLike[str]"], *, tenant: Optional[str] = None) -> list[Path]:
+        """Write every artifact of envelope into directory (made if
+        missing) and return their paths: the inline bytes, or fetched
+        (``artifact``) for the others. Every name is checked before
+        anything is written (ValueError); a regular file of the same name
+        is replaced, a symbolic link or anything else there is left alone
+        (FileExistsError); the bytes must be the listed size and sha256
+        (``ArtifactMismatch``) (see ``execgate.artifacts``)."""
+        out = []
+        with ArtifactDir(directory, envelope.artifacts) as d:
+            for a in envelope.artifacts:
+                with d.begin(a) as f:
+                    if not f.write_inline():
+                        for chunk in self._artifact_chunks(envelope.execution_id, a.name, tenant):
+                            f.write(chunk)
+                    out.append(f.commit())
+        return out
 
     def prepare(
         self,
@@ -607,6 +673,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -643,6 +710,7 @@ class AsyncClient:
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
         tools: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[str]] = None,
         fixtures: Optional[dict[str, Any]] = None,
         files: Optional[Sequence[Mapping[str, Any]]] = None,
         stdin: Optional[str] = None,
@@ -745,6 +813,45 @@ class AsyncClient:
                     raise
                 attempt += 1
                 await self._sleep(wait)
+
+    async def _artifact_chunks(self, execution_id: str, name: str, tenant: Optional[str]) -> AsyncIterator[bytes]:
+        path = self._core.artifact_path(execution_id, name)
+        for refreshed in (False, True):
+            try:
+                async with self._http.stream("GET", self._core.base_url + path, params=self._core.tenant_params(tenant),
+                                             headers=self._core.headers(await self._token(), {"Accept": "*/*"})) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        if resp.status_code == 401 and callable(self._core.token) and not refreshed:
+                            continue
+                        raise self._core.answer_error(resp, False)
+                    async for chunk in resp.aiter_bytes():
+                        yield chunk
+                    return
+            except httpx.TransportError as e:
+                raise errors.TransportError(f"{type(e).__name__}: {e}") from e
+
+    async def artifact(self, execution_id: str, name: str, *, tenant: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """See ``Client.artifact``."""
+        buf, n = [], 0
+        async for chunk in self._artifact_chunks(execution_id, name, tenant):
+            n += len(chunk)
+            if n > max_bytes:
+                raise self._core.too_large(name, max_bytes)
+            buf.append(chunk)
+        return b"".join(buf)
+
+    async def save_artifacts(self, envelope: Envelope, directory: Union[str, "os.PathLike[str]"], *, tenant: Optional[str] = None) -> list[Path]:
+        """See ``Client.save_artifacts``."""
+        out = []
+        with ArtifactDir(directory, envelope.artifacts) as d:
+            for a in envelope.artifacts:
+                with d.begin(a) as f:
+                    if not f.write_inline():
+                        async for chunk in self._artifact_chunks(envelope.execution_id, a.name, tenant):
+                            f.write(chunk)
+                    out.append(f.commit())
+        return out
 
     async def prepare(
         self,

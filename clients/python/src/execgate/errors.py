@@ -172,6 +172,13 @@ class SandboxUnavailable(RequestError):
     error_type = "SandboxUnavailable"
 
 
+class SecretUnavailable(RequestError):
+    """[503] a brokered secret granted to the run cannot be read (the message
+    names it; the gateway's log says why); nothing was run"""
+
+    error_type = "SecretUnavailable"
+
+
 class Overloaded(RequestError):
     """[503] the gateway's run queue is full"""
 

@@ -10,6 +10,7 @@ newer gateway adds are never lost.
 
 from __future__ import annotations
 
+import base64 as _b64
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, Mapping, Optional
@@ -70,6 +71,9 @@ class ExecuteRequest:
     limits: Optional[Limits] = None
     mode: Optional[Literal["run", "test"]] = None
     tools: Optional[list[str]] = None
+    # secrets names the brokered secrets the run asks for (granted by
+    # the tenant's policy; read in the tool as context.secrets["NAME"]).
+    secrets: Optional[list[str]] = None
     fixtures: Optional[Mapping[str, Any]] = None
     # Input files, read-only under /workspace: {"path", "content",
     # "encoding": "utf8" | "base64"} each, sent as given.
@@ -79,7 +83,7 @@ class ExecuteRequest:
 
     # Sent as they are when set.
     _PLAIN: ClassVar[tuple[str, ...]] = ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "requirements_lock",
-              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "stdin", "callback_url")
+              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "secrets", "stdin", "callback_url")
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source}
@@ -140,9 +144,51 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Artifact:
+    """A file the run left in /workspace/out (in name order in the
+    envelope). ``base64`` carries its bytes when the gateway inlined it (at
+    most ``server.artifacts_inline_bytes``); every artifact can be fetched
+    with ``Client.artifact`` (GET /v1/executions/{id}/artifacts/{name})
+    while the gateway keeps it."""
+
+    name: str
+    bytes: int
+    mime: str
+    sha256: str
+    base64: Optional[str] = None
+
+    @property
+    def data(self) -> Optional[bytes]:
+        """The inline bytes, or None when the artifact must be fetched."""
+        return None if self.base64 is None else _b64.b64decode(self.base64)
+
+    @property
+    def is_image(self) -> bool:
+        return self.mime.startswith("image/")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Artifact":
+        b = d.get("base64")
+        return cls(str(d.get("name", "")), int(d.get("bytes") or 0), str(d.get("mime", "")), str(d.get("sha256", "")),
+                   b if isinstance(b, str) else None)
+
+
+@dataclass(frozen=True)
+class DroppedArtifact:
+    """A file of /workspace/out that was not collected, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Truncated:
     stdout: bool = False
     stderr: bool = False
+    # The first files of /workspace/out that were not collected, and how
+    # many were not in all.
+    artifacts: list[DroppedArtifact] = field(default_factory=list)
+    artifacts_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,6 +199,8 @@ class Decision:
     egress_allow: list[str]
     # The decided Python runtime ("" for other languages).
     runtime: str = ""
+    # secrets are the brokered secrets granted to the run, by name.
+    secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> Optional["Decision"]:
@@ -164,6 +212,7 @@ class Decision:
             limits=Limits.from_dict(d.get("limits")),
             egress_allow=list((d.get("egress") or {}).get("allow") or []),
             runtime=str(d.get("runtime", "")),
+            secrets=list(d.get("secrets") or []),
         )
 
 
@@ -185,10 +234,16 @@ class Envelope:
     trace_id: str
     egress: list[dict[str, Any]]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    artifacts: list[Artifact] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def images(self) -> list[Artifact]:
+        """The artifacts whose media type is image/*."""
+        return [a for a in self.artifacts if a.is_image]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
@@ -201,7 +256,9 @@ class Envelope:
             result=d.get("result"),
             stdout=str(d.get("stdout", "")),
             stderr=str(d.get("stderr", "")),
-            truncated=Truncated(bool(t.get("stdout")), bool(t.get("stderr"))),
+            truncated=Truncated(bool(t.get("stdout")), bool(t.get("stderr")),
+                                [DroppedArtifact(str(x.get("name", "")), str(x.get("reason", ""))) for x in t.get("artifacts") or []],
+                                int(t.get("artifacts_dropped") or 0)),
             error=ErrorInfo.from_dict(err) if err else None,
             usage=Usage.from_dict(d.get("usage")),
             logs=list(d.get("logs") or []),
@@ -209,6 +266,7 @@ class Envelope:
             trace_id=str(d.get("trace_id", "")),
             egress=list(d.get("egress") or []),
             raw=dict(d),
+            artifacts=[Artifact.from_dict(a) for a in d.get("artifacts") or [] if isinstance(a, Mapping)],
         )
 
 
@@ -265,8 +323,7 @@ class ExecutionStatus:
     finished_at: Optional[datetime] = None
     http_status: Optional[int] = None
     envelope: Optional[Envelope] = None
-    # Artifacts (not served yet): when the gateway adds them to this body,
-    # they go here as a typed list; until then they are in raw.
+    # The artifacts are the envelope's (envelope.artifacts).
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
-	"time"
 
 	"github.com/execgate/execgate/limits"
 )
@@ -46,18 +45,8 @@ def run(args, context):
 // runs that each leave the platform's largest artifact set, and thousands
 // of files more, in /workspace/out (issue #24). RSS in KiB.
 type ArtifactFloodReport struct {
-	Concurrency   int   // clients sending at once (2×CPUs)
-	Requests      int   // flood runs sent in all
-	OK            int   // 200 with the artifacts collected and the rest dropped
-	Overloaded    int   // 503 Overloaded (output memory budget)
-	Errors        int   // anything else
+	FloodStats          // OK: 200 with the artifacts collected and the rest dropped
 	ArtifactBytes int64 // each run's artifacts_bytes
-	MaxBodyBytes  int64 // largest response body
-	IdleKB        int64 // before the floods
-	PeakKB        int64 // highest RSS sampled during them
-	AfterKB       int64 // RSS afterFlood after the last answer
-	Wall          time.Duration
-	BudgetMB      int64 // server.max_output_memory_mb in effect
 	StoreMB       int64 // server.async_tenant_artifact_bytes (the memory store keeps them)
 }
 
@@ -71,8 +60,8 @@ func (r *Report) artifactFlood(ctx context.Context) error {
 	defer func() { _ = tg.stop(ctx) }()
 	conc := 2 * runtime.NumCPU()
 	srv := r.Options.Config.Server.WithDefaults()
-	rep := &ArtifactFloodReport{Concurrency: conc, Requests: 2 * conc, ArtifactBytes: ArtifactFloodBytes,
-		BudgetMB: srv.MaxOutputMemoryMB, StoreMB: srv.AsyncTenantArtifactBytes >> 20}
+	rep := &ArtifactFloodReport{FloodStats: FloodStats{Concurrency: conc, Requests: 2 * conc, BudgetMB: srv.MaxOutputMemoryMB},
+		ArtifactBytes: ArtifactFloodBytes, StoreMB: srv.AsyncTenantArtifactBytes >> 20}
 	files := ArtifactFloodBytes >> 20
 	body, _ := json.Marshal(map[string]any{
 		"source": artifactFloodSource,

@@ -35,9 +35,15 @@ def run(args, context):
 // flooding stdout and stderr with control bytes up to the platform's
 // largest output cap (issue #10 class 2). RSS in KiB.
 type OutputReport struct {
+	FloodStats
+}
+
+// FloodStats is what a flood row measures, the output floods' and the
+// artifact floods' alike.
+type FloodStats struct {
 	Concurrency  int   // clients sending at once (2×CPUs)
 	Requests     int   // flood runs sent in all
-	OK           int   // 200 with both streams truncated
+	OK           int   // 200 as expected (see the report's row)
 	Overloaded   int   // 503 Overloaded (output memory budget)
 	Errors       int   // anything else
 	MaxBodyBytes int64 // largest response body
@@ -61,7 +67,7 @@ func (r *Report) outputFlood(ctx context.Context) error {
 	}
 	defer func() { _ = tg.stop(ctx) }()
 	conc := 2 * runtime.NumCPU()
-	rep := &OutputReport{Concurrency: conc, Requests: 2 * conc, BudgetMB: r.Options.Config.Server.WithDefaults().MaxOutputMemoryMB}
+	rep := &OutputReport{FloodStats{Concurrency: conc, Requests: 2 * conc, BudgetMB: r.Options.Config.Server.WithDefaults().MaxOutputMemoryMB}}
 	body, _ := json.Marshal(map[string]any{
 		"source": outputFloodSource,
 		"args":   map[string]any{"bytes": OutputFloodBytes},

@@ -80,27 +80,13 @@ func (r *Report) Markdown(w io.Writer) {
 	if o := r.Output; o != nil {
 		fmt.Fprintf(w, "### Output floods: gateway RSS (%d runs at concurrency %d, each writing %d MiB of 0x01 to stdout and to stderr, output_bytes %d MiB)\n\n",
 			o.Requests, o.Concurrency, OutputFloodBytes>>20, OutputFloodBytes>>20)
-		fmt.Fprintln(w, "| what | value |")
-		fmt.Fprintln(w, "|---|---:|")
-		fmt.Fprintf(w, "| gateway RSS idle, before | %s |\n", mib(o.IdleKB))
-		fmt.Fprintf(w, "| gateway RSS peak, during | %s |\n", mib(o.PeakKB))
-		fmt.Fprintf(w, "| gateway RSS %s after the last answer | %s |\n", afterFlood, mib(o.AfterKB))
-		fmt.Fprintf(w, "| largest response body | %.1f MiB |\n", float64(o.MaxBodyBytes)/(1<<20))
-		fmt.Fprintf(w, "| answers: 200 truncated / 503 Overloaded / other | %d / %d / %d |\n", o.OK, o.Overloaded, o.Errors)
-		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
+		o.FloodStats.writeRows(w, "200 truncated")
 		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d.\n\n", o.BudgetMB)
 	}
 	if o := r.ArtifactFlood; o != nil {
 		fmt.Fprintf(w, "### Artifact floods: gateway RSS (%d runs at concurrency %d, each leaving %d MiB of artifacts, its artifacts_bytes, and ~4000 files more in /workspace/out)\n\n",
 			o.Requests, o.Concurrency, o.ArtifactBytes>>20)
-		fmt.Fprintln(w, "| what | value |")
-		fmt.Fprintln(w, "|---|---:|")
-		fmt.Fprintf(w, "| gateway RSS idle, before | %s |\n", mib(o.IdleKB))
-		fmt.Fprintf(w, "| gateway RSS peak, during | %s |\n", mib(o.PeakKB))
-		fmt.Fprintf(w, "| gateway RSS %s after the last answer | %s |\n", afterFlood, mib(o.AfterKB))
-		fmt.Fprintf(w, "| largest response body | %.1f MiB |\n", float64(o.MaxBodyBytes)/(1<<20))
-		fmt.Fprintf(w, "| answers: 200 collected and dropped / 503 Overloaded / other | %d / %d / %d |\n", o.OK, o.Overloaded, o.Errors)
-		fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
+		o.FloodStats.writeRows(w, "200 collected and dropped")
 		fmt.Fprintf(w, "\nserver.max_output_memory_mb = %d; the memory store keeps the tenant's artifacts up to server.async_tenant_artifact_bytes = %d MiB. Bound: idle + %d MiB + %d MiB.\n\n", o.BudgetMB, o.StoreMB, o.BudgetMB, o.StoreMB)
 	}
 	if o := r.Readers; o != nil {
@@ -236,4 +222,17 @@ func (r *Report) JSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(map[string]any{"started": r.Started, "host": r.Host, "command": r.Options.Command(), "rows": rows})
+}
+
+// writeRows writes a flood's table (header and rows), its 200 answers
+// named by ok.
+func (o FloodStats) writeRows(w io.Writer, ok string) {
+	fmt.Fprintln(w, "| what | value |")
+	fmt.Fprintln(w, "|---|---:|")
+	fmt.Fprintf(w, "| gateway RSS idle, before | %s |\n", mib(o.IdleKB))
+	fmt.Fprintf(w, "| gateway RSS peak, during | %s |\n", mib(o.PeakKB))
+	fmt.Fprintf(w, "| gateway RSS %s after the last answer | %s |\n", afterFlood, mib(o.AfterKB))
+	fmt.Fprintf(w, "| largest response body | %.1f MiB |\n", float64(o.MaxBodyBytes)/(1<<20))
+	fmt.Fprintf(w, "| answers: %s / 503 Overloaded / other | %d / %d / %d |\n", ok, o.OK, o.Overloaded, o.Errors)
+	fmt.Fprintf(w, "| wall time, all runs | %s |\n", ms(o.Wall))
 }
