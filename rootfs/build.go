@@ -581,9 +581,10 @@ func (b *builder) extensionModules() ([]string, error) {
 	return mods, nil
 }
 
-// extraLibs are shipped, with their own closure, when the host has them,
-// though neither the interpreter nor its extension modules link them:
-// libgcc_s is loaded with dlopen by glibc (thread cancellation and
+// extraLibs are shipped, with their own closure, when the host has them
+// (a runtime built from packages must have every one: its lock's roots
+// name the packages that hold them), though neither the interpreter nor
+// its extension modules link them: libgcc_s is loaded with dlopen by glibc (thread cancellation and
 // unwinding, pthread_exit); the others are the system libraries a
 // manylinux wheel may link without bundling them (PEP 599/600's
 // whitelist, less its X11, OpenGL and GLib entries), so installed
@@ -616,14 +617,21 @@ func (b *builder) libraries(context.Context) error {
 		return err
 	}
 	for _, name := range extraLibs {
-		if p, err := r.resolve(name, pyELF); err == nil {
-			more, err := r.closure([]string{p})
-			if err != nil {
-				return err
+		p, err := r.resolve(name, pyELF)
+		if err != nil {
+			if b.pkg {
+				// A runtime's packages are pinned: a library missing from
+				// them is the lock's fault, not a host's lack.
+				return fmt.Errorf("%s is not in the runtime's packages (add the package that holds it to its roots in the lock): %w", name, err)
 			}
-			libs = append(libs, p)
-			libs = append(libs, more...)
+			continue
 		}
+		more, err := r.closure([]string{p})
+		if err != nil {
+			return err
+		}
+		libs = append(libs, p)
+		libs = append(libs, more...)
 	}
 	for _, l := range libs {
 		if err := b.installFile(l, 0); err != nil {

@@ -91,6 +91,35 @@ func TestARuntimeManifestListsItsPinnedPackages(t *testing.T) {
 	}
 }
 
+// TestEveryRuntimeShipsTheLibrariesWheelsLink: each runtime's tree holds
+// the system libraries a manylinux wheel may link without bundling them
+// (libstdc++, libgcc_s, libm, …: the builder's extraLibs), from the
+// packages its lock's roots name, in a directory of its library path, so
+// numpy, matplotlib and pillow load on every runtime as on the host's.
+func TestEveryRuntimeShipsTheLibrariesWheelsLink(t *testing.T) {
+	for _, name := range rootfs.DefaultLock().Names() {
+		t.Run(name, func(t *testing.T) {
+			dir := testenv.Runtime(t, name)
+			m, err := rootfs.ReadManifest(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, lib := range rootfs.ExtraLibs {
+				found := false
+				for _, d := range m.LibraryPath {
+					if fi, err := os.Stat(filepath.Join(dir, d, lib)); err == nil && fi.Mode().IsRegular() {
+						found = true
+						break
+					}
+				}
+				if !found {
+					t.Errorf("%s is in none of %v", lib, m.LibraryPath)
+				}
+			}
+		})
+	}
+}
+
 // TestBothRuntimesVerifyInARealJail: each runtime's tree passes Verify:
 // its own interpreter (with its own C library) starts in the jail as the
 // tool's user, loads a CA store and imports every extension module.
