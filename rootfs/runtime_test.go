@@ -55,7 +55,11 @@ func TestTheLockBuildsEveryRuntimeARunMayName(t *testing.T) {
 
 // TestARuntimeManifestListsItsPinnedPackages: a runtime built from the
 // lock records every pinned package (name, version, sha256) and where it
-// came from, and its interpreter is the pinned one.
+// came from, and its interpreter is the pinned one. Its tree holds the
+// system libraries a manylinux wheel may link without bundling them
+// (libstdc++, libgcc_s, libm, …: the builder's extraLibs), from the
+// packages its lock pulls in, in a directory of its library path, so
+// numpy, matplotlib and pillow load on every runtime as on the host's.
 func TestARuntimeManifestListsItsPinnedPackages(t *testing.T) {
 	for _, name := range rootfs.DefaultLock().Names() {
 		t.Run(name, func(t *testing.T) {
@@ -87,32 +91,11 @@ func TestARuntimeManifestListsItsPinnedPackages(t *testing.T) {
 			if m.Loader == "" || len(m.LibraryPath) == 0 || !strings.Contains(m.Platform, "manylinux_2_") || m.Glibc == "" || m.CACerts == 0 {
 				t.Errorf("manifest: loader %q library path %v platform %q glibc %q CA %d", m.Loader, m.LibraryPath, m.Platform, m.Glibc, m.CACerts)
 			}
-		})
-	}
-}
-
-// TestEveryRuntimeShipsTheLibrariesWheelsLink: each runtime's tree holds
-// the system libraries a manylinux wheel may link without bundling them
-// (libstdc++, libgcc_s, libm, …: the builder's extraLibs), from the
-// packages its lock's roots name, in a directory of its library path, so
-// numpy, matplotlib and pillow load on every runtime as on the host's.
-func TestEveryRuntimeShipsTheLibrariesWheelsLink(t *testing.T) {
-	for _, name := range rootfs.DefaultLock().Names() {
-		t.Run(name, func(t *testing.T) {
-			dir := testenv.Runtime(t, name)
-			m, err := rootfs.ReadManifest(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
 			for _, lib := range rootfs.ExtraLibs {
-				found := false
-				for _, d := range m.LibraryPath {
-					if fi, err := os.Stat(filepath.Join(dir, d, lib)); err == nil && fi.Mode().IsRegular() {
-						found = true
-						break
-					}
-				}
-				if !found {
+				if !slices.ContainsFunc(m.LibraryPath, func(d string) bool {
+					fi, err := os.Stat(filepath.Join(dir, d, lib))
+					return err == nil && fi.Mode().IsRegular()
+				}) {
 					t.Errorf("%s is in none of %v", lib, m.LibraryPath)
 				}
 			}
