@@ -91,8 +91,6 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"DELETE", "/v1/executions/{t}?tenant={t}", "",
 			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
-		{"GET", "/v1/executions/{t}/artifacts/crm?tenant={t}", "",
-			map[string]want{tenancy.RoleExecutor: {http.StatusNotFound, no}, tenancy.RoleAdmin: {http.StatusNotFound, http.StatusNotFound}}},
 		{"GET", "/v1/admin/audit?tenant={t}", "",
 			map[string]want{tenancy.RoleAdmin: {ok, ok}, tenancy.RoleTenantAdmin: {ok, no}, tenancy.RoleAuditor: {ok, no}}},
 		// No span of this trace is kept: reaching the lookup is a 404.
