@@ -121,6 +121,9 @@ func TestJavaScriptRequirementsAreNPMPackages(t *testing.T) {
 		p := r.json(t)
 		envID, _ = p["environment_id"].(string)
 		lock, _ = p["lock"].(string)
+		if rt, ok := p["runtime"]; ok {
+			t.Errorf("an npm environment names runtime %v (npm packages serve every runtime)", rt)
+		}
 		if !strings.HasPrefix(lock, "# execgate npm lock 1\n") || !strings.Contains(lock, "upper@2.1.0 sha512-") || !strings.Contains(lock, "# via shout@1.2.0") {
 			t.Fatalf("lock:\n%s", lock)
 		}
@@ -145,11 +148,16 @@ func TestJavaScriptRequirementsAreNPMPackages(t *testing.T) {
 			"a python run with the npm lock":          {"source": "def run(a, c):\n    return 1\n", "requirements_lock": lock},
 			"a javascript run with PEP 508":           js(map[string]any{"requirements": []string{"six==1.16.0"}}),
 			"a javascript run with a range":           js(map[string]any{"requirements": []string{"shout@^1.2.0"}}),
+			"a javascript run naming a runtime":       js(map[string]any{"requirements": []string{"shout@1.2.0"}, "runtime": "python3.13"}),
 		} {
 			r := s.execute(demo, body)
 			if r.status != http.StatusBadRequest || r.errType(t) != "BadRequest" {
 				t.Errorf("%s: %d %s", name, r.status, r.body)
 			}
+		}
+		r := s.do(http.MethodPost, "/v1/prepare", demo, map[string]any{"language": "javascript", "requirements": []string{"shout@1.2.0"}, "runtime": "python3.13"})
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "runtime: only python runs name a runtime") {
+			t.Errorf("prepare of an npm environment naming a runtime: %d %s", r.status, r.body)
 		}
 	})
 	t.Run("a package the registry lacks is a DependencyError", func(t *testing.T) {
@@ -182,8 +190,8 @@ func TestJavaScriptProxyModeThroughTheGateway(t *testing.T) {
 	t.Cleanup(backend.Close)
 	port := backend.Listener.Addr().(*net.TCPAddr).Port
 	allowed := fmt.Sprintf("api.test:%d", port)
-	rootfs := testenv.RootfsTrusting(t, ca.PEM)
-	s, _ := proxyServer(t, allowed, func(c *config.Config) { c.Sandbox.RootfsDir = rootfs })
+	rootfs := testenv.RootfsTrusting(t, ca.PEM) // the default runtime's tree
+	s, _ := proxyServer(t, allowed, func(c *config.Config) { c.Sandbox.RuntimesDir = filepath.Dir(rootfs) })
 	const tool = `export async function run(args) {
   const get = async (u) => { try { const r = await fetch(u); return r.status + " " + await r.text() } catch (e) { return "failed " + e.message } };
   return {allowed: await get(args.allowed), denied: await get(args.denied)};
@@ -197,6 +205,9 @@ func TestJavaScriptProxyModeThroughTheGateway(t *testing.T) {
 	env := r.json(t)
 	if r.status != http.StatusOK || env["status"] != "ok" {
 		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if u, _ := env["usage"].(map[string]any); u["runtime"] != "deno" {
+		t.Errorf("usage.runtime %v, want deno (a JavaScript run names no Python runtime)", u["runtime"])
 	}
 	result, _ := env["result"].(map[string]any)
 	if got := result["allowed"]; got != "200 hello over tls /data" {

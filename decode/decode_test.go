@@ -201,6 +201,8 @@ func TestDecodePackagesFollowTheLanguage(t *testing.T) {
 		{"an npm lock for python", `{"source":"x","requirements_lock":"` + npmLock + `"}`, "requirements_lock: an npm lock is for javascript and typescript runs, not python"},
 		{"a broken npm lock", `{"language":"javascript","source":"x","requirements_lock":"# execgate npm lock 1\nleft-pad@1.3.0 sha1-abc\n"}`, "requirements_lock: line 2"},
 		{"a requirement over 200 bytes", `{"language":"javascript","source":"x","requirements":["` + strings.Repeat("a", 201) + `@1.0.0"]}`, "requirements[0]: is 207 bytes; at most 200"},
+		{"a runtime for javascript", `{"language":"javascript","source":"x","runtime":"python3.13","requirements":["left-pad@1.3.0"]}`, "runtime: only python runs name a runtime; javascript runs choose by language"},
+		{"a runtime for python", `{"source":"x","runtime":"python3.13","requirements":["six==1.16.0"]}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Execute([]byte(tc.body), testCaps)
@@ -225,10 +227,15 @@ func TestDecodePackagesFollowTheLanguage(t *testing.T) {
 		if err != nil || req.Language != "python" {
 			t.Fatalf("Prepare without a language = %+v, %v (want python)", req, err)
 		}
+		req, err = Prepare([]byte(`{"requirements":["six==1.16.0"],"runtime":"python3.13"}`), testCaps)
+		if err != nil || req.Runtime != "python3.13" {
+			t.Fatalf("Prepare with a Python runtime = %+v, %v", req, err)
+		}
 		for body, want := range map[string]string{
-			`{"requirements":["left-pad@1.3.0"]}`:                      `requirements[0]: "left-pad@1.3.0" is not a requirement`,
-			`{"requirements":["six==1.16.0"],"language":"typescript"}`: "is not an npm package",
-			`{"requirements":["x@1.0.0"],"language":"cobol"}`:          "language",
+			`{"requirements":["left-pad@1.3.0"]}`:                                                `requirements[0]: "left-pad@1.3.0" is not a requirement`,
+			`{"requirements":["six==1.16.0"],"language":"typescript"}`:                           "is not an npm package",
+			`{"requirements":["x@1.0.0"],"language":"cobol"}`:                                    "language",
+			`{"requirements":["left-pad@1.3.0"],"language":"javascript","runtime":"python3.13"}`: "runtime: only python runs name a runtime; javascript runs choose by language",
 		} {
 			var ae *execution.Error
 			if _, err := Prepare([]byte(body), testCaps); !errors.As(err, &ae) || !strings.Contains(ae.Message, want) {

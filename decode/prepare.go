@@ -22,6 +22,11 @@ type PrepareRequest struct {
 	Requirements     []string `json:"requirements,omitempty"`
 	RequirementsLock string   `json:"requirements_lock,omitempty"`
 	Warm             int64    `json:"warm,omitempty"`
+	// Runtime is the Python runtime the environment is for; "": the
+	// tenant's default. Environment ids are per runtime. A javascript or
+	// typescript environment names none (npm packages do not depend on
+	// it).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // maxPrepareWarm bounds "warm" in a prepare request. The pool bounds it
@@ -154,6 +159,9 @@ func Prepare(body []byte, c Caps) (*PrepareRequest, error) {
 	if req.Language == "" {
 		req.Language = limits.DefaultLanguage
 	}
+	if err := checkRuntime(req.Language, req.Runtime); err != nil {
+		return nil, err
+	}
 	if err := checkPackages(req.Language, req.Requirements, req.RequirementsLock); err != nil {
 		return nil, err
 	}
@@ -171,5 +179,6 @@ func prepareFields(req *PrepareRequest) fieldFuncs {
 		"warm": func(p string, raw json.RawMessage) error {
 			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
 		},
+		"runtime": runtimeField(&req.Runtime),
 	}
 }

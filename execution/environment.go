@@ -12,18 +12,23 @@ import (
 // errNoEnvironments: requirements asked of a gateway without environments.
 var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
 
-// Environment finds the environment a request in language names by one
-// of its requirements, requirements_lock and environment_id (nil when it
-// names none): Python packages for python, npm packages for javascript
-// and typescript. A list that cannot be resolved is a DependencyError (the
+// Environment finds the environment a request in language for runtime
+// names by one of its requirements, requirements_lock and environment_id
+// (nil when it names none): Python packages for python (resolved for the
+// runtime), npm packages for javascript and typescript (runtime is ""). A
+// list that cannot be resolved is a DependencyError (the
 // *sandbox.ErrorInfo), not an error; a lock or an environment of the other
 // language's is a bad request.
-func (f *Flow) Environment(ctx context.Context, language string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
+func (f *Flow) Environment(ctx context.Context, language, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
 	if f.d.Environments == nil {
 		return nil, nil, errNoEnvironments
+	}
+	envs, err := f.d.Environments.For(language, runtime)
+	if err != nil {
+		return nil, nil, err
 	}
 	want := environments.EcosystemOf(language)
 	mismatch := func(field string, env environments.Environment) error {
@@ -34,9 +39,9 @@ func (f *Flow) Environment(ctx context.Context, language string, reqs []string, 
 	}
 	switch {
 	case len(reqs) > 0:
-		resolve := f.d.Environments.Resolve
+		resolve := envs.Resolve
 		if want == environments.EcosystemNPM {
-			resolve = f.d.Environments.ResolveNPM
+			resolve = envs.ResolveNPM
 		}
 		env, failure, err := resolve(ctx, reqs)
 		if err != nil {
@@ -51,7 +56,7 @@ func (f *Flow) Environment(ctx context.Context, language string, reqs []string, 
 		}
 		return &env, nil, nil
 	case lock != "":
-		env, err := f.d.Environments.FromLock(lock)
+		env, err := envs.FromLock(lock)
 		if err != nil {
 			return nil, nil, BadRequest("requirements_lock", "%v", err)
 		}
@@ -60,12 +65,15 @@ func (f *Flow) Environment(ctx context.Context, language string, reqs []string, 
 		}
 		return &env, nil, nil
 	default:
-		env, ok, err := f.d.Environments.Lookup(envID)
+		env, ok, err := envs.Lookup(envID)
 		if err != nil {
 			return nil, nil, err
 		}
-		if !ok {
+		if !ok && runtime == "" {
 			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared (POST /v1/prepare makes one)", envID)
+		}
+		if !ok {
+			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared for runtime %s (POST /v1/prepare makes one; ids are per runtime)", envID, runtime)
 		}
 		if err := mismatch("environment_id", env); err != nil {
 			return nil, nil, err

@@ -31,11 +31,13 @@ func (e *packagesDenied) Error() string {
 func (e *packagesDenied) ExitCode() int { return 2 }
 
 // localEnvironment resolves --requirements (or reads --lock) into an
-// environment and checks every package with the package policy of
-// tenantID, exactly as `execgate serve` does for a run asking for them.
+// environment of envs (the run's runtime's; for JavaScript and TypeScript
+// npm packages, runtime "") and checks every package with the package
+// policy of tenantID, exactly as `execgate serve` does for a run asking
+// for them.
 // It returns nil when the run asks for no packages; a list uv cannot
 // resolve is a DependencyError result (failure).
-func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, tenantID, language string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
+func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, runtime, tenantID, language string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	var env environments.Environment
 	npmRun := environments.EcosystemOf(language) == environments.EcosystemNPM
 	switch {
@@ -79,7 +81,7 @@ func localEnvironment(ctx context.Context, cfg *config.Config, envs *environment
 		return nil, nil, err
 	}
 	in := policy.BuildInput(tenant, tenancy.Principal{TenantID: tenant.ID, Subject: "execgate-run", Roles: []string{tenancy.RoleExecutor}},
-		policy.Request{Language: language, Requirements: reqs, Packages: execution.PolicyPackages(&env)})
+		policy.Request{Language: language, Requirements: reqs, Packages: execution.PolicyPackages(&env), Runtime: runtime})
 	d, err := engine.Decide(ctx, in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("package policy: %w", err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 )
 
 // CA is a certificate authority made for one test: tools in a jail trust it
@@ -77,15 +78,20 @@ func (ca *CA) Leaf(t testing.TB, hosts ...string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// RootfsTrusting returns a copy of the shared test rootfs (Rootfs) whose
-// CA bundle is caPEM alone, so a tool's TLS client in a jail trusts
-// exactly that CA. The copy is hard links of the shared tree except for
-// the bundle files, which are replaced (never written through), and is
-// removed at cleanup.
+// RootfsTrusting returns a copy of the shared test rootfs (Rootfs, the
+// default runtime's tree) whose CA bundle is caPEM alone, so a tool's TLS
+// client in a jail trusts exactly that CA. The copy is hard links of the
+// shared tree except for the bundle files, which are replaced (never
+// written through), and is removed at cleanup. It is named after the
+// default runtime, so its parent directory serves as a
+// sandbox.runtimes_dir holding that runtime alone (a gateway's config).
 func RootfsTrusting(t testing.TB, caPEM []byte) string {
 	t.Helper()
 	src := Rootfs(t)
-	dir := filepath.Join(JailDir(t), "rootfs")
+	dir := filepath.Join(JailDir(t), "runtimes", limits.DefaultRuntime)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.Command("cp", "-al", src, dir).CombinedOutput(); err != nil {
 		t.Fatalf("copying the rootfs with links: %v\n%s", err, out)
 	}
