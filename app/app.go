@@ -37,10 +37,12 @@ import (
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/gateway"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
@@ -96,6 +98,11 @@ type App struct {
 	policy  *policy.Engine
 	limiter quota.Limiter
 	runner  gateway.Runner
+	// runtimes are the runtimes this process serves (nil in the gateway
+	// role: the executors announce theirs); runtimeList lists them for
+	// GET /v1/runtimes (the Set, or the dispatcher).
+	runtimes    *runtimes.Set
+	runtimeList gateway.RuntimeLister
 	// runnerErr is why the real sandbox is unavailable (nil when it works):
 	// the server still starts, /readyz fails and every run is a 503.
 	runnerErr error
@@ -205,6 +212,7 @@ func New(ctx context.Context, opts Options) (_ *App, err error) {
 		Audit:          auditLog,
 		Environments:   envs,
 		Warmer:         warmer,
+		Runtimes:       a.runtimeList,
 		AuditSearch:    auditLog,
 		Metrics:        metrics,
 		MetricsHandler: metrics.Handler(),
@@ -266,19 +274,33 @@ func (a *App) newRunner(ctx, bg context.Context, opts Options, metrics *telemetr
 		if err != nil {
 			return nil, nil, err
 		}
-		a.runner = d
-		return envs, []gateway.Check{check}, nil
+		a.runner, a.runtimeList = d, d
+		return gatewayEnvironments{envs}, []gateway.Check{check}, nil
 	}
 	if opts.Runner == nil {
 		return a.newSandbox(ctx, bg, opts, metrics)
 	}
 	a.runner = opts.Runner
-	e, err := newEnvironments(a.cfg.Sandbox, metrics)
-	if err != nil {
-		a.log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
-		return nil, nil, nil
+	// The injected runner's packages are still resolved and installed
+	// through the runtimes' environments, where their rootfs is there.
+	var rts []*runtimes.Runtime
+	for _, name := range a.cfg.Sandbox.WithDefaultRuntimes() {
+		sc := a.cfg.Sandbox.ForRuntime(name)
+		e, err := newEnvironments(sc, metrics)
+		if err != nil {
+			a.log.Warn("package environments are unavailable for a runtime; its runs with requirements are refused", "runtime", name, "err", err)
+			rts = append(rts, &runtimes.Runtime{Name: name, Dir: sc.RootfsDir, Err: err})
+			continue
+		}
+		m, _ := jaillayout.ReadManifest(sc.RootfsDir)
+		rts = append(rts, &runtimes.Runtime{Name: name, Dir: sc.RootfsDir, Manifest: m, Envs: e, Err: errors.New("runs go to the injected runner")})
 	}
-	return e, nil, nil
+	set, err := runtimes.New(rts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.runtimes, a.runtimeList = set, set
+	return setEnvironments{set}, nil, nil
 }
 
 // startPolicy loads the policies and starts what keeps them current: the
@@ -360,8 +382,14 @@ func (a *App) newSandbox(ctx, bg context.Context, opts Options, metrics *telemet
 	}
 	checks := []gateway.Check{
 		{Name: "rootfs", Run: func(context.Context) error {
-			_, err := rootfs.ReadManifest(cfg.Sandbox.RootfsDir)
-			return err
+			// Every runtime's rootfs: one missing fails the check, naming it.
+			var errs []error
+			for _, name := range cfg.Sandbox.WithDefaultRuntimes() {
+				if _, err := rootfs.ReadManifest(cfg.Sandbox.RootfsOf(name)); err != nil {
+					errs = append(errs, fmt.Errorf("runtime %s: %w", name, err))
+				}
+			}
+			return errors.Join(errs...)
 		}},
 		// Optional: without the egress proxy only network mode proxy runs
 		// are refused; the rest of the service is fine.
@@ -372,11 +400,12 @@ func (a *App) newSandbox(ctx, bg context.Context, opts Options, metrics *telemet
 			return egressReady(sb.Proxy, cfg.Sandbox.WorkDir)
 		}},
 	}
-	var envs gateway.Environments
-	if sb.Environments != nil {
-		envs = sb.Environments
-	} else {
+	envs := sb.Environments()
+	if envs == nil {
 		a.log.Warn("package environments are unavailable; runs with requirements are refused", "err", err)
+	}
+	if sb.Runtimes != nil {
+		a.runtimes, a.runtimeList = sb.Runtimes, sb.Runtimes
 	}
 	if err != nil {
 		ue := asUnavailable(err)
@@ -384,24 +413,24 @@ func (a *App) newSandbox(ctx, bg context.Context, opts Options, metrics *telemet
 		a.runner, a.runnerErr = unavailableRunner{ue}, ue
 		return envs, checks, nil
 	}
-	a.runner = sb.Runner
+	a.runner = sb.Runtimes
 	a.onStop("sandbox", func(context.Context) error { return sb.Close() })
-	// Stopped before the runner is closed (the cleanup stack runs in
+	// Stopped before the runners are closed (the cleanup stack runs in
 	// reverse).
 	pctx, stop := context.WithCancel(bg)
 	done := make(chan struct{})
-	go func() { defer close(done); reportPool(pctx, sb.Runner, metrics) }()
+	go func() { defer close(done); reportPool(pctx, sb.Runtimes, metrics) }()
 	a.onStop("warm pool gauge", func(context.Context) error { stop(); <-done; return nil })
 	return envs, checks, nil
 }
 
 // reportPool keeps the warm-pool gauge current until ctx ends. The pool's
 // profiles are not labels of their own: "all" is the sum.
-func reportPool(ctx context.Context, r *sandbox.Runner, m *telemetry.Metrics) {
+func reportPool(ctx context.Context, set *runtimes.Set, m *telemetry.Metrics) {
 	t := time.NewTicker(poolGaugeInterval)
 	defer t.Stop()
 	for {
-		m.SetPool("all", r.Info().WarmIdle)
+		m.SetPool("all", set.WarmIdle())
 		select {
 		case <-ctx.Done():
 			return

@@ -117,8 +117,10 @@ auth:
 sandbox:
   nsjail_path: %q
   rootfs_dir: %q
+  runtimes_dir: %q
+  runtimes: [%s]
   work_dir: %q
-`, listen, stateDir, devKey, sb.NsjailPath, sb.RootfsDir, filepath.Join(stateDir, "runs"))
+`, listen, stateDir, devKey, sb.NsjailPath, sb.RootfsDir, sb.RuntimesDir, strings.Join(sb.Runtimes, ", "), filepath.Join(stateDir, "runs"))
 }
 
 // token mints a token for tenant with roles (default executor).

@@ -42,7 +42,10 @@ func startPlaygroundGateway(t *testing.T) *server {
 	if err := os.WriteFile(secret, []byte("Bearer "+mcpToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	runtimes := testenv.RuntimesDir(t)
 	return start(t, setup{realSandbox: true, egressResolver: &loopbackResolver{}, mutate: func(c *config.Config) {
+		c.Sandbox.RuntimesDir = runtimes
+		c.Sandbox.Runtimes = []string{"python3.11", "python3.13"}
 		c.Sandbox.UVPath = uv
 		c.Sandbox.DepsDir = filepath.Join(testenv.JailDir(t), "deps")
 		c.Sandbox.PackageIndex = sandbox.PackageIndex{FindLinks: []string{wheels}, NoIndex: true}
@@ -152,6 +155,33 @@ func TestConsolePlaygroundLanguagesInputsToolCallsAndLiveOutput(t *testing.T) {
 		}
 		b.noProblems()
 		b.screenshot("playground-typescript")
+		b.resetForm()
+	})
+
+	t.Run("the runtime select offers the tenant's runtimes and a run says what it ran on", func(t *testing.T) {
+		b := b.on(t)
+		b.waitFor("the runtimes", `document.querySelectorAll("#pg-runtime option").length > 1`)
+		var opts []string
+		b.eval(`[...document.querySelectorAll("#pg-runtime option")].map(o => o.value + "=" + o.textContent)`, &opts)
+		if strings.Join(opts, ",") != "=default (python3.11),python3.11=python3.11 (3.11.2),python3.13=python3.13 (3.13.5)" {
+			t.Fatalf("runtime options %v", opts)
+		}
+		b.setField("pg-runtime", "python3.13")
+		b.run("import sys\ndef run(args, context):\n    return list(sys.version_info[:2])\n")
+		if got := b.text(status); got != "ok" {
+			t.Fatalf("status %q: %s", got, b.text(out))
+		}
+		if ran, d := b.text(`document.getElementById("pg-ran-on").textContent`), b.text(`document.getElementById("pg-decision").textContent`); !strings.HasPrefix(ran, "python3.13") || !strings.Contains(d, "runtime python3.13") {
+			t.Fatalf("ran on %q, decision %q", ran, d)
+		}
+		if res := b.text(`document.getElementById("pg-result").innerText`); !strings.Contains(res, "13") {
+			t.Fatalf("result %q", res)
+		}
+		b.setField("pg-language", "javascript")
+		if b.text(`String(document.getElementById("pg-runtime").disabled)`) != "true" {
+			t.Fatal("the runtime select is enabled for JavaScript")
+		}
+		b.setField("pg-runtime", "")
 		b.resetForm()
 	})
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,8 +18,9 @@ import (
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/dispatch"
 	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
-	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/telemetry"
 )
 
@@ -71,6 +71,29 @@ func (a *App) newDispatcher(ctx context.Context, metrics *telemetry.Metrics) (*d
 	return d, dispatch.NewEnvironments(d, cfg.Sandbox, obs), gateway.Check{Name: "executors", Info: d.Ready}, nil
 }
 
+// announced describes the runtimes of set for the executor's heartbeat:
+// what each is, whether it can run, and the Python version and platform
+// its package environments resolve for (empty: it cannot install
+// packages).
+func announced(set *runtimes.Set) []runtimes.Info {
+	list, _ := set.Runtimes(context.Background())
+	for i := range list {
+		list[i].Platform = ""
+		if envs, err := set.Environments(list[i].Name); err == nil {
+			list[i].PythonVersion, list[i].Platform = envs.Target()
+		}
+	}
+	return list
+}
+
+// gatewayEnvironments give the flow the environments of each runtime the
+// executors serve.
+type gatewayEnvironments struct{ e *dispatch.Environments }
+
+func (g gatewayEnvironments) For(name string) (execution.RuntimeEnvironments, error) {
+	return g.e.For(name), nil
+}
+
 // Executor is a wired executor (server.role executor). Create it with
 // NewExecutor, then Start; Stop drains its runs.
 type Executor struct {
@@ -109,7 +132,7 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		return nil, err
 	}
 	runner := opts.Runner
-	var python, platform string // announced: gateways resolve packages for them
+	var served []runtimes.Info // announced: gateways route runs and resolve packages by them
 	if runner == nil {
 		sb, err := NewSandbox(ctx, SandboxOptions{
 			Sandbox:        cfg.Sandbox,
@@ -125,10 +148,11 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		if err != nil {
 			return nil, err
 		}
-		// A job carries its environment's lock: the executor installs it
-		// in its own cache on the way in, and the runner binds it.
-		runner = sb.Environments.Installing(sb.Runner)
-		python, platform = sb.Environments.Target()
+		// A job carries its environment's lock: the runtime's cache
+		// installs it on the way in (runtimes.Set.Run), and the runner
+		// binds it.
+		runner = sb.Runtimes
+		served = announced(sb.Runtimes)
 	}
 	slots := cfg.Server.WithDefaults().MaxConcurrentRuns
 	rdb, err := newDispatchRedis(cfg, slots)
@@ -136,13 +160,10 @@ func NewExecutor(ctx context.Context, opts Options) (_ *Executor, err error) {
 		return nil, err
 	}
 	a.onStop("dispatch redis", func(context.Context) error { return rdb.Close() })
-	langs := []string{"python"}
-	if _, err := os.Stat(filepath.Join(cfg.Sandbox.RootfsDir, jaillayout.DenoPath)); err == nil {
-		langs = append(langs, "javascript", "typescript")
-	}
 	ex, err := dispatch.NewExecutor(rdb, cfg.Dispatch, key, runner, dispatch.ExecutorOptions{
-		Options: dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: log},
-		Slots:   slots, Languages: langs, Python: python, Platform: platform,
+		Options:  dispatch.Options{KeyPrefix: cfg.Dispatch.KeyPrefix, Logger: log},
+		Slots:    slots,
+		Runtimes: served,
 	})
 	if err != nil {
 		return nil, err

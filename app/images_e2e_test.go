@@ -83,47 +83,62 @@ func hasRed(img image.Image) bool {
 	return false
 }
 
+// The figure is drawn on every Python runtime: each runtime's tree is
+// built from its pinned Debian packages, which must hold the system
+// libraries the wheels link (libstdc++ for kiwisolver and contourpy,
+// libgcc_s, libm); python3.13 installs the cp313 wheels.
 func TestAMatplotlibFigureComesBackAsAPNGArtifact(t *testing.T) {
 	uv := testenv.UV(t)
-	s := start(t, setup{mutate: func(c *config.Config) {
+	runtimes := testenv.RuntimesDir(t) // python3.11 and python3.13, built once per machine
+	s := start(t, setup{realSandbox: true, mutate: func(c *config.Config) {
 		c.Sandbox.UVPath = uv
 		c.Sandbox.DepsDir = filepath.Join(testenv.JailDir(t), "deps") // the index is PyPI
+		c.Sandbox.RuntimesDir = runtimes
+		c.Sandbox.Runtimes = []string{"python3.11", "python3.13"}
 		for i := range c.Tenants {
 			c.Tenants[i].Policy["packages"] = map[string]any{"allow": matplotlibPackages, "deny": []any{}}
+			c.Tenants[i].Policy["runtimes"] = []any{"python3.11", "python3.13"}
 		}
 	}})
 	tok := s.token("demo")
 	lim := stretchedLimits()
 	lim["memory_mb"] = 512
-	body := map[string]any{"execution_id": "chart-1", "source": chartTool, "requirements": []string{matplotlibRequirement}, "limits": lim}
-
-	r := s.execute(tok, body)
-	env := r.json(t)
-	if r.status != http.StatusOK || env["status"] != "ok" {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	if res, _ := env["result"].(map[string]any); !strings.EqualFold(fmt.Sprint(res["backend"]), "agg") || res["env"] != "Agg" || res["cachedir"] != "/tmp/matplotlib" {
-		t.Errorf("matplotlib ran with %v; want the Agg backend from MPLBACKEND and its cache in the run's /tmp", res)
-	}
-	arts, _ := env["artifacts"].([]any)
-	if len(arts) != 2 {
-		t.Fatalf("artifacts %v, want again.png and chart.png", arts)
-	}
-	for _, a := range arts {
-		m := a.(map[string]any)
-		name := m["name"].(string)
-		if m["mime"] != "image/png" {
-			t.Errorf("%s: mime %v", name, m["mime"])
-		}
-		inline, err := base64.StdEncoding.DecodeString(fmt.Sprint(m["base64"]))
-		if err != nil {
-			t.Fatalf("%s: base64: %v", name, err)
-		}
-		wantPNG(t, name+" (inline)", inline, 200, 150)
-		g := s.fetchArtifact(t, tok, "chart-1", name, "")
-		if g.status != http.StatusOK || g.header.Get("Content-Type") != "image/png" || !bytes.Equal(g.body, inline) {
-			t.Fatalf("GET %s: %d %q, %d bytes", name, g.status, g.header.Get("Content-Type"), len(g.body))
-		}
+	for _, rt := range []string{"python3.11", "python3.13"} {
+		t.Run(rt, func(t *testing.T) {
+			id := "chart-" + rt
+			body := map[string]any{"execution_id": id, "source": chartTool, "requirements": []string{matplotlibRequirement}, "limits": lim, "runtime": rt}
+			r := s.execute(tok, body)
+			env := r.json(t)
+			if r.status != http.StatusOK || env["status"] != "ok" {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if u, _ := env["usage"].(map[string]any); u["runtime"] != rt {
+				t.Fatalf("ran on %v, want %s", u["runtime"], rt)
+			}
+			if res, _ := env["result"].(map[string]any); !strings.EqualFold(fmt.Sprint(res["backend"]), "agg") || res["env"] != "Agg" || res["cachedir"] != "/tmp/matplotlib" {
+				t.Errorf("matplotlib ran with %v; want the Agg backend from MPLBACKEND and its cache in the run's /tmp", res)
+			}
+			arts, _ := env["artifacts"].([]any)
+			if len(arts) != 2 {
+				t.Fatalf("artifacts %v, want again.png and chart.png", arts)
+			}
+			for _, a := range arts {
+				m := a.(map[string]any)
+				name := m["name"].(string)
+				if m["mime"] != "image/png" {
+					t.Errorf("%s: mime %v", name, m["mime"])
+				}
+				inline, err := base64.StdEncoding.DecodeString(fmt.Sprint(m["base64"]))
+				if err != nil {
+					t.Fatalf("%s: base64: %v", name, err)
+				}
+				wantPNG(t, name+" (inline)", inline, 200, 150)
+				g := s.fetchArtifact(t, tok, id, name, "")
+				if g.status != http.StatusOK || g.header.Get("Content-Type") != "image/png" || !bytes.Equal(g.body, inline) {
+					t.Fatalf("GET %s: %d %q, %d bytes", name, g.status, g.header.Get("Content-Type"), len(g.body))
+				}
+			}
+		})
 	}
 
 	t.Run("execute_python over /mcp returns the figure as image content", func(t *testing.T) {

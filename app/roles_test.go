@@ -57,6 +57,8 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		// prepare gets past access and answers 503 SandboxUnavailable.
 		{"POST", "/v1/prepare", `{"tenant_id":"{t}","requirements":["six"]}`,
 			map[string]want{tenancy.RoleExecutor: {http.StatusServiceUnavailable, no}}},
+		{"GET", "/v1/runtimes?tenant={t}", "",
+			map[string]want{tenancy.RoleExecutor: {ok, no}, tenancy.RoleAdmin: {ok, ok}}},
 		{"GET", "/v1/admin/tenants", "",
 			map[string]want{tenancy.RoleAdmin: {ok, 0}}},
 		{"GET", "/v1/admin/tenants/{t}/quota", "",

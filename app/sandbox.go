@@ -6,21 +6,30 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/rootfs"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 )
 
 // SandboxOptions say how NewSandbox assembles a sandbox. Every command that
-// runs jails (serve, run, diagnose, bench) goes through it, so the runner,
-// its egress proxy and its package environments are put together one way.
+// runs jails (serve, run, diagnose, bench) goes through it, so the runners,
+// their egress proxy and their package environments are put together one
+// way.
 type SandboxOptions struct {
 	// Sandbox is the sandbox section of the config (callers may set
 	// WarmPool: 0 for a one-shot runner).
 	Sandbox sandbox.Config
+	// Runtimes are the runtimes to open. Empty: Sandbox.Runtimes (default
+	// python3.11 and python3.13).
+	Runtimes []string
 	// Egress, when set, serves network mode proxy through an egress proxy
 	// made from it; nil: proxy runs are refused as SandboxUnavailable.
 	Egress *egress.Config
@@ -31,9 +40,9 @@ type SandboxOptions struct {
 	// (Sandbox.EgressErr says why) instead of failing: the gateway still
 	// serves every other run.
 	EgressOptional bool
-	// EnsureRootfs builds the rootfs first when it is missing or stale,
-	// reporting to Progress (nil: io.Discard). Without it the rootfs must
-	// be there.
+	// EnsureRootfs builds each runtime's rootfs first when it is missing
+	// or stale, reporting to Progress (nil: io.Discard). Without it the
+	// rootfs must be there.
 	EnsureRootfs bool
 	Progress     io.Writer
 	// Metrics observe the package environments. Nil: none.
@@ -42,28 +51,29 @@ type SandboxOptions struct {
 	Logger *slog.Logger
 }
 
-// Sandbox is an assembled sandbox: the runner and the collaborators wired
-// into it. Close releases the runner.
+// Sandbox is an assembled sandbox: one runner and one package environment
+// cache per runtime (package runtimes), and their egress proxy. Close
+// releases the runners.
 type Sandbox struct {
-	Runner *sandbox.Runner
-	// Environments is the package environment cache runs' packages are
-	// installed in before they reach the runner (which binds them); the
-	// flow and the gateway's prepare share it.
-	Environments *environments.Cache
+	// Runtimes routes runs and environments to their runtime. Nil when no
+	// runtime could be opened at all.
+	Runtimes *runtimes.Set
 	// Proxy is the egress proxy (nil without SandboxOptions.Egress).
 	Proxy *egress.Proxy
-	// EgressErr is why the runner serves no network mode proxy although
-	// Egress was given (EgressOptional); nil when it does.
+	// EgressErr is why the runners serve no network mode proxy although
+	// Egress was given (EgressOptional); nil when they do.
 	EgressErr error
 }
 
-// NewSandbox assembles a sandbox from o, in order: the egress proxy, the
-// rootfs (EnsureRootfs), the package environments, the runner. A bad egress
-// config is an error and a nil Sandbox. Past that step the Sandbox is never
-// nil, even with an error (a host that cannot jail gets a
-// *sandbox.UnavailableError): it holds what could be made, the Proxy and,
-// when the rootfs is there, the Environments, so the gateway can still
-// report on egress and resolve packages without a jail.
+// NewSandbox assembles a sandbox from o: the egress proxy, then for each
+// runtime its rootfs (EnsureRootfs), its package environments and its
+// runner. A bad egress config is an error and a nil Sandbox. Past that
+// step the Sandbox is never nil. A runtime that cannot be opened (its
+// rootfs cannot be built, the host cannot jail) keeps its error in the
+// Set, and its runs are refused with it; the error is non-nil (an
+// *sandbox.UnavailableError) only when no runtime has a runner, and even
+// then Runtimes holds the environments of those with a rootfs, so the
+// gateway can still report on egress and resolve packages without a jail.
 func NewSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 	log := o.Logger
 	if log == nil {
@@ -77,49 +87,100 @@ func NewSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 		}
 		s.Proxy = p
 	}
+	names := o.Runtimes
+	if len(names) == 0 {
+		names = o.Sandbox.Runtimes
+	}
+	if len(names) == 0 {
+		names = sandbox.DefaultRuntimes
+	}
+	var rts []*runtimes.Runtime
+	var firstErr error
+	for _, name := range names {
+		rt := s.openRuntime(ctx, o, name, log)
+		if rt.Err != nil {
+			if firstErr == nil {
+				firstErr = rt.Err
+			}
+			if len(names) > 1 {
+				log.Warn("runtime unavailable; runs asking for it are refused", "runtime", name, "err", rt.Err)
+			}
+		}
+		rts = append(rts, rt)
+	}
+	set, err := runtimes.New(rts...)
+	if err != nil {
+		return s, err
+	}
+	s.Runtimes = set
+	if !set.Usable() {
+		return s, asUnavailable(firstErr)
+	}
+	return s, nil
+}
+
+// openRuntime builds (EnsureRootfs) and opens one runtime. Its Err says
+// why it has no runner.
+func (s *Sandbox) openRuntime(ctx context.Context, o SandboxOptions, name string, log *slog.Logger) *runtimes.Runtime {
+	cfg := o.Sandbox.ForRuntime(name)
+	rt := &runtimes.Runtime{Name: name, Dir: cfg.RootfsDir}
+	if !limits.KnownRuntime(name) {
+		rt.Err = &sandbox.UnavailableError{Reason: fmt.Sprintf("runtime %q is not one of %s", name, strings.Join(limits.Runtimes, ", "))}
+		return rt
+	}
 	if o.EnsureRootfs {
 		progress := o.Progress
 		if progress == nil {
 			progress = io.Discard
 		}
-		if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: o.Sandbox.RootfsDir, PythonPath: o.Sandbox.PythonPath, Progress: progress}); err != nil {
-			return s, &sandbox.UnavailableError{
-				Reason: "the rootfs at " + o.Sandbox.RootfsDir + " could not be built",
-				Hint:   "run `execgate rootfs build --out " + o.Sandbox.RootfsDir + "` to see why; it needs " + o.Sandbox.PythonPath,
-				Err:    err,
+		ro := rootfs.Options{Dir: cfg.RootfsDir, Runtime: name, PythonPath: cfg.PythonPath,
+			DebianMirror: cfg.DebianMirror, Progress: progress}
+		if _, err := rootfs.Ensure(ctx, ro); err != nil {
+			hint := "run `execgate rootfs build --runtime " + name + "` to see why"
+			if name == limits.HostRuntime {
+				hint += "; it needs " + cfg.PythonPath
+			} else {
+				hint += "; it needs the Debian archive (or sandbox.debian_mirror) once, then its cached packages"
 			}
+			rt.Err = &sandbox.UnavailableError{Reason: "the rootfs of runtime " + name + " at " + cfg.RootfsDir + " could not be built", Hint: hint, Err: err}
+			return rt
 		}
 	}
-	envs, err := newEnvironments(o.Sandbox, o.Metrics)
-	if err != nil {
-		return s, err
+	if m, err := jaillayout.ReadManifest(cfg.RootfsDir); err == nil {
+		rt.Manifest = m
 	}
-	s.Environments = envs
+	envs, err := newEnvironments(cfg, o.Metrics)
+	if err != nil {
+		rt.Err = err
+		return rt
+	}
+	rt.Envs = envs
 	var opts []sandbox.Option
 	if s.Proxy != nil {
 		opts = append(opts, sandbox.WithEgress(s.Proxy))
 	}
-	r, err := sandbox.NewRunner(o.Sandbox, opts...)
+	r, err := sandbox.NewRunner(cfg, opts...)
 	if err != nil && s.Proxy != nil && o.EgressOptional {
 		// A host that cannot serve network mode proxy (e.g. a work dir the
 		// jail user cannot reach) can still run everything else: proxy runs
 		// are refused as SandboxUnavailable and /readyz names the reason.
-		if plain, perr := sandbox.NewRunner(o.Sandbox); perr == nil {
+		if plain, perr := sandbox.NewRunner(cfg); perr == nil {
 			s.EgressErr = err
-			log.Warn("network mode proxy is unavailable; runs asking for it are refused", "err", err)
+			log.Warn("network mode proxy is unavailable; runs asking for it are refused", "runtime", name, "err", err)
 			r, err = plain, nil
 		}
 	}
 	if err != nil {
-		return s, err
+		rt.Err = err
+		return rt
 	}
-	s.Runner = r
-	return s, nil
+	rt.Runner = r
+	return rt
 }
 
-// newEnvironments is the package environment cache of sc, observed by
-// metrics (nil: none): the one NewSandbox assembles, and the one an App
-// with an injected Runner still prepares through.
+// newEnvironments is the package environment cache of sc (one runtime's
+// rootfs), observed by metrics (nil: none): runs' packages are installed
+// in it before they reach the runner (which binds them).
 func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*environments.Cache, error) {
 	var obs environments.Observer
 	if metrics != nil {
@@ -128,12 +189,33 @@ func newEnvironments(sc sandbox.Config, metrics *telemetry.Metrics) (*environmen
 	return environments.New(sc, obs)
 }
 
-// Close stops the runner's warm jails.
-func (s *Sandbox) Close() error {
-	if s.Runner == nil {
+// Environments are the package environments of every runtime of the
+// Sandbox (the execute flow's and the prepare route's); nil when there
+// are none.
+func (s *Sandbox) Environments() execution.Environments {
+	if s.Runtimes == nil {
 		return nil
 	}
-	return s.Runner.Close()
+	return setEnvironments{s.Runtimes}
+}
+
+// setEnvironments gives the flow each runtime's environments.
+type setEnvironments struct{ set *runtimes.Set }
+
+func (e setEnvironments) For(name string) (execution.RuntimeEnvironments, error) {
+	envs, err := e.set.Environments(name)
+	if err != nil {
+		return nil, err
+	}
+	return envs, nil
+}
+
+// Close stops the runners' warm jails.
+func (s *Sandbox) Close() error {
+	if s.Runtimes == nil {
+		return nil
+	}
+	return s.Runtimes.Close()
 }
 
 // asUnavailable is err as the *sandbox.UnavailableError the gateway answers

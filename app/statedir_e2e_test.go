@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -55,7 +56,9 @@ func serveEnv(t *testing.T, umask string, env []string, bin string, args ...stri
 		argv = append([]string{"/bin/sh", "-c", "umask " + umask + ` && exec "$@"`, "sh"}, argv...)
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = cleanEnv(append([]string{"EXECGATE_NSJAIL=" + testenv.Nsjail(t)}, env...)...)
+	// The default runtime only (privateStateDir holds it; a serve that
+	// wanted another would build it from the Debian archive).
+	p.cmd.Env = cleanEnv(append([]string{"EXECGATE_NSJAIL=" + testenv.Nsjail(t), "EXECGATE_SANDBOX_RUNTIMES=" + limits.DefaultRuntime}, env...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -147,14 +150,18 @@ func (p *serveProc) probeNetworkOK(t *testing.T, bin, tenant, network string, ar
 }
 
 // privateStateDir is a fresh directory only root can enter (like mktemp -d)
-// holding a copy of the test rootfs at rootfs/, where serve looks for it.
+// holding a copy of the default runtime's test rootfs at
+// runtimes/<runtime>/, where serve looks for it.
 func privateStateDir(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "runtimes"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", "-a", testenv.Rootfs(t), filepath.Join(dir, "rootfs")).CombinedOutput(); err != nil {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", testenv.Rootfs(t), filepath.Join(dir, "runtimes", limits.DefaultRuntime)).CombinedOutput(); err != nil {
 		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
 	}
 	return dir

@@ -108,6 +108,9 @@ type Decision struct {
 	// Isolation is the decided isolation level, "jail" or "process"
 	// (records written before it existed have none).
 	Isolation string `json:"isolation,omitempty"`
+	// Runtime is the decided Python runtime ("" for other languages and
+	// records written before it existed).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Quota outcomes (Quota.Outcome).

@@ -132,6 +132,7 @@ func DemoTenant() tenancy.Tenant {
 			"max_limits":   map[string]any{"timeout_ms": 30000, "memory_mb": 512},
 			"tools":        []any{},
 			"isolation":    []any{"jail"},
+			"runtimes":     []any{"python3.11", "python3.13"},
 		},
 	}
 }
@@ -181,6 +182,9 @@ func (c *Config) fill() {
 	}
 	if c.Sandbox.RootfsDir == "" {
 		c.Sandbox.RootfsDir = filepath.Join(c.StateDir, "rootfs")
+	}
+	if c.Sandbox.RuntimesDir == "" {
+		c.Sandbox.RuntimesDir = filepath.Join(c.StateDir, "runtimes")
 	}
 	if c.Sandbox.WorkDir == "" {
 		c.Sandbox.WorkDir = filepath.Join(c.StateDir, "runs")

@@ -20,6 +20,7 @@ var zeroIsTheValue = map[string]string{
 	"auth.jwks_url":                          "no JWKS configured",
 	"sandbox.warm_pool":                      "0 disables the warm pool",
 	"sandbox.package_index.url":              "empty: PyPI",
+	"sandbox.debian_mirror":                  "empty: the lock's own archive URLs",
 	"sandbox.package_index.find_links":       "none",
 	"sandbox.package_index.no_index":         "the index is used",
 	"sandbox.package_index.credentials_file": "no credentials",

@@ -26,6 +26,7 @@ import (
 
 	"github.com/execgate/execgate/egress"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/seccomp"
@@ -73,12 +74,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// newRunner returns a runner on the real sandbox (testenv.SandboxConfig)
-// whose runs live below their own parent cgroup named after group.
+// newRunner returns a runner on the real sandbox (sandboxConfig) whose
+// runs live below their own parent cgroup named after group (and the
+// runtime, for another than the default).
 func newRunner(t *testing.T, group string) (*sandbox.Runner, sandbox.Config) {
 	t.Helper()
-	cfg := testenv.SandboxConfig(t)
-	cfg.CgroupParent = cgroupPrefix + "-" + group
+	cfg := sandboxConfig(t)
+	cfg.CgroupParent = cgroupParent(t, group)
 	r, err := sandbox.NewRunner(cfg)
 	if err != nil {
 		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
@@ -1089,8 +1091,12 @@ type fsProbe struct {
 // host), which a read-only parent does not cover.
 func TestSystemPathsAreReadOnly(t *testing.T) {
 	t.Parallel()
-	r, _ := newRunner(t, "readonly")
-	dirs := []string{"/", "/etc", "/usr", "/lib", "/usr/lib/python3.11", "/opt/execgate/deps", "/opt/execgate/harness", "/dev", "/etc/ssl/certs"}
+	r, cfg := newRunner(t, "readonly")
+	m, err := jaillayout.ReadManifest(cfg.RootfsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{"/", "/etc", "/usr", "/lib", m.Stdlib, "/opt/execgate/deps", "/opt/execgate/harness", "/dev", "/etc/ssl/certs"}
 	files := []string{"/etc/resolv.conf", "/etc/hosts", "/etc/passwd", "/usr/bin/python3", "/etc/ssl/certs/ca-certificates.crt"}
 	for _, network := range []sandbox.Network{sandbox.NetworkNone, sandbox.NetworkHost} {
 		t.Run("network "+string(network), func(t *testing.T) {
@@ -1706,8 +1712,8 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testenv.SandboxConfig(t)
-	cfg.CgroupParent = cgroupPrefix + "-proxy"
+	cfg := sandboxConfig(t)
+	cfg.CgroupParent = cgroupParent(t, "proxy")
 	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
 	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
@@ -287,7 +288,8 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 			}
 			return oneOf(p, req.Isolation, sandbox.IsolationJail, sandbox.IsolationProcess)
 		},
-		"egress": egressField(&req.Egress),
+		"runtime": runtimeField(&req.Runtime),
+		"egress":  egressField(&req.Egress),
 		"limits": func(p string, raw json.RawMessage) error {
 			return decodeLimits(p, raw, &req.Limits)
 		},
@@ -315,10 +317,24 @@ func checkExecute(req *execution.Request) error {
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
 		return execution.BadRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
+	if req.Runtime != "" && req.Language != "python" {
+		return execution.BadRequest("runtime", "only python runs name a runtime; %s runs choose by language", req.Language)
+	}
 	if err := checkFixtureSecrets(req); err != nil {
 		return err
 	}
 	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
+}
+
+// runtimeField decodes "runtime" into dst: a Python runtime of
+// limits.Runtimes. Whether the tenant may use it is the policy's question.
+func runtimeField(dst *string) func(string, json.RawMessage) error {
+	return func(p string, raw json.RawMessage) error {
+		if err := decodeString(p, raw, dst); err != nil {
+			return err
+		}
+		return oneOf(p, *dst, limits.Runtimes...)
+	}
 }
 
 // checkFixtureSecrets: in test mode the secrets a request names take their

@@ -17,6 +17,9 @@ type PrepareRequest struct {
 	Requirements     []string `json:"requirements,omitempty"`
 	RequirementsLock string   `json:"requirements_lock,omitempty"`
 	Warm             int64    `json:"warm,omitempty"`
+	// Runtime is the Python runtime the environment is for; "": the
+	// tenant's default. Environment ids are per runtime.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // maxPrepareWarm bounds "warm" in a prepare request. The pool bounds it
@@ -114,5 +117,6 @@ func prepareFields(req *PrepareRequest) fieldFuncs {
 		"warm": func(p string, raw json.RawMessage) error {
 			return decodeInt(p, raw, maxPrepareWarm, &req.Warm)
 		},
+		"runtime": runtimeField(&req.Runtime),
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -106,13 +107,13 @@ func pushAndStrand(t *testing.T, rdb *redis.Client, job Job) {
 	ctx := context.Background()
 	k := newKeys("execgate")
 	b, _ := json.Marshal(job)
-	if err := rdb.XGroupCreateMkStream(ctx, k.runs(), group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err := rdb.XGroupCreateMkStream(ctx, k.runsFor(limits.DefaultRuntime), group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		t.Fatal(err)
 	}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runs(), Values: []string{"job", signer{testKey}.seal(domainJob, b)}}).Err(); err != nil {
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runsFor(limits.DefaultRuntime), Values: []string{"job", signer{testKey}.seal(domainJob, b)}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "ghost", Streams: []string{k.runs(), ">"}, Count: 1}).Result()
+	got, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "ghost", Streams: []string{k.runsFor(limits.DefaultRuntime), ">"}, Count: 1}).Result()
 	if err != nil || len(got) != 1 || len(got[0].Messages) != 1 {
 		t.Fatalf("stranding the entry: %v %v", got, err)
 	}
@@ -180,7 +181,7 @@ func TestExecutorNeverRunsAnEntryAlreadyStarted(t *testing.T) {
 	if run.count() != 0 {
 		t.Fatalf("the started run ran again (%d runs)", run.count())
 	}
-	if p, err := rdb.XPending(ctx, k.runs(), group).Result(); err != nil || p.Count != 0 {
+	if p, err := rdb.XPending(ctx, k.runsFor(limits.DefaultRuntime), group).Result(); err != nil || p.Count != 0 {
 		t.Fatalf("pending after the skip: %+v %v", p, err)
 	}
 }
@@ -191,8 +192,10 @@ func TestDispatcherNeverLetsAnExpiredRunStart(t *testing.T) {
 	k := newKeys("execgate")
 	cfg := testCfg()
 	cfg.QueueTimeoutMS = 300
-	// An executor that announces itself but never reads.
-	a, _ := json.Marshal(Announcement{ID: "mute", Slots: 1, Wire: WireVersion})
+	// An executor that announces itself (serving the default runtime) but
+	// never reads.
+	a, _ := json.Marshal(Announcement{ID: "mute", Slots: 1, Wire: WireVersion,
+		Runtimes: []runtimes.Info{{Name: limits.DefaultRuntime, Available: true}}})
 	rdb.Set(ctx, k.executor("mute"), a, time.Minute)
 	rdb.ZAdd(ctx, k.executors(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "mute"})
 

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/execgate/execgate/quota"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/secrets"
 )
@@ -104,6 +107,63 @@ func (d *Dispatcher) Ready(ctx context.Context) (string, error) {
 	return describe(fleet), nil
 }
 
+// Runtimes are the runtimes the live executors serve (GET /v1/runtimes
+// in the gateway role): each as the first executor announcing it describes
+// it, available when one serves it, sorted by name.
+func (d *Dispatcher) Runtimes(ctx context.Context) ([]runtimes.Info, error) {
+	fleet, err := d.Executors(ctx)
+	if err != nil {
+		return nil, noExecutor("the dispatch Redis is unreachable", err)
+	}
+	by := map[string]runtimes.Info{}
+	for _, a := range fleet {
+		for _, rt := range a.Runtimes {
+			if cur, ok := by[rt.Name]; !ok || (!cur.Available && rt.Available) {
+				if rt.Packages == nil {
+					rt.Packages = []runtimes.Package{}
+				}
+				by[rt.Name] = rt
+			}
+		}
+	}
+	out := make([]runtimes.Info, 0, len(by))
+	for _, rt := range by {
+		out = append(out, rt)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// servedBy reports whether an executor of fleet serves target.
+func servedBy(fleet []Announcement, target string) bool {
+	for _, a := range fleet {
+		if a.serves(target) {
+			return true
+		}
+	}
+	return false
+}
+
+// fleetTargets are the targets fleet serves, sorted ("none" when it
+// serves none).
+func fleetTargets(fleet []Announcement) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range fleet {
+		for _, t := range a.targets() {
+			if !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
+}
+
 func noExecutor(hint string, err error) *sandbox.UnavailableError {
 	return &sandbox.UnavailableError{Reason: "no executor", Hint: hint, Err: err}
 }
@@ -121,6 +181,13 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 	}
 	if len(fleet) == 0 {
 		return sandbox.Result{}, noExecutor("start executors (execgate serve --role executor) against the same dispatch.redis_url", nil)
+	}
+	tgt := target(spec)
+	if !servedBy(fleet, tgt) {
+		return sandbox.Result{}, &sandbox.UnavailableError{
+			Reason: fmt.Sprintf("no executor serves runtime %q (the live executors serve %s)", tgt, strings.Join(fleetTargets(fleet), ", ")),
+			Hint:   "start an executor whose sandbox.runtimes lists it",
+		}
 	}
 	now := d.now()
 	job := Job{
@@ -141,7 +208,7 @@ func (d *Dispatcher) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result
 		return sandbox.Result{}, err
 	}
 	if err := d.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: d.k.runs(), MaxLen: d.cfg.MaxStreamLength, Approx: true,
+		Stream: d.k.runsFor(tgt), MaxLen: d.cfg.MaxStreamLength, Approx: true,
 		Values: []string{"job", d.sig.seal(domainJob, payload)},
 	}).Err(); err != nil {
 		d.dequeue(job)

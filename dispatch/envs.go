@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,14 +30,14 @@ type Environments struct {
 	obs environments.Observer
 
 	mu sync.Mutex                     // guards by
-	by map[string]*environments.Cache // python+platform → its resolver
+	by map[string]*environments.Cache // runtime+python+platform → its resolver
 }
 
 // envTTL is how long a prepared environment's lock is kept unused.
 const envTTL = 7 * 24 * time.Hour
 
-// maxTargets bounds the resolvers kept (one per Python and platform the
-// fleet has announced).
+// maxTargets bounds the resolvers kept (one per runtime, Python and
+// platform the fleet has announced).
 const maxTargets = 8
 
 // lookupTimeout bounds the Redis round trips of FromLock and Lookup (which
@@ -51,61 +52,88 @@ func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs environments.Observe
 	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*environments.Cache{}}
 }
 
-// target is the resolver for the live executors' Python and platform.
-// Executors announcing different ones (a rootfs upgrade half rolled out)
-// are refused: a lock resolved for one may not install on the other.
-func (e *Environments) target(ctx context.Context) (*environments.Cache, error) {
+// For returns the environments of runtime name: resolved for the Python
+// and platform the live executors serving it announce.
+func (e *Environments) For(name string) *RuntimeEnvironments {
+	return &RuntimeEnvironments{e: e, runtime: name}
+}
+
+// RuntimeEnvironments are a gateway's environments of one runtime (the
+// execution.RuntimeEnvironments interface).
+type RuntimeEnvironments struct {
+	e       *Environments
+	runtime string
+}
+
+// target is the resolver for the Python and platform of the live
+// executors serving the runtime. Executors announcing different ones for
+// it (a rootfs upgrade half rolled out) are refused: a lock resolved for
+// one may not install on the other.
+func (r *RuntimeEnvironments) target(ctx context.Context) (*environments.Cache, error) {
+	e := r.e
 	fleet, err := e.d.Executors(ctx)
 	if err != nil {
 		return nil, noExecutor("the dispatch Redis is unreachable", err)
 	}
 	var py, plat string
+	served := false
 	for _, a := range fleet {
-		switch {
-		case a.Python == "":
-		case py == "":
-			py, plat = a.Python, a.Platform
-		case a.Python != py || a.Platform != plat:
-			return nil, &sandbox.UnavailableError{Reason: fmt.Sprintf("the executors announce different Pythons (%s %s and %s %s); runs with packages wait until they agree",
-				clip(py, 32), clip(plat, 64), clip(a.Python, 32), clip(a.Platform, 64)), Hint: "finish rolling out one rootfs to every executor"}
+		for _, rt := range a.Runtimes {
+			if rt.Name != r.runtime || !rt.Available {
+				continue
+			}
+			served = true
+			switch {
+			case rt.Platform == "":
+			case py == "":
+				py, plat = rt.PythonVersion, rt.Platform
+			case rt.PythonVersion != py || rt.Platform != plat:
+				return nil, &sandbox.UnavailableError{Reason: fmt.Sprintf("the executors announce different Pythons for runtime %s (%s %s and %s %s); runs with packages wait until they agree",
+					r.runtime, clip(py, 32), clip(plat, 64), clip(rt.PythonVersion, 32), clip(rt.Platform, 64)), Hint: "finish rolling out one rootfs to every executor"}
+			}
 		}
 	}
-	if py == "" {
-		return nil, noExecutor("no live executor announces a Python to resolve packages for (start executors with a rootfs)", nil)
+	if !served {
+		return nil, &sandbox.UnavailableError{Reason: fmt.Sprintf("no executor serves runtime %q (the live executors serve %s)", r.runtime, strings.Join(fleetTargets(fleet), ", ")),
+			Hint: "start an executor whose sandbox.runtimes lists it"}
 	}
-	key := py + " " + plat
+	if py == "" {
+		return nil, noExecutor("no live executor serving runtime "+r.runtime+" announces a Python to resolve packages for (start executors with its rootfs)", nil)
+	}
+	key := r.runtime + " " + py + " " + plat
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r := e.by[key]; r != nil {
-		return r, nil
+	if res := e.by[key]; res != nil {
+		return res, nil
 	}
-	r, err := environments.NewFor(e.cfg, py, plat, e.obs)
+	res, err := environments.NewFor(e.cfg, py, plat, e.obs)
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Reason: "an executor's announcement: " + err.Error()}
 	}
 	if len(e.by) >= maxTargets {
 		clear(e.by)
 	}
-	e.by[key] = r
-	return r, nil
+	e.by[key] = res
+	return res, nil
 }
 
-// Resolve resolves reqs for the executors' Python and platform.
-func (e *Environments) Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
-	r, err := e.target(ctx)
+// Resolve resolves reqs for the runtime's executors' Python and platform.
+func (r *RuntimeEnvironments) Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
+	res, err := r.target(ctx)
 	if err != nil {
 		return environments.Environment{}, nil, err
 	}
-	return r.Resolve(ctx, reqs)
+	return res.Resolve(ctx, reqs)
 }
 
-// FromLock reads a caller's lock. Without a live executor it is only
-// parsed (no environment id; the run is refused for want of an executor).
-func (e *Environments) FromLock(lock string) (environments.Environment, error) {
+// FromLock reads a caller's lock. Without a live executor serving the
+// runtime it is only parsed (no environment id; the run is refused for
+// want of an executor).
+func (r *RuntimeEnvironments) FromLock(lock string) (environments.Environment, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
-	if r, err := e.target(ctx); err == nil {
-		return r.FromLock(lock)
+	if res, err := r.target(ctx); err == nil {
+		return res.FromLock(lock)
 	}
 	pkgs, err := environments.ParseLock(lock)
 	if err != nil {
@@ -115,8 +143,9 @@ func (e *Environments) FromLock(lock string) (environments.Environment, error) {
 }
 
 // Lookup finds an environment prepared (or run) through any gateway, for
-// the executors' current Python and platform.
-func (e *Environments) Lookup(id string) (environments.Environment, bool, error) {
+// the runtime's executors' current Python and platform.
+func (r *RuntimeEnvironments) Lookup(id string) (environments.Environment, bool, error) {
+	e := r.e
 	if !environments.ValidID(id) {
 		return environments.Environment{}, false, nil
 	}
@@ -129,11 +158,11 @@ func (e *Environments) Lookup(id string) (environments.Environment, bool, error)
 	if err != nil {
 		return environments.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
 	}
-	r, err := e.target(ctx)
+	res, err := r.target(ctx)
 	if err != nil {
 		return environments.Environment{}, false, err
 	}
-	env, err := r.FromLock(lock)
+	env, err := res.FromLock(lock)
 	if err != nil || env.ID != id {
 		// Resolved for another Python or platform (the executors' rootfs changed).
 		return environments.Environment{}, false, nil
@@ -143,7 +172,8 @@ func (e *Environments) Lookup(id string) (environments.Environment, bool, error)
 
 // Prepare keeps env's lock for Lookup; the executors install it when a
 // run needs it (dir is empty: nothing is installed here).
-func (e *Environments) Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
+func (r *RuntimeEnvironments) Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error) {
+	e := r.e
 	if env.ID == "" {
 		return "", false, nil, nil
 	}

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/execgate/execgate/jaillayout"
+	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/secrets"
 )
@@ -34,13 +36,13 @@ type ExecutorOptions struct {
 	Options
 	// Slots is how many runs it runs at once (>= 1).
 	Slots int
-	// Languages it announces (default python).
-	Languages []string
 	// Version is the build's version, announced.
 	Version string
-	// Python and Platform are announced for the gateways' resolution of
-	// requirements (Announcement); empty: none.
-	Python, Platform string
+	// Runtimes are the runtimes it serves, announced (the gateways route
+	// runs and resolve requirements by them); it reads the run streams of
+	// the available ones, and Deno's when one carries Deno. Default: the
+	// default Python runtime, available, without Deno or a platform.
+	Runtimes []runtimes.Info
 }
 
 // TracerName names the executor's tracer.
@@ -89,8 +91,11 @@ func NewExecutor(rdb redis.UniversalClient, cfg Config, key []byte, run Runner, 
 	if opts.Slots < 1 {
 		return nil, errors.New("dispatch: an executor needs at least one slot")
 	}
-	if len(opts.Languages) == 0 {
-		opts.Languages = []string{"python"}
+	if len(opts.Runtimes) == 0 {
+		opts.Runtimes = []runtimes.Info{{Name: limits.DefaultRuntime, Available: true, Packages: []runtimes.Package{}}}
+	}
+	if len(targetsOf(opts.Runtimes)) == 0 {
+		return nil, errors.New("dispatch: an executor needs an available runtime")
 	}
 	opts.Options = opts.Options.withDefaults()
 	id := cfg.ExecutorID
@@ -131,7 +136,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.loops.Add(2)
 	go func() { defer e.loops.Done(); e.heartbeat(bg) }()
 	go func() { defer e.loops.Done(); e.read(bg) }()
-	e.log.Info("dispatch: executor started", "slots", e.opts.Slots, "languages", e.opts.Languages)
+	e.log.Info("dispatch: executor started", "slots", e.opts.Slots, "serves", targetsOf(e.opts.Runtimes))
 	return nil
 }
 
@@ -163,21 +168,43 @@ func (e *Executor) Stop(ctx context.Context) error {
 	return err
 }
 
+// streams are the run streams the executor reads: one per target it serves.
+func (e *Executor) streams() []string {
+	var out []string
+	for _, t := range targetsOf(e.opts.Runtimes) {
+		out = append(out, e.k.runsFor(t))
+	}
+	return out
+}
+
 func (e *Executor) ensureGroup(ctx context.Context) error {
-	err := e.rdb.XGroupCreateMkStream(ctx, e.k.runs(), group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") { // Redis' error code, across a process boundary
-		return fmt.Errorf("creating the executors' consumer group: %w", err)
+	for _, stream := range e.streams() {
+		err := e.rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") { // Redis' error code, across a process boundary
+			return fmt.Errorf("creating the executors' consumer group on %s: %w", stream, err)
+		}
 	}
 	return nil
+}
+
+// languages are what the executor's runtimes run.
+func (e *Executor) languages() []string {
+	langs := []string{sandbox.LanguagePython}
+	for _, t := range targetsOf(e.opts.Runtimes) {
+		if t == denoTarget {
+			langs = append(langs, sandbox.LanguageJavaScript, sandbox.LanguageTypeScript)
+		}
+	}
+	return langs
 }
 
 // beat renews the executor's heartbeat.
 func (e *Executor) beat(ctx context.Context) error {
 	now := e.now()
 	a := Announcement{
-		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.opts.Languages, Profiles: []string{"jail"},
+		ID: e.id, Slots: e.opts.Slots, Busy: int(e.busy.Load()), Languages: e.languages(), Profiles: []string{"jail"},
 		HarnessProtocol: jaillayout.ProtocolVersion, Wire: WireVersion, Version: e.opts.Version,
-		Python: e.opts.Python, Platform: e.opts.Platform,
+		Runtimes:  e.opts.Runtimes,
 		StartedMS: e.startedMS, BeatMS: now.UnixMilli(),
 	}
 	b, err := json.Marshal(a)
@@ -229,44 +256,66 @@ func (e *Executor) heartbeat(ctx context.Context) {
 	}
 }
 
+// entry is a stream entry and the stream it was read from.
+type entry struct {
+	stream string
+	msg    redis.XMessage
+}
+
 // read takes one entry per free slot: first entries another executor read
-// but never started (XAUTOCLAIM, at most once a beat), then new ones.
+// but never started (XAUTOCLAIM, at most once a beat, on each stream),
+// then new ones from every stream it reads. One read may return an entry
+// per stream: each waits for a slot of its own before it runs.
 func (e *Executor) read(ctx context.Context) {
 	var lastClaim time.Time
+	streams := e.streams()
 	for {
 		select {
 		case e.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		var msgs []redis.XMessage
+		var got []entry
 		var err error
 		if e.now().Sub(lastClaim) >= e.cfg.heartbeat() {
 			lastClaim = e.now()
-			msgs, _, err = e.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-				Stream: e.k.runs(), Group: group, Consumer: e.id, MinIdle: e.cfg.deadAfter(), Start: "0-0", Count: 1,
-			}).Result()
-			if err != nil && ctx.Err() == nil && !errors.Is(err, redis.Nil) {
-				e.log.Warn("dispatch: claiming abandoned entries", "err", err)
+			for _, stream := range streams {
+				msgs, _, cerr := e.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+					Stream: stream, Group: group, Consumer: e.id, MinIdle: e.cfg.deadAfter(), Start: "0-0", Count: 1,
+				}).Result()
+				if cerr != nil && ctx.Err() == nil && !errors.Is(cerr, redis.Nil) {
+					e.log.Warn("dispatch: claiming abandoned entries", "stream", stream, "err", cerr)
+				}
+				if len(msgs) > 0 {
+					got = append(got, entry{stream, msgs[0]})
+					break // one per slot
+				}
 			}
 		}
-		if len(msgs) == 0 {
-			var streams []redis.XStream
-			streams, err = e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: group, Consumer: e.id, Streams: []string{e.k.runs(), ">"}, Count: 1, Block: e.cfg.heartbeat(),
+		if len(got) == 0 {
+			args := make([]string, 0, 2*len(streams))
+			args = append(args, streams...)
+			for range streams {
+				args = append(args, ">")
+			}
+			var res []redis.XStream
+			res, err = e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: group, Consumer: e.id, Streams: args, Count: 1, Block: e.cfg.heartbeat(),
 			}).Result()
-			for _, s := range streams {
-				msgs = append(msgs, s.Messages...)
+			for _, s := range res {
+				for _, m := range s.Messages {
+					got = append(got, entry{s.Stream, m})
+				}
 			}
 		}
-		if len(msgs) == 0 {
+		if len(got) == 0 {
 			<-e.slots
 			if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
-				if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream was deleted: make it again
+				if strings.HasPrefix(err.Error(), "NOGROUP") { // a stream was deleted: make it again
 					_ = e.ensureGroup(ctx)
 					continue
 				}
-				e.log.Warn("dispatch: reading the run stream", "err", err)
+				e.log.Warn("dispatch: reading the run streams", "err", err)
 				select { // Redis is down: try again a beat later
 				case <-time.After(e.cfg.heartbeat()):
 				case <-ctx.Done():
@@ -274,22 +323,36 @@ func (e *Executor) read(ctx context.Context) {
 			}
 			continue
 		}
-		// Count 1: one entry per slot.
-		e.runs.Add(1)
-		e.busy.Add(1)
-		go func(m redis.XMessage) {
-			defer func() { e.busy.Add(-1); <-e.slots; e.runs.Done() }()
-			e.handle(m)
-		}(msgs[0])
+		for i, en := range got {
+			if i > 0 {
+				// Read, so this executor's: it runs once a slot is free
+				// (or, stopping, leaves it pending for another to claim).
+				select {
+				case e.slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			e.runs.Add(1)
+			e.busy.Add(1)
+			go func(en entry) {
+				defer func() { e.busy.Add(-1); <-e.slots; e.runs.Done() }()
+				e.handle(en)
+			}(en)
+		}
 	}
 }
 
 // handle verifies one entry, takes it (SET NX) and runs it.
-func (e *Executor) handle(m redis.XMessage) {
+func (e *Executor) handle(en entry) {
 	ctx := e.runCtx
+	m := en.msg
 	job, why := e.verify(m)
+	if why == "" && e.k.runsFor(target(job.Spec.spec())) != en.stream {
+		why = "the job is not for this stream's runtime"
+	}
 	if why != "" {
-		e.refuse(ctx, m.ID, job.RunID, why)
+		e.refuse(ctx, en.stream, m.ID, job.RunID, why)
 		return
 	}
 	// Taken or not, the run leaves its tenant's queue (max_queued).
@@ -304,7 +367,7 @@ func (e *Executor) handle(m redis.XMessage) {
 		e.log.Warn("dispatch: marking a run started", "run_id", job.RunID, "err", err)
 		return
 	}
-	e.done(ctx, m.ID)
+	e.done(ctx, en.stream, m.ID)
 	if !ok {
 		e.skipped.Add(1)
 		e.log.Info("dispatch: run already taken; not run", "run_id", job.RunID, "stream_id", m.ID)
@@ -536,11 +599,11 @@ func recordRefusal(ctx context.Context, rdb redis.UniversalClient, k keys, log *
 }
 
 // refuse drops an entry that must not run, and records why.
-func (e *Executor) refuse(ctx context.Context, streamID, runID, why string) {
+func (e *Executor) refuse(ctx context.Context, stream, streamID, runID, why string) {
 	e.refused.Add(1)
 	why = clip(why, maxReasonBytes)
-	e.log.Warn("dispatch: refused a job", "stream_id", streamID, "run_id", runID, "reason", why)
-	e.done(ctx, streamID)
+	e.log.Warn("dispatch: refused a job", "stream", stream, "stream_id", streamID, "run_id", runID, "reason", why)
+	e.done(ctx, stream, streamID)
 	_ = e.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: e.k.refused(), MaxLen: maxRefusedLength, Approx: true,
 		Values: []string{"stream_id", streamID, "run_id", runID, "executor", e.id, "reason", why, "at_ms", fmt.Sprint(e.now().UnixMilli())},
@@ -548,10 +611,10 @@ func (e *Executor) refuse(ctx context.Context, streamID, runID, why string) {
 }
 
 // done acknowledges and deletes an entry (the stream holds only the queue).
-func (e *Executor) done(ctx context.Context, id string) {
+func (e *Executor) done(ctx context.Context, stream, id string) {
 	pipe := e.rdb.TxPipeline()
-	pipe.XAck(ctx, e.k.runs(), group, id)
-	pipe.XDel(ctx, e.k.runs(), id)
+	pipe.XAck(ctx, stream, group, id)
+	pipe.XDel(ctx, stream, id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn("dispatch: acknowledging an entry", "stream_id", id, "err", err)
 	}

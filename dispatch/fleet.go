@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/execgate/execgate/limits"
+	"github.com/execgate/execgate/runtimes"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // Announcement is what an executor says about itself in its heartbeat.
@@ -19,18 +23,18 @@ type Announcement struct {
 	Slots int `json:"slots"`
 	Busy  int `json:"busy"`
 	// Languages it can run (python always; javascript/typescript with
-	// Deno in its rootfs).
+	// Deno in a runtime's rootfs).
 	Languages []string `json:"languages"`
 	// Profiles are the isolation levels it serves ("jail").
 	Profiles []string `json:"profiles"`
+	// Runtimes are the Python runtimes it serves: their Python version and
+	// uv platform (gateways resolve a run's requirements for them,
+	// envs.go; an empty platform: it cannot install packages), what they
+	// are built from. It reads the run streams of the available ones
+	// (and of Deno, with a runtime carrying it).
+	Runtimes []runtimes.Info `json:"runtimes"`
 	// HarnessProtocol is the gateway↔harness protocol version of its
 	// sandbox (jaillayout.ProtocolVersion); Wire the dispatch WireVersion.
-	// Python and Platform are its rootfs's Python version ("3.11.2") and
-	// uv's platform for its jails ("x86_64-manylinux_2_28"): gateways
-	// resolve a run's requirements for them (envs.go). Empty: it cannot
-	// install packages.
-	Python          string `json:"python,omitempty"`
-	Platform        string `json:"platform,omitempty"`
 	HarnessProtocol int    `json:"harness_protocol"`
 	Wire            int    `json:"wire"`
 	Version         string `json:"version,omitempty"`
@@ -40,6 +44,60 @@ type Announcement struct {
 
 // maxFleet bounds how many executors a gateway reads per look.
 const maxFleet = 1000
+
+// Bounds of one announcement a gateway reads: its JSON, and the runtimes
+// it keeps of it.
+const (
+	maxAnnouncementBytes = 64 << 10
+	maxAnnouncedRuntimes = 8
+)
+
+// serves reports whether a serves target: an available runtime of that
+// name, or Deno ("deno") in one.
+func (a Announcement) serves(target string) bool {
+	for _, rt := range a.Runtimes {
+		if rt.Available && (rt.Name == target || (target == denoTarget && rt.Deno != "")) {
+			return true
+		}
+	}
+	return false
+}
+
+// targets are the run streams a serves (targetsOf).
+func (a Announcement) targets() []string { return targetsOf(a.Runtimes) }
+
+// targetsOf are the targets of rts: every available runtime, and Deno
+// when one of them carries it.
+func targetsOf(rts []runtimes.Info) []string {
+	var out []string
+	deno := false
+	for _, rt := range rts {
+		if !rt.Available {
+			continue
+		}
+		out = append(out, rt.Name)
+		deno = deno || rt.Deno != ""
+	}
+	if deno {
+		out = append(out, denoTarget)
+	}
+	return out
+}
+
+// denoTarget is the target of JavaScript and TypeScript runs.
+const denoTarget = runtimes.DenoRuntime
+
+// target is the run stream spec goes to: its Python runtime (the default
+// one when it names none), or Deno for the other languages.
+func target(spec sandbox.Spec) string {
+	if spec.Language != "" && spec.Language != sandbox.LanguagePython {
+		return denoTarget
+	}
+	if spec.Runtime == "" {
+		return limits.DefaultRuntime
+	}
+	return spec.Runtime
+}
 
 // live returns the executors whose heartbeat has not expired, by id.
 func live(ctx context.Context, rdb redis.UniversalClient, k keys, now time.Time) ([]Announcement, error) {
@@ -67,7 +125,10 @@ func live(ctx context.Context, rdb redis.UniversalClient, k keys, now time.Time)
 			continue // expired between the two reads
 		}
 		var a Announcement
-		if json.Unmarshal([]byte(s), &a) == nil {
+		if len(s) <= maxAnnouncementBytes && json.Unmarshal([]byte(s), &a) == nil {
+			if len(a.Runtimes) > maxAnnouncedRuntimes {
+				a.Runtimes = a.Runtimes[:maxAnnouncedRuntimes]
+			}
 			out = append(out, a)
 		}
 	}
@@ -90,7 +151,7 @@ func usable(fleet []Announcement) []Announcement {
 func describe(fleet []Announcement) string {
 	parts := make([]string, 0, len(fleet))
 	for _, a := range fleet {
-		parts = append(parts, fmt.Sprintf("%s (%d/%d busy, %s, harness v%d)", a.ID, a.Busy, a.Slots, strings.Join(a.Languages, "+"), a.HarnessProtocol))
+		parts = append(parts, fmt.Sprintf("%s (%d/%d busy, %s, harness v%d)", a.ID, a.Busy, a.Slots, strings.Join(a.targets(), "+"), a.HarnessProtocol))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -9,11 +9,13 @@ func newKeys(prefix string) keys { return keys{p: prefix + ":dispatch:"} }
 
 const group = "executors"
 
-func (k keys) runs() string              { return k.p + "runs" }
-func (k keys) refused() string           { return k.p + "refused" }
-func (k keys) executors() string         { return k.p + "executors" }
-func (k keys) executor(id string) string { return k.p + "executor:" + id }
-func (k keys) run(runID string) string   { return k.p + "{" + runID + "}:" }
+// runsFor is the stream of the runs of one target: a Python runtime's
+// name, or "deno" for JavaScript and TypeScript (target).
+func (k keys) runsFor(target string) string { return k.p + "runs:" + target }
+func (k keys) refused() string              { return k.p + "refused" }
+func (k keys) executors() string            { return k.p + "executors" }
+func (k keys) executor(id string) string    { return k.p + "executor:" + id }
+func (k keys) run(runID string) string      { return k.p + "{" + runID + "}:" }
 func (k keys) started(runID string) string {
 	return k.run(runID) + "started"
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -98,7 +99,7 @@ func TestMaxQueuedBoundsATenantsWaitingRunsAcrossGateways(t *testing.T) {
 			t.Fatalf("gateway %d: third queued run = %v, want ExceededError max_queued (limit 2)", i, err)
 		}
 	}
-	if n, _ := rdb.XLen(ctx, k.runs()).Result(); n != 2 || queued("acme") != 2 {
+	if n, _ := rdb.XLen(ctx, k.runsFor(limits.DefaultRuntime)).Result(); n != 2 || queued("acme") != 2 {
 		t.Fatalf("stream holds %d entries and acme's queue %d, want 2 and 2: the refused run was queued", n, queued("acme"))
 	}
 	// Another tenant with the same bound still queues.
@@ -168,7 +169,7 @@ func TestARunThatExpiredInTheQueueGivesItsPlaceBack(t *testing.T) {
 	rdb := newRedis(t)
 	ctx := context.Background()
 	k := newKeys("execgate")
-	announce(t, rdb, "mute", "", "") // alive, never reads
+	announce(t, rdb, "mute", limits.DefaultRuntime, "", "") // alive, never reads
 	cfg := testCfg()
 	cfg.QueueTimeoutMS = 300
 	d, err := NewDispatcher(rdb, cfg, testKey, Options{})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 )
 
 // BenchmarkSplitLatency compares a warm sync run in-process (server.role
@@ -40,7 +42,7 @@ func BenchmarkSplitLatency(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		in := newSplitEnv(b)
-		in.startServer("all", fmt.Sprintf("{nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: 4}", in.nsjail, in.rootfs, testenv.JailDir(b)))
+		in.startServer("all", fmt.Sprintf("{nsjail_path: %s, runtimes_dir: %s, runtimes: [%s], work_dir: %s, warm_pool: 4}", in.nsjail, filepath.Dir(in.rootfs), limits.DefaultRuntime, testenv.JailDir(b)))
 		measure(in, "in-process")
 		_ = in.gw.cmd.Process.Kill()
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 )
 
 // post sends body (tenant added) to the gateway's path as the test tenant.
@@ -60,8 +61,8 @@ func TestSplitRunsWithPackages(t *testing.T) {
 		return code == http.StatusOK
 	})
 	a, err := e.rdb.Get(context.Background(), newKeys("execgate").executor("ex-p")).Result()
-	if err != nil || !strings.Contains(a, `"python":"3.`) || !strings.Contains(a, `"platform":"`) {
-		t.Fatalf("announcement %s (%v): want the rootfs's Python and platform", a, err)
+	if err != nil || !strings.Contains(a, `"python_version":"3.11.`) || !strings.Contains(a, `"platform":"x86_64-manylinux_2_36"`) {
+		t.Fatalf("announcement %s (%v): want the runtime's Python and platform", a, err)
 	}
 
 	const src = "import alpha, beta\ndef run(args, context):\n    return {'alpha': alpha.VERSION, 'beta': beta.VERSION}\n"
@@ -160,7 +161,7 @@ func TestSplitMaxQueuedRefusesATenantsThirdWaitingRun(t *testing.T) {
 	if status != http.StatusTooManyRequests || env.errType() != "QuotaExceeded" || !strings.Contains(env.Error.Message, "max_queued (2)") {
 		t.Fatalf("third waiting run = %d %+v, want 429 QuotaExceeded naming max_queued (2)", status, env.Error)
 	}
-	if n := e.rdb.XLen(ctx, k.runs()).Val(); n != 2 {
+	if n := e.rdb.XLen(ctx, k.runsFor(limits.DefaultRuntime)).Val(); n != 2 {
 		t.Fatalf("the stream holds %d runs, want the 2 waiting (the refused one was queued)", n)
 	}
 	for range 3 {

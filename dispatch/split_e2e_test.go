@@ -53,6 +53,9 @@ type splitEnv struct {
 	nsjail   string
 	execs    map[string]*proc
 	mcp      *toolbridgetest.Server
+	// runtimes names the runtimes of the executors whose id it lists
+	// (default: the default runtime).
+	runtimes map[string]string
 	// policyExtra is appended to the tenant's policy map, execSandbox to
 	// the executors' sandbox map (", key: value" each).
 	policyExtra, execSandbox string
@@ -195,6 +198,14 @@ func (e *splitEnv) toolsLimitsLine() string {
 // startExecutor starts an executor with 2 slots.
 func (e *splitEnv) startExecutor(id string) *proc { return e.startExecutorWith(id, 2, 0) }
 
+// runtimesOf is the runtimes (a YAML flow list's items) of executor id.
+func (e *splitEnv) runtimesOf(id string) string {
+	if rts, ok := e.runtimes[id]; ok {
+		return rts
+	}
+	return limits.DefaultRuntime
+}
+
 // startExecutorWith starts an executor with slots and warm jails.
 func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	t := e.t
@@ -202,9 +213,9 @@ func (e *splitEnv) startExecutorWith(id string, slots, warm int) *proc {
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 server: {role: executor, max_concurrent_runs: `+strconv.Itoa(slots)+`}
-sandbox: {nsjail_path: %s, rootfs_dir: %s, work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
+sandbox: {nsjail_path: %s, runtimes_dir: %s, runtimes: [%s], work_dir: %s, warm_pool: `+strconv.Itoa(warm)+e.execSandbox+`}
 `+e.dispatchCfg(", executor_id: "+id)+`
-`, addr, filepath.Join(e.dir, id), e.nsjail, e.rootfs, testenv.JailDir(t))
+`, addr, filepath.Join(e.dir, id), e.nsjail, filepath.Dir(e.rootfs), e.runtimesOf(id), testenv.JailDir(t))
 	path := filepath.Join(e.dir, id+".yaml")
 	writeFile(t, path, cfg)
 	p := e.start(id, path, "http://"+addr)
@@ -443,7 +454,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		if code != http.StatusServiceUnavailable || r.Ready || ok || !strings.Contains(msg, "no executor") {
 			t.Fatalf("/readyz with no executor = %d %+v", code, r)
 		}
-		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result(); n != 0 {
+		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result(); n != 0 {
 			t.Fatalf("%d runs were queued with no executor alive", n)
 		}
 	})
@@ -605,7 +616,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 						TimeoutMS: 5000, CPUMS: 5000, MemoryMB: 128, Pids: 16, OutputBytes: 65536, TmpMB: 8}.Or(limits.Default)}}
 		}
 		push := func(v string) string {
-			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runs(), Values: []string{"job", v}}).Result()
+			id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.runsFor(limits.DefaultRuntime), Values: []string{"job", v}}).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -702,7 +713,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			submit(i, map[string]any{"source": okSource, "args": map[string]any{"i": i}})
 		}
 		waitFor(t, 10*time.Second, "the short runs queued", func() bool {
-			n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result()
+			n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result()
 			return n >= short
 		})
 		victim := e.execs["ex-a"]
@@ -742,7 +753,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			t.Fatal("no run was on the killed executor")
 		}
 		// Nothing is left for anyone to claim and run again.
-		pend, err := e.rdb.XPending(context.Background(), newKeys("execgate").runs(), group).Result()
+		pend, err := e.rdb.XPending(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime), group).Result()
 		if err != nil || pend.Count != 0 {
 			t.Fatalf("pending entries after the kill: %+v %v", pend, err)
 		}
@@ -769,7 +780,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 		if status != http.StatusServiceUnavailable || env.errType() != "SandboxUnavailable" || !strings.Contains(env.Error.Message, "no executor") {
 			t.Fatalf("execute with no executor = %d %+v", status, env.Error)
 		}
-		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runs()).Result(); n != 0 {
+		if n, _ := e.rdb.XLen(context.Background(), newKeys("execgate").runsFor(limits.DefaultRuntime)).Result(); n != 0 {
 			t.Fatalf("%d runs queued with no executor alive", n)
 		}
 	})

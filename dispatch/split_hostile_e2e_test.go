@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/toolbridge/toolbridgetest"
 )
@@ -285,7 +286,7 @@ func TestSplitDispatchRedisLosingItsDataNeverRunsAnythingTwice(t *testing.T) {
 		waitFor(t, 60*time.Second, "the held tool call", func() bool { return marks.Count(p+"call") == 1 })
 		queued := submit("queued", p+"queued", map[string]any{})
 		waitFor(t, 30*time.Second, "the second run queued", func() bool {
-			n, _ := e.rdb.XLen(ctx, k.runs()).Result()
+			n, _ := e.rdb.XLen(ctx, k.runsFor(limits.DefaultRuntime)).Result()
 			return n >= 1
 		})
 		e.loseDispatchData()

@@ -19,9 +19,11 @@ import (
 // refuses a job of another version (gateways and executors of one release
 // share it). 2: starts are confirmed by the gateway, and tool calls and
 // output chunks are signed frames of the run (frames.go). 3: a job carries
-// the run's input files and stdin, a reply its artifacts, and a run's
-// brokered secrets travel sealed to the executor confirmed (secrets.go).
-const WireVersion = 3
+// the run's input files and stdin, a reply its artifacts. 4: runs carry
+// their runtime and go to the stream of their target (a runtime, or Deno),
+// and a run's brokered secrets travel sealed to the executor confirmed
+// (secrets.go).
+const WireVersion = 4
 
 // Bounds on what crosses Redis.
 const (
@@ -89,6 +91,7 @@ type WireSpec struct {
 	Lock         string          `json:"lock,omitempty"`
 	EgressAllow  []string        `json:"egress_allow,omitempty"`
 	Isolation    string          `json:"isolation,omitempty"`
+	Runtime      string          `json:"runtime,omitempty"`
 	Files        []sandbox.File  `json:"files,omitempty"`
 	Stdin        string          `json:"stdin,omitempty"`
 	// Secrets are the names of the run's brokered secrets.
@@ -101,7 +104,7 @@ func wireSpec(s sandbox.Spec) WireSpec {
 		Entrypoint: s.Entrypoint, Args: s.Args, Mode: s.Mode, Variables: s.Variables,
 		ToolFixtures: s.ToolFixtures, Network: s.Network, Limits: s.Limits,
 		Lock: s.Lock, EgressAllow: s.EgressAllow,
-		Isolation: s.Isolation, Files: s.Files, Stdin: s.Stdin,
+		Isolation: s.Isolation, Runtime: s.Runtime, Files: s.Files, Stdin: s.Stdin,
 		Secrets: secretNames(s.Secrets),
 	}
 }
@@ -120,7 +123,7 @@ func (w WireSpec) spec() sandbox.Spec {
 		Entrypoint: w.Entrypoint, Args: w.Args, Mode: w.Mode, Variables: w.Variables,
 		ToolFixtures: w.ToolFixtures, Network: w.Network, Limits: w.Limits,
 		Lock: w.Lock, EgressAllow: w.EgressAllow,
-		Isolation: w.Isolation, Files: w.Files, Stdin: w.Stdin,
+		Isolation: w.Isolation, Runtime: w.Runtime, Files: w.Files, Stdin: w.Stdin,
 	}
 }
 

@@ -57,15 +57,25 @@ const evictIdle = 15 * time.Minute
 // package_index, python_platform, deps_*). It needs no root; uv is looked
 // up when first needed. obs may be nil.
 func New(cfg sandbox.Config, obs Observer) (*Cache, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	m, err := sandbox.CheckRootfs(cfg.RootfsDir)
 	if err != nil {
 		return nil, err
 	}
-	return newCache(cfg, m.PythonVersion, obs), nil
+	if cfg.PythonPlatform == "" {
+		cfg.PythonPlatform = m.Platform // a runtime's own; the host runtime's is the default
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := newCache(cfg, m.PythonVersion, obs)
+	if err := c.d.forRuntime(cfg.RootfsDir, m); err != nil {
+		return nil, &sandbox.UnavailableError{Reason: "preparing package installs for runtime " + m.Runtime, Err: err}
+	}
+	if m.Loader != "" {
+		c.d.platform = c.platform
+	}
+	return c, nil
 }
 
 // NewFor returns environments that resolve for another host's

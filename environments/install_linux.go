@@ -22,15 +22,21 @@ import (
 // depsInstaller installs requirement sets into the cache. It is safe for
 // concurrent use.
 type depsInstaller struct {
-	dir       string       // Config.DepsDir
-	check     func() error // can the jail reach dir (through the view)?
-	python    string       // the host interpreter the rootfs was built from
+	dir    string       // Config.DepsDir
+	check  func() error // can the jail reach dir (through the view)?
+	python string       // the interpreter uv installs for (forRuntime)
+	// compile, when set, runs the runtime's interpreter on the host
+	// (forRuntime): bytecode is compiled with it instead of by uv.
+	compile   []string
 	pyVersion string
-	timeout   time.Duration
-	index     sandbox.PackageIndex // where uv looks
-	maxBytes  int64                // an installed set's size cap; 0: none
-	findUV    func() (string, error)
-	getenv    func(string) string
+	// platform is uv's --python-platform for installs ("": uv reads the
+	// interpreter's); a runtime built from packages has its tree's.
+	platform string
+	timeout  time.Duration
+	index    sandbox.PackageIndex // where uv looks
+	maxBytes int64                // an installed set's size cap; 0: none
+	findUV   func() (string, error)
+	getenv   func(string) string
 
 	mu       sync.Mutex // guards inflight
 	inflight map[string]*depsCall
@@ -120,16 +126,27 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 		"--only-binary", ":all:", // wheels only: no package code runs here
 		"--no-config", "--no-python-downloads",
 		"--link-mode", "copy",
-		"--compile-bytecode",
 		"--system-certs",
 		"--cache-dir", cache,
 		"--color", "never", "--no-progress",
+	}
+	if d.compile == nil {
+		args = append(args, "--compile-bytecode")
+	}
+	if d.platform != "" {
+		args = append(args, "--python-platform", d.platform)
 	}
 	args = append(args, d.indexArgs()...)
 	args = append(args, extra...)
 	failure, err := d.runUV(ctx, uv, "installing "+what, args[1:])
 	if failure != nil || err != nil {
 		return "", failure, err
+	}
+	if d.compile != nil {
+		compile := append(append([]string(nil), d.compile...), "-I", "-S", "-m", "compileall", "-q", "-j", "1", tmp)
+		if failure, err := d.runTool(ctx, "compiling "+what, compile); failure != nil || err != nil {
+			return "", failure, err
+		}
 	}
 	_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
 	if err := sealDeps(tmp); err != nil {
@@ -145,6 +162,14 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: moving the install into place", Err: err}
 	}
 	return final, nil, nil
+}
+
+// runTool runs argv (the runtime's interpreter) like uv: under the
+// install timeout, in its own process group, its failure a
+// DependencyError with its output.
+func (d *depsInstaller) runTool(ctx context.Context, doing string, argv []string) (*sandbox.ErrorInfo, error) {
+	_, failure, err := d.runUVOutput(ctx, argv[0], d.dir, doing, argv[1:])
+	return failure, err
 }
 
 // runUV runs uv with args (argv[1:]) under the install timeout, in its own
@@ -183,7 +208,7 @@ func (d *depsInstaller) runUVOutput(ctx context.Context, uv, dir, doing string, 
 				Traceback: out.text()}, nil
 		case errors.As(runErr, &exitErr):
 			return "", &sandbox.ErrorInfo{Type: sandbox.ErrDependencyError,
-				Message:   fmt.Sprintf("%s failed (uv exited with status %d)", doing, exitErr.ExitCode()),
+				Message:   fmt.Sprintf("%s failed (%s exited with status %d)", doing, filepath.Base(uv), exitErr.ExitCode()),
 				Traceback: out.text()}, nil
 		default:
 			return "", nil, &sandbox.UnavailableError{Reason: "running uv " + uv, Hint: uvSetupHint, Err: runErr}

@@ -42,6 +42,9 @@ type Request struct {
 	// Isolation asks for an isolation level, "jail" (default) or
 	// "process"; policy decides (DESIGN §14).
 	Isolation string `json:"isolation,omitempty"`
+	// Runtime asks for a Python runtime ("python3.11", "python3.13");
+	// empty: the tenant's default. Policy decides (DESIGN §15).
+	Runtime string `json:"runtime,omitempty"`
 	// Secrets names the brokered secrets the run asks for; each must be
 	// granted by policy (else 403 PolicyDenied naming it). Absent: none.
 	// In test mode their values come from Fixtures.Secrets.
@@ -140,6 +143,9 @@ type EnvelopeDecision struct {
 	Egress        policy.Egress  `json:"egress"`
 	// Isolation is the decided isolation level: "jail" or "process".
 	Isolation string `json:"isolation"`
+	// Runtime is the decided Python runtime ("python3.13"); absent for
+	// other languages.
+	Runtime string `json:"runtime,omitempty"`
 	// Secrets are the brokered secrets granted to the run, by name
 	// (absent when none).
 	Secrets []string `json:"secrets,omitempty"`
@@ -185,7 +191,7 @@ func envelopeDecision(d *policy.Decision, limits sandbox.Limits) *EnvelopeDecisi
 	if len(d.Secrets) > 0 {
 		granted = d.Secrets
 	}
-	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Secrets: granted}
+	return &EnvelopeDecision{ID: d.ID, NetworkAccess: d.NetworkAccess, Limits: limits, Egress: eg, Isolation: iso, Runtime: d.Runtime, Secrets: granted}
 }
 
 // TraceID is the trace id of ctx's span ("" without one).

@@ -12,20 +12,24 @@ import (
 // errNoEnvironments: requirements asked of a gateway without environments.
 var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
 
-// Environment finds the environment a request names by one of its
-// requirements, requirements_lock and environment_id (nil when it names
-// none). A list that cannot be resolved is a DependencyError (the
+// Environment finds the environment a request for runtime names by one of
+// its requirements, requirements_lock and environment_id (nil when it
+// names none). A list that cannot be resolved is a DependencyError (the
 // *sandbox.ErrorInfo), not an error.
-func (f *Flow) Environment(ctx context.Context, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
+func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
 	if f.d.Environments == nil {
 		return nil, nil, errNoEnvironments
 	}
+	envs, err := f.d.Environments.For(runtime)
+	if err != nil {
+		return nil, nil, err
+	}
 	switch {
 	case len(reqs) > 0:
-		env, failure, err := f.d.Environments.Resolve(ctx, reqs)
+		env, failure, err := envs.Resolve(ctx, reqs)
 		if err != nil {
 			var u *sandbox.UnavailableError
 			if errors.As(err, &u) {
@@ -38,18 +42,18 @@ func (f *Flow) Environment(ctx context.Context, reqs []string, lock, envID strin
 		}
 		return &env, nil, nil
 	case lock != "":
-		env, err := f.d.Environments.FromLock(lock)
+		env, err := envs.FromLock(lock)
 		if err != nil {
 			return nil, nil, BadRequest("requirements_lock", "%v", err)
 		}
 		return &env, nil, nil
 	default:
-		env, ok, err := f.d.Environments.Lookup(envID)
+		env, ok, err := envs.Lookup(envID)
 		if err != nil {
 			return nil, nil, err
 		}
 		if !ok {
-			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared (POST /v1/prepare makes one)", envID)
+			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared for runtime %s (POST /v1/prepare makes one; ids are per runtime)", envID, runtime)
 		}
 		return &env, nil, nil
 	}

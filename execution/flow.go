@@ -90,12 +90,22 @@ type Auditor interface {
 	Record(ctx context.Context, r audit.Record) error
 }
 
-// Environments resolves requirements into locked environments and installs
-// them (*environments.Cache). Resolve and Prepare report what cannot be
-// built as a DependencyError (*sandbox.ErrorInfo); their error is an
-// *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
-// requirement string.
+// Environments are the package environments of every runtime the service
+// runs (one per runtime of package runtimes; a gateway's, per runtime its executors serve): For
+// returns a runtime's, or an *sandbox.UnavailableError naming a runtime
+// it does not serve.
 type Environments interface {
+	For(runtime string) (RuntimeEnvironments, error)
+}
+
+// RuntimeEnvironments resolves requirements into locked environments for
+// one runtime's Python and platform, and installs them
+// (*environments.Cache). Resolve and Prepare report what cannot be built
+// as a DependencyError (*sandbox.ErrorInfo); their error is an
+// *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
+// requirement string. Environment ids are per runtime: Lookup knows only
+// the ones of its runtime.
+type RuntimeEnvironments interface {
 	Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
 	FromLock(lock string) (environments.Environment, error)
 	Lookup(id string) (environments.Environment, bool, error)
@@ -385,7 +395,9 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	if status, env, err := f.claim(ctx, x, tenant); env != nil || err != nil {
 		return status, env, err
 	}
-	pkgs, failure, err := f.Environment(ctx, req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	// Requirements resolve for the run's runtime, which is therefore known
+	// before the policy is asked (the policy decides the same default).
+	pkgs, failure, err := f.Environment(ctx, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
 		return 0, nil, err
 	}

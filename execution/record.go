@@ -200,6 +200,7 @@ func auditRecord(ctx context.Context, x *state, status int, env *Envelope) audit
 			Limits:        x.limits,
 			Egress:        x.decision.Egress.Allow,
 			Isolation:     envelopeDecision(x.decision, x.limits).Isolation,
+			Runtime:       x.decision.Runtime,
 		}
 		if x.decision.Audit.RecordSource && x.req != nil {
 			r.Source = x.req.Source

@@ -33,7 +33,8 @@ func (s secretTenants) Authorize(tenancy.Principal, string, []tenancy.Grant) (te
 	return s.t, nil
 }
 
-// grantAll grants every secret asked for (policies/secrets.rego has its own tests).
+// grantAll grants every secret asked for (policies/secrets.rego has its own
+// tests) and the runtime asked for (the input's: the tenant's default).
 type grantAll struct{}
 
 func (grantAll) Decide(_ context.Context, in policy.Input) (policy.Decision, error) {
@@ -41,7 +42,7 @@ func (grantAll) Decide(_ context.Context, in policy.Input) (policy.Decision, err
 	if in.Request.Mode == "test" {
 		granted = []string{}
 	}
-	return policy.Decision{ID: "d1", Allow: true, NetworkAccess: "none", Limits: limits.Default, Egress: policy.Egress{Allow: []string{}}, Isolation: "jail", Secrets: granted}, nil
+	return policy.Decision{ID: "d1", Allow: true, NetworkAccess: "none", Limits: limits.Default, Egress: policy.Egress{Allow: []string{}}, Isolation: "jail", Runtime: in.Request.Runtime, Secrets: granted}, nil
 }
 
 // leakyRunner sends back whatever secret it gets, every way a run can:

@@ -79,7 +79,8 @@ func (f *Flow) claim(ctx context.Context, x *state, tenant tenancy.Tenant) (int,
 	x.replayed = true
 	if env.Decision != nil {
 		x.decision = &policy.Decision{ID: env.Decision.ID, Allow: true, NetworkAccess: env.Decision.NetworkAccess,
-			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation, Secrets: env.Decision.Secrets}
+			Limits: env.Decision.Limits, Egress: env.Decision.Egress, Isolation: env.Decision.Isolation, Runtime: env.Decision.Runtime,
+			Secrets: env.Decision.Secrets}
 		x.limits = env.Decision.Limits
 	}
 	return stored.Status, &env, nil
@@ -116,6 +117,11 @@ func (f *Flow) decide(ctx context.Context, x *state, tenant tenancy.Tenant) (pol
 	)
 	if !dec.Allow {
 		return dec, Denied(dec.Reasons)
+	}
+	if want := policy.RuntimeFor(tenant, req.Language, req.Runtime); dec.Runtime != want {
+		// The packages were resolved for the runtime asked for (or the
+		// tenant's default); a policy deciding another could never run them.
+		return dec, fmt.Errorf("%w: the policy decided runtime %q for a run asking for %q", ErrPolicy, dec.Runtime, want)
 	}
 	if x.env != nil && !dec.RequirementsAllowed {
 		// The policy allowed the run but not its requirements: never install
@@ -171,6 +177,7 @@ func (req *Request) PolicyRequest() policy.Request {
 		Mode:          req.Mode,
 		Tools:         tools,
 		Isolation:     req.Isolation,
+		Runtime:       req.Runtime,
 		Secrets:       req.Secrets,
 	}
 	if req.Egress != nil {
@@ -268,6 +275,7 @@ func (f *Flow) spec(x *state, tenant tenancy.Tenant, dec policy.Decision) (sandb
 		Limits:      x.limits,
 		EgressAllow: dec.Egress.Allow,
 		Isolation:   dec.Isolation,
+		Runtime:     dec.Runtime,
 		Output:      x.output,
 		Files:       req.Files,
 		Stdin:       req.Stdin,
@@ -321,7 +329,11 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		// Installed here (once per environment; a hit when prepared), so
 		// the runner only binds it. A dispatching gateway installs nothing
 		// (dir ""): the executor installs the lock the run carries.
-		dir, _, failure, err := f.d.Environments.Prepare(ctx, *x.env)
+		envs, err := f.d.Environments.For(dec.Runtime)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		dir, _, failure, err := envs.Prepare(ctx, *x.env)
 		if err != nil {
 			return sandbox.Result{}, err
 		}

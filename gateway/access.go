@@ -68,6 +68,7 @@ var accessTable = []Access{
 	{http.MethodPost, "/v1/validate", TenantFromToken, []tenancy.Grant{executor}, "check a tool's source"},
 	{http.MethodGet, "/v1/tools", TenantFromToken, []tenancy.Grant{executor}, "list the granted tools (code mode)"},
 	{http.MethodPost, "/v1/prepare", TenantFromToken, []tenancy.Grant{executor}, "resolve, check and install a package environment"},
+	{http.MethodGet, "/v1/runtimes", TenantFromQuery, []tenancy.Grant{adminAny, executor}, "list the runtimes, what each has and which the tenant may use"},
 	{http.MethodGet, "/v1/admin/tenants", TenantAll, []tenancy.Grant{adminAny}, "list every tenant"},
 	{http.MethodGet, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny, tenantAdmin, auditor}, "read a tenant's quota"},
 	{http.MethodPut, "/v1/admin/tenants/:id/quota", TenantFromPath, []tenancy.Grant{adminAny}, "override a tenant's quota"},

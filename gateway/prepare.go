@@ -35,9 +35,13 @@ type PrepareRequest = decode.PrepareRequest
 // PrepareResponse describes a prepared environment: run with
 // "environment_id" (or the same requirements) and nothing is installed.
 type PrepareResponse struct {
-	EnvironmentID string                       `json:"environment_id"`
-	Lock          string                       `json:"lock"`
-	Packages      []environments.LockedPackage `json:"packages"`
+	EnvironmentID string `json:"environment_id"`
+	// Runtime is the Python runtime the environment is for (the one
+	// asked for, or the tenant's default): a run names the environment
+	// with the same runtime.
+	Runtime  string                       `json:"runtime"`
+	Lock     string                       `json:"lock"`
+	Packages []environments.LockedPackage `json:"packages"`
 	// Cached says the environment was already installed.
 	Cached bool `json:"cached"`
 	// Warm is how many jails the gateway keeps waiting for runs of the
@@ -77,10 +81,11 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	env, failure, err := s.flow.Environment(ctx, req.Requirements, req.RequirementsLock, "")
+	runtime := policy.RuntimeFor(tenant, "python", req.Runtime)
+	env, failure, err := s.flow.Environment(ctx, runtime, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
 	if err == nil && failure == nil {
-		dec, err = s.preparePolicy(ctx, tenant, p, req.Requirements, env)
+		dec, err = s.preparePolicy(ctx, tenant, p, runtime, req.Requirements, env)
 	}
 	if err != nil {
 		s.fail(c, err)
@@ -96,7 +101,10 @@ func (s *Server) handlePrepare(c *gin.Context) {
 			s.fail(c, err)
 			return
 		}
-		dir, hit, failure, err = s.d.Environments.Prepare(ctx, *env)
+		var envs execution.RuntimeEnvironments
+		if envs, err = s.d.Environments.For(runtime); err == nil {
+			dir, hit, failure, err = envs.Prepare(ctx, *env)
+		}
 		_ = adm.Release(context.WithoutCancel(ctx))
 		if err != nil {
 			s.fail(c, err)
@@ -109,13 +117,13 @@ func (s *Server) handlePrepare(c *gin.Context) {
 			Error: ErrorBody{Type: sandbox.ErrDependencyError, Message: failure.Message, Traceback: failure.Traceback}})
 		return
 	}
-	resp := PrepareResponse{EnvironmentID: env.ID, Lock: env.Lock, Packages: env.Packages, Cached: hit,
+	resp := PrepareResponse{EnvironmentID: env.ID, Runtime: runtime, Lock: env.Lock, Packages: env.Packages, Cached: hit,
 		Limits: dec.Limits, NetworkAccess: dec.NetworkAccess}
 	if resp.NetworkAccess == "" {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}
 	if req.Warm > 0 && s.d.Warmer != nil {
-		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits}
+		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits, Runtime: runtime}
 		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
 			s.fail(c, err)
 			return
@@ -129,8 +137,8 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // run (no limits or network asked) needing it would be asked, and returns
 // the decision: its limits and network are those of the jails warmed for
 // env.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, reqs []string, env *environments.Environment) (policy.Decision, error) {
-	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env)})
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, runtime string, reqs []string, env *environments.Environment) (policy.Decision, error) {
+	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env), Runtime: runtime})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {
 		return dec, fmt.Errorf("%w: %w", execution.ErrPolicy, err)

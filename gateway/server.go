@@ -93,6 +93,8 @@ type Deps struct {
 	// Warmer keeps jails warm for prepared environments (POST /v1/prepare
 	// "warm"). Nil: prepare warms nothing and answers "warm": 0.
 	Warmer Warmer
+	// Runtimes lists the runtimes for GET /v1/runtimes. Nil: it lists none.
+	Runtimes RuntimeLister
 	// Metrics may be nil (no metrics); MetricsHandler serves /metrics
 	// (nil: 404).
 	Metrics        Metrics
@@ -298,6 +300,7 @@ func (s *Server) routes() *gin.Engine {
 		{http.MethodPost, "/v1/execute"}:                                 s.handleExecute,
 		{http.MethodPost, "/v1/validate"}:                                s.handleValidate,
 		{http.MethodPost, "/v1/prepare"}:                                 s.handlePrepare,
+		{http.MethodGet, "/v1/runtimes"}:                                 s.handleRuntimes,
 		{http.MethodGet, "/v1/admin/tenants"}:                            s.handleListTenants,
 		{http.MethodGet, "/v1/admin/tenants/:id/quota"}:                  s.handleGetQuota,
 		{http.MethodPut, "/v1/admin/tenants/:id/quota"}:                  s.handlePutQuota,

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -122,7 +123,10 @@ const ManifestFormat = 1
 //	   readable by the tool's user
 //	3: /workspace, /run/execgate/secrets (brokered secrets' mount point)
 //	4: the system libraries manylinux wheels link (libstdc++, libpthread, …)
-const Version = 4
+//	5: runtimes: trees built from pinned Debian packages (merged /usr),
+//	   the manifest names its runtime; every runtime's closure holds the
+//	   packages of 4's libraries
+const Version = 5
 
 // Manifest describes a built rootfs. It lives at ManifestPath inside the tree.
 type Manifest struct {
@@ -153,6 +157,57 @@ type Manifest struct {
 	// DenoStamp is its content's identity (rootfs.DenoStamp), not its path.
 	DenoVersion string `json:"deno_version,omitempty"`
 	DenoStamp   string `json:"deno_stamp,omitempty"`
+
+	// Runtime is the name runs choose the tree by: a runtime built from
+	// pinned Debian packages ("python3.11", "python3.13") or "host" (copied
+	// from the host's interpreter, PythonPath).
+	Runtime string `json:"runtime"`
+	// Distribution says where the packages came from ("debian bookworm");
+	// empty for the host runtime.
+	Distribution string `json:"distribution,omitempty"`
+	// Packages are the pinned packages the tree was unpacked from.
+	Packages []Package `json:"packages,omitempty"`
+	// LockSHA256 hashes the runtime's entry of the lock it was built from:
+	// a tree built from another lock is rebuilt.
+	LockSHA256 string `json:"lock_sha256,omitempty"`
+	// Glibc is the tree's C library version ("2.36"); Platform uv's
+	// --python-platform for wheels that fit it ("x86_64-manylinux_2_36").
+	// Empty for the host runtime (the sandbox's default platform).
+	Glibc    string `json:"glibc,omitempty"`
+	Platform string `json:"platform,omitempty"`
+	// Loader and LibraryPath start the tree's interpreter on the host,
+	// outside any jail, for the work that needs the interpreter and is not
+	// a run: compiling the standard library and installing packages. Loader
+	// is the tree's dynamic loader and LibraryPath its library directories
+	// (paths in the tree). An empty Loader: the tree's interpreter is the
+	// host's (PythonPath), run as it is.
+	Loader      string   `json:"loader,omitempty"`
+	LibraryPath []string `json:"library_path,omitempty"`
+}
+
+// Package is one package a tree was built from.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+}
+
+// HostPython is the command that runs the interpreter of the tree at dir
+// (a host path) on the host: the host interpreter itself for a tree
+// copied from it, else the tree's interpreter through the tree's own
+// loader and libraries (the host's C library may be older than the one
+// the interpreter needs). Only the work that needs an interpreter and is
+// not a run uses it (compiling, installing packages): runs always start
+// in a jail.
+func (m *Manifest) HostPython(dir string) []string {
+	if m.Loader == "" {
+		return []string{m.PythonPath}
+	}
+	libs := make([]string, len(m.LibraryPath))
+	for i, l := range m.LibraryPath {
+		libs[i] = filepath.Join(dir, l)
+	}
+	return []string{filepath.Join(dir, m.Loader), "--library-path", strings.Join(libs, ":"), filepath.Join(dir, PythonPath)}
 }
 
 // ErrNoManifest means the directory holds no rootfs manifest.

@@ -27,7 +27,31 @@ const (
 	DefaultNetworkAccess = "none"
 	DefaultMode          = "run"
 	DefaultIsolation     = "jail"
+	// DefaultRuntime is the Python runtime of a run that names none, for
+	// a tenant whose policy data lists no runtimes (platform.rego's
+	// runtime_default). A tenant that lists some gets the first.
+	DefaultRuntime = "python3.11"
+	// HostRuntime names the fallback runtime copied from the host's
+	// interpreter (off unless sandbox.runtimes lists it).
+	HostRuntime = "host"
 )
+
+// Runtimes are the Python runtimes a request may name (platform.rego's
+// runtimes): the two built from pinned Debian packages
+// (rootfs/runtimes.lock.json) and the host fallback. A name outside this
+// list is a bad request; one the tenant is not granted is a policy denial;
+// one the service does not serve is SandboxUnavailable.
+var Runtimes = []string{"python3.11", "python3.13", HostRuntime}
+
+// KnownRuntime reports whether name is one of Runtimes.
+func KnownRuntime(name string) bool {
+	for _, r := range Runtimes {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
 
 // Limits bound one run. Every field is positive in a run; in a request
 // (policy input), zero means "not requested".

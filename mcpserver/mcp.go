@@ -51,6 +51,7 @@ import (
 
 	"github.com/execgate/execgate/decode"
 	"github.com/execgate/execgate/execution"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 	"github.com/execgate/execgate/tenancy"
@@ -169,15 +170,26 @@ func executeTool(lang string) *mcp.Tool {
 			"The result is the execution envelope (status, result, stdout, stderr, error, usage, decision, artifacts). " +
 			"Files the tool writes to /workspace/out (a matplotlib figure saved with plt.savefig(\"/workspace/out/chart.png\")) come back as artifacts; small PNG, JPEG, GIF and WebP images as image content. " +
 			"Reuse an execution_id to retry safely: a repeated id returns the first run's answer and never runs twice.",
-		InputSchema: json.RawMessage(executeInputSchema),
+		InputSchema: json.RawMessage(executeInputSchema(lang)),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
 	}
+}
+
+// executeInputSchema is execute_<lang>'s input schema: execute_python
+// also takes the runtime.
+func executeInputSchema(lang string) string {
+	runtime := ""
+	if lang == sandbox.LanguagePython {
+		runtime = `
+    "runtime": {"type": "string", "enum": ["` + strings.Join(limits.Runtimes, `", "`) + `"], "description": "the Python runtime (python3.11, python3.13; GET /v1/runtimes lists them); default: the tenant's, if policy grants it"},`
+	}
+	return strings.Replace(executeInputSchemaBase, "\n    \"fixtures\"", runtime+"\n    \"fixtures\"", 1)
 }
 
 // The tools' input schemas: the execute and validate request bodies without
 // the fields the tool sets (language) or that only HTTP callers need
 // (tenant_id: the token's). The decoder stays the authority on values.
-const executeInputSchema = `{
+const executeInputSchemaBase = `{
   "type": "object",
   "properties": {
     "source": {"type": "string", "description": "the tool's source"},

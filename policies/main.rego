@@ -21,6 +21,7 @@ import data.execgate.isolation
 import data.execgate.limits
 import data.execgate.network
 import data.execgate.packages
+import data.execgate.runtimes
 import data.execgate.secrets
 import data.execgate.tools
 
@@ -36,6 +37,7 @@ baseline := union({
 	packages.violations,
 	tools.violations,
 	isolation.violations,
+	runtimes.violations,
 	secrets.violations,
 })
 
@@ -55,6 +57,7 @@ decision := {
 	"tools": tools.granted,
 	"audit": {"record_source": access.record_source},
 	"isolation": isolation.level,
+	"runtime": runtimes.runtime,
 	"secrets": secrets.granted,
 } if {
 	count(deny) == 0
@@ -68,6 +71,7 @@ decision := {
 	"tools": [],
 	"audit": {"record_source": access.record_source},
 	"isolation": "jail",
+	"runtime": "",
 	"secrets": [],
 } if {
 	count(deny) > 0

@@ -58,6 +58,16 @@ isolation_levels := {"jail", "process"}
 # modes a request may ask for: run, or test (fixtures, no network, no tools).
 modes := {"run", "test"}
 
+# runtimes are the Python runtimes a run may name (runtimes.rego):
+# python3.11 (Debian bookworm) and python3.13 (Debian trixie), built from
+# pinned packages (rootfs/runtimes.lock.json), and host, the fallback
+# copied from the host's interpreter. package limits repeats them
+# (limits.Runtimes, limits.DefaultRuntime); a test fails when they drift.
+runtimes := {"python3.11", "python3.13", "host"}
+
+# runtime_default is the runtime of a tenant whose policy data lists none.
+runtime_default := "python3.11"
+
 # package_deny lists packages no tenant may install, whatever its allow-list
 # says (names written normalised, as in PEP 503): installer tooling that could rewrite
 # the environment, and abandoned crypto with known flaws.
@@ -83,6 +93,7 @@ tenant_data_types := {
 	"audit": "object",
 	"languages": "array",
 	"isolation": "array",
+	"runtimes": "array",
 	"callbacks": "array",
 	"secrets": "array",
 }

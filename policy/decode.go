@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -64,6 +65,7 @@ func (in Input) valueWith(tenant *ast.Term) ast.Value {
 			item("mode", stringTerm(r.Mode)),
 			item("tools", stringsTerm(r.Tools)),
 			item("isolation", stringTerm(r.Isolation)),
+			item("runtime", stringTerm(r.Runtime)),
 			item("secrets", stringsTerm(r.Secrets)),
 		)),
 	)
@@ -77,7 +79,7 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{"version", "tenant", "id", "plan", "data", "subject", "sub", "roles",
 		"request", "language", "entrypoint", "source_sha256", "source_bytes", "args_bytes",
 		"requirements", "packages", "name", "version", "index", "via", "network_access", "egress_hosts", "limits", "timeout_ms", "cpu_ms",
-		"mode", "tools", "isolation", "secrets"} {
+		"mode", "tools", "isolation", "runtime", "secrets"} {
 		m[k] = stringTerm(k)
 	}
 	for _, k := range limits.Keys {
@@ -183,6 +185,9 @@ func decodeDecision(v any) (Decision, error) {
 	if d.Isolation, err = decodeIsolation(m["isolation"]); err != nil {
 		fail("isolation %v", err)
 	}
+	if d.Runtime, err = decodeRuntime(m["runtime"]); err != nil {
+		fail("runtime %v", err)
+	}
 	d.Secrets = []string{}
 	if v, ok := m["secrets"]; ok {
 		if d.Secrets, err = stringList(v); err != nil {
@@ -226,6 +231,26 @@ func decodeIsolation(v any) (string, error) {
 	}
 	if !slices.Contains(isolationLevels, s) {
 		return "jail", fmt.Errorf("is %q, not jail or process", s)
+	}
+	return s, nil
+}
+
+// knownRuntime is limits.KnownRuntime (a name fastDecision can reach).
+var knownRuntime = limits.KnownRuntime
+
+// decodeRuntime reads a decision's runtime: absent or "" means none (a
+// policy set written before the field, or a run of another language),
+// anything else must be a known runtime.
+func decodeRuntime(v any) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("is %s, not a string", kind(v))
+	}
+	if s != "" && !limits.KnownRuntime(s) {
+		return "", fmt.Errorf("is %q, not one of %s", s, strings.Join(limits.Runtimes, ", "))
 	}
 	return s, nil
 }
@@ -315,11 +340,12 @@ func decodeDecisionValue(v ast.Value) (Decision, error) {
 
 var (
 	decisionKeys = struct {
-		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation, secrets *ast.Term
+		allow, reasons, network, limits, egress, egressAllow, requirements, tools, audit, recordSource, isolation, runtime, secrets *ast.Term
 	}{
 		ast.StringTerm("allow"), ast.StringTerm("reasons"), ast.StringTerm("network_access"), ast.StringTerm("limits"),
 		ast.StringTerm("egress"), ast.StringTerm("allow"), ast.StringTerm("requirements_allowed"), ast.StringTerm("tools"),
-		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"), ast.StringTerm("secrets"),
+		ast.StringTerm("audit"), ast.StringTerm("record_source"), ast.StringTerm("isolation"),
+		ast.StringTerm("runtime"), ast.StringTerm("secrets"),
 	}
 	limitKeys = func() []*ast.Term {
 		var ts []*ast.Term
@@ -408,6 +434,13 @@ func fastDecision(v ast.Value) (d Decision, ok bool) {
 			return d, false
 		}
 		d.Isolation = string(s)
+	}
+	if rt := get(obj, k.runtime); rt != nil {
+		s, ok := rt.(ast.String)
+		if !ok || (s != "" && !knownRuntime(string(s))) {
+			return d, false
+		}
+		d.Runtime = string(s)
 	}
 	d.Secrets = []string{}
 	if sec := get(obj, k.secrets); sec != nil {

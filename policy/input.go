@@ -25,6 +25,9 @@ type Request struct {
 	Mode          string
 	Tools         []string
 	Isolation     string // "jail" (default) or "process"
+	// Runtime is the Python runtime asked for; "" asks for the tenant's
+	// default (RuntimeFor).
+	Runtime string
 	// Secrets are the brokered secrets asked for, by name.
 	Secrets []string
 }
@@ -64,9 +67,32 @@ func BuildInput(t tenancy.Tenant, p tenancy.Principal, r Request) Input {
 			Mode:          r.Mode,
 			Tools:         nonNil(r.Tools),
 			Isolation:     r.Isolation,
+			Runtime:       RuntimeFor(t, r.Language, r.Runtime),
 			Secrets:       nonNil(r.Secrets),
 		},
 	}
+}
+
+// RuntimeFor is the runtime a run of language asking for runtime gets: the
+// one it asks for; for a Python run that names none, its tenant's default,
+// the first of the tenant's policy data "runtimes" (limits.DefaultRuntime
+// when it lists none). Other languages name none. policies/runtimes.rego's
+// default_runtime is the same rule (a test keeps them in step); the gateway
+// asks here first because a run's requirements are resolved for its
+// runtime before the policy sees them.
+func RuntimeFor(t tenancy.Tenant, language, runtime string) string {
+	if runtime = strings.TrimSpace(runtime); runtime != "" {
+		return runtime
+	}
+	if orDefault(language, limits.DefaultLanguage) != "python" {
+		return ""
+	}
+	if list, ok := t.Policy["runtimes"].([]any); ok && len(list) > 0 {
+		if s, ok := list[0].(string); ok {
+			return s
+		}
+	}
+	return limits.DefaultRuntime
 }
 
 // WithDefaults returns r with its empty (or blank) language, entrypoint,

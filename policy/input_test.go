@@ -41,6 +41,7 @@ func TestBuildInput(t *testing.T) {
 		Mode:          "run",
 		Tools:         []string{},
 		Isolation:     "jail",
+		Runtime:       limits.DefaultRuntime,
 		Secrets:       []string{},
 	}, in.Request)
 

@@ -42,3 +42,59 @@ func TestPlatformRegoAndLimitsPackageAgree(t *testing.T) {
 		}
 	})
 }
+
+// The runtimes are written twice too: platform.rego's runtimes and
+// runtime_default, limits.Runtimes and limits.DefaultRuntime; and the
+// tenant's default (the first of its "runtimes") in runtimes.rego and in
+// RuntimeFor, which the gateway asks before the policy because a run's
+// requirements are resolved for its runtime.
+func TestPlatformRegoAndLimitsPackageAgreeOnRuntimes(t *testing.T) {
+	e := newEngine(t, Options{})
+	who := tenancy.Principal{TenantID: "t", Subject: "u1", Roles: []string{tenancy.RoleExecutor}}
+	all := make([]any, len(limits.Runtimes))
+	for i, r := range limits.Runtimes {
+		all[i] = r
+	}
+	for _, tc := range []struct {
+		name string
+		data map[string]any
+	}{
+		{"a tenant without runtimes", map[string]any{}},
+		{"a tenant listing python3.13 first", map[string]any{"runtimes": []any{"python3.13", "python3.11"}}},
+		{"a tenant granted every runtime", map[string]any{"runtimes": all}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tenant := tenancy.Tenant{ID: "t", Plan: "standard", Policy: tc.data}
+			d, err := e.Decide(context.Background(), BuildInput(tenant, who, Request{Source: "x"}))
+			if err != nil || !d.Allow {
+				t.Fatalf("Decide = %+v, %v", d, err)
+			}
+			if want := RuntimeFor(tenant, "python", ""); d.Runtime != want {
+				t.Errorf("runtimes.rego decided %q for a run naming none, RuntimeFor says %q", d.Runtime, want)
+			}
+			// Without the gateway's default in the input, the policy's own
+			// default is the same.
+			in := BuildInput(tenant, who, Request{Source: "x"})
+			in.Request.Runtime = ""
+			if d, err := e.Decide(context.Background(), in); err != nil || d.Runtime != RuntimeFor(tenant, "python", "") {
+				t.Errorf("policy default %q (%v), RuntimeFor %q", d.Runtime, err, RuntimeFor(tenant, "python", ""))
+			}
+		})
+	}
+	t.Run("every runtime of limits.Runtimes is a platform runtime", func(t *testing.T) {
+		tenant := tenancy.Tenant{ID: "t", Plan: "standard", Policy: map[string]any{"runtimes": all}}
+		for _, r := range limits.Runtimes {
+			d, err := e.Decide(context.Background(), BuildInput(tenant, who, Request{Source: "x", Runtime: r}))
+			if err != nil || !d.Allow || d.Runtime != r {
+				t.Errorf("runtime %s: %+v, %v", r, d, err)
+			}
+		}
+		d, err := e.Decide(context.Background(), BuildInput(tenant, who, Request{Source: "x", Runtime: "python9"}))
+		if err != nil || d.Allow {
+			t.Errorf("a runtime outside limits.Runtimes was allowed: %+v, %v", d, err)
+		}
+	})
+	if tenant := (tenancy.Tenant{ID: "t"}); RuntimeFor(tenant, "python", "") != limits.DefaultRuntime {
+		t.Errorf("RuntimeFor a tenant without data = %q, want limits.DefaultRuntime", RuntimeFor(tenant, "python", ""))
+	}
+}

@@ -75,6 +75,7 @@ var inputFields = []inputField{
 	{[]string{"request", "mode"}, func(b []byte, in Input) []byte { return appendKeyString(b, in.Request.Mode) }},
 	{[]string{"request", "tools"}, func(b []byte, in Input) []byte { return appendKeyStrings(b, in.Request.Tools) }},
 	{[]string{"request", "isolation"}, func(b []byte, in Input) []byte { return appendKeyString(b, in.Request.Isolation) }},
+	{[]string{"request", "runtime"}, func(b []byte, in Input) []byte { return appendKeyString(b, in.Request.Runtime) }},
 	{[]string{"request", "secrets"}, func(b []byte, in Input) []byte { return appendKeyStrings(b, in.Request.Secrets) }},
 }
 

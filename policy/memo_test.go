@@ -18,7 +18,7 @@ func TestMemoPlan(t *testing.T) {
 	defaultKey := []string{
 		"input.subject.roles", "input.request.language", "input.request.requirements", "input.request.packages",
 		"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
-		"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.secrets", "input.tenant",
+		"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.runtime", "input.request.secrets", "input.tenant",
 	}
 	s := newEngine(t, Options{}).current.Load()
 	require.NotNil(t, s.memo)
@@ -39,7 +39,7 @@ func TestMemoPlan(t *testing.T) {
 			key: []string{
 				"input.subject.roles", "input.request.language", "input.request.source_sha256", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
-				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.secrets", "input.tenant",
+				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.runtime", "input.request.secrets", "input.tenant",
 			},
 		},
 		"reads the whole request": {
@@ -48,7 +48,7 @@ func TestMemoPlan(t *testing.T) {
 				"input.subject.roles", "input.request.language", "input.request.entrypoint", "input.request.source_sha256",
 				"input.request.source_bytes", "input.request.args_bytes", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
-				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.secrets", "input.tenant",
+				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.runtime", "input.request.secrets", "input.tenant",
 			},
 		},
 		"reads a key by variable": {
@@ -56,7 +56,7 @@ func TestMemoPlan(t *testing.T) {
 			key: []string{
 				"input.subject.sub", "input.subject.roles", "input.request.language", "input.request.requirements", "input.request.packages",
 				"input.request.network_access", "input.request.egress_hosts", "input.request.limits",
-				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.secrets", "input.tenant",
+				"input.request.mode", "input.request.tools", "input.request.isolation", "input.request.runtime", "input.request.secrets", "input.tenant",
 			},
 		},
 		"asks the clock":     {module: "deny contains \"late\" if time.now_ns() < 0", uncacheable: "time.now_ns"},

@@ -61,6 +61,10 @@ type RequestInput struct {
 	Tools         []string  `json:"tools"`
 	// Isolation is the level asked for: "jail" (the default) or "process".
 	Isolation string `json:"isolation"`
+	// Runtime is the Python runtime asked for ("python3.13"), or the
+	// tenant's default when the request names none (BuildInput); "" for
+	// other languages.
+	Runtime string `json:"runtime"`
 	// Secrets are the brokered secrets the run asks for, by name (the
 	// values never enter the input).
 	Secrets []string `json:"secrets"`
@@ -93,6 +97,10 @@ type Decision struct {
 	// Isolation is the decided isolation level, "jail" or "process"
 	// (policies/isolation.rego); a decision without one means "jail".
 	Isolation string `json:"isolation"`
+	// Runtime is the decided Python runtime (policies/runtimes.rego): the
+	// one asked for, or the tenant's default; "" for other languages and
+	// for a denied run.
+	Runtime string `json:"runtime"`
 	// Secrets are the brokered secrets granted to the run, by name
 	// (policies/secrets.rego); a decision without the key grants none.
 	Secrets []string `json:"secrets"`

@@ -76,18 +76,32 @@ func staleness(opts Options) (string, *Manifest) {
 		return err.Error(), nil
 	}
 	hv := currentHarness()
-	stamp, err := pythonStamp(opts.PythonPath)
 	switch {
-	case err != nil:
-		return err.Error(), m
 	case m.Layout != jaillayout.Version:
 		return fmt.Sprintf("built with layout %d, this binary builds layout %d", m.Layout, jaillayout.Version), m
 	case m.ProtocolVersion != hv.protocol:
 		return fmt.Sprintf("built for protocol %d, this binary speaks %d", m.ProtocolVersion, hv.protocol), m
 	case m.HarnessSHA256 != hv.sha256:
 		return "built with another harness", m
-	case m.PythonPath != opts.PythonPath || m.PythonStamp != stamp:
-		return fmt.Sprintf("interpreter %s changed since the build", opts.PythonPath), m
+	case m.Runtime != opts.Runtime:
+		return fmt.Sprintf("built as runtime %q, wanted %q", m.Runtime, opts.Runtime), m
+	}
+	if opts.Runtime == HostRuntime {
+		stamp, err := pythonStamp(opts.PythonPath)
+		switch {
+		case err != nil:
+			return err.Error(), m
+		case m.PythonPath != opts.PythonPath || m.PythonStamp != stamp:
+			return fmt.Sprintf("interpreter %s changed since the build", opts.PythonPath), m
+		}
+	} else {
+		rl, err := opts.Lock.Runtime(opts.Runtime)
+		if err != nil {
+			return err.Error(), m
+		}
+		if m.LockSHA256 != rl.sha256(debianArch()) {
+			return "built from another runtime lock", m
+		}
 	}
 	if _, err := os.Lstat(filepath.Join(opts.Dir, jaillayout.PythonPath)); err != nil {
 		return "interpreter missing from the tree", m
@@ -98,13 +112,21 @@ func staleness(opts Options) (string, *Manifest) {
 	return "", m
 }
 
-// builder assembles one tree in root. Paths named "jail path" are absolute
-// paths as seen inside the jail; root+jailPath is the host path.
+// builder assembles one tree in root from src. Paths named "jail path"
+// are absolute paths as seen inside the jail; root+jailPath is the host
+// path, src+jailPath the host path of the source's file.
 type builder struct {
 	opts Options
 	root string
+	src  string
+	pkg  bool // src holds unpacked packages (not the host)
 	py   *hostPython
 	deno *hostDeno // nil: built without Deno
+	// loader and libPath run the tree's interpreter on the host (a tree
+	// built from packages: Manifest.Loader, LibraryPath); "" for the host
+	// runtime, whose interpreter runs as it is.
+	loader  string
+	libPath []string
 }
 
 func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
@@ -112,24 +134,36 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 	if err := checkReplaceable(opts.Dir); err != nil {
 		return nil, err
 	}
-	py, err := probePython(ctx, opts.PythonPath)
-	if err != nil {
-		return nil, err
-	}
 	deno, err := findHostDeno(opts)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := readCAStore(opts.CABundle, opts.CADir)
-	if err != nil {
-		return nil, err
-	}
-	opts.progress("building %s from python %s (%s), %d CA certificates from %s", opts.Dir, py.Version, py.Real, ca.count, opts.CABundle)
-
 	parent := filepath.Dir(opts.Dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("creating rootfs parent: %w", err)
 	}
+	var src *source
+	if opts.Runtime == HostRuntime {
+		if src, err = hostSource(ctx, opts); err != nil {
+			return nil, err
+		}
+	} else {
+		rl, err := opts.Lock.Runtime(opts.Runtime)
+		if err != nil {
+			return nil, err
+		}
+		unpacked, err := os.MkdirTemp(parent, filepath.Base(opts.Dir)+".src-")
+		if err != nil {
+			return nil, fmt.Errorf("creating the unpack dir: %w", err)
+		}
+		defer os.RemoveAll(unpacked)
+		opts.progress("building runtime %s (%s) in %s from %d pinned packages", rl.Name, rl.Distribution, opts.Dir, len(rl.Packages[debianArch()]))
+		if src, err = debianSource(ctx, opts, rl, unpacked); err != nil {
+			return nil, err
+		}
+	}
+	opts.progress("building %s from python %s (%s), %d CA certificates from %s", opts.Dir, src.py.Version, src.py.Real, src.ca.count, src.caFrom)
+
 	tmp, err := os.MkdirTemp(parent, filepath.Base(opts.Dir)+".tmp-")
 	if err != nil {
 		return nil, fmt.Errorf("creating build dir: %w", err)
@@ -139,7 +173,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 			os.RemoveAll(tmp)
 		}
 	}()
-	b := &builder{opts: opts, root: tmp, py: py, deno: deno}
+	b := &builder{opts: opts, root: tmp, src: src.root, pkg: src.lock != nil, py: src.py, deno: deno}
 
 	steps := []struct {
 		name string
@@ -150,7 +184,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		{"shared libraries", b.libraries},
 		{"deno", b.installDeno},
 		{"/etc", b.etc},
-		{"CA trust store", func(context.Context) error { return b.trustStore(ca) }},
+		{"CA trust store", func(context.Context) error { return b.trustStore(src.ca) }},
 		{"time zones", b.zoneinfo},
 		{"mount points", b.mountPoints},
 		{"harness", b.harness},
@@ -182,15 +216,25 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		Layout:          jaillayout.Version,
 		ProtocolVersion: hv.protocol,
 		HarnessSHA256:   hv.sha256,
-		PythonVersion:   py.Version,
-		PythonPath:      opts.PythonPath,
-		PythonStamp:     py.Stamp,
-		Stdlib:          py.jailStdlib(),
+		PythonVersion:   src.py.Version,
+		Stdlib:          src.py.jailStdlib(),
 		Files:           scan.Files,
 		Bytes:           scan.Bytes,
-		CACerts:         ca.count,
+		CACerts:         src.ca.count,
 		ContentSHA256:   scan.SHA256,
 		BuiltAt:         opts.now().UTC().Truncate(time.Second),
+		Runtime:         opts.Runtime,
+		Glibc:           src.glibc,
+		Platform:        src.platform(),
+		Loader:          b.loader,
+		LibraryPath:     b.libPath,
+	}
+	if src.lock == nil {
+		m.PythonPath, m.PythonStamp = opts.PythonPath, src.py.Stamp
+	} else {
+		m.Distribution = src.lock.Distribution
+		m.Packages = src.manifestPackages()
+		m.LockSHA256 = src.lock.sha256(src.arch)
 	}
 	if deno != nil {
 		m.DenoVersion, m.DenoStamp = deno.Version, deno.Stamp
@@ -208,8 +252,8 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 	if err := swapInto(tmp, opts.Dir); err != nil {
 		return nil, err
 	}
-	opts.progress("built %s in %s: %d files, %.1f MiB, %d CA certificates, python %s",
-		opts.Dir, time.Since(start).Round(time.Millisecond), m.Files, float64(m.Bytes)/(1<<20), m.CACerts, m.PythonVersion)
+	opts.progress("built %s in %s: runtime %s, %d files, %.1f MiB, %d CA certificates, python %s",
+		opts.Dir, time.Since(start).Round(time.Millisecond), m.Runtime, m.Files, float64(m.Bytes)/(1<<20), m.CACerts, m.PythonVersion)
 	return m, nil
 }
 
@@ -242,6 +286,13 @@ func checkReplaceable(dir string) error {
 // host returns the host path of a jail path in the tree being built.
 func (b *builder) host(jailPath string) string {
 	return filepath.Join(b.root, filepath.FromSlash(jailPath))
+}
+
+// from returns the host path of a path in the source the tree is built
+// from: the host itself ("/"), or the directory the runtime's packages
+// were unpacked into.
+func (b *builder) from(p string) string {
+	return filepath.Join(b.src, filepath.FromSlash(p))
 }
 
 // mirrorDir makes jail path p a directory in the tree and returns its
@@ -277,8 +328,8 @@ func (b *builder) mirrorDir(p string, depth int) (string, error) {
 		case !errors.Is(err, os.ErrNotExist):
 			return "", err
 		}
-		if hfi, herr := os.Lstat(next); herr == nil && hfi.Mode().Type() == fs.ModeSymlink {
-			t, err := os.Readlink(next)
+		if hfi, herr := os.Lstat(b.from(next)); herr == nil && hfi.Mode().Type() == fs.ModeSymlink {
+			t, err := os.Readlink(b.from(next))
 			if err != nil {
 				return "", err
 			}
@@ -318,7 +369,7 @@ func (b *builder) symlink(link, abs string) error {
 	return os.Symlink(rel, b.host(link))
 }
 
-// installFile copies the host file at hostPath to the same jail path,
+// installFile copies the source's file at hostPath to the same jail path,
 // reproducing every symlink on the way (directories and the file itself).
 func (b *builder) installFile(hostPath string, depth int) error {
 	if depth > 32 {
@@ -332,13 +383,13 @@ func (b *builder) installFile(hostPath string, depth int) error {
 	if _, err := os.Lstat(b.host(p)); err == nil {
 		return nil // already installed
 	}
-	fi, err := os.Lstat(p)
+	fi, err := os.Lstat(b.from(p))
 	if err != nil {
 		return err
 	}
 	switch {
 	case fi.Mode().Type() == fs.ModeSymlink:
-		t, err := os.Readlink(p)
+		t, err := os.Readlink(b.from(p))
 		if err != nil {
 			return err
 		}
@@ -348,7 +399,7 @@ func (b *builder) installFile(hostPath string, depth int) error {
 		}
 		return b.installFile(abs, depth+1)
 	case fi.Mode().IsRegular():
-		return copyFile(p, b.host(p), fi)
+		return copyFile(b.from(p), b.host(p), fi)
 	default:
 		return fmt.Errorf("%s: not a regular file", p)
 	}
@@ -398,7 +449,7 @@ var fixedMtime = time.Unix(315532800, 0) // 1980-01-01
 func (b *builder) interpreter(context.Context) error {
 	// Merged-/usr hosts: reproduce /bin, /lib, /lib64, /sbin → usr/….
 	for _, top := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
-		if fi, err := os.Lstat(top); err == nil && fi.Mode().Type() == fs.ModeSymlink {
+		if fi, err := os.Lstat(b.from(top)); err == nil && fi.Mode().Type() == fs.ModeSymlink {
 			if _, err := b.mirrorDir(top, 0); err != nil {
 				return err
 			}
@@ -408,11 +459,11 @@ func (b *builder) interpreter(context.Context) error {
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(b.py.Real)
+	fi, err := os.Stat(b.from(b.py.Real))
 	if err != nil {
 		return err
 	}
-	return copyFile(b.py.Real, b.host(path.Join(dir, path.Base(jaillayout.PythonPath))), fi)
+	return copyFile(b.from(b.py.Real), b.host(path.Join(dir, path.Base(jaillayout.PythonPath))), fi)
 }
 
 // Standard library pruning. Paths are relative to the stdlib directory.
@@ -433,7 +484,7 @@ var (
 )
 
 func (b *builder) stdlib(context.Context) error {
-	src := b.py.Stdlib
+	src := b.from(b.py.Stdlib)
 	dst := b.py.jailStdlib()
 	if _, err := b.mirrorDir(dst, 0); err != nil {
 		return err
@@ -443,11 +494,11 @@ func (b *builder) stdlib(context.Context) error {
 	}
 	// A lib-dynload outside the stdlib dir (some distributions) goes to
 	// where the interpreter's exec-prefix search expects it.
-	if rel, err := filepath.Rel(src, b.py.Dynload); err != nil || strings.HasPrefix(rel, "..") {
+	if rel, err := filepath.Rel(b.py.Stdlib, b.py.Dynload); err != nil || strings.HasPrefix(rel, "..") {
 		if _, err := b.mirrorDir(path.Join(dst, "lib-dynload"), 0); err != nil {
 			return err
 		}
-		return b.copyTree(b.py.Dynload, path.Join(dst, "lib-dynload"), false)
+		return b.copyTree(b.from(b.py.Dynload), path.Join(dst, "lib-dynload"), false)
 	}
 	return nil
 }
@@ -514,7 +565,7 @@ func (b *builder) copyTree(src, dst string, top bool) error {
 	})
 }
 
-// extensionModules lists the host paths of the extension modules shipped.
+// extensionModules lists the source paths of the extension modules shipped.
 func (b *builder) extensionModules() ([]string, error) {
 	var mods []string
 	dyn := b.host(path.Join(b.py.jailStdlib(), "lib-dynload"))
@@ -530,9 +581,10 @@ func (b *builder) extensionModules() ([]string, error) {
 	return mods, nil
 }
 
-// extraLibs are shipped, with their own closure, when the host has them,
-// though neither the interpreter nor its extension modules link them:
-// libgcc_s is loaded with dlopen by glibc (thread cancellation and
+// extraLibs are shipped, with their own closure, when the host has them
+// (a runtime built from packages must have every one: its lock's roots
+// name the packages that hold them), though neither the interpreter nor
+// its extension modules link them: libgcc_s is loaded with dlopen by glibc (thread cancellation and
 // unwinding, pthread_exit); the others are the system libraries a
 // manylinux wheel may link without bundling them (PEP 599/600's
 // whitelist, less its X11, OpenGL and GLib entries), so installed
@@ -554,25 +606,32 @@ func (b *builder) libraries(context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := newLibResolver("/etc/ld.so.conf")
+	r := newLibResolver(b.src)
 	roots := append([]string{b.py.Real}, mods...)
 	libs, err := r.closure(roots)
 	if err != nil {
 		return err
 	}
-	pyELF, err := readELF(b.py.Real)
+	pyELF, err := r.read(b.py.Real)
 	if err != nil {
 		return err
 	}
 	for _, name := range extraLibs {
-		if p, err := r.resolve(name, pyELF); err == nil {
-			more, err := r.closure([]string{p})
-			if err != nil {
-				return err
+		p, err := r.resolve(name, pyELF)
+		if err != nil {
+			if b.pkg {
+				// A runtime's packages are pinned: a library missing from
+				// them is the lock's fault, not a host's lack.
+				return fmt.Errorf("%s is not in the runtime's packages (add the package that holds it to its roots in the lock): %w", name, err)
 			}
-			libs = append(libs, p)
-			libs = append(libs, more...)
+			continue
 		}
+		more, err := r.closure([]string{p})
+		if err != nil {
+			return err
+		}
+		libs = append(libs, p)
+		libs = append(libs, more...)
 	}
 	for _, l := range libs {
 		if err := b.installFile(l, 0); err != nil {
@@ -580,6 +639,28 @@ func (b *builder) libraries(context.Context) error {
 		}
 	}
 	b.opts.progress("  %d shared libraries for the interpreter and %d extension modules", len(libs), len(mods))
+	if b.pkg {
+		// The tree's interpreter needs the tree's C library, which may be
+		// newer than the host's: on the host it runs through the tree's
+		// own loader (compile, and the sandbox's package installs).
+		if pyELF.interp == "" {
+			return fmt.Errorf("%s has no ELF interpreter", b.py.Real)
+		}
+		if b.loader, err = realPathIn(b.root, pyELF.interp); err != nil {
+			return fmt.Errorf("the interpreter's loader %s: %w", pyELF.interp, err)
+		}
+		seen := map[string]bool{}
+		for _, d := range r.dirs {
+			real, err := realPathIn(b.root, d)
+			if err != nil || seen[real] {
+				continue
+			}
+			if fi, err := os.Stat(b.host(real)); err == nil && fi.IsDir() {
+				seen[real] = true
+				b.libPath = append(b.libPath, real)
+			}
+		}
+	}
 	return nil
 }
 
@@ -608,7 +689,7 @@ func (b *builder) etc(context.Context) error {
 		}
 	}
 	for _, p := range hostEtcFiles {
-		data, err := os.ReadFile(p)
+		data, err := os.ReadFile(b.from(p))
 		if err != nil {
 			continue
 		}
@@ -715,14 +796,23 @@ func (b *builder) harness(context.Context) error {
 // source). That is sound because the tree is immutable: read-only in the
 // jail and covered by the manifest's content hash, which Verify checks.
 func (b *builder) compile(ctx context.Context) error {
+	python, jobs := []string{b.py.Path}, "2"
+	if b.pkg {
+		m := Manifest{Loader: b.loader, LibraryPath: b.libPath}
+		python = m.HostPython(b.root)
+		// One process: compileall's workers would start sys.executable
+		// itself, without the tree's loader.
+		jobs = "1"
+	}
 	for _, dir := range []string{b.py.jailStdlib(), jaillayout.HarnessDir} {
 		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, b.py.Path, "-I", "-S", "-m", "compileall",
-			"-q", "-j", "2", "--invalidation-mode", "unchecked-hash", "-d", dir, b.host(dir))
+		args := append(append([]string(nil), python[1:]...), "-I", "-S", "-m", "compileall",
+			"-q", "-j", jobs, "--invalidation-mode", "unchecked-hash", "-d", dir, b.host(dir))
+		cmd := exec.CommandContext(ctx, python[0], args...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8"}
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("compileall %s: %w: %s", dir, err, tail(out.String(), 2000))
+			return fmt.Errorf("compileall %s: %v: %s", dir, err, tail(out.String(), 2000)) // %v: an exit status is not the command's
 		}
 	}
 	return nil
@@ -785,48 +875,46 @@ const interpreterMode = 0o711
 // dropped. A host without /usr/share/zoneinfo gets none, and a note.
 func (b *builder) zoneinfo(context.Context) error {
 	src := jaillayout.ZoneinfoDir
-	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
-		b.opts.progress("  no %s on the host: the jail has no time zone database", src)
+	if fi, err := os.Stat(b.from(src)); err != nil || !fi.IsDir() {
+		b.opts.progress("  no %s in the source: the jail has no time zone database", src)
 		return nil
 	}
 	if _, err := b.mirrorDir(jaillayout.ZoneinfoDir, 0); err != nil {
 		return err
 	}
-	installed := map[string]string{} // host real path → tree path of its copy
+	inside := func(p string) bool { return p == src || strings.HasPrefix(p, src+"/") }
+	installed := map[string]string{} // real source path → tree path of its copy
 	open := map[string]bool{}        // real directories being walked (a link back to one is a loop)
-	var walk func(hostDir, jailDir string) error
-	walk = func(hostDir, jailDir string) error {
-		real, err := filepath.EvalSymlinks(hostDir)
+	// Paths below are paths in the source tree (b.from gives the host
+	// path), resolved inside it (realPathIn).
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		real, err := realPathIn(b.src, dir)
 		if err != nil {
 			return err
 		}
 		open[real] = true
 		defer delete(open, real)
-		entries, err := os.ReadDir(hostDir)
+		entries, err := os.ReadDir(b.from(dir))
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
-			hp := filepath.Join(hostDir, e.Name())
-			jp := path.Join(jailDir, e.Name())
-			inside := func(p string) bool {
-				rel, err := filepath.Rel(src, p)
-				return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-			}
+			p := path.Join(dir, e.Name())
 			if e.Type()&fs.ModeSymlink != 0 {
 				// A link naming a path outside the database is host
 				// configuration (localtime → /etc/localtime), wherever
 				// it ends up.
-				t, err := os.Readlink(hp)
-				if err != nil || !inside(linkTarget(hp, t)) {
+				t, err := os.Readlink(b.from(p))
+				if err != nil || !inside(linkTarget(p, t)) {
 					continue
 				}
 			}
-			real, err := filepath.EvalSymlinks(hp)
+			real, err := realPathIn(b.src, p)
 			if err != nil || !inside(real) {
 				continue // dangling, or leaves the database
 			}
-			fi, err := os.Stat(real)
+			fi, err := os.Stat(b.from(real))
 			if err != nil {
 				return err
 			}
@@ -834,30 +922,30 @@ func (b *builder) zoneinfo(context.Context) error {
 			case fi.IsDir() && open[real]:
 				continue // a link back up: the directory is already there
 			case fi.IsDir():
-				if err := os.Mkdir(b.host(jp), 0o755); err != nil {
+				if err := os.Mkdir(b.host(p), 0o755); err != nil {
 					return err
 				}
-				if err := walk(hp, jp); err != nil {
+				if err := walk(p); err != nil {
 					return err
 				}
 			case fi.Mode().IsRegular():
 				if first, ok := installed[real]; ok {
-					if err := os.Link(b.host(first), b.host(jp)); err != nil {
+					if err := os.Link(b.host(first), b.host(p)); err != nil {
 						return err
 					}
 					continue
 				}
-				if err := copyFile(real, b.host(jp), fi); err != nil {
+				if err := copyFile(b.from(real), b.host(p), fi); err != nil {
 					return err
 				}
-				installed[real] = jp
+				installed[real] = p
 			}
 		}
 		return nil
 	}
-	if err := walk(src, jaillayout.ZoneinfoDir); err != nil {
+	if err := walk(src); err != nil {
 		return err
 	}
-	b.opts.progress("  %d time zone files from %s", len(installed), src)
+	b.opts.progress("  %d time zone files from %s", len(installed), b.from(src))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,7 +64,7 @@ func TestBuildWritesTheManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *read != *m {
+	if !reflect.DeepEqual(*read, *m) {
 		t.Errorf("ReadManifest = %+v, Build returned %+v", read, m)
 	}
 	checks := []struct {

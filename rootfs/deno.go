@@ -146,8 +146,14 @@ func (b *builder) installDeno(context.Context) error {
 	if _, err := b.mirrorDir(jaillayout.DenoDir, 0); err != nil {
 		return err
 	}
-	r := newLibResolver("/etc/ld.so.conf")
-	libs, err := r.closure([]string{b.deno.Real})
+	// Deno's libraries come from the tree's source (the host, or the
+	// runtime's packages: one C library per tree).
+	d, err := readELF(b.deno.Real, b.deno.Real)
+	if err != nil {
+		return err
+	}
+	r := newLibResolver(b.src)
+	libs, err := r.closureOf([]string{b.deno.Real}, []*elfDeps{d})
 	if err != nil {
 		return fmt.Errorf("deno's shared libraries: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -14,13 +15,19 @@ import (
 // dynamic loader would: DT_RPATH (when there is no DT_RUNPATH), DT_RUNPATH,
 // then the directories of /etc/ld.so.conf, then the loader's system
 // directories. It reads ELF headers only; nothing is executed.
+//
+// It works in a tree rooted at root ("/" for the host; a directory of
+// unpacked packages for a runtime built from them): every path it takes
+// and returns is a path inside that tree, and symlinks resolve inside it
+// as they would after a chroot.
 type libResolver struct {
+	root string
 	dirs []string // default search directories, in order
 }
 
-// newLibResolver reads ldConf (normally /etc/ld.so.conf) and appends the
-// system directories for the running architecture.
-func newLibResolver(ldConf string) *libResolver {
+// newLibResolver reads root's /etc/ld.so.conf and appends the system
+// directories for the running architecture.
+func newLibResolver(root string) *libResolver {
 	var dirs []string
 	seen := map[string]bool{}
 	add := func(d string) {
@@ -30,14 +37,17 @@ func newLibResolver(ldConf string) *libResolver {
 			dirs = append(dirs, d)
 		}
 	}
-	for _, d := range readLdConf(ldConf, 0) {
+	for _, d := range readLdConf(root, "/etc/ld.so.conf", 0) {
 		add(d)
 	}
 	for _, d := range systemLibDirs {
 		add(d)
 	}
-	return &libResolver{dirs: dirs}
+	return &libResolver{root: root, dirs: dirs}
 }
+
+// hostPath is the host path of tree path p.
+func (r *libResolver) hostPath(p string) string { return filepath.Join(r.root, p) }
 
 // systemLibDirs are the loader's built-in directories on the multiarch and
 // the classic layouts (Debian/Ubuntu, Fedora/RHEL, Arch).
@@ -47,14 +57,14 @@ var systemLibDirs = []string{
 	"/lib64", "/usr/lib64", "/lib", "/usr/lib",
 }
 
-// readLdConf returns the directories listed in an ld.so.conf file,
-// following "include" globs. Unreadable files yield nothing: the system
-// directories still apply.
-func readLdConf(path string, depth int) []string {
+// readLdConf returns the directories listed in the ld.so.conf file at
+// tree path path, following "include" globs. Unreadable files yield
+// nothing: the system directories still apply.
+func readLdConf(root, path string, depth int) []string {
 	if depth > 8 {
 		return nil
 	}
-	f, err := os.Open(path)
+	f, err := os.Open(filepath.Join(root, path))
 	if err != nil {
 		return nil
 	}
@@ -74,9 +84,13 @@ func readLdConf(path string, depth int) []string {
 			if !filepath.IsAbs(pat) {
 				pat = filepath.Join(filepath.Dir(path), pat)
 			}
-			matches, _ := filepath.Glob(pat)
+			matches, _ := filepath.Glob(filepath.Join(root, pat))
 			for _, m := range matches {
-				dirs = append(dirs, readLdConf(m, depth+1)...)
+				rel, err := filepath.Rel(root, m)
+				if err != nil {
+					continue
+				}
+				dirs = append(dirs, readLdConf(root, "/"+filepath.ToSlash(rel), depth+1)...)
 			}
 		case strings.HasPrefix(line, "hwcap "):
 		default:
@@ -96,8 +110,10 @@ type elfDeps struct {
 	machine elf.Machine
 }
 
-func readELF(path string) (*elfDeps, error) {
-	f, err := elf.Open(path)
+// readELF reads the ELF object at host path file; path is its path in the
+// tree ($ORIGIN expands to its directory).
+func readELF(file, path string) (*elfDeps, error) {
+	f, err := elf.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("reading ELF %s: %w", path, err)
 	}
@@ -155,7 +171,7 @@ func (r *libResolver) resolve(name string, from *elfDeps) (string, error) {
 	search = append(search, r.dirs...)
 	for _, dir := range search {
 		p := filepath.Join(dir, name)
-		if matchesArch(p, from) {
+		if matchesArch(r.hostPath(p), from) {
 			return p, nil
 		}
 	}
@@ -173,28 +189,48 @@ func matchesArch(p string, from *elfDeps) bool {
 	return f.Class == from.class && f.Machine == from.machine
 }
 
-// closure returns every host path the given ELF objects need at run time:
-// their interpreters and the transitive DT_NEEDED closure. The roots
-// themselves are not included. Paths are as the loader would open them
-// (possibly through symlinks).
+// read reads the ELF object at tree path p.
+func (r *libResolver) read(p string) (*elfDeps, error) { return readELF(r.hostPath(p), p) }
+
+// closure returns every tree path the given ELF objects (tree paths) need
+// at run time: their interpreters and the transitive DT_NEEDED closure.
+// The roots themselves are not included. Paths are as the loader would
+// open them (possibly through symlinks).
 func (r *libResolver) closure(roots []string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}     // paths already listed
-	seenReal := map[string]bool{} // real files already read
-	queue := append([]string(nil), roots...)
+	deps := make([]*elfDeps, 0, len(roots))
 	for _, p := range roots {
-		seen[p] = true
-		if rp, err := filepath.EvalSymlinks(p); err == nil {
-			seenReal[rp] = true
-		}
-	}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		d, err := readELF(p)
+		d, err := r.read(p)
 		if err != nil {
 			return nil, err
 		}
+		deps = append(deps, d)
+	}
+	return r.closureOf(roots, deps)
+}
+
+// closureOf is closure for objects already read: names[i] (a path, for
+// errors and de-duplication; it need not be in the tree) was read as
+// deps[i]. A host binary that goes into a tree built from packages (Deno)
+// is read from the host and resolved against the tree's libraries.
+func (r *libResolver) closureOf(names []string, deps []*elfDeps) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}     // paths already listed
+	seenReal := map[string]bool{} // real files already read
+	type item struct {
+		p string
+		d *elfDeps
+	}
+	var queue []item
+	for i, p := range names {
+		seen[p] = true
+		if rp, err := realPathIn(r.root, p); err == nil {
+			seenReal[rp] = true
+		}
+		queue = append(queue, item{p, deps[i]})
+	}
+	for len(queue) > 0 {
+		p, d := queue[0].p, queue[0].d
+		queue = queue[1:]
 		var next []string
 		if d.interp != "" {
 			next = append(next, d.interp)
@@ -212,15 +248,61 @@ func (r *libResolver) closure(roots []string) ([]string, error) {
 			}
 			seen[n] = true
 			out = append(out, n)
-			rp, err := filepath.EvalSymlinks(n)
+			rp, err := realPathIn(r.root, n)
 			if err != nil {
 				return nil, fmt.Errorf("resolving %s: %w", n, err)
 			}
 			if !seenReal[rp] {
 				seenReal[rp] = true
-				queue = append(queue, n)
+				nd, err := r.read(n)
+				if err != nil {
+					return nil, err
+				}
+				queue = append(queue, item{n, nd})
 			}
 		}
 	}
 	return out, nil
+}
+
+// realPathIn resolves every symlink of tree path p inside root, as the
+// kernel would after chroot(root): an absolute link target starts again at
+// root, ".." stops at root. The result is a clean tree path.
+func realPathIn(root, p string) (string, error) {
+	const maxLinks = 40
+	links := 0
+	rest := strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/")
+	cur := "/"
+	for len(rest) > 0 {
+		part := rest[0]
+		rest = rest[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = path.Dir(cur)
+			continue
+		}
+		next := path.Join(cur, part)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%s: too many levels of symbolic links", p)
+		}
+		t, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if path.IsAbs(t) {
+			cur = "/"
+		}
+		rest = append(strings.Split(t, "/"), rest...)
+	}
+	return cur, nil
 }

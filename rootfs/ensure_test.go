@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,7 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("Ensure #%d: %v", i, errs[i])
 		}
-		if *results[i] != *results[0] {
+		if !reflect.DeepEqual(*results[i], *results[0]) {
 			t.Errorf("Ensure #%d = %+v, #0 = %+v: concurrent callers saw different builds", i, results[i], results[0])
 		}
 	}
@@ -49,7 +50,7 @@ func TestEnsureBuildsOnceThenReusesThenRebuildsWhenStale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *m != *first {
+		if !reflect.DeepEqual(*m, *first) {
 			t.Errorf("Ensure = %+v, want the existing %+v", m, first)
 		}
 		if progress.Len() > 0 {

@@ -59,12 +59,12 @@ func TestReadLdConfFollowsIncludes(t *testing.T) {
 	write("ld.so.conf", "include ld.so.conf.d/*.conf\n/opt/first # trailing comment\n")
 	write("ld.so.conf.d/a.conf", "# libc default configuration\n/usr/local/lib\n")
 	write("ld.so.conf.d/b.conf", "/lib/x86_64-linux-gnu\nhwcap 0 nosegneg\n\n")
-	got := readLdConf(filepath.Join(dir, "ld.so.conf"), 0)
+	got := readLdConf(dir, "/ld.so.conf", 0)
 	want := []string{"/usr/local/lib", "/lib/x86_64-linux-gnu", "/opt/first"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("readLdConf = %q, want %q", got, want)
 	}
-	if got := readLdConf(filepath.Join(dir, "missing.conf"), 0); got != nil {
+	if got := readLdConf(dir, "/missing.conf", 0); got != nil {
 		t.Errorf("missing file gave %q", got)
 	}
 }
@@ -74,7 +74,7 @@ func TestLibraryClosureOfTheHostInterpreter(t *testing.T) {
 	if err != nil {
 		t.Skipf("no %s: %v", DefaultPython, err)
 	}
-	r := newLibResolver("/etc/ld.so.conf")
+	r := newLibResolver("/")
 	libs, err := r.closure([]string{py})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestLibraryClosureOfTheHostInterpreter(t *testing.T) {
 			t.Errorf("closure of %s = %v lacks %s", py, names, want)
 		}
 	}
-	d, err := readELF(py)
+	d, err := readELF(py, py)
 	if err != nil {
 		t.Fatal(err)
 	}

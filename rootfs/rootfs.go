@@ -1,26 +1,31 @@
 // Package rootfs builds and verifies the minimal root filesystem the jail runs in.
 //
-// The tree is built from the host's Python interpreter (default
-// /usr/bin/python3): the interpreter itself, its standard library without
-// test suites, GUI and packaging leftovers, pre-compiled to .pyc so a
-// read-only jail starts fast; the shared-library closure of the interpreter
-// and of every extension module (found by reading the ELF dynamic sections,
-// placed at the host's paths with the host's symlinks reproduced as relative
-// links); a CA trust store at OpenSSL's default paths with every symlink
-// dereferenced; a minimal /etc; empty mount points; the Python harness; and a
+// A tree is a runtime (lock.go): built from the pinned Debian packages of
+// runtimes.lock.json (python3.11 from bookworm, python3.13 from trixie),
+// unpacked into a merged-/usr source directory, or, for the host fallback,
+// from the host's Python interpreter (default /usr/bin/python3). Either way
+// it holds: the interpreter itself, its standard library without test
+// suites, GUI and packaging leftovers, pre-compiled to .pyc (by the tree's
+// own interpreter) so a read-only jail starts fast; the shared-library
+// closure of the interpreter and of every extension module (found by
+// reading the ELF dynamic sections, placed at the source's paths with its
+// symlinks reproduced as relative links); a CA trust store at OpenSSL's
+// default paths with every symlink dereferenced; a minimal /etc; empty
+// mount points; the Python harness; Deno (when the host has it); and a
 // manifest.
 //
 // Layout (package jaillayout names every path; the sandbox relies on it):
 //
-//	/usr/bin/python3                     copy of the host interpreter (symlinks followed)
+//	/usr/bin/python3                     the runtime's interpreter (symlinks followed)
 //	/usr/lib/python3.X                   standard library (+ lib-dynload), compiled
-//	/lib/x86_64-linux-gnu/…, /lib64/…    shared libraries at their host paths
+//	/lib/x86_64-linux-gnu/…, /lib64/…    shared libraries at their source paths
+//	                                     (a runtime from packages: merged /usr)
 //	/etc/passwd, /etc/group              root, tool (99999) and nobody
 //	/etc/nsswitch.conf, hosts, resolv.conf
 //	/etc/ssl/certs/ca-certificates.crt   CA bundle (and hashed certs beside it)
 //	/usr/lib/ssl/cert.pem, /usr/lib/ssl/certs   the same, at OpenSSL's OPENSSLDIR
-//	/usr/share/zoneinfo                  the host's time zone database, dereferenced
-//	                                     (when the host has one)
+//	/usr/share/zoneinfo                  the time zone database (tzdata, or the
+//	                                     host's), dereferenced
 //	/tmp, /dev, /dev/shm, /proc, /opt/execgate/deps, /opt/execgate/egress,
 //	/workspace                           empty mount points
 //	/dev/null, /dev/zero, /dev/urandom  empty files the sandbox binds devices over
@@ -85,6 +90,22 @@ type Options struct {
 	// DenoPath that is not an executable is an error.
 	DenoPath string
 
+	// Runtime is the runtime to build: a name of the lock (Lock, default
+	// the lock compiled in: "python3.11", "python3.13"), built from its
+	// pinned Debian packages, or HostRuntime ("host", also ""), copied
+	// from PythonPath. PythonPath, CABundle and CADir apply to the host
+	// runtime only.
+	Runtime string
+	// Lock is the runtime lock. Nil: DefaultLock().
+	Lock *Lock
+	// DebCache keeps the downloaded .debs, named by their SHA256. Default:
+	// ".debs" beside Dir.
+	DebCache string
+	// DebianMirror replaces the scheme and host of the lock's archive URLs
+	// ("http://mirror.example" fetches
+	// http://mirror.example/debian/pool/…). Default: the lock's.
+	DebianMirror string
+
 	// now is the clock for built_at; nil means time.Now.
 	now func() time.Time
 }
@@ -122,10 +143,24 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errors.New("rootfs dir: refusing to use /")
 	}
 	o.Dir = abs
+	if o.Runtime == "" {
+		o.Runtime = HostRuntime
+	}
+	if o.Lock == nil {
+		o.Lock = DefaultLock()
+	}
+	if o.DebCache == "" {
+		o.DebCache = filepath.Join(filepath.Dir(abs), ".debs")
+	}
+	if o.Runtime != HostRuntime {
+		if _, err := o.Lock.Runtime(o.Runtime); err != nil {
+			return o, err
+		}
+	}
 	if o.PythonPath == "" {
 		o.PythonPath = DefaultPython
 	}
-	if o.CABundle == "" {
+	if o.CABundle == "" && o.Runtime == HostRuntime {
 		for _, p := range defaultCABundles {
 			if _, err := os.Stat(p); err == nil {
 				o.CABundle = p

@@ -30,6 +30,8 @@ type Report struct {
 	Jail     *JailFacts `json:"jail,omitempty"`
 	// Deno is what the JavaScript probe saw (nil without Deno or a run).
 	Deno *DenoFacts `json:"deno,omitempty"`
+
+	rebuild string // the hint that rebuilds this tree
 }
 
 // OK reports whether every check passed.
@@ -108,10 +110,11 @@ func Verify(ctx context.Context, dir string, open OpenJail) (*Report, error) {
 	r := &Report{Dir: abs}
 	m, err := ReadManifest(abs)
 	if err != nil {
-		r.add("manifest", false, err.Error(), "build it: execgate rootfs build --out "+abs)
+		r.add("manifest", false, err.Error(), "build it: execgate rootfs build --runtime NAME --out "+abs)
 		return r, r.err(nil)
 	}
 	r.Manifest = m
+	r.rebuild = "rebuild: execgate rootfs build --runtime " + m.Runtime + " --out " + abs
 	r.add("manifest", true, fmt.Sprintf("python %s, %d files, %.1f MiB, built %s", m.PythonVersion, m.Files, float64(m.Bytes)/(1<<20), m.BuiltAt.Format("2006-01-02 15:04:05Z")), "")
 	verifyHost(r, m)
 	jailErr := verifyJail(ctx, r, m, open)
@@ -122,9 +125,9 @@ func verifyHost(r *Report, m *Manifest) {
 	hv := currentHarness()
 	switch {
 	case m.ProtocolVersion != hv.protocol:
-		r.add("harness", false, fmt.Sprintf("rootfs speaks protocol %d, this binary %d", m.ProtocolVersion, hv.protocol), "rebuild: execgate rootfs build --out "+r.Dir)
+		r.add("harness", false, fmt.Sprintf("rootfs speaks protocol %d, this binary %d", m.ProtocolVersion, hv.protocol), r.rebuild)
 	case m.HarnessSHA256 != hv.sha256:
-		r.add("harness", false, fmt.Sprintf("rootfs harness %.12s…, this binary's %.12s…", m.HarnessSHA256, hv.sha256), "rebuild: execgate rootfs build --out "+r.Dir)
+		r.add("harness", false, fmt.Sprintf("rootfs harness %.12s…, this binary's %.12s…", m.HarnessSHA256, hv.sha256), r.rebuild)
 	default:
 		r.add("harness", true, fmt.Sprintf("protocol %d, harness %.12s…", m.ProtocolVersion, m.HarnessSHA256), "")
 	}
@@ -138,7 +141,7 @@ func verifyHost(r *Report, m *Manifest) {
 	}
 	if s.SHA256 != m.ContentSHA256 || s.Files != m.Files || s.Bytes != m.Bytes {
 		r.add("content", false, fmt.Sprintf("tree changed since the build: %d files, %d bytes, sha256 %.12s…; manifest: %d, %d, %.12s…",
-			s.Files, s.Bytes, s.SHA256, m.Files, m.Bytes, m.ContentSHA256), "rebuild: execgate rootfs build --out "+r.Dir)
+			s.Files, s.Bytes, s.SHA256, m.Files, m.Bytes, m.ContentSHA256), r.rebuild)
 	} else {
 		r.add("content", true, fmt.Sprintf("sha256 %.12s… matches the manifest", s.SHA256), "")
 	}

@@ -13,10 +13,13 @@ import (
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/rootfs"
 	"github.com/execgate/execgate/rootfs/jailverify"
+	"github.com/execgate/execgate/sandbox"
 )
 
-func TestVerifyPassesInARealJail(t *testing.T) {
-	cfg := testenv.SandboxConfig(t)
+// verifyInJail verifies cfg's rootfs in a real jail, failing the test
+// with the report when it does not pass.
+func verifyInJail(t *testing.T, cfg sandbox.Config) *rootfs.Report {
+	t.Helper()
 	r, err := rootfs.Verify(context.Background(), cfg.RootfsDir, jailverify.Opener(cfg))
 	if err != nil {
 		var b strings.Builder
@@ -25,6 +28,11 @@ func TestVerifyPassesInARealJail(t *testing.T) {
 		}
 		t.Fatalf("Verify: %v\n%s", err, b.String())
 	}
+	return r
+}
+
+func TestVerifyPassesInARealJail(t *testing.T) {
+	r := verifyInJail(t, testenv.SandboxConfig(t))
 	if r.Jail == nil {
 		t.Fatal("Verify passed without a jailed run")
 	}

@@ -3,12 +3,14 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox/zygote"
 )
 
@@ -24,10 +26,31 @@ type Config struct {
 	// directory, or in the working directory or one of its parents), then
 	// $PATH.
 	NsjailPath string `yaml:"nsjail_path" json:"nsjail_path"`
-	// PythonPath is the host interpreter the rootfs is built from.
+	// Runtimes are the Python runtimes this process builds and serves, by
+	// name: python3.11 (Debian bookworm) and python3.13 (Debian trixie),
+	// each a rootfs built from the pinned Debian packages of
+	// rootfs/runtimes.lock.json under runtimes_dir, and host, the fallback
+	// copied from python_path into rootfs_dir (off unless listed here).
+	// The first is the default of a run that names none and skips the
+	// policy, and runs JavaScript and TypeScript. Default [python3.11,
+	// python3.13].
+	Runtimes []string `yaml:"runtimes" json:"runtimes"`
+	// RuntimesDir holds the rootfs of each runtime built from packages,
+	// <runtimes_dir>/<name>, and the downloaded .debs, named by their
+	// SHA256, in <runtimes_dir>/.debs. Empty: <state_dir>/runtimes; outside
+	// the config package, "runtimes" beside RootfsDir.
+	RuntimesDir string `yaml:"runtimes_dir" json:"runtimes_dir"`
+	// DebianMirror replaces the scheme and host of the Debian archives the
+	// runtime lock names (http://deb.debian.org): a mirror or an apt
+	// cache holding the same paths, e.g. http://mirror.example. Packages
+	// are checked against their pinned SHA256 wherever they come from.
+	// Empty: the lock's archives, then snapshot.debian.org.
+	DebianMirror string `yaml:"debian_mirror" json:"debian_mirror"`
+	// PythonPath is the host interpreter the host runtime is built from.
 	// Default /usr/bin/python3 (never a pyenv shim).
 	PythonPath string `yaml:"python_path" json:"python_path"`
-	// RootfsDir is the jail's root filesystem. Empty: <state_dir>/rootfs,
+	// RootfsDir is the host runtime's root filesystem (and, for a runner,
+	// the rootfs of the runtime it serves). Empty: <state_dir>/rootfs,
 	// built on first use.
 	RootfsDir string `yaml:"rootfs_dir" json:"rootfs_dir"`
 	// WorkDir holds the rendered nsjail configs (one file per profile,
@@ -78,8 +101,11 @@ type Config struct {
 	// (package environments). Zero: uv's default index (PyPI).
 	PackageIndex PackageIndex `yaml:"package_index" json:"package_index"`
 	// PythonPlatform is uv's --python-platform for resolving environments
-	// (wheels must fit the jail's libc and CPU). Default
-	// "<arch>-manylinux_2_28" (x86_64 or aarch64).
+	// (wheels must fit the jail's libc and CPU), for every runtime.
+	// Default: each runtime's own, from its C library
+	// (x86_64-manylinux_2_36 for python3.11, x86_64-manylinux_2_40 for
+	// python3.13), and "<arch>-manylinux_2_28" (x86_64 or aarch64) for
+	// the host runtime.
 	PythonPlatform string `yaml:"python_platform" json:"python_platform"`
 	// DepsMaxMB caps one environment's installed size, MiB; a bigger one is
 	// a DependencyError. Default 1024.
@@ -128,11 +154,45 @@ const (
 	DefaultResolveCache = 600 // seconds
 )
 
+// DefaultRuntimes are the runtimes served when sandbox.runtimes is empty.
+var DefaultRuntimes = []string{"python3.11", "python3.13"}
+
+// WithDefaultRuntimes is c.Runtimes, or DefaultRuntimes when it is empty.
+func (c Config) WithDefaultRuntimes() []string {
+	return c.WithDefaults().Runtimes
+}
+
+// RootfsOf is the rootfs of runtime name: rootfs_dir for the host
+// runtime, <runtimes_dir>/<name> for the others.
+func (c Config) RootfsOf(name string) string {
+	c = c.WithDefaults()
+	if name == limits.HostRuntime {
+		return c.RootfsDir
+	}
+	return filepath.Join(c.RuntimesDir, name)
+}
+
+// ForRuntime is c for the runner of runtime name: every default applied
+// (work and deps dirs stay where c has them), RootfsDir its rootfs.
+func (c Config) ForRuntime(name string) Config {
+	platform := c.PythonPlatform
+	c = c.WithDefaults()
+	c.PythonPlatform = platform // "": the runtime's own (NewEnvironments)
+	c.RootfsDir = c.RootfsOf(name)
+	return c
+}
+
 // WithDefaults returns c as the runner uses it: zero fields, the zygotes'
 // included, set to their defaults. RootfsDir has no default here: the
 // config package derives it from state_dir; NsjailPath and UVPath stay as
 // given (FindNsjail and FindUV resolve them).
 func (c Config) WithDefaults() Config {
+	if len(c.Runtimes) == 0 {
+		c.Runtimes = append([]string(nil), DefaultRuntimes...)
+	}
+	if c.RuntimesDir == "" && c.RootfsDir != "" {
+		c.RuntimesDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runtimes")
+	}
 	if c.WorkDir == "" && c.RootfsDir != "" {
 		c.WorkDir = filepath.Join(filepath.Dir(filepath.Clean(c.RootfsDir)), "runs")
 	}
@@ -207,6 +267,21 @@ func (c Config) Validate() error {
 	}
 	if err := c.Zygotes.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	seen := map[string]bool{}
+	for i, r := range c.Runtimes {
+		switch {
+		case !limits.KnownRuntime(r):
+			errs = append(errs, fmt.Errorf("sandbox.runtimes[%d]: %q is not one of %s", i, r, strings.Join(limits.Runtimes, ", ")))
+		case seen[r]:
+			errs = append(errs, fmt.Errorf("sandbox.runtimes[%d]: %s twice", i, r))
+		}
+		seen[r] = true
+	}
+	if c.DebianMirror != "" {
+		if u, err := url.Parse(c.DebianMirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("sandbox.debian_mirror: %q is not an http(s) URL", c.DebianMirror))
+		}
 	}
 	switch c.Cgroups {
 	case "auto", "v1", "v2":

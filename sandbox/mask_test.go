@@ -17,6 +17,9 @@ import (
 var maskExempt = map[string]bool{
 	"Result.Status": true, "Result.NsjailLog": true, "Result.DeniedSyscall": true,
 	"ErrorInfo.Type": true, "Usage.Isolation": true, "EgressAttempt.IP": true,
+	// The runtime that ran the run: set by package runtimes from its own
+	// names (a runtime of the lock, or deno).
+	"Usage.Runtime":       true,
 	"ToolCall.DecisionID": true, "ToolCall.ArgsSHA256": true,
 	// Computed by the runner from the artifact's content (masked: see
 	// TestMaskResultMasksArtifacts).

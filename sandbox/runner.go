@@ -58,12 +58,19 @@ type Info struct {
 // (for the Python version a package environment resolves for), protocol
 // and harness. A failure is an *UnavailableError saying how to rebuild it.
 func CheckRootfs(dir string) (*jaillayout.Manifest, error) {
-	rebuild := fmt.Sprintf("rebuild with `execgate rootfs build --out %s`", dir)
+	// A runtime's tree is <runtimes_dir>/<name>; the host runtime's is
+	// named by sandbox.rootfs_dir.
+	runtime := filepath.Base(dir)
+	if !limits.KnownRuntime(runtime) {
+		runtime = limits.HostRuntime
+	}
+	build := fmt.Sprintf("`execgate rootfs build --runtime %s --out %s`", runtime, dir)
+	rebuild := "rebuild with " + build
 	m, err := jaillayout.ReadManifest(dir)
 	if errors.Is(err, jaillayout.ErrNoManifest) {
 		return nil, &UnavailableError{
 			Reason: fmt.Sprintf("no rootfs at %s (%v)", dir, err),
-			Hint:   "build it with `execgate rootfs build --out " + dir + "` (execgate run and serve build it on first use)",
+			Hint:   "build it with " + build + " (execgate run and serve build it on first use)",
 			Err:    ErrRootfsMissing,
 		}
 	}

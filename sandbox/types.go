@@ -83,6 +83,11 @@ type Spec struct {
 	// Isolation is the run's isolation level, IsolationJail ("" too) or
 	// IsolationProcess (zygote.go), as policy decided.
 	Isolation string
+	// Runtime is the Python runtime the run was decided for
+	// ("python3.13"); "" for other languages. A runner serves one runtime
+	// (its rootfs): the service routes a spec to the runner of its runtime
+	// (package runtimes), which leaves this field alone.
+	Runtime string
 	// Bridge answers the run's tool requests (context.tools.search,
 	// describe, run) for its lifetime; nil grants no tools. Test-mode runs
 	// ignore it and answer from ToolFixtures (FixtureBridge).
@@ -210,6 +215,10 @@ type Usage struct {
 	// asked for at level process runs at level jail when no zygote place
 	// is free (never the other way round); absent when nothing ran.
 	Isolation string `json:"isolation,omitempty"`
+	// Runtime is what ran the tool: the Python runtime ("python3.13") or
+	// "deno" (JavaScript, TypeScript). Set by the service's router
+	// (package runtimes); absent when nothing ran.
+	Runtime string `json:"runtime,omitempty"`
 	// BridgeCPUMS is the gateway CPU charged for the run's tool bridge
 	// requests (code mode: search, describe and run; toolbridge/charge.go),
 	// charged to the tenant's daily budget with CPUMS. The gateway sets it

@@ -9,10 +9,15 @@ hooks kept out, gc frozen) N times and measures, per fork:
         run's process does (no namespaces, mounts, cgroup or seccomp)
 
 child CPU and minor faults come from wait4's rusage; parent CPU is this
-process's own (the zygote's side of each fork). Run it with Debian's
-interpreter, as the jail does:
+process's own (the zygote's side of each fork). Run it with the
+interpreter of the runtime measured, as the jail does: the host's
+(/usr/bin/python3) for the host runtime, or a runtime's tree's own through
+its own loader and libraries (a tree T of <runtimes_dir>):
 
     /usr/bin/python3 -I -S -B scripts/fork-floor.py [N]
+    T/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 \
+      --library-path T/usr/lib/x86_64-linux-gnu:T/usr/lib64:T/usr/lib \
+      T/usr/bin/python3 -I -S -B scripts/fork-floor.py [N]
 """
 
 import json

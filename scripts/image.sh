@@ -170,7 +170,7 @@ check() { # check [priv] [caps] [unpriv] [compose]: the named runs only (default
   "${P[@]}" rm -af -t 0 >/dev/null 2>&1 || true
   "${P[@]}" volume prune -f >/dev/null 2>&1 || true
   "${P[@]}" image exists "$IMAGE" || die "$IMAGE is not in the store on $dev"
-  built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/rootfs/etc/execgate/manifest.json | cut -d' ' -f1)
+  built=$("${P[@]}" run --rm --entrypoint sha256sum "$IMAGE" /var/lib/execgate/runtimes/python3.11/etc/execgate/manifest.json | cut -d' ' -f1)
 
   if [[ " $want " == *" priv "* ]]; then
   log "podman run --privileged"
@@ -178,9 +178,9 @@ check() { # check [priv] [caps] [unpriv] [compose]: the named runs only (default
   wait_ready eg-priv 18030 200
   log "eg-priv: /readyz 200"
   jailed eg-priv 18030
-  now=$("${P[@]}" exec eg-priv sha256sum /var/lib/execgate/rootfs/etc/execgate/manifest.json | cut -d' ' -f1)
-  [ "$built" = "$now" ] || die "serve rebuilt the rootfs at start (manifest $built at build, $now after start)"
-  log "eg-priv: serve used the rootfs built into the image (manifest sha256 ${built:0:12})"
+  now=$("${P[@]}" exec eg-priv sha256sum /var/lib/execgate/runtimes/python3.11/etc/execgate/manifest.json | cut -d' ' -f1)
+  [ "$built" = "$now" ] || die "serve rebuilt the default runtime at start (manifest $built at build, $now after start)"
+  log "eg-priv: serve used the default runtime built into the image (manifest sha256 ${built:0:12})"
 
   fi
   if [[ " $want " == *" caps "* ]]; then

@@ -36,8 +36,8 @@ failed=()
 { [ "${status[0]}" = 0 ] && [ "${status[1]}" = 0 ]; } || failed+=("go test")
 
 # The clients' suites run against a real bin/execgate serve that each starts
-# itself (clients/testdata/execgate.yaml); the rootfs is shared in
-# .tools/cache/clients-rootfs.
+# itself (clients/testdata/execgate.yaml); the runtime (python3.11) is shared
+# in .tools/cache/clients-runtimes.
 echo "== Python client: build and install clients/python, pytest, wheel and sdist (twine check)"
 if ! { .tools/bin/uv pip install -q --python clients/python/.venv/bin/python --reinstall --no-deps ./clients/python &&
   (cd clients/python && .venv/bin/python -m pytest -q -p no:cacheprovider &&

@@ -15,10 +15,11 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure start-up, gateway latency/throughput, overhead and memory (DESIGN §11)",
-		Long: `Runs, in one process on this machine: bare /usr/bin/python3 -c pass, raw nsjail
-running the same trivial Python and the harness in the same rootfs, the runner
-in-process, ` + "`execgate run`" + ` cold, the gateway over HTTP end to end cold and
-with a warm pool at each concurrency, the gateway's overhead with a no-op
+		Long: `Runs, in one process on this machine: bare /usr/bin/python3 -c pass, and for each
+runtime (--runtimes) raw nsjail running its trivial Python and the harness in its
+rootfs, the runner in-process, ` + "`execgate run`" + ` cold; the gateway over HTTP end to end cold,
+with a warm pool and at isolation level process, at each concurrency, the runtimes
+taking turns at each level (with their ratios to the first); the gateway's overhead with a no-op
 executor, memory, the gateway's memory around concurrent output floods, and one
 code-mode tool call (a direct MCP SDK call vs the governed bridge vs
 context.tools.run from a jail, against an MCP server on loopback in-process).
@@ -54,5 +55,6 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge, files (default all)")
 	f.StringSliceVar(&o.Modes, "modes", nil, "gateway rows' modes, subset of: cold, warm, process (default all)")
 	f.StringSliceVar(&o.Languages, "languages", nil, "start-up rows' languages, subset of: python, javascript (default all; the gateway rows are Python's)")
+	f.StringSliceVar(&o.Runtimes, "runtimes", nil, "the Python runtimes measured, each in turn in the same run (default: sandbox.runtimes)")
 	return cmd
 }

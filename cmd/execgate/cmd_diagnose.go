@@ -415,17 +415,29 @@ func favorDynmodsCheck(mounts string) diagCheck {
 	return c
 }
 
-// diagRootfs verifies the configured rootfs (host checks and one real
-// jailed run) and reports the CA count the jail sees on its own row.
+// diagRootfs verifies the rootfs of every configured runtime (host checks
+// and one real jailed run each) and reports the CA count each jail sees on
+// its own row.
 func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCheck {
-	dir := cfg.RootfsDir
+	var out []diagCheck
+	for _, rt := range cfg.WithDefaultRuntimes() {
+		out = append(out, diagRuntime(ctx, cfg, rt, nsjail)...)
+	}
+	return out
+}
+
+// diagRuntime is diagRootfs for runtime rt.
+func diagRuntime(ctx context.Context, cfg sandbox.Config, rt, nsjail string) []diagCheck {
+	dir := cfg.RootfsOf(rt)
+	name := func(s string) string { return s + " (" + rt + ")" }
 	if _, err := rootfs.ReadManifest(dir); err != nil {
-		hint := "build it: execgate rootfs build (run, smoke and serve build it on first use)"
+		hint := "build it: execgate rootfs build --runtime " + rt + " (run, smoke and serve build it on first use)"
 		return []diagCheck{
-			{Name: "rootfs", Status: diagFail, Detail: err.Error(), Hint: hint, Required: true},
-			{Name: "CA certificates in jail", Status: diagFail, Detail: "no rootfs", Hint: hint, Required: true},
+			{Name: name("rootfs"), Status: diagFail, Detail: err.Error(), Hint: hint, Required: true},
+			{Name: name("CA certificates in jail"), Status: diagFail, Detail: "no rootfs", Hint: hint, Required: true},
 		}
 	}
+	cfg = cfg.ForRuntime(rt)
 	if nsjail != "" {
 		cfg.NsjailPath = nsjail
 	}
@@ -433,11 +445,11 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 	defer cancel()
 	rep, err := rootfs.Verify(ctx, dir, jailverify.Opener(cfg))
 	if rep == nil {
-		return []diagCheck{{Name: "rootfs", Status: diagFail, Detail: err.Error(), Required: true}}
+		return []diagCheck{{Name: name("rootfs"), Status: diagFail, Detail: err.Error(), Required: true}}
 	}
 	var out []diagCheck
 	for _, c := range rep.Checks {
-		d := diagCheck{Name: "rootfs: " + c.Name, Status: diagOK, Detail: c.Detail, Hint: c.Hint, Required: true}
+		d := diagCheck{Name: name("rootfs: " + c.Name), Status: diagOK, Detail: c.Detail, Hint: c.Hint, Required: true}
 		if !c.OK {
 			d.Status = diagFail
 		}
@@ -446,11 +458,11 @@ func diagRootfs(ctx context.Context, cfg sandbox.Config, nsjail string) []diagCh
 		}
 		out = append(out, d)
 	}
-	ca := diagCheck{Name: "CA certificates in jail", Required: true}
+	ca := diagCheck{Name: name("CA certificates in jail"), Required: true}
 	if rep.Jail != nil && rep.Jail.CACerts > 0 {
 		ca.Status, ca.Detail = diagOK, fmt.Sprintf("%d (ssl.create_default_context inside the jail)", rep.Jail.CACerts)
 	} else {
-		ca.Status, ca.Detail, ca.Hint = diagFail, "no jailed run reported a CA count", "fix the failures above, then rebuild: execgate rootfs build"
+		ca.Status, ca.Detail, ca.Hint = diagFail, "no jailed run reported a CA count", "fix the failures above, then rebuild: execgate rootfs build --runtime "+rt
 		if rep.Jail != nil {
 			ca.Detail = "0 certificates loaded inside the jail"
 		}
@@ -478,7 +490,13 @@ func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCh
 		}
 		return c
 	}
-	in := sb.Runner.Info()
+	var in sandbox.Info
+	for _, name := range sb.Runtimes.Names() {
+		if rt, _ := sb.Runtimes.Get(name); rt.Runner != nil {
+			in = rt.Runner.Info()
+			break
+		}
+	}
 	if err := sb.Close(); err != nil {
 		c.Status, c.Detail = diagFail, err.Error()
 		return c

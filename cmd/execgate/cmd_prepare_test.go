@@ -9,6 +9,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -23,7 +24,7 @@ func TestPrepareAgainstTheGateway(t *testing.T) {
 	rootfs := testenv.Rootfs(t)
 	deps := filepath.Join(testenv.JailDir(t), "deps")
 	a, signer := startGateway(t, func(c *config.Config) {
-		c.Sandbox = sandbox.Config{RootfsDir: rootfs, WorkDir: t.TempDir(), DepsDir: deps, UVPath: uv,
+		c.Sandbox = sandbox.Config{RootfsDir: rootfs, RuntimesDir: filepath.Dir(rootfs), Runtimes: []string{limits.DefaultRuntime}, WorkDir: t.TempDir(), DepsDir: deps, UVPath: uv,
 			PackageIndex: sandbox.PackageIndex{FindLinks: []string{wheels}, NoIndex: true}}
 		for i := range c.Tenants {
 			c.Tenants[i].Policy["packages"] = map[string]any{"allow": []any{"alpha", "beta"}, "deny": []any{}}

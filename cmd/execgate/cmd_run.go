@@ -20,6 +20,7 @@ import (
 	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/egress"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/limits"
@@ -42,6 +43,7 @@ type runFlags struct {
 	lock         string
 	egress       []string
 	language     string
+	runtime      string
 	json         bool
 	// tenant is the config's tenant whose package policy applies to
 	// --requirements and --lock (default demo) and, when given, whose tool
@@ -154,6 +156,7 @@ ran).`,
 	fl.StringVar(&f.lock, "lock", "", "a lock to install first (pip's hashes format, e.g. from execgate prepare or uv pip compile --generate-hashes)")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.StringVar(&f.language, "language", "", "python, javascript or typescript (default: from the file's extension)")
+	fl.StringVar(&f.runtime, "runtime", "", "the Python runtime: "+strings.Join(limits.Runtimes, ", ")+" (default: the first of sandbox.runtimes, python3.11); its rootfs is built first if needed")
 	fl.BoolVar(&f.json, "json", false, "print the raw JSON envelope")
 	fl.StringVar(&f.tenant, "tenant", "", "a tenant of --config: its package policy applies to --requirements and --lock (default demo), and code mode calls its tool servers, governed by its policy")
 	fl.StringSliceVar(&f.tools, "tools", nil, "code mode: narrow the granted tools (names or globs, e.g. search.*)")
@@ -203,6 +206,14 @@ func (f runFlags) spec(file string, stdin io.Reader) (sandbox.Spec, error) {
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
+	if f.runtime != "" {
+		if !limits.KnownRuntime(f.runtime) {
+			return sandbox.Spec{}, fmt.Errorf("--runtime: %q is not one of %s", f.runtime, strings.Join(limits.Runtimes, ", "))
+		}
+		if lang != sandbox.LanguagePython {
+			return sandbox.Spec{}, fmt.Errorf("--runtime: only python runs name a runtime; %s runs choose by language", lang)
+		}
+	}
 	lim := sandbox.Limits{
 		TimeoutMS: f.timeout.Milliseconds(),
 		CPUMS:     f.timeout.Milliseconds(),
@@ -217,6 +228,7 @@ func (f runFlags) spec(file string, stdin io.Reader) (sandbox.Spec, error) {
 		return sandbox.Spec{}, err
 	}
 	return sandbox.Spec{
+		Runtime:     f.runtime,
 		ExecutionID: newExecutionID(),
 		TenantID:    "local",
 		Language:    lang,
@@ -318,7 +330,16 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if _, err := sandbox.FindNsjail(scfg); err != nil {
 		return sandbox.Result{}, err
 	}
-	o := app.SandboxOptions{Sandbox: scfg, EnsureRootfs: true, Progress: progress}
+	// Only the runtime the run needs is opened (and built, if needed):
+	// --runtime, or the first of sandbox.runtimes (which also runs
+	// JavaScript and TypeScript).
+	if spec.Runtime == "" {
+		spec.Runtime = scfg.WithDefaultRuntimes()[0]
+	}
+	o := app.SandboxOptions{Sandbox: scfg, Runtimes: []string{spec.Runtime}, EnsureRootfs: true, Progress: progress}
+	if spec.Language != sandbox.LanguagePython {
+		spec.Runtime = ""
+	}
 	if spec.Network == sandbox.NetworkProxy {
 		o.Egress = &cfg.Egress
 	}
@@ -329,7 +350,13 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	env, failure, err := localEnvironment(ctx, cfg, sb.Environments, f.packageTenant(), f.requirements, f.lock, progress)
+	var envs *environments.Cache
+	if len(f.requirements) > 0 || f.lock != "" {
+		if envs, err = sb.Runtimes.Environments(sb.Runtimes.Default().Name); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	env, failure, err := localEnvironment(ctx, cfg, envs, sb.Runtimes.Default().Name, f.packageTenant(), f.requirements, f.lock, progress)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -339,7 +366,7 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	if env != nil {
 		spec.Lock = env.Lock // installed on the way in (Installing), bound by the runner
 	}
-	return sb.Environments.Installing(sb.Runner).Run(ctx, spec)
+	return sb.Runtimes.Run(ctx, spec) // the runtime's cache installs spec.Lock first
 }
 
 // reportRun prints the outcome of a run and turns it into the exit status.

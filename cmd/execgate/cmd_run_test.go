@@ -153,6 +153,26 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	ok := write("ok.py", "def run(args, context):\n    print('hello')\n    return {'got': args}\n")
 	bad := write("bad.py", "def run(args, context):\n    raise ValueError('nope')\n")
 	t.Setenv("EXECGATE_SANDBOX_CGROUP_PARENT", "execgate-cmdtest")
+	// The runtimes the tests share (built once per machine), not a build
+	// in the state dir each time.
+	t.Setenv("EXECGATE_SANDBOX_RUNTIMES_DIR", testenv.RuntimesDir(t))
+
+	t.Run("--runtime picks the interpreter", func(t *testing.T) {
+		v := write("version.py", "import sys\ndef run(args, context):\n    return list(sys.version_info[:2])\n")
+		for rt, want := range map[string]string{"python3.13": "[3,13]", "python3.11": "[3,11]", "": "[3,11]"} {
+			args := []string{"--state-dir", state}
+			if rt != "" {
+				args = append(args, "--runtime", rt)
+			}
+			env, result, out := runJSON(t, v, args...)
+			if env.Status != sandbox.StatusOK || result != want {
+				t.Errorf("--runtime %q: %s", rt, out)
+			}
+		}
+		if _, err := execute(t, "run", v, "--runtime", "python2.7", "--state-dir", state); err == nil || !strings.Contains(err.Error(), "--runtime") {
+			t.Errorf("an unknown runtime: %v, want an error naming --runtime", err)
+		}
+	})
 
 	t.Run("an ok tool prints its envelope and exits 0", func(t *testing.T) {
 		env, result, out := runJSON(t, ok, "--args", `{"x": 1}`, "--state-dir", state)

@@ -69,7 +69,7 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 		}
 		return fail(err.Error(), hint)
 	}
-	r := sb.Runner
+	r := sb.Runtimes
 	args, _ := json.Marshal(map[string]string{"url": fmt.Sprintf("http://%s:%d/", diagProbeHost, port)})
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -34,7 +34,7 @@ func (e *packagesDenied) ExitCode() int { return 2 }
 // tenantID, exactly as `execgate serve` does for a run asking for them.
 // It returns nil when the run asks for no packages; a list uv cannot
 // resolve is a DependencyError result (failure).
-func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, tenantID string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
+func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, runtime, tenantID string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	var env environments.Environment
 	switch {
 	case len(reqs) > 0 && lockFile != "":
@@ -74,7 +74,7 @@ func localEnvironment(ctx context.Context, cfg *config.Config, envs *environment
 		pkgs[i] = policy.Package{Name: p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
 	}
 	in := policy.BuildInput(tenant, tenancy.Principal{TenantID: tenant.ID, Subject: "execgate-run", Roles: []string{tenancy.RoleExecutor}},
-		policy.Request{Requirements: reqs, Packages: pkgs})
+		policy.Request{Requirements: reqs, Packages: pkgs, Runtime: runtime})
 	d, err := engine.Decide(ctx, in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("package policy: %w", err)

@@ -28,7 +28,8 @@ auth:
   hs256_secret_file: %q
 sandbox:
   nsjail_path: %q
-  rootfs_dir: %q
+  runtimes_dir: %q
+  runtimes: [python3.11]
   work_dir: %q
 tenants:
   - id: acme
@@ -42,7 +43,7 @@ tenants:
           url: %q
           headers: { Authorization: { env: EXECGATE_TEST_MCP_TOKEN } }
           allow: [add, upper]
-`, dir, filepath.Join(dir, "dev.key"), sb.NsjailPath, sb.RootfsDir, sb.WorkDir, srv.URL)
+`, dir, filepath.Join(dir, "dev.key"), sb.NsjailPath, sb.RuntimesDir, sb.WorkDir, srv.URL)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ function signIn(t) {
   $("who").hidden = false;
   if (!inited) {
     inited = true;
-    initPlayground();
+    initPlayground(me);
     initPolicy(me);
     initRuns(me);
     initHealth();

@@ -37,7 +37,7 @@ let running = null; // the run in flight: {id, cancel()} once submitted
 // content}, content as the request sends it.
 let files = [];
 
-export function initPlayground() {
+export function initPlayground(me) {
   editor = new Editor({ textarea: $("pg-source"), code: $("pg-highlight"), gutter: $("pg-gutter"), language: () => $("pg-language").value });
   const lang = sessionStorage.getItem("execgate.language");
   if (lang && SAMPLE[lang]) $("pg-language").value = lang;
@@ -53,6 +53,9 @@ export function initPlayground() {
     formState();
   });
   for (const id of ["pg-test", "pg-network"]) $(id).addEventListener("change", formState);
+  $("pg-runtime").addEventListener("change", () => sessionStorage.setItem("execgate.runtime", $("pg-runtime").value));
+  // GET /v1/runtimes needs the executor role, as the playground does.
+  if (me && me.roles.includes("executor")) loadRuntimes();
   $("pg-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
   $("pg-validate").addEventListener("click", validate);
   $("pg-files-input").addEventListener("change", pickFiles);
@@ -64,6 +67,24 @@ export function initPlayground() {
   formState();
 }
 
+// loadRuntimes fills the runtime select from GET /v1/runtimes: the
+// runtimes the tenant may use, the default one named. A failure leaves
+// "tenant default" alone (the run still gets the tenant's runtime).
+async function loadRuntimes() {
+  let r;
+  try { r = await api("GET", "/v1/runtimes"); } catch { return; }
+  if (!r.ok || !r.body || !Array.isArray(r.body.runtimes)) return;
+  const sel = $("pg-runtime");
+  sel.replaceChildren(h("option", { value: "" }, "default (" + r.body.default + ")"));
+  for (const rt of r.body.runtimes) {
+    if (!rt.granted) continue;
+    sel.appendChild(h("option", { value: rt.name, disabled: !rt.available, title: "Python " + rt.python_version + " · " + rt.distribution },
+      rt.name + " (" + rt.python_version + ")"));
+  }
+  const saved = sessionStorage.getItem("execgate.runtime");
+  if (saved && [...sel.options].some((o) => o.value === saved && !o.disabled)) sel.value = saved;
+}
+
 // formState shows and enables the inputs that apply: test mode forces
 // network none; Deno languages have network none and no packages; egress
 // hosts go with network proxy.
@@ -73,6 +94,7 @@ function formState() {
   $("pg-lang-note").hidden = !deno;
   $("pg-network").disabled = test || deno;
   $("pg-requirements").disabled = deno;
+  $("pg-runtime").disabled = deno; // JavaScript and TypeScript choose by language
   $("pg-egress-label").hidden = test || deno || $("pg-network").value !== "proxy";
 }
 
@@ -162,6 +184,7 @@ function lines(field, text) {
 export function request() {
   const language = $("pg-language").value, deno = DENO.has(language);
   const req = { language, source: editor.value, entrypoint: $("pg-entrypoint").value.trim() || "run" };
+  if (!deno && $("pg-runtime").value) req.runtime = $("pg-runtime").value;
   const args = parseJSON("args", $("pg-args").value);
   if (args !== undefined) req.args = args;
   const limits = {};
@@ -442,7 +465,8 @@ function renderEnvelope(out, { status, env, header, clientMS, via, notes }) {
   kids.push(h("dl", { class: "kv" },
     h("dt", {}, "execution id"), h("dd", { id: "pg-execution-id" }, env.execution_id || "—"),
     h("dt", {}, "trace id"), h("dd", {}, env.trace_id || "—"),
-    d ? [h("dt", {}, "decision"), h("dd", { id: "pg-decision" }, d.id + " · network " + d.network_access + (d.isolation ? " · isolation " + d.isolation : "")),
+    env.usage && env.usage.runtime ? [h("dt", {}, "ran on"), h("dd", { id: "pg-ran-on" }, env.usage.runtime + (env.usage.isolation ? " · level " + env.usage.isolation : ""))] : null,
+    d ? [h("dt", {}, "decision"), h("dd", { id: "pg-decision" }, d.id + " · network " + d.network_access + (d.isolation ? " · isolation " + d.isolation : "") + (d.runtime ? " · runtime " + d.runtime : "")),
       d.egress && d.egress.allow && d.egress.allow.length ? [h("dt", {}, "egress allowed"), h("dd", { id: "pg-egress-allow" }, d.egress.allow.join(", "))] : null] : null));
 
   if (env.error) {

@@ -65,7 +65,7 @@ func startGateway(t *testing.T, root string) *gateway {
 	t.Helper()
 	nsjail := testenv.Nsjail(t)
 	deno := testenv.Deno(t)
-	rootfs := testenv.Rootfs(t)
+	runtimes := testenv.RuntimesDir(t) // every runtime: the pages show python3.13 runs too
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -88,7 +88,7 @@ func startGateway(t *testing.T, root string) *gateway {
 		"LANG=C.UTF-8",
 		"EXECGATE_STATE_DIR=" + t.TempDir(),
 		"EXECGATE_LISTEN=" + g.addr,
-		"EXECGATE_SANDBOX_ROOTFS_DIR=" + rootfs,
+		"EXECGATE_SANDBOX_RUNTIMES_DIR=" + runtimes,
 		"EXECGATE_SANDBOX_CGROUP_PARENT=" + cgroupParent,
 		"EXECGATE_NSJAIL=" + nsjail,
 		"EXECGATE_DENO=" + deno,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/zygote"
 )
@@ -69,14 +70,20 @@ func Nsjail(t testing.TB) string {
 }
 
 // SandboxConfig returns a sandbox.Config ready for sandbox.NewRunner: the
-// repository's nsjail, the shared test rootfs (see Rootfs), the host's
-// /usr/bin/python3 and a per-test work directory. It skips like Nsjail.
+// repository's nsjail, the shared test rootfs of the default runtime (see
+// Rootfs) in the shared runtimes dir (sandbox.runtimes lists only it), the
+// host's /usr/bin/python3 and a per-test work directory. It skips like
+// Nsjail.
 func SandboxConfig(t testing.TB) sandbox.Config {
 	t.Helper()
 	return sandbox.Config{
 		NsjailPath:  Nsjail(t),
 		PythonPath:  sandbox.DefaultPythonPath,
 		RootfsDir:   Rootfs(t),
+		RuntimesDir: runtimesDir(t),
+		// The default runtime only: a test that needs more names them
+		// (and builds them with RuntimesDir or Runtime).
+		Runtimes:    []string{limits.DefaultRuntime},
 		WorkDir:     t.TempDir(),
 		Cgroups:     sandbox.DefaultCgroups,
 		KillGraceMS: sandbox.DefaultKillGraceMS,

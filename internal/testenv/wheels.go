@@ -24,9 +24,15 @@ type Wheel struct {
 	Module string
 	// Pad adds a file of this many bytes (for size caps).
 	Pad int
+	// RequiresPython is its Requires-Python ("" : none).
+	RequiresPython string
+	// Tag is its wheel tag; "": py3-none-any. A tag naming an interpreter
+	// and platform (cp313-cp313-manylinux_2_39_x86_64) installs only
+	// where both fit; the wheel's content stays pure Python.
+	Tag string
 }
 
-// WriteWheels writes ws as py3-none-any wheels (a zip with the package,
+// WriteWheels writes ws as wheels (py3-none-any unless Tag says; a zip with the package,
 // METADATA, WHEEL and RECORD) into dir and returns dir.
 func WriteWheels(t testing.TB, dir string, ws ...Wheel) string {
 	t.Helper()
@@ -41,13 +47,20 @@ func WriteWheels(t testing.TB, dir string, ws ...Wheel) string {
 			body = fmt.Sprintf("VERSION = %q\n", w.Version)
 		}
 		meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", w.Name, w.Version)
+		if w.RequiresPython != "" {
+			meta += "Requires-Python: " + w.RequiresPython + "\n"
+		}
+		tag := w.Tag
+		if tag == "" {
+			tag = "py3-none-any"
+		}
 		for _, r := range w.Requires {
 			meta += "Requires-Dist: " + r + "\n"
 		}
 		files := []struct{ name, data string }{
 			{mod + "/__init__.py", body},
 			{dist + ".dist-info/METADATA", meta},
-			{dist + ".dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: execgate-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+			{dist + ".dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: execgate-tests\nRoot-Is-Purelib: true\nTag: " + tag + "\n"},
 		}
 		if w.Pad > 0 {
 			files = append(files, struct{ name, data string }{mod + "/pad.bin", strings.Repeat("x", w.Pad)})
@@ -60,7 +73,7 @@ func WriteWheels(t testing.TB, dir string, ws ...Wheel) string {
 		fmt.Fprintf(&record, "%s.dist-info/RECORD,,\n", dist)
 		files = append(files, struct{ name, data string }{dist + ".dist-info/RECORD", record.String()})
 
-		f, err := os.Create(filepath.Join(dir, dist+"-py3-none-any.whl"))
+		f, err := os.Create(filepath.Join(dir, dist+"-"+tag+".whl"))
 		if err != nil {
 			t.Fatal(err)
 		}

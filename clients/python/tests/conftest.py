@@ -4,8 +4,9 @@ from clients/testdata/wheels; tenant demo's MCP tool server "self" is the
 gateway's own /mcp), the real nsjail sandbox. Tokens are minted with
 `execgate token`.
 
-Environment: EXECGATE_BIN (default bin/execgate), EXECGATE_TEST_ROOTFS
-(default .tools/cache/clients-rootfs; built by the first serve). Without the
+Environment: EXECGATE_BIN (default bin/execgate), EXECGATE_TEST_RUNTIMES
+(default .tools/cache/clients-runtimes: the runtime python3.11,
+built by the first serve). Without the
 binary the suite is skipped, except under CI=true, where it fails.
 """
 
@@ -78,7 +79,7 @@ def gateway():
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    rootfs = Path(os.environ.get("EXECGATE_TEST_ROOTFS", REPO / ".tools" / "cache" / "clients-rootfs"))
+    runtimes = Path(os.environ.get("EXECGATE_TEST_RUNTIMES", REPO / ".tools" / "cache" / "clients-runtimes"))
     state = Path(tempfile.mkdtemp(prefix="execgate-pyclient-"))
     os.chmod(state, 0o711)  # the jail user reaches the run dirs below it
     key = state / "dev.key"
@@ -87,7 +88,7 @@ def gateway():
     port = _free_port()
     testdata = REPO / "clients" / "testdata"
     text = (testdata / "execgate.yaml").read_text()
-    for k, v in {"PORT": port, "STATE": state, "ROOTFS": rootfs, "TESTDATA": testdata}.items():
+    for k, v in {"PORT": port, "STATE": state, "RUNTIMES": runtimes, "TESTDATA": testdata}.items():
         text = text.replace("{{" + k + "}}", str(v))
     config = state / "execgate.yaml"
     config.write_text(text)

@@ -63,6 +63,15 @@ def test_execute_takes_isolation(gateway):
     assert any("isolation" in r for r in ei.value.reasons), ei.value.reasons
 
 
+def test_execute_takes_the_runtime(gateway):
+    with client(gateway) as c:
+        env = c.execute(ONE, runtime="python3.11")
+        assert env.usage.runtime == "python3.11" and env.decision.runtime == "python3.11"
+        with pytest.raises(execgate.PolicyDenied) as ei:
+            c.execute(ONE, runtime="python3.13")  # demo is granted python3.11 only (the default)
+    assert any("python3.13" in r for r in ei.value.reasons), ei.value.reasons
+
+
 def test_execute_takes_secrets(gateway):
     """The brokered secret reaches the tool; what comes back is masked."""
     from conftest import DEMO_SECRET

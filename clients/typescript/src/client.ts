@@ -51,16 +51,16 @@ export type ToolsResponse = Schemas["ToolsResponse"];
 export const REQUEST_FIELDS = {
   execute: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
     "stdin",
   ],
   submit: [
     "execution_id", "tenant_id", "language", "source", "entrypoint", "args", "requirements", "requirements_lock",
-    "environment_id", "network_access", "isolation", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
+    "environment_id", "network_access", "isolation", "runtime", "egress", "limits", "mode", "tools", "secrets", "fixtures", "files",
     "stdin", "callback_url",
   ],
   validate: ["source", "entrypoint", "language"],
-  prepare: ["tenant_id", "requirements", "requirements_lock", "warm"],
+  prepare: ["tenant_id", "requirements", "requirements_lock", "warm", "runtime"],
 } as const satisfies {
   execute: readonly (keyof ExecuteRequest)[];
   submit: readonly (keyof ExecutionRequest)[];

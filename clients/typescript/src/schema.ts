@@ -73,6 +73,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runtimes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the runtimes, what each has and which the tenant may use.
+         * @description The Python runtimes the service runs (in split mode: the ones its live executors
+         *     serve), each with its Python version, where its packages come from, its C library
+         *     and the wheel platform its requirements resolve for, its CA certificates, its Deno
+         *     (the runtime that runs JavaScript and TypeScript has one) and the Debian packages it
+         *     was built from; for the tenant (the caller's own; ?tenant= for an admin), whether
+         *     its policy allows a run on each ("granted") and the runtime a Python run naming none
+         *     gets ("default").
+         */
+        get: operations["listRuntimes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/prepare": {
         parameters: {
             query?: never;
@@ -85,7 +111,7 @@ export interface paths {
         /**
          * Resolve, check and install a package environment ahead of runs.
          * @description Requirements are resolved with uv (wheels only) to the complete locked set for the
-         *     rootfs's Python and platform, or a lock is taken as is; every package goes through
+         *     runtime's Python and platform (its C library's manylinux tag), or a lock is taken as is; every package goes through
          *     the tenant's package policy (403 PolicyDenied names the chain that pulled a denied
          *     package in); the environment is installed once (concurrent requests share the
          *     build). A run naming environment_id (or the same requirements) installs nothing.
@@ -574,6 +600,11 @@ export interface components {
              * @enum {string}
              */
             isolation?: "jail" | "process";
+            /**
+             * @description The Python runtime (python runs only; JavaScript and TypeScript choose by language): python3.11 (Debian bookworm) or python3.13 (Debian trixie), built from pinned Debian packages, or host (the fallback copied from the host's interpreter). Absent: the tenant's default, the first of its policy data runtimes (python3.11 when it lists none). A runtime the tenant is not granted is denied (403 PolicyDenied naming it); one the service does not run is 503 SandboxUnavailable naming it. GET /v1/runtimes lists them.
+             * @enum {string}
+             */
+            runtime?: "python3.11" | "python3.13" | "host";
             /** @description Only with network_access proxy. */
             egress?: {
                 allow?: string[];
@@ -645,6 +676,11 @@ export interface components {
              * @enum {string}
              */
             isolation?: "jail" | "process";
+            /**
+             * @description The Python runtime (python runs only), as in POST /v1/execute; absent: the tenant's default. GET /v1/runtimes lists them.
+             * @enum {string}
+             */
+            runtime?: "python3.11" | "python3.13" | "host";
             /** @description Only with network_access proxy. */
             egress?: {
                 allow?: string[];
@@ -736,6 +772,37 @@ export interface components {
             index?: string;
             via: string[];
         };
+        RuntimesResponse: {
+            tenant_id: string;
+            /** @description The runtime a Python run of the tenant that names none gets. */
+            default: string;
+            runtimes: components["schemas"]["Runtime"][];
+        };
+        Runtime: {
+            name: string;
+            /** @description The interpreter's version, e.g. 3.13.5. */
+            python_version: string;
+            /** @description Where its packages come from (debian bookworm, debian trixie), or host. */
+            distribution: string;
+            /** @description Its C library's version. */
+            glibc?: string;
+            /** @description The wheel platform its requirements resolve for (uv's --python-platform). */
+            platform?: string;
+            /** @description Certificates in its trust store. */
+            ca_certs: number;
+            /** @description The Deno version in its rootfs (absent: it runs no JavaScript). */
+            deno?: string;
+            /** @description The Debian packages it was built from. */
+            packages: {
+                name: string;
+                version: string;
+            }[];
+            /** @description False when it cannot run now (error says why). */
+            available: boolean;
+            error?: string;
+            /** @description The tenant's policy allows a run on it. */
+            granted: boolean;
+        };
         PrepareRequest: {
             tenant_id?: string;
             requirements?: string[];
@@ -745,9 +812,16 @@ export interface components {
              * @default 0
              */
             warm?: number;
+            /**
+             * @description The Python runtime the environment is for (absent: the tenant's default). Environment ids are per runtime: a run names the environment with the same runtime.
+             * @enum {string}
+             */
+            runtime?: "python3.11" | "python3.13" | "host";
         };
         PrepareResponse: {
             environment_id: string;
+            /** @description The Python runtime the environment was resolved and installed for. */
+            runtime: string;
             lock: string;
             packages: components["schemas"]["Package"][];
             cached: boolean;
@@ -801,6 +875,8 @@ export interface components {
                  * @enum {string}
                  */
                 isolation?: "jail" | "process";
+                /** @description What ran the tool: the Python runtime (python3.11, python3.13, host), or deno for JavaScript and TypeScript. Absent when nothing ran. */
+                runtime?: string;
                 /** @description Gateway CPU charged for the run's tool bridge requests (code mode: every search, describe and run, answered or refused; a search's scan is measured, the rest charged at fixed prices per request, per call sent to a tool server and per KiB of request and result), charged to the tenant's daily CPU budget together with cpu_ms. Absent when the run made none. */
                 bridge_cpu_ms?: number;
             };
@@ -942,6 +1018,8 @@ export interface components {
             egress: components["schemas"]["Egress"];
             /** @enum {string} */
             isolation: "jail" | "process";
+            /** @description The decided Python runtime; absent for other languages. */
+            runtime?: string;
             /** @description The brokered secrets granted to the run, by name (absent when none). */
             secrets?: string[];
         };
@@ -1111,6 +1189,8 @@ export interface components {
             allow: boolean;
             /** @enum {string} */
             isolation: "jail" | "process";
+            /** @description The decided Python runtime ("" for other languages and denied runs). */
+            runtime: string;
             reasons: string[];
             network_access: string;
             limits: components["schemas"]["Limits"];
@@ -1151,6 +1231,7 @@ export interface components {
                 mode: string;
                 tools: string[];
                 isolation: string;
+                runtime: string;
                 secrets: string[];
             };
         };
@@ -1484,6 +1565,34 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["ServerError"];
+        };
+    };
+    listRuntimes: {
+        parameters: {
+            query?: {
+                /** @description The tenant to answer for (an admin's any; an executor's own). */
+                tenant?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The runtimes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuntimesResponse"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            431: components["responses"]["HeaderTooLarge"];
+            503: components["responses"]["Unavailable"];
         };
     };
     prepare: {

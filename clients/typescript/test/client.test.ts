@@ -72,6 +72,14 @@ describe("execute", () => {
     assert.ok(e.reasons.some((r) => r.includes("isolation")), String(e.reasons));
   });
 
+  test("execute takes the runtime", async () => {
+    const env = await client().execute(ONE, { runtime: "python3.11" });
+    assert.equal(env.usage.runtime, "python3.11");
+    assert.equal(env.decision?.runtime, "python3.11");
+    const e = await rejects(client().execute(ONE, { runtime: "python3.13" }), execgate.PolicyDenied); // demo: python3.11 only
+    assert.ok(e.reasons.some((r) => r.includes("python3.13")), String(e.reasons));
+  });
+
   test("execute takes secrets: the tool gets the value, what comes back is masked", async () => {
     const src = "def run(args, context):\n    print(context.secrets['DEMO_KEY'])\n    return context.secrets['DEMO_KEY'] == args\n";
     const env = await client().execute(src, { args: DEMO_SECRET, secrets: ["DEMO_KEY"] });

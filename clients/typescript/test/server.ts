@@ -3,8 +3,8 @@
 // (tenants demo, limited, broke; packages from clients/testdata/wheels;
 // tenant demo's MCP tool server "self" is the gateway's own /mcp), the real
 // nsjail sandbox. Tokens come from
-// `execgate token`. EXECGATE_BIN and EXECGATE_TEST_ROOTFS override the
-// binary and the shared rootfs dir.
+// `execgate token`. EXECGATE_BIN and EXECGATE_TEST_RUNTIMES override the
+// binary and the shared runtimes dir (python3.11 is built there once).
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, openSync } from "node:fs";
@@ -40,7 +40,7 @@ async function freePort(): Promise<number> {
 export async function startGateway(): Promise<Gateway> {
   const bin = process.env.EXECGATE_BIN ?? join(REPO, "bin", "execgate");
   if (!existsSync(bin)) throw new Error(`${bin} is missing (go build -o bin/execgate ./cmd/execgate)`);
-  const rootfs = process.env.EXECGATE_TEST_ROOTFS ?? join(REPO, ".tools", "cache", "clients-rootfs");
+  const runtimes = process.env.EXECGATE_TEST_RUNTIMES ?? join(REPO, ".tools", "cache", "clients-runtimes");
   const state = mkdtempSync(join(tmpdir(), "execgate-tsclient-"));
   chmodSync(state, 0o711); // the jail user reaches the run dirs below it
   writeFileSync(join(state, "dev.key"), randomBytes(32).toString("hex"), { mode: 0o600 });
@@ -48,7 +48,7 @@ export async function startGateway(): Promise<Gateway> {
   const config = join(state, "execgate.yaml");
   const testdata = join(REPO, "clients", "testdata");
   writeFileSync(config, readFileSync(join(testdata, "execgate.yaml"), "utf8")
-    .replaceAll("{{PORT}}", String(port)).replaceAll("{{STATE}}", state).replaceAll("{{ROOTFS}}", rootfs)
+    .replaceAll("{{PORT}}", String(port)).replaceAll("{{STATE}}", state).replaceAll("{{RUNTIMES}}", runtimes)
     .replaceAll("{{TESTDATA}}", testdata));
   // The header of tenant demo's tool server "self" (the gateway's own /mcp), read when serve starts.
   const selfToken = execFileSync(bin, ["token", "--config", config, "--tenant", "demo", "--role", "executor"], { encoding: "utf8" }).trim();

@@ -61,6 +61,7 @@ from .models import (
     Limits,
     NetworkAccess,
     PreparedEnvironment,
+    Runtime,
     ToolList,
     ValidateResult,
 )
@@ -322,6 +323,7 @@ class Client:
         environment_id: Optional[str] = None,
         network_access: Optional[NetworkAccess] = None,
         isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
@@ -367,6 +369,7 @@ class Client:
         environment_id: Optional[str] = None,
         network_access: Optional[NetworkAccess] = None,
         isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
@@ -548,6 +551,7 @@ class Client:
         requirements: Optional[Sequence[str]] = None,
         requirements_lock: Optional[str] = None,
         warm: Optional[int] = None,
+        runtime: Optional[Runtime] = None,
         tenant_id: Optional[str] = None,
     ) -> PreparedEnvironment:
         """Resolve, check and install a package environment ahead of runs
@@ -664,6 +668,7 @@ class AsyncClient:
         environment_id: Optional[str] = None,
         network_access: Optional[NetworkAccess] = None,
         isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
@@ -700,6 +705,7 @@ class AsyncClient:
         environment_id: Optional[str] = None,
         network_access: Optional[NetworkAccess] = None,
         isolation: Optional[Isolation] = None,
+        runtime: Optional[Runtime] = None,
         egress_allow: Optional[Sequence[str]] = None,
         limits: Union[Limits, dict[str, int], None] = None,
         mode: Optional[Literal["run", "test"]] = None,
@@ -853,6 +859,7 @@ class AsyncClient:
         requirements: Optional[Sequence[str]] = None,
         requirements_lock: Optional[str] = None,
         warm: Optional[int] = None,
+        runtime: Optional[Runtime] = None,
         tenant_id: Optional[str] = None,
     ) -> PreparedEnvironment:
         """See ``Client.prepare``."""

@@ -19,6 +19,8 @@ Status = Literal["ok", "error"]
 NetworkAccess = Literal["none", "proxy", "host"]
 Language = Literal["python", "javascript", "typescript"]
 Isolation = Literal["jail", "process"]
+# The Python runtimes a run may name (GET /v1/runtimes lists the ones served).
+Runtime = Literal["python3.11", "python3.13", "host"]
 ExecutionState = Literal["queued", "running", "done"]
 
 
@@ -64,6 +66,7 @@ class ExecuteRequest:
     environment_id: Optional[str] = None
     network_access: Optional[NetworkAccess] = None
     isolation: Optional[Isolation] = None
+    runtime: Optional[Runtime] = None
     egress_allow: Optional[list[str]] = None
     limits: Optional[Limits] = None
     mode: Optional[Literal["run", "test"]] = None
@@ -80,7 +83,7 @@ class ExecuteRequest:
 
     # Sent as they are when set.
     _PLAIN: ClassVar[tuple[str, ...]] = ("execution_id", "tenant_id", "language", "entrypoint", "requirements", "requirements_lock",
-              "environment_id", "network_access", "isolation", "mode", "tools", "secrets", "stdin", "callback_url")
+              "environment_id", "network_access", "isolation", "runtime", "mode", "tools", "secrets", "stdin", "callback_url")
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source}
@@ -129,11 +132,15 @@ class Usage:
     peak_memory_kb: int = 0
     # The level the run ran at ("jail" or "process"); "" when nothing ran.
     isolation: str = ""
+    # What ran the tool: a Python runtime ("python3.13") or "deno"; "" when
+    # nothing ran.
+    runtime: str = ""
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Usage":
         d = d or {}
-        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)), str(d.get("isolation", "")))
+        return cls(int(d.get("wall_ms", 0)), int(d.get("cpu_ms", 0)), int(d.get("peak_memory_kb", 0)), str(d.get("isolation", "")),
+                   str(d.get("runtime", "")))
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,8 @@ class Decision:
     network_access: str
     limits: Limits
     egress_allow: list[str]
+    # The decided Python runtime ("" for other languages).
+    runtime: str = ""
     # secrets are the brokered secrets granted to the run, by name.
     secrets: list[str] = field(default_factory=list)
 
@@ -202,6 +211,7 @@ class Decision:
             network_access=str(d.get("network_access", "")),
             limits=Limits.from_dict(d.get("limits")),
             egress_allow=list((d.get("egress") or {}).get("allow") or []),
+            runtime=str(d.get("runtime", "")),
             secrets=list(d.get("secrets") or []),
         )
 
@@ -361,10 +371,13 @@ class PreparedEnvironment:
     network_access: str
     ms: int
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # The Python runtime it is for (ids are per runtime).
+    runtime: str = ""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PreparedEnvironment":
         return cls(
+            runtime=str(d.get("runtime", "")),
             environment_id=str(d.get("environment_id", "")),
             lock=str(d.get("lock", "")),
             packages=[Package(str(p.get("name", "")), str(p.get("version", "")), str(p.get("index", "")),

@@ -71,7 +71,7 @@ func (r *Report) artifactFlood(ctx context.Context) error {
 		"limits": map[string]any{"artifacts_bytes": ArtifactFloodBytes, "artifacts": limits.Max.Artifacts,
 			"tmp_mb": 2 * files, "memory_mb": 512, "timeout_ms": 30000, "cpu_ms": 30000},
 	})
-	if a := postFlood(ctx, tg, []byte(probeBody())); a.status != http.StatusOK {
+	if a := postFlood(ctx, tg, []byte(probeBody(r.Options.Runtimes[0], ""))); a.status != http.StatusOK {
 		return fmt.Errorf("bench: artifacts: the probe answered %d", a.status)
 	}
 	runtime.GC()

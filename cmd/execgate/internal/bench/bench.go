@@ -60,7 +60,11 @@ type Options struct {
 	Sections    []string       // default AllSections
 	Modes       []string       // gateway rows' modes, a subset of AllModes; default all
 	Languages   []string       // start-up rows' languages, a subset of AllLanguages; default all
-	Progress    io.Writer      // progress lines; nil: discarded
+	// Runtimes are the Python runtimes measured, each in turn in the same
+	// run (startup and gateway rows per runtime); default the config's
+	// sandbox.runtimes.
+	Runtimes []string
+	Progress io.Writer // progress lines; nil: discarded
 }
 
 // Report is everything one run measured.
@@ -85,6 +89,8 @@ type Report struct {
 // GatewayRow is one load level against the real gateway.
 type GatewayRow struct {
 	Mode string // "cold" (no warm pool), "warm", or "process" (isolation process)
+	// Runtime is the Python runtime the rows' runs named.
+	Runtime string
 	// Isolation is the runs' isolation level, "jail" or "process".
 	Isolation string
 	// CPUPerRun is the CPU time of the gateway process and of every jail
@@ -141,9 +147,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
+	if len(opts.Runtimes) == 0 {
+		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
+	}
 	rep := &Report{Started: time.Now().UTC(), Host: hostLine(), Options: opts}
-	if _, err := rootfs.Ensure(ctx, rootfs.Options{Dir: opts.Config.Sandbox.RootfsDir, PythonPath: opts.Config.Sandbox.PythonPath, Progress: opts.Progress}); err != nil {
-		return nil, fmt.Errorf("bench: preparing the rootfs: %w", err)
+	for _, rt := range opts.Runtimes {
+		sc := opts.Config.Sandbox
+		ro := rootfs.Options{Dir: sc.RootfsOf(rt), Runtime: rt, PythonPath: sc.PythonPath, DebianMirror: sc.DebianMirror, Progress: opts.Progress}
+		if _, err := rootfs.Ensure(ctx, ro); err != nil {
+			return nil, fmt.Errorf("bench: preparing the rootfs of runtime %s: %w", rt, err)
+		}
 	}
 	has := func(s string) bool { return slices.Contains(opts.Sections, s) }
 	if has(SectionStartup) {
@@ -185,20 +198,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// newRunner is a runner of the configured sandbox with warm jails per
-// profile, assembled as the gateway assembles it (app.NewSandbox; the
-// rootfs is ensured once by Run).
-func (r *Report) newRunner(ctx context.Context, warm int) (*sandbox.Runner, error) {
+// newRunner is a runner of runtime rt of the configured sandbox with warm
+// jails per profile, assembled as the gateway assembles it
+// (app.NewSandbox; the rootfs is ensured once by Run).
+func (r *Report) newRunner(ctx context.Context, rt string, warm int) (*sandbox.Runner, error) {
 	sc := r.Options.Config.Sandbox
 	sc.WarmPool = warm
-	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: sc})
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: sc, Runtimes: []string{rt}})
 	if err != nil {
 		if sb != nil {
 			_ = sb.Close()
 		}
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return sb.Runner, nil
+	return sb.Runtimes.Default().Runner, nil
 }
 
 func (r *Report) progress(format string, args ...any) {
@@ -210,13 +223,27 @@ func (r *Report) startup(ctx context.Context) error {
 	n := r.Options.Runs
 	python := cfg.Sandbox.PythonPath
 	r.progress("startup: bare %s -c pass ×%d", python, n)
-	s, err := sampleProcess(ctx, "bare python", procSpec{argv: []string{python, "-c", "pass"}}, n)
+	s, err := sampleProcess(ctx, "bare python (host)", procSpec{argv: []string{python, "-c", "pass"}}, n)
 	if err != nil {
 		return err
 	}
 	r.Startup = append(r.Startup, s)
+	for i, rt := range r.Options.Runtimes {
+		if err := r.startupRuntime(ctx, rt, i == 0 && slices.Contains(r.Options.Languages, sandbox.LanguageJavaScript)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	runner, err := r.newRunner(ctx, 0)
+// startupRuntime adds runtime rt's rows: raw nsjail running its
+// interpreter bare and on the harness, Runner.Run cold, and `execgate run
+// --runtime` cold; with js, the JavaScript rows (Deno, in the first
+// runtime's tree).
+func (r *Report) startupRuntime(ctx context.Context, rt string, js bool) error {
+	n := r.Options.Runs
+	add := func(s *Sample) { s.Runtime = rt; r.Startup = append(r.Startup, s) }
+	runner, err := r.newRunner(ctx, rt, 0)
 	if err != nil {
 		return err
 	}
@@ -233,55 +260,56 @@ func (r *Report) startup(ctx context.Context) error {
 	defer os.Remove(passCfg)
 	passArgv := slices.Clone(argv)
 	passArgv[2] = passCfg
-	r.progress("startup: raw nsjail python -c pass ×%d", n)
-	if s, err = sampleProcess(ctx, "raw nsjail: python -c pass", procSpec{argv: passArgv, extraFiles: 2}, n); err != nil {
+	r.progress("startup %s: raw nsjail python -c pass ×%d", rt, n)
+	s, err := sampleProcess(ctx, "raw nsjail: python -c pass", procSpec{argv: passArgv, extraFiles: 2}, n)
+	if err != nil {
 		return err
 	}
-	r.Startup = append(r.Startup, s)
-	r.progress("startup: raw nsjail harness+probe ×%d", n)
+	add(s)
+	r.progress("startup %s: raw nsjail harness+probe ×%d", rt, n)
 	if s, err = sampleProcess(ctx, "raw nsjail: harness + probe", procSpec{argv: argv, stdin: req, extraFiles: 2}, n); err != nil {
 		return err
 	}
-	r.Startup = append(r.Startup, s)
-
-	r.progress("startup: Runner.Run cold (in-process) ×%d", n)
+	add(s)
+	r.progress("startup %s: Runner.Run cold (in-process) ×%d", rt, n)
 	if s, err = sampleRunner(ctx, "Runner.Run cold (in-process)", runner, probe, n); err != nil {
 		return err
 	}
-	r.Startup = append(r.Startup, s)
-	if slices.Contains(r.Options.Languages, sandbox.LanguageJavaScript) {
+	add(s)
+	if js {
 		if err := r.startupJavaScript(ctx, runner); err != nil {
 			return err
 		}
 	}
-
-	r.progress("startup: execgate run cold ×%d", n)
-	return r.sampleRunCommand(ctx, "execgate run (cold)", "probe.py", ProbeSource, n)
+	r.progress("startup %s: execgate run cold ×%d", rt, n)
+	if s, err = r.sampleRunCommand(ctx, "execgate run (cold)", rt, "probe.py", ProbeSource, n); err != nil {
+		return err
+	}
+	add(s)
+	return nil
 }
 
 // sampleRunCommand times the whole `execgate run FILE --json` process (cold:
-// a new jail each time) for source written to a file named file, and adds
-// the sample to the startup rows.
-func (r *Report) sampleRunCommand(ctx context.Context, name, file, source string, n int) error {
+// a new jail each time) for source written to a file named file, on
+// runtime rt ("": the default; a JavaScript file names none).
+func (r *Report) sampleRunCommand(ctx context.Context, name, rt, file, source string, n int) (*Sample, error) {
 	dir, err := os.MkdirTemp("", "execgate-bench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, file)
 	if err := os.WriteFile(path, []byte(source), 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	argv := []string{r.Options.Binary, "run", path, "--json", "--state-dir", r.Options.Config.StateDir}
+	if rt != "" {
+		argv = append(argv, "--runtime", rt)
+	}
 	if r.Options.ConfigFile != "" {
 		argv = append(argv, "--config", r.Options.ConfigFile)
 	}
-	s, err := sampleProcess(ctx, name, procSpec{argv: argv, wantOK: wantOKEnvelope}, n)
-	if err != nil {
-		return err
-	}
-	r.Startup = append(r.Startup, s)
-	return nil
+	return sampleProcess(ctx, name, procSpec{argv: argv, wantOK: wantOKEnvelope}, n)
 }
 
 // pythonPassConfig copies the profile config at path with the harness
@@ -346,14 +374,17 @@ func sampleRunner(ctx context.Context, name string, runner *sandbox.Runner, spec
 	return &Sample{Name: name, Command: "sandbox.(*Runner).Run", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
 }
 
-func probeBody() string {
-	b, _ := json.Marshal(map[string]any{"source": ProbeSource, "entrypoint": "run"})
-	return string(b)
-}
-
-// processProbeBody is probeBody at isolation level process.
-func processProbeBody() string {
-	b, _ := json.Marshal(map[string]any{"source": ProbeSource, "entrypoint": "run", "isolation": sandbox.IsolationProcess})
+// probeBody is the DESIGN §4 probe on runtime rt at isolation level
+// isolation ("": the tenant's default; the default level).
+func probeBody(rt, isolation string) string {
+	body := map[string]any{"source": ProbeSource, "entrypoint": "run"}
+	if rt != "" {
+		body["runtime"] = rt
+	}
+	if isolation != "" {
+		body["isolation"] = isolation
+	}
+	b, _ := json.Marshal(body)
 	return string(b)
 }
 
@@ -371,7 +402,10 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 		if loadRows && !slices.Contains(r.Options.Modes, m.name) {
 			continue
 		}
-		tg, err := startTarget(ctx, r.Options.Config, m.warm, app.Options{Progress: r.Options.Progress})
+		// One gateway serves every runtime measured; at each level the
+		// runtimes take turns, so their rows are measured under the same
+		// load (their ratios survive a busy host better than the rows).
+		tg, err := startTarget(ctx, r.Options.Config, m.warm, r.Options.Runtimes, app.Options{Progress: r.Options.Progress})
 		if err != nil {
 			return err
 		}
@@ -384,36 +418,35 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 			mem.GatewayIdleKB = selfRSSKB()
 		}
 		levels := r.Options.Concurrency
+		rts := r.Options.Runtimes
 		if !loadRows {
-			levels = levels[len(levels)-1:]
+			levels, rts = levels[len(levels)-1:], rts[:1]
 		}
 		for _, c := range levels {
-			r.progress("gateway %s: %d requests at concurrency %d", m.name, r.Options.Requests, c)
-			stop := make(chan struct{})
-			peak := make(chan int64, 1)
-			go sampleRSS(stop, peak)
-			body := probeBody()
-			if m.isolation == sandbox.IsolationProcess {
-				body = processProbeBody()
-			}
-			var cpu time.Duration
-			res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: body, Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c),
-				measured: func() func() { return cpuMeter(r.Options.Config.Sandbox.CgroupParent, &cpu) }})
-			close(stop)
-			p := <-peak
-			if m.name == "cold" && p > mem.GatewayPeakKB {
-				mem.GatewayPeakKB = p
-			}
-			if err != nil {
-				_ = tg.stop(ctx)
-				return err
-			}
-			if loadRows {
-				row := GatewayRow{Mode: m.name, Isolation: m.isolation, LoadResult: res}
-				if res.Requests > 0 {
-					row.CPUPerRun = cpu / time.Duration(res.Requests)
+			for _, rt := range rts {
+				r.progress("gateway %s %s: %d requests at concurrency %d", m.name, rt, r.Options.Requests, c)
+				stop := make(chan struct{})
+				peak := make(chan int64, 1)
+				go sampleRSS(stop, peak)
+				var cpu time.Duration
+				res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody(rt, m.isolation), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c),
+					measured: func() func() { return cpuMeter(r.Options.Config.Sandbox.CgroupParent, &cpu) }})
+				close(stop)
+				p := <-peak
+				if m.name == "cold" && p > mem.GatewayPeakKB {
+					mem.GatewayPeakKB = p
 				}
-				r.Gateway = append(r.Gateway, row)
+				if err != nil {
+					_ = tg.stop(ctx)
+					return err
+				}
+				if loadRows {
+					row := GatewayRow{Mode: m.name, Runtime: rt, Isolation: m.isolation, LoadResult: res}
+					if res.Requests > 0 {
+						row.CPUPerRun = cpu / time.Duration(res.Requests)
+					}
+					r.Gateway = append(r.Gateway, row)
+				}
 			}
 		}
 		if err := tg.stop(ctx); err != nil {
@@ -434,7 +467,7 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 // warmJailRSS fills a warm pool and averages the RSS of its idle jails
 // (every process below this one: nsjail and the waiting harness).
 func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
-	runner, err := r.newRunner(ctx, r.Options.WarmPool)
+	runner, err := r.newRunner(ctx, r.Options.Runtimes[0], r.Options.WarmPool)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -21,7 +21,7 @@ func (r *Report) bridge(ctx context.Context) error {
 		return fmt.Errorf("bench: bridge: %w", err)
 	}
 	r.progress("bridge: %d tool calls each: direct, governed, from a jail", r.Options.BridgeCalls)
-	runner, err := r.newRunner(ctx, 0)
+	runner, err := r.newRunner(ctx, r.Options.Runtimes[0], 0)
 	if err != nil {
 		return err
 	}

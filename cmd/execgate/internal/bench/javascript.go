@@ -35,7 +35,7 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	}
 	r.Startup = append(r.Startup, s)
 
-	warm, err := r.newRunner(ctx, r.Options.WarmPool)
+	warm, err := r.newRunner(ctx, r.Options.Runtimes[0], r.Options.WarmPool)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,12 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	}
 
 	r.progress("startup: execgate run probe.js cold ×%d", n)
-	return r.sampleRunCommand(ctx, "execgate run probe.js (cold)", "probe.js", JavaScriptProbeSource, n)
+	s, err = r.sampleRunCommand(ctx, "execgate run probe.js (cold)", "", "probe.js", JavaScriptProbeSource, n)
+	if err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	return nil
 }
 
 // warmWait bounds the wait for the pool to refill between warm samples.

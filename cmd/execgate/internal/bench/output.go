@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/app"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // OutputFloodBytes is what each flood run writes to stdout and to stderr,
@@ -73,7 +74,7 @@ func (r *Report) outputFlood(ctx context.Context) error {
 		"limits": map[string]any{"output_bytes": OutputFloodBytes, "timeout_ms": 30000, "cpu_ms": 30000},
 	})
 	// One small run first so the idle figure includes a run's lazy set-up.
-	if a := postFlood(ctx, tg, []byte(probeBody())); a.status != http.StatusOK {
+	if a := postFlood(ctx, tg, []byte(probeBody(r.Options.Runtimes[0], sandbox.IsolationJail))); a.status != http.StatusOK {
 		return fmt.Errorf("bench: output: the probe answered %d", a.status)
 	}
 	runtime.GC()
@@ -195,9 +196,10 @@ func (tg *target) post(ctx context.Context, body []byte) (*http.Response, error)
 }
 
 // sandboxTarget is an in-process gateway over the real sandbox with warm
-// jails, refused when the sandbox is unavailable.
+// jails, serving the first of the benchmarked runtimes, refused when the
+// sandbox is unavailable.
 func (r *Report) sandboxTarget(ctx context.Context, warm int) (*target, error) {
-	tg, err := startTarget(ctx, r.Options.Config, warm, app.Options{Progress: r.Options.Progress})
+	tg, err := startTarget(ctx, r.Options.Config, warm, r.Options.Runtimes[:1], app.Options{Progress: r.Options.Progress})
 	if err != nil {
 		return nil, err
 	}

@@ -73,12 +73,12 @@ func MeasureOverhead(ctx context.Context, opts OverheadOptions) (*LoadResult, er
 	}
 	c := *cfg
 	c.Server.MaxConcurrentRuns = max(c.Server.MaxConcurrentRuns, opts.Concurrency)
-	tg, err := startTarget(ctx, &c, 0, app.Options{Runner: app.NoopRunner{}})
+	tg, err := startTarget(ctx, &c, 0, nil, app.Options{Runner: app.NoopRunner{}})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tg.stop(context.WithoutCancel(ctx)) }()
-	return Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody(), Concurrency: opts.Concurrency, Requests: opts.Requests, Warmup: opts.Warmup})
+	return Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody("", ""), Concurrency: opts.Concurrency, Requests: opts.Requests, Warmup: opts.Warmup})
 }
 
 // target is an in-process gateway under load.
@@ -93,7 +93,9 @@ type target struct {
 // tenant, warm jails per profile, and its audit log in a temporary dir (so
 // it never contends with a running gateway's lock). opts.Config, Logger
 // and Progress (when nil) are set here.
-func startTarget(ctx context.Context, cfg *config.Config, warm int, opts app.Options) (_ *target, err error) {
+// startTarget starts a gateway of cfg with warm jails per profile, serving
+// runtimes (nil: cfg's) to the bench Tenant, which may use them all.
+func startTarget(ctx context.Context, cfg *config.Config, warm int, runtimes []string, opts app.Options) (_ *target, err error) {
 	dir, err := os.MkdirTemp("", "execgate-bench-")
 	if err != nil {
 		return nil, err
@@ -105,7 +107,16 @@ func startTarget(ctx context.Context, cfg *config.Config, warm int, opts app.Opt
 	}()
 	c := *cfg
 	c.Listen = "127.0.0.1:0"
-	c.Tenants = append(slices.Clone(c.Tenants), Tenant())
+	tenant := Tenant()
+	if len(runtimes) > 0 {
+		c.Sandbox.Runtimes = runtimes
+		rts := make([]any, len(runtimes))
+		for i, rt := range runtimes {
+			rts[i] = rt
+		}
+		tenant.Policy["runtimes"] = rts
+	}
+	c.Tenants = append(slices.Clone(c.Tenants), tenant)
 	c.Sandbox.WarmPool = warm
 	c.Audit.File = filepath.Join(dir, "audit.jsonl")
 	opts.Config = &c

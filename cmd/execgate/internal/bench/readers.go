@@ -261,7 +261,7 @@ func (g *serveProc) waitDone(ctx context.Context, id string) ([]byte, error) {
 // probe times the other tenant's probe run.
 func (g *serveProc) probe(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
-	code, b := g.call(ctx, http.MethodPost, "/v1/execute", g.other, []byte(probeBody()))
+	code, b := g.call(ctx, http.MethodPost, "/v1/execute", g.other, []byte(probeBody("", "")))
 	if code != http.StatusOK || !bytes.Contains(b, []byte(`"status":"ok"`)) {
 		return 0, fmt.Errorf("bench: readers: the probe answered %d %.300s", code, b)
 	}

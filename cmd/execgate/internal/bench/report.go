@@ -13,36 +13,49 @@ func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "Measured %s on %s.\n\n", r.Started.Format("2006-01-02 15:04 UTC"), r.Host)
 	if len(r.Startup) > 0 {
 		fmt.Fprintf(w, "### Start-up, whole process (%d runs each after one warm-up)\n\n", r.Options.Runs)
-		fmt.Fprintln(w, "| variant | wall p50 | wall p95 | wall min | cpu p50 | vs raw nsjail (harness) |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-		var raw time.Duration
+		fmt.Fprintln(w, "| variant | runtime | wall p50 | wall p95 | wall min | cpu p50 | vs raw nsjail (harness) |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+		raw := map[string]time.Duration{} // runtime → its raw nsjail harness row
 		for _, s := range r.Startup {
 			if s.Name == "raw nsjail: harness + probe" {
-				raw = s.Wall.Median
+				raw[s.Runtime] = s.Wall.Median
 			}
 		}
+		first := ""
+		if len(r.Options.Runtimes) > 0 {
+			first = r.Options.Runtimes[0]
+		}
 		for _, s := range r.Startup {
-			ratio := "–"
-			if raw > 0 {
-				ratio = fmt.Sprintf("%.2f×", float64(s.Wall.Median)/float64(raw))
+			base, rt := raw[s.Runtime], s.Runtime
+			if rt == "" {
+				base, rt = raw[first], "–"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", s.Name, ms(s.Wall.Median), ms(s.Wall.P95), ms(s.Wall.Min), ms(s.CPU.Median), ratio)
+			ratio := "–"
+			if base > 0 {
+				ratio = fmt.Sprintf("%.2f×", float64(s.Wall.Median)/float64(base))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", s.Name, rt, ms(s.Wall.Median), ms(s.Wall.P95), ms(s.Wall.Min), ms(s.CPU.Median), ratio)
 		}
 		fmt.Fprintln(w, "\nCommands:")
 		fmt.Fprintln(w)
 		for _, s := range r.Startup {
-			fmt.Fprintf(w, "- %s: `%s`\n", s.Name, s.Command)
+			name := s.Name
+			if s.Runtime != "" {
+				name += " (" + s.Runtime + ")"
+			}
+			fmt.Fprintf(w, "- %s: `%s`\n", name, s.Command)
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.Gateway) > 0 {
 		fmt.Fprintf(w, "### Gateway, HTTP end to end (probe tool, %d requests per row, closed loop)\n\n", r.Options.Requests)
-		fmt.Fprintln(w, "| mode | isolation | concurrency | p50 | p95 | p99 | max | req/s | CPU/run | errors |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| mode | runtime | isolation | concurrency | p50 | p95 | p99 | max | req/s | CPU/run | errors |")
+		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, g := range r.Gateway {
-			fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n", g.Mode, g.Isolation, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, ms(g.CPUPerRun), g.Errors)
+			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n", g.Mode, g.Runtime, g.Isolation, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, ms(g.CPUPerRun), g.Errors)
 		}
-		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d; process: isolation process (a fresh process forked from the tenant's zygote). CPU/run: the gateway process (load client included) and every jail and zygote, per request.\n\n", r.Options.WarmPool)
+		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d; process: isolation process (a fresh process forked from the tenant's zygote). CPU/run: the gateway process (load client included) and every jail and zygote, per request. At each mode and concurrency the runtimes ran one after the other on the same gateway.\n\n", r.Options.WarmPool)
+		r.ratios(w)
 	}
 	if len(r.Overhead) > 0 {
 		fmt.Fprintln(w, "### Gateway overhead: auth + validation + policy + quota + audit, no-op executor")
@@ -107,6 +120,46 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 }
 
+// ratios writes, for every runtime after the first, its gateway rows
+// divided by the first runtime's at the same mode and concurrency
+// (measured back to back: a busy host moves both).
+func (r *Report) ratios(w io.Writer) {
+	if len(r.Options.Runtimes) < 2 {
+		return
+	}
+	base := r.Options.Runtimes[0]
+	type key struct {
+		mode string
+		c    int
+	}
+	first := map[key]GatewayRow{}
+	for _, g := range r.Gateway {
+		if g.Runtime == base {
+			first[key{g.Mode, g.Concurrency}] = g
+		}
+	}
+	div := func(a, b float64) string {
+		if b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	for _, rt := range r.Options.Runtimes[1:] {
+		fmt.Fprintf(w, "Ratios %s / %s (same run):\n\n", rt, base)
+		fmt.Fprintln(w, "| mode | concurrency | p50 | p99 | req/s | CPU/run |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		for _, g := range r.Gateway {
+			b, ok := first[key{g.Mode, g.Concurrency}]
+			if g.Runtime != rt || !ok {
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s |\n", g.Mode, g.Concurrency, div(float64(g.P50), float64(b.P50)), div(float64(g.P99), float64(b.P99)),
+				div(g.RPS, b.RPS), div(float64(g.CPUPerRun), float64(b.CPUPerRun)))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 func mib(kb int64) string       { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }
@@ -134,6 +187,9 @@ func (o Options) Command() string {
 	if len(o.Languages) > 0 && len(o.Languages) < len(AllLanguages) {
 		b.WriteString(" --languages " + strings.Join(o.Languages, ","))
 	}
+	if len(o.Runtimes) > 0 {
+		b.WriteString(" --runtimes " + strings.Join(o.Runtimes, ","))
+	}
 	return b.String()
 }
 
@@ -141,6 +197,7 @@ func (o Options) Command() string {
 // systems) side by side: `execgate bench --json`.
 type JSONRow struct {
 	Name        string  `json:"name"`
+	Runtime     string  `json:"runtime,omitempty"`
 	Isolation   string  `json:"isolation,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	P50MS       float64 `json:"p50_ms"`
@@ -155,10 +212,10 @@ func (r *Report) JSON(w io.Writer) error {
 	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rows := []JSONRow{}
 	for _, s := range r.Startup {
-		rows = append(rows, JSONRow{Name: "startup: " + s.Name, Concurrency: 1, P50MS: msf(s.Wall.Median), CPUPerRunMS: msf(s.CPU.Median)})
+		rows = append(rows, JSONRow{Name: "startup: " + s.Name, Runtime: s.Runtime, Concurrency: 1, P50MS: msf(s.Wall.Median), CPUPerRunMS: msf(s.CPU.Median)})
 	}
 	for _, g := range r.Gateway {
-		rows = append(rows, JSONRow{Name: "gateway " + g.Mode, Isolation: g.Isolation, Concurrency: g.Concurrency,
+		rows = append(rows, JSONRow{Name: "gateway " + g.Mode, Runtime: g.Runtime, Isolation: g.Isolation, Concurrency: g.Concurrency,
 			P50MS: msf(g.P50), P99MS: msf(g.P99), RPS: g.RPS, CPUPerRunMS: msf(g.CPUPerRun), Errors: g.Errors})
 	}
 	for _, o := range r.Overhead {

@@ -14,7 +14,10 @@ import (
 
 // Sample is the distribution of repeated whole-process runs.
 type Sample struct {
-	Name    string
+	Name string
+	// Runtime is the Python runtime the row ran ("" for rows outside any
+	// runtime: the bare host interpreter, JavaScript).
+	Runtime string
 	Command string // what was run, for the report
 	Runs    int
 	Wall    Stats

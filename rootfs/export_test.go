@@ -1,0 +1,4 @@
+package rootfs
+
+// ExtraLibs is extraLibs for the external tests.
+var ExtraLibs = extraLibs
