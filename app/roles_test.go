@@ -36,6 +36,11 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 		globex.Plan = "enterprise-" + secret
 		globex.Quota = quota.Limits{RatePerMinute: 9191917, Burst: 42, Concurrency: 4, DailyCPUSeconds: 8383838}
 		globex.Policy = map[string]any{"network": []any{"none"}, "egress_allow": []any{secret + ".example.com:443"}}
+		for i := range c.Tenants {
+			if c.Tenants[i].ID == "demo" { // may prepare six: the policy allows it before the 503
+				c.Tenants[i].Policy["packages"] = map[string]any{"allow": []any{"six"}, "deny": []any{}}
+			}
+		}
 		c.Tenants = append(c.Tenants, globex)
 	}})
 
@@ -53,8 +58,9 @@ func TestEveryRoleReachesOnlyWhatTheRoleTableSays(t *testing.T) {
 			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
 		{"GET", "/v1/tools", "",
 			map[string]want{tenancy.RoleExecutor: {ok, 0}}},
-		// This server has no rootfs, so no package environments: an allowed
-		// prepare gets past access and answers 503 SandboxUnavailable.
+		// This server has no rootfs, so no package environments: a prepare
+		// its policy allows gets past access and answers 503
+		// SandboxUnavailable (one it denies would be a 403 PolicyDenied).
 		{"POST", "/v1/prepare", `{"tenant_id":"{t}","requirements":["six"]}`,
 			map[string]want{tenancy.RoleExecutor: {http.StatusServiceUnavailable, no}}},
 		{"GET", "/v1/runtimes?tenant={t}", "",

@@ -39,7 +39,10 @@ func runtimesServer(t *testing.T) *server {
 		old.ID = "old"
 		old.Policy["isolation"] = []any{"jail", "process"}
 		delete(old.Policy, "runtimes")
-		c.Tenants = append(c.Tenants, both, old)
+		hostok := config.DemoTenant() // granted host, which this server does not serve
+		hostok.ID = "hostok"
+		hostok.Policy["runtimes"] = []any{"python3.11", "host"}
+		c.Tenants = append(c.Tenants, both, old, hostok)
 	}})
 }
 
@@ -144,6 +147,30 @@ func TestARuntimeIsGrantedByPolicyAndNamedWhenRefused(t *testing.T) {
 				t.Fatalf("message %q does not say %q", msg, tc.want)
 			}
 		})
+	}
+}
+
+// TestARuntimeNotServedIsThePolicysRefusalFirst: a runtime this gateway
+// does not serve (host) with packages to look up is the policy's 403 for a
+// tenant it does not grant (a run and a prepare), and a 503 naming it only
+// for a tenant the policy grants it to; nothing runs.
+func TestARuntimeNotServedIsThePolicysRefusalFirst(t *testing.T) {
+	s := runtimesServer(t)
+	run := map[string]any{"source": versionTool, "runtime": "host", "environment_id": strings.Repeat("a", 64)}
+	r := s.execute(s.token("both"), run)
+	if r.status != http.StatusForbidden || r.errType(t) != "PolicyDenied" || !strings.Contains(string(r.body), `runtime \"host\" is not allowed for tenant \"both\"`) {
+		t.Fatalf("a run on host for tenant both: %d %s, want 403 PolicyDenied naming the runtime", r.status, r.body)
+	}
+	r = s.do(http.MethodPost, "/v1/prepare", s.token("both"), map[string]any{"requirements": []string{"six==1.16.0"}, "runtime": "host"})
+	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), `runtime \"host\" is not allowed for tenant \"both\"`) {
+		t.Fatalf("a prepare on host for tenant both: %d %s, want 403 naming the runtime", r.status, r.body)
+	}
+	r = s.execute(s.token("hostok"), run)
+	if r.status != http.StatusServiceUnavailable || r.errType(t) != "SandboxUnavailable" || !strings.Contains(string(r.body), `runtime \"host\" is not served here`) {
+		t.Fatalf("a run on host for tenant hostok: %d %s, want 503 SandboxUnavailable naming the runtime", r.status, r.body)
+	}
+	if d, _ := r.json(t)["decision"].(map[string]any); d != nil {
+		t.Errorf("the 503 carries the decision made without the packages: %v", d)
 	}
 }
 

@@ -45,8 +45,7 @@ func (f *Flow) Environment(ctx context.Context, language, runtime string, reqs [
 		}
 		env, failure, err := resolve(ctx, reqs)
 		if err != nil {
-			var u *sandbox.UnavailableError
-			if errors.As(err, &u) {
+			if IsUnavailable(err) {
 				return nil, nil, err
 			}
 			return nil, nil, BadRequest("requirements", "%v", err)
@@ -109,4 +108,13 @@ func PolicyPackages(env *environments.Environment) []policy.Package {
 		out[i] = policy.Package{Name: prefix + p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
 	}
 	return out
+}
+
+// IsUnavailable says whether err is an *sandbox.UnavailableError: the
+// service lacks what the request needs (a runtime it does not serve, one
+// without a rootfs), which is a 503 only once the policy has not refused
+// the request.
+func IsUnavailable(err error) bool {
+	var u *sandbox.UnavailableError
+	return errors.As(err, &u)
 }

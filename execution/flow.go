@@ -405,6 +405,16 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	// same default).
 	pkgs, failure, err := f.Environment(ctx, req.Language, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
+		if IsUnavailable(err) {
+			// The runtime is not served here (or has no rootfs): the policy's
+			// answer without the packages comes first, so a runtime the tenant
+			// is not granted is its 403, not this gateway's 503. Packages only
+			// add reasons to deny, so its deny stands; its allow is not kept.
+			if _, derr := f.decide(ctx, x, tenant); derr != nil {
+				return 0, nil, derr
+			}
+			x.decision = nil
+		}
 		return 0, nil, err
 	}
 	if failure != nil { // the requirements cannot be resolved: nothing to decide or run

@@ -85,8 +85,15 @@ func (s *Server) handlePrepare(c *gin.Context) {
 	runtime := policy.RuntimeFor(tenant, req.Language, req.Runtime)
 	env, failure, err := s.flow.Environment(ctx, req.Language, runtime, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
-	if err == nil && failure == nil {
+	switch {
+	case err == nil && failure == nil:
 		dec, err = s.preparePolicy(ctx, tenant, p, req.Language, runtime, req.Requirements, env)
+	case execution.IsUnavailable(err):
+		// As for a run: the policy's refusal (a runtime the tenant is not
+		// granted) comes before this gateway's 503.
+		if _, perr := s.preparePolicy(ctx, tenant, p, req.Language, runtime, req.Requirements, nil); perr != nil {
+			err = perr
+		}
 	}
 	if err != nil {
 		s.fail(c, err)

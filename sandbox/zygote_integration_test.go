@@ -622,6 +622,12 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 	const oom = "def run(a, c):\n    x = []\n    while True:\n        x.append(b\"\\x01\" * (16 << 20))\n"
 	const spin = "def run(a, c):\n    while True:\n        pass\n"
 	lim := sandbox.Limits{MemoryMB: 128, CPUMS: stretch(300), TimeoutMS: stretch(5000)}
+	// The bomb gets CPU enough to reach the memory limit wherever it runs:
+	// under TCG emulation page faults are dear, and one bomb in a CI run
+	// spent 2400 ms of CPU (the stretched 300 ms) before its 128 MiB.
+	bombLim := lim
+	bombLim.CPUMS = stretch(3000)
+	bombLim.TimeoutMS = stretch(10000)
 	// Enough trivial runs after each other run that the pool of reset
 	// cgroups (zygoteCgroups at most) comes round to the other run's.
 	trivial := func(after string) {
@@ -642,7 +648,7 @@ func TestProcessReusedCgroupsStartEachRunAfresh(t *testing.T) {
 			t.Fatalf("round %d: the hog: %s %+v, peak %d KiB", round, res.Status, res.Error, res.Usage.PeakMemoryKB)
 		}
 		trivial("a 48 MiB hog")
-		if res := runProc(t, r, sandbox.Spec{Source: oom, Limits: lim}); res.ErrorType() != sandbox.ErrMemoryLimit {
+		if res := runProc(t, r, sandbox.Spec{Source: oom, Limits: bombLim}); res.ErrorType() != sandbox.ErrMemoryLimit {
 			t.Fatalf("round %d: the memory bomb: %q %+v", round, res.ErrorType(), res.Error)
 		}
 		trivial("an OOM kill")

@@ -96,6 +96,14 @@ fi
 step "execgate smoke (state dir $state)"
 "$BIN" smoke --state-dir "$state" || fail "smoke"
 
+# smoke builds the default runtime only; serve builds every runtime at its
+# start, so diagnose (which builds nothing) is run on what serve would have.
+step "execgate rootfs build: every runtime of the lock, as serve does at its start"
+for rt in $(/usr/bin/python3 -c 'import json; print(" ".join(r["name"] for r in json.load(open("rootfs/runtimes.lock.json"))["runtimes"]))'); do
+  [ -d "$state/runtimes/$rt" ] && continue # smoke's
+  "$BIN" rootfs build --state-dir "$state" --runtime "$rt" >/dev/null || fail "rootfs build --runtime $rt"
+done
+
 step "execgate diagnose"
 "$BIN" diagnose --state-dir "$state" || fail "diagnose"
 

@@ -40,6 +40,10 @@ const (
 // a warm pool, and isolation level process.
 var AllModes = []string{"cold", "warm", "process"}
 
+// AllLanguages are the languages the start-up rows run (the gateway rows
+// are Python's).
+var AllLanguages = []string{sandbox.LanguagePython, sandbox.LanguageJavaScript}
+
 // AllSections in report order.
 var AllSections = []string{SectionStartup, SectionGateway, SectionOverhead, SectionMemory, SectionOutput, SectionBridge, SectionFiles}
 
@@ -55,6 +59,7 @@ type Options struct {
 	BridgeCalls int            // measured tool calls per bridge row, default 500
 	Sections    []string       // default AllSections
 	Modes       []string       // gateway rows' modes, a subset of AllModes; default all
+	Languages   []string       // start-up rows' languages, a subset of AllLanguages; default all
 	// Runtimes are the Python runtimes measured, each in turn in the same
 	// run (startup and gateway rows per runtime); default the config's
 	// sandbox.runtimes.
@@ -122,21 +127,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.BridgeCalls <= 0 {
 		opts.BridgeCalls = 500
 	}
-	if len(opts.Sections) == 0 {
-		opts.Sections = AllSections
+	var err error
+	if opts.Sections, err = subset("section", opts.Sections, AllSections); err != nil {
+		return nil, err
 	}
-	for _, s := range opts.Sections {
-		if !slices.Contains(AllSections, s) {
-			return nil, fmt.Errorf("bench: unknown section %q (want %s)", s, strings.Join(AllSections, ", "))
-		}
+	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
+		return nil, err
 	}
-	if len(opts.Modes) == 0 {
-		opts.Modes = AllModes
-	}
-	for _, m := range opts.Modes {
-		if !slices.Contains(AllModes, m) {
-			return nil, fmt.Errorf("bench: unknown mode %q (want %s)", m, strings.Join(AllModes, ", "))
-		}
+	if opts.Languages, err = subset("language", opts.Languages, AllLanguages); err != nil {
+		return nil, err
 	}
 	if opts.Binary == "" {
 		exe, err := os.Executable()
@@ -230,7 +229,7 @@ func (r *Report) startup(ctx context.Context) error {
 	}
 	r.Startup = append(r.Startup, s)
 	for i, rt := range r.Options.Runtimes {
-		if err := r.startupRuntime(ctx, rt, i == 0); err != nil {
+		if err := r.startupRuntime(ctx, rt, i == 0 && slices.Contains(r.Options.Languages, sandbox.LanguageJavaScript)); err != nil {
 			return err
 		}
 	}
@@ -509,4 +508,18 @@ func hostLine() string {
 	return fmt.Sprintf("%d CPUs, kernel %s, %s/%s, load average at start %s",
 		runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.GOOS, runtime.GOARCH,
 		strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+}
+
+// subset returns got, or all when got is empty, refusing a name all does
+// not have, naming its kind.
+func subset(kind string, got, all []string) ([]string, error) {
+	if len(got) == 0 {
+		return all, nil
+	}
+	for _, g := range got {
+		if !slices.Contains(all, g) {
+			return nil, fmt.Errorf("bench: unknown %s %q (want %s)", kind, g, strings.Join(all, ", "))
+		}
+	}
+	return got, nil
 }

@@ -184,6 +184,9 @@ func (o Options) Command() string {
 	if len(o.Modes) > 0 && len(o.Modes) < len(AllModes) {
 		b.WriteString(" --modes " + strings.Join(o.Modes, ","))
 	}
+	if len(o.Languages) > 0 && len(o.Languages) < len(AllLanguages) {
+		b.WriteString(" --languages " + strings.Join(o.Languages, ","))
+	}
 	if len(o.Runtimes) > 0 {
 		b.WriteString(" --runtimes " + strings.Join(o.Runtimes, ","))
 	}
