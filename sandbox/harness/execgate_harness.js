@@ -115,6 +115,7 @@ function format(args) {
 // stdinOf is the tool's Deno.stdin: the request's stdin bytes, then EOF.
 function stdinOf(bytes) {
   let pos = 0;
+  let readable;
   const take = (p) => {
     if (pos >= bytes.length) return null;
     const n = Math.min(p.length, bytes.length - pos);
@@ -127,18 +128,21 @@ function stdinOf(bytes) {
     read: (p) => Promise.resolve(take(p)),
     readSync: (p) => take(p),
     // highWaterMark 0: nothing is pulled before the tool reads (read and
-    // readSync share the bytes).
-    readable: new ReadableStream({
-      pull: (c) => {
-        if (pos >= bytes.length) {
-          c.close();
-          return;
-        }
-        const chunk = bytes.slice(pos, Math.min(bytes.length, pos + (64 << 10)));
-        pos += chunk.length;
-        c.enqueue(chunk);
-      },
-    }, { highWaterMark: 0 }),
+    // readSync share the bytes). Made on first use: building a stream loads
+    // Deno's web streams module, a few ms of every run's start-up.
+    get readable() {
+      return readable ??= new ReadableStream({
+        pull: (c) => {
+          if (pos >= bytes.length) {
+            c.close();
+            return;
+          }
+          const chunk = bytes.slice(pos, Math.min(bytes.length, pos + (64 << 10)));
+          pos += chunk.length;
+          c.enqueue(chunk);
+        },
+      }, { highWaterMark: 0 });
+    },
     isTerminal: () => false,
     setRaw: () => {},
     close: () => {},
@@ -189,9 +193,13 @@ function installConsole(stdinText, packages) {
     clear: () => {},
   });
   globalThis.console = c;
+  let writable;
   const framedStdout = {
     rid: undefined,
-    writable: new WritableStream({ write: (chunk) => void writeStdout(chunk) }),
+    // Made on first use, like Deno.stdin.readable.
+    get writable() {
+      return writable ??= new WritableStream({ write: (chunk) => void writeStdout(chunk) });
+    },
     write: (p) => Promise.resolve(writeStdout(p)),
     writeSync: (p) => writeStdout(p),
     isTerminal: () => false,
