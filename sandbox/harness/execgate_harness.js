@@ -783,13 +783,32 @@ async function readRequest() {
   return parse(decoder.decode(data));
 }
 
+// base64 is text's UTF-8 bytes in base64. Not btoa: its first use loads
+// Deno's base64 module, about 2 ms of every run (measured on Deno 2.9.8).
+const BASE64_DIGITS = encoder.encode("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
+const BASE64_PAD = 61; // "="
+
 function base64(text) {
   const bytes = encoder.encode(text);
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  const out = new Uint8Array(Math.ceil(bytes.length / 3) * 4);
+  let o = 0;
+  let i = 0;
+  for (; i + 2 < bytes.length; i += 3) {
+    const n = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
+    out[o++] = BASE64_DIGITS[n >> 18];
+    out[o++] = BASE64_DIGITS[(n >> 12) & 63];
+    out[o++] = BASE64_DIGITS[(n >> 6) & 63];
+    out[o++] = BASE64_DIGITS[n & 63];
   }
-  return btoa(bin);
+  if (i < bytes.length) {
+    const two = i + 1 < bytes.length;
+    const n = (bytes[i] << 16) | (two ? bytes[i + 1] << 8 : 0);
+    out[o++] = BASE64_DIGITS[n >> 18];
+    out[o++] = BASE64_DIGITS[(n >> 12) & 63];
+    out[o++] = two ? BASE64_DIGITS[(n >> 6) & 63] : BASE64_PAD;
+    out[o++] = BASE64_PAD;
+  }
+  return decoder.decode(out);
 }
 
 async function importTool(language, source) {
