@@ -21,6 +21,7 @@ import (
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/gateway"
 	"github.com/execgate/execgate/runtimes"
+	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/telemetry"
 )
 
@@ -79,7 +80,7 @@ func announced(set *runtimes.Set) []runtimes.Info {
 	list, _ := set.Runtimes(context.Background())
 	for i := range list {
 		list[i].Platform = ""
-		if envs, err := set.Environments(list[i].Name); err == nil {
+		if envs, err := set.Environments(sandbox.LanguagePython, list[i].Name); err == nil {
 			list[i].PythonVersion, list[i].Platform = envs.Target()
 		}
 	}
@@ -87,11 +88,12 @@ func announced(set *runtimes.Set) []runtimes.Info {
 }
 
 // gatewayEnvironments give the flow the environments of each runtime the
-// executors serve.
+// executors serve (npm packages are resolved on the gateway whatever the
+// runtime; a JavaScript or TypeScript run names none).
 type gatewayEnvironments struct{ e *dispatch.Environments }
 
-func (g gatewayEnvironments) For(name string) (execution.RuntimeEnvironments, error) {
-	return g.e.For(name), nil
+func (g gatewayEnvironments) For(_, runtime string) (execution.RuntimeEnvironments, error) {
+	return g.e.For(runtime), nil
 }
 
 // Executor is a wired executor (server.role executor). Create it with

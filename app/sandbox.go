@@ -202,8 +202,8 @@ func (s *Sandbox) Environments() execution.Environments {
 // setEnvironments gives the flow each runtime's environments.
 type setEnvironments struct{ set *runtimes.Set }
 
-func (e setEnvironments) For(name string) (execution.RuntimeEnvironments, error) {
-	envs, err := e.set.Environments(name)
+func (e setEnvironments) For(language, runtime string) (execution.RuntimeEnvironments, error) {
+	envs, err := e.set.Environments(language, runtime)
 	if err != nil {
 		return nil, err
 	}

@@ -117,13 +117,12 @@ func (r *loopbackResolver) LookupNetIP(_ context.Context, _, host string) ([]net
 	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 }
 
-func TestProxyModeReachesOnlyTheAllowList(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from the host, you asked for %s", r.Host)
-	}))
-	t.Cleanup(backend.Close)
-	port := backend.Listener.Addr().(*net.TCPAddr).Port
-	allowed := fmt.Sprintf("api.test:%d", port)
+// proxyServer is a gateway with a real sandbox whose egress proxy resolves
+// api.test and denied.test (only) to the host's loopback, which
+// egress.allow_cidrs opens, and a tenant "net" that may use network proxy
+// to allowed; mod changes the config further.
+func proxyServer(t *testing.T, allowed string, mod func(*config.Config)) (*server, *loopbackResolver) {
+	t.Helper()
 	res := &loopbackResolver{hosts: map[string]bool{"api.test": true, "denied.test": true}}
 	s := start(t, setup{realSandbox: true, egressResolver: res, mutate: func(c *config.Config) {
 		c.Egress.AllowCIDRs = []string{"127.0.0.1/32"}
@@ -132,7 +131,21 @@ func TestProxyModeReachesOnlyTheAllowList(t *testing.T) {
 		nt.Policy["network"] = []any{"none", "proxy"}
 		nt.Policy["egress_allow"] = []any{allowed}
 		c.Tenants = append(c.Tenants, nt)
+		if mod != nil {
+			mod(c)
+		}
 	}})
+	return s, res
+}
+
+func TestProxyModeReachesOnlyTheAllowList(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from the host, you asked for %s", r.Host)
+	}))
+	t.Cleanup(backend.Close)
+	port := backend.Listener.Addr().(*net.TCPAddr).Port
+	allowed := fmt.Sprintf("api.test:%d", port)
+	s, res := proxyServer(t, allowed, nil)
 	if err := s.app.SandboxErr(); err != nil {
 		t.Fatalf("sandbox: %v", err)
 	}

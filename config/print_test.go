@@ -24,6 +24,7 @@ var zeroIsTheValue = map[string]string{
 	"sandbox.package_index.find_links":       "none",
 	"sandbox.package_index.no_index":         "the index is used",
 	"sandbox.package_index.credentials_file": "no credentials",
+	"sandbox.npm_registry.token_file":        "no token",
 	"egress.allow_cidrs":                     "no private destination is opened",
 	"egress.upstream_proxy":                  "direct connections",
 	"quota.redis_url":                        "the memory backend",

@@ -1671,6 +1671,56 @@ func (d *recordingDialer) seen() []string {
 	return append([]string(nil), d.dialed...)
 }
 
+// proxyWorld is what a network-proxy test runs against: a backend on the
+// host's loopback (port) the allow-list can name, a listener (other) and a
+// UDP socket the jail must not reach, and a runner whose egress proxy
+// resolves the test names (api.test, other.test to 127.0.0.1;
+// metadata.test to 169.254.169.254; private.test to 10.0.0.1) and dials
+// only the backend (dialer records every address asked for).
+type proxyWorld struct {
+	r               *sandbox.Runner
+	dialer          *recordingDialer
+	port, otherPort int
+	other           net.Listener
+	otherAccepted   <-chan net.Conn
+	udp             net.PacketConn
+}
+
+func newProxyWorld(t *testing.T, group string, backend http.HandlerFunc) *proxyWorld {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: backend}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	w := &proxyWorld{port: ln.Addr().(*net.TCPAddr).Port}
+	w.other, w.otherAccepted = listenLoopback(t)
+	w.otherPort = w.other.Addr().(*net.TCPAddr).Port
+	if w.udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.udp.Close() })
+	w.dialer = &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", w.port)}
+	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
+		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1",
+			"metadata.test": "169.254.169.254", "private.test": "10.0.0.1"},
+		Dial: w.dialer.dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sandboxConfig(t)
+	cfg.CgroupParent = cgroupParent(t, group)
+	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
+	if w.r, err = sandbox.NewRunner(cfg, sandbox.WithEgress(proxy)); err != nil {
+		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
+	}
+	t.Cleanup(func() { w.r.Close() })
+	return w
+}
+
 // 25–26. Network proxy: the run's egress proxy is the only way out. An
 // allow-listed host works, through plain HTTP and CONNECT; a host, port or
 // IP literal off the list, and names resolving to metadata or private
@@ -1682,44 +1732,13 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex // guards paths
 	var paths []string
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w := newProxyWorld(t, "proxy", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		paths = append(paths, r.URL.Path)
 		mu.Unlock()
 		fmt.Fprintf(w, "backend says hello at %s", r.URL.Path)
-	})}
-	go srv.Serve(backend)
-	t.Cleanup(func() { srv.Close() })
-	port := backend.Addr().(*net.TCPAddr).Port
-	other, otherAccepted := listenLoopback(t)
-	otherPort := other.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Close() })
-
-	dialer := &recordingDialer{allow: fmt.Sprintf("127.0.0.1:%d", port)}
-	proxy, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}}, egress.Options{
-		Resolver: proxyResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1",
-			"metadata.test": "169.254.169.254", "private.test": "10.0.0.1"},
-		Dial: dialer.dial,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := sandboxConfig(t)
-	cfg.CgroupParent = cgroupParent(t, "proxy")
-	cfg.WorkDir = testenv.JailDir(t) // the egress socket is bound from below it
-	r, err := sandbox.NewRunner(cfg, sandbox.WithEgress(proxy))
-	if err != nil {
-		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
-	}
-	t.Cleanup(func() { r.Close() })
+	r, dialer, port, otherPort, udp, other, otherAccepted := w.r, w.dialer, w.port, w.otherPort, w.udp, w.other, w.otherAccepted
 
 	args, _ := json.Marshal(map[string]any{"port": port, "other_port": otherPort, "udp_port": udp.LocalAddr().(*net.UDPAddr).Port})
 	res, err := r.Run(context.Background(), sandbox.Spec{
@@ -1806,40 +1825,24 @@ func TestNetworkProxyAllowsOnlyTheAllowList(t *testing.T) {
 		}
 	})
 	t.Run("every attempt is recorded, the refused ones as denied", func(t *testing.T) {
-		type key struct {
-			host    string
-			port    int
-			allowed bool
-		}
-		count := map[key]int{}
-		for _, a := range res.Egress {
-			count[key{a.Host, a.Port, a.Allowed}]++
-			if !a.Allowed && a.Reason == "" {
-				t.Errorf("denied attempt without a reason: %+v", a)
-			}
-		}
-		for k, n := range map[key]int{
-			{"api.test", port, true}:          2,
-			{"other.test", port, false}:       2,
-			{"api.test", otherPort, false}:    1,
-			{"127.0.0.1", port, false}:        1,
-			{"metadata.test", 80, false}:      1,
-			{"private.test", port, false}:     1,
-			{"api.test", port, false}:         0,
-			{"metadata.test", 80, true}:       0,
-			{"other.test", port, true}:        0,
-			{"private.test", port, true}:      0,
-			{"127.0.0.1", otherPort, false}:   0,
-			{"api.test", otherPort, true}:     0,
-			{"127.0.0.1", port, true}:         0,
-			{"169.254.169.254", 80, true}:     0,
-			{"169.254.169.254", 80, false}:    0,
-			{"private.test", otherPort, true}: 0,
-		} {
-			if count[k] != n {
-				t.Errorf("%s:%d allowed=%t recorded %d times, want %d (all: %+v)", k.host, k.port, k.allowed, count[k], n, res.Egress)
-			}
-		}
+		testenv.CheckEgress(t, res.Egress, map[testenv.EgressKey]int{
+			{Host: "api.test", Port: port, Allowed: true}:          2,
+			{Host: "other.test", Port: port, Allowed: false}:       2,
+			{Host: "api.test", Port: otherPort, Allowed: false}:    1,
+			{Host: "127.0.0.1", Port: port, Allowed: false}:        1,
+			{Host: "metadata.test", Port: 80, Allowed: false}:      1,
+			{Host: "private.test", Port: port, Allowed: false}:     1,
+			{Host: "api.test", Port: port, Allowed: false}:         0,
+			{Host: "metadata.test", Port: 80, Allowed: true}:       0,
+			{Host: "other.test", Port: port, Allowed: true}:        0,
+			{Host: "private.test", Port: port, Allowed: true}:      0,
+			{Host: "127.0.0.1", Port: otherPort, Allowed: false}:   0,
+			{Host: "api.test", Port: otherPort, Allowed: true}:     0,
+			{Host: "127.0.0.1", Port: port, Allowed: true}:         0,
+			{Host: "169.254.169.254", Port: 80, Allowed: true}:     0,
+			{Host: "169.254.169.254", Port: 80, Allowed: false}:    0,
+			{Host: "private.test", Port: otherPort, Allowed: true}: 0,
+		})
 		for _, addr := range dialer.seen() {
 			if addr != dialer.allow {
 				t.Errorf("the proxy dialled %s, which policy refused", addr)

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/internal/jsonsize"
 	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
@@ -138,5 +142,179 @@ func TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied(t *testing.T) {
 	}
 	if len(got) != 15 {
 		t.Errorf("%d attempts reported, want 15: %v", len(got), got)
+	}
+}
+
+// 24–26 for JavaScript. Network proxy: Deno may use the network (--allow-net:
+// it checks fetch against the URL's host, not the proxy), and the jail's
+// network namespace holds nothing but loopback, where the harness relays
+// to the run's egress proxy. So the proxy is the only way out: an
+// allow-listed host works through fetch (HTTP_PROXY), a host, port or IP
+// literal off the list and a name resolving to the metadata address are
+// refused with 403 and recorded as denied (never dialled); direct TCP to
+// the host's loopback, a public or the metadata address, DNS and UDP reach
+// nothing.
+func TestJavaScriptNetworkProxyIsTheOnlyWayOut(t *testing.T) {
+	testenv.Deno(t)
+	t.Parallel()
+	w := newProxyWorld(t, "js-proxy", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "backend says hello at %s", r.URL.Path)
+	})
+	r, dialer, port, otherPort, udp, other, otherAccepted := w.r, w.dialer, w.port, w.otherPort, w.udp, w.other, w.otherAccepted
+
+	src := fmt.Sprintf(`
+export async function run() {
+  const out = {};
+  const get = async (name, url) => {
+    try { const r = await fetch(url); out[name] = "status:" + r.status + " " + (await r.text()).slice(0, 120) }
+    catch (e) { out[name] = e.name + ": " + String(e.message).split("\n")[0] }
+  };
+  const tcp = async (name, addr) => {
+    try { (await Deno.connect(addr)).close(); out[name] = "ok:connected" }
+    catch (e) { out[name] = e.name + ": " + e.message }
+  };
+  await get("allowed", "http://api.test:%[1]d/allowed");
+  await get("host off the list", "http://other.test:%[1]d/x");
+  await get("port off the list", "http://api.test:%[2]d/x");
+  await get("IP literal", "http://127.0.0.1:%[1]d/x");
+  await get("metadata name", "http://metadata.test/latest/meta-data/");
+  await tcp("direct to the host's loopback", {hostname: "127.0.0.1", port: %[2]d});
+  await tcp("direct to a public address", {hostname: "192.0.2.1", port: 443});
+  await tcp("direct to the metadata address", {hostname: "169.254.169.254", port: 80});
+  try { out["dns"] = "ok:" + JSON.stringify(await Deno.resolveDns("api.test", "A")) } catch (e) { out["dns"] = e.name + ": " + e.message }
+  try { Deno.listenDatagram({port: 0, transport: "udp"}).send(new Uint8Array([1]), {hostname: "127.0.0.1", port: %[3]d, transport: "udp"}); out["udp"] = "ok:sent" } catch (e) { out["udp"] = e.name + ": " + e.message }
+  try { out["interfaces"] = "ok:" + JSON.stringify(Deno.networkInterfaces()) } catch (e) { out["interfaces"] = e.name + ": " + e.message }
+  return out;
+}
+`, port, otherPort, udp.LocalAddr().(*net.UDPAddr).Port)
+	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js-proxy-" + randomHex(4), TenantID: "containment",
+		Language: sandbox.LanguageJavaScript, Source: src, Network: sandbox.NetworkProxy,
+		EgressAllow: []string{fmt.Sprintf("api.test:%d", port), "metadata.test:80"},
+		Limits:      sandbox.Limits{TimeoutMS: 30000, CPUMS: 30000}.Or(defaultLimits())})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
+	}
+	var out map[string]string
+	decode(t, res, &out)
+	for k, v := range out {
+		t.Logf("%s → %s", k, v)
+	}
+	if out["allowed"] != "status:200 backend says hello at /allowed" {
+		t.Errorf("the allow-listed host: %q", out["allowed"])
+	}
+	for _, k := range []string{"host off the list", "port off the list", "IP literal", "metadata name"} {
+		if !strings.HasPrefix(out[k], "status:403 execgate egress") {
+			t.Errorf("%s: %q, want the proxy's 403", k, out[k])
+		}
+	}
+	for k, want := range map[string]string{
+		"direct to the host's loopback":  "ConnectionRefused",
+		"direct to a public address":     "NetworkUnreachable",
+		"direct to the metadata address": "NetworkUnreachable",
+	} {
+		if !strings.HasPrefix(out[k], want) {
+			t.Errorf("%s: %q, want %s", k, out[k], want)
+		}
+	}
+	for _, k := range []string{"dns", "udp", "interfaces"} {
+		if strings.HasPrefix(out[k], "ok:") {
+			t.Errorf("%s succeeded: %q", k, out[k])
+		}
+	}
+	denied := 0
+	for _, a := range res.Egress {
+		if !a.Allowed {
+			denied++
+			if a.Reason == "" {
+				t.Errorf("a denied attempt without a reason: %+v", a)
+			}
+		}
+	}
+	if len(res.Egress) != 5 || denied != 4 {
+		t.Errorf("egress %+v: want the 5 attempts, 4 of them denied", res.Egress)
+	}
+	for _, addr := range dialer.seen() {
+		if addr != dialer.allow {
+			t.Errorf("the proxy dialled %s, which policy refused", addr)
+		}
+	}
+	requireHostUnreached(t, udp, other, otherAccepted, "the host's listener on the port off the list")
+}
+
+// A JavaScript run's npm packages: their install scripts never run (not
+// when installed, not in the jail), the environment is read-only, and the
+// tool reads nothing outside its import map: not the packages' files, not
+// the jail's files, not a file: import.
+func TestJavaScriptPackagesRunNoScriptsAndOpenNothing(t *testing.T) {
+	testenv.Deno(t)
+	t.Parallel()
+	for _, f := range []string{"/tmp/execgate-postinstall-ran", "/tmp/execgate-preinstall-ran"} {
+		os.Remove(f)
+	}
+	reg := testenv.StartNPMRegistry(t, testenv.NPMFixtures()...)
+	cfg := testenv.SandboxConfig(t)
+	cfg.CgroupParent = cgroupPrefix + "-js-packages"
+	cfg.DepsDir = filepath.Join(testenv.JailDir(t), "deps")
+	cfg.NPMRegistry = sandbox.NPMRegistry{URL: reg.URL}
+	envs, err := environments.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, failure, err := envs.ResolveNPM(context.Background(), []string{"scripted@1.0.0", "shout@1.2.0"})
+	if err != nil || failure != nil {
+		t.Fatalf("ResolveNPM: %v %+v", err, failure)
+	}
+	dir, _, failure, err := envs.Prepare(context.Background(), env)
+	if err != nil || failure != nil {
+		t.Fatalf("Prepare: %v %+v", err, failure)
+	}
+	r, err := sandbox.NewRunner(cfg, sandbox.WithoutImportCheck()) // the jail's own walls
+	if err != nil {
+		t.Fatalf("NewRunner: %v\n%s", err, unavailableDetail(err))
+	}
+	t.Cleanup(func() { r.Close() })
+	tries := map[string]string{
+		"the package loads":              `return (await import("scripted")).default`,
+		"write into the environment":     `Deno.writeTextFileSync("/opt/execgate/deps/x", "x"); return "written"`,
+		"read the import map":            `return Deno.readTextFileSync("/opt/execgate/deps/import_map.json")`,
+		"read a package's file":          `return Deno.readTextFileSync("/opt/execgate/deps/deno/npm/registry.npmjs.org/scripted/1.0.0/package.json")`,
+		"list the environment":           `return [...Deno.readDirSync("/opt/execgate/deps")].length`,
+		"read /etc/passwd":               `return Deno.readTextFileSync("/etc/passwd")`,
+		"import a file of the rootfs":    `return (await import("file:///etc/passwd", {with: {type: "text"}})).default`,
+		"import a package file directly": `return (await import("file:///opt/execgate/deps/deno/npm/registry.npmjs.org/upper/2.1.0/index.js")).default("x")`,
+		"see a script's marker":          `return Deno.statSync("/tmp/execgate-postinstall-ran").isFile`,
+		"run a package's script":         `return (await new Deno.Command("/bin/sh", {args: ["-c", "touch /tmp/x"]}).output()).code`,
+	}
+	var b strings.Builder
+	for name, body := range tries {
+		fmt.Fprintf(&b, "    %q: async () => { %s },\n", name, body)
+	}
+	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js-packages", TenantID: "containment",
+		Language: sandbox.LanguageJavaScript, Source: fmt.Sprintf(jsAttempts, b.String()), Deps: dir,
+		Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}.Or(defaultLimits())})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var got map[string]string
+	decode(t, res, &got)
+	for name, saw := range got {
+		t.Logf("%s → %s", name, saw)
+		if name == "the package loads" {
+			if saw != "ok:no script ran" {
+				t.Errorf("the package did not load: %s", saw)
+			}
+			continue
+		}
+		if strings.HasPrefix(saw, "ok:") {
+			t.Errorf("%s: the tool succeeded (%s)", name, saw)
+		}
+	}
+	if len(got) != len(tries) {
+		t.Errorf("%d attempts reported, want %d", len(got), len(tries))
+	}
+	for _, f := range []string{"/tmp/execgate-postinstall-ran", "/tmp/execgate-preinstall-ran"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s exists on the host: an install script ran", f)
+		}
 	}
 }

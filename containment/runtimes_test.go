@@ -102,7 +102,8 @@ var pythonSuite = []struct {
 // notPython are the suite's tests that TestEveryRuntime does not repeat:
 // JavaScript runs under Deno, whatever the runtime; and the tests of this
 // file.
-var notPython = []string{"TestEveryRuntime", "TestTheSuiteRunsOnEveryRuntime", "TestJavaScriptTimeoutMemoryAndOutput", "TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied"}
+var notPython = []string{"TestEveryRuntime", "TestTheSuiteRunsOnEveryRuntime", "TestJavaScriptTimeoutMemoryAndOutput", "TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied",
+	"TestJavaScriptNetworkProxyIsTheOnlyWayOut", "TestJavaScriptPackagesRunNoScriptsAndOpenNothing"}
 
 // TestEveryRuntime runs the Python suite on every runtime of the lock but
 // the default (which the top-level tests run on), at both levels.

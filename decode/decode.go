@@ -309,7 +309,8 @@ func executeFields(req *execution.Request, c Caps, sawSource *bool) fieldFuncs {
 
 // checkExecute applies the rules between the fields of a decoded request
 // (defaults filled): fixtures only in test mode, egress hosts only with
-// the proxy, at most one way of asking for packages.
+// the proxy, at most one way of asking for packages, packages of the
+// request's language.
 func checkExecute(req *execution.Request) error {
 	if req.Fixtures != nil && req.Mode != "test" {
 		return execution.BadRequest("fixtures", `only allowed with mode "test"`)
@@ -317,13 +318,27 @@ func checkExecute(req *execution.Request) error {
 	if req.Egress != nil && len(req.Egress.Allow) > 0 && req.NetworkAccess != "proxy" {
 		return execution.BadRequest("egress.allow", `only allowed with network_access "proxy"`)
 	}
-	if req.Runtime != "" && req.Language != "python" {
-		return execution.BadRequest("runtime", "only python runs name a runtime; %s runs choose by language", req.Language)
+	if err := checkRuntime(req.Language, req.Runtime); err != nil {
+		return err
 	}
 	if err := checkFixtureSecrets(req); err != nil {
 		return err
 	}
-	return checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	if err := checkDepsChoice(req.Requirements, req.RequirementsLock, req.EnvironmentID); err != nil {
+		return err
+	}
+	return checkPackages(req.Language, req.Requirements, req.RequirementsLock)
+}
+
+// checkRuntime refuses a runtime named for a language other than Python
+// (a run's or a prepared environment's): JavaScript and TypeScript run on
+// Deno whichever Python runtimes there are, and their npm packages do not
+// depend on one.
+func checkRuntime(language, runtime string) error {
+	if runtime != "" && language != "python" {
+		return execution.BadRequest("runtime", "only python runs name a runtime; %s runs choose by language", language)
+	}
+	return nil
 }
 
 // runtimeField decodes "runtime" into dst: a Python runtime of

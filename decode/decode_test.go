@@ -178,3 +178,69 @@ func TestDecodeAcceptsJavaScriptAndTypeScript(t *testing.T) {
 		t.Errorf("validate ruby: %v", err)
 	}
 }
+
+// requirements and requirements_lock are read for the request's language:
+// npm packages with exact versions and an npm lock for javascript and
+// typescript, PEP 508 and pip's format for python; whichever order the
+// fields come in.
+func TestDecodePackagesFollowTheLanguage(t *testing.T) {
+	const npmLock = `# execgate npm lock 1\nleft-pad@1.3.0 sha512-XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQEwqqXXI2kHHwWS6r+LyuOdsJdl8jLO6aqAa6i9v3cK/8nQ==\n`
+	const pyLock = `six==1.16.0 --hash=sha256:1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926`
+	for _, tc := range []struct {
+		name, body, message string // message "": decodes
+	}{
+		{"npm requirements for javascript", `{"requirements":["left-pad@1.3.0","@scope/pkg@2.0.0-rc.1"],"language":"javascript","source":"x"}`, ""},
+		{"npm requirements for typescript", `{"language":"typescript","source":"x","requirements":["left-pad@1.3.0"]}`, ""},
+		{"an npm lock for javascript", `{"language":"javascript","source":"x","requirements_lock":"` + npmLock + `"}`, ""},
+		{"a range for javascript", `{"language":"javascript","source":"x","requirements":["left-pad@^1.3.0"]}`, `requirements[0]: "left-pad@^1.3.0" is not an npm package with an exact version`},
+		{"a PEP 508 requirement for javascript", `{"language":"javascript","source":"x","requirements":["six==1.16.0"]}`, `requirements[0]: "six==1.16.0" is not an npm package`},
+		{"the npm: prefix", `{"language":"javascript","source":"x","requirements":["npm:left-pad@1.3.0"]}`, "without the npm: prefix"},
+		{"a URL for javascript", `{"language":"javascript","source":"x","requirements":["x@https://evil.test/x.tgz"]}`, "requirements[0]"},
+		{"an npm requirement for python", `{"source":"x","requirements":["left-pad@1.3.0"]}`, `requirements[0]: "left-pad@1.3.0" is not a requirement`},
+		{"a Python lock for javascript", `{"language":"javascript","source":"x","requirements_lock":"` + pyLock + `"}`, "requirements_lock: a javascript run takes an npm lock"},
+		{"an npm lock for python", `{"source":"x","requirements_lock":"` + npmLock + `"}`, "requirements_lock: an npm lock is for javascript and typescript runs, not python"},
+		{"a broken npm lock", `{"language":"javascript","source":"x","requirements_lock":"# execgate npm lock 1\nleft-pad@1.3.0 sha1-abc\n"}`, "requirements_lock: line 2"},
+		{"a requirement over 200 bytes", `{"language":"javascript","source":"x","requirements":["` + strings.Repeat("a", 201) + `@1.0.0"]}`, "requirements[0]: is 207 bytes; at most 200"},
+		{"a runtime for javascript", `{"language":"javascript","source":"x","runtime":"python3.13","requirements":["left-pad@1.3.0"]}`, "runtime: only python runs name a runtime; javascript runs choose by language"},
+		{"a runtime for python", `{"source":"x","runtime":"python3.13","requirements":["six==1.16.0"]}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Execute([]byte(tc.body), testCaps)
+			if tc.message == "" {
+				if err != nil {
+					t.Fatalf("Execute: %v", err)
+				}
+				return
+			}
+			var ae *execution.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, tc.message) {
+				t.Fatalf("got %v, want a 400 containing %q", err, tc.message)
+			}
+		})
+	}
+	t.Run("prepare takes a language", func(t *testing.T) {
+		req, err := Prepare([]byte(`{"requirements":["left-pad@1.3.0"],"language":"javascript"}`), testCaps)
+		if err != nil || req.Language != "javascript" {
+			t.Fatalf("Prepare = %+v, %v", req, err)
+		}
+		req, err = Prepare([]byte(`{"requirements":["six==1.16.0"]}`), testCaps)
+		if err != nil || req.Language != "python" {
+			t.Fatalf("Prepare without a language = %+v, %v (want python)", req, err)
+		}
+		req, err = Prepare([]byte(`{"requirements":["six==1.16.0"],"runtime":"python3.13"}`), testCaps)
+		if err != nil || req.Runtime != "python3.13" {
+			t.Fatalf("Prepare with a Python runtime = %+v, %v", req, err)
+		}
+		for body, want := range map[string]string{
+			`{"requirements":["left-pad@1.3.0"]}`:                                                `requirements[0]: "left-pad@1.3.0" is not a requirement`,
+			`{"requirements":["six==1.16.0"],"language":"typescript"}`:                           "is not an npm package",
+			`{"requirements":["x@1.0.0"],"language":"cobol"}`:                                    "language",
+			`{"requirements":["left-pad@1.3.0"],"language":"javascript","runtime":"python3.13"}`: "runtime: only python runs name a runtime; javascript runs choose by language",
+		} {
+			var ae *execution.Error
+			if _, err := Prepare([]byte(body), testCaps); !errors.As(err, &ae) || !strings.Contains(ae.Message, want) {
+				t.Errorf("Prepare(%s) = %v, want a 400 containing %q", body, err, want)
+			}
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/environments/npm"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -28,6 +29,9 @@ type Environments struct {
 	d   *Dispatcher
 	cfg sandbox.Config
 	obs environments.Observer
+	// npm resolves npm requirements (they do not depend on the executors'
+	// Python; the platform of optional dependencies is this host's).
+	npm *environments.Cache
 
 	mu sync.Mutex                     // guards by
 	by map[string]*environments.Cache // runtime+python+platform → its resolver
@@ -49,7 +53,7 @@ const lookupTimeout = 2 * time.Second
 // cache; package_index, python_platform are not used: the executors
 // announce their platform). obs may be nil.
 func NewEnvironments(d *Dispatcher, cfg sandbox.Config, obs environments.Observer) *Environments {
-	return &Environments{d: d, cfg: cfg, obs: obs, by: map[string]*environments.Cache{}}
+	return &Environments{d: d, cfg: cfg, obs: obs, npm: environments.NewNPM(cfg, obs), by: map[string]*environments.Cache{}}
 }
 
 // For returns the environments of runtime name: resolved for the Python
@@ -126,20 +130,37 @@ func (r *RuntimeEnvironments) Resolve(ctx context.Context, reqs []string) (envir
 	return res.Resolve(ctx, reqs)
 }
 
-// FromLock reads a caller's lock. Without a live executor serving the
-// runtime it is only parsed (no environment id; the run is refused for
-// want of an executor).
+// ResolveNPM resolves npm requirements (JavaScript and TypeScript runs) on
+// this gateway, whatever the runtime: the executors install the lock.
+func (r *RuntimeEnvironments) ResolveNPM(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error) {
+	return r.e.npm.ResolveNPM(ctx, reqs)
+}
+
+// FromLock reads a caller's lock: an npm lock on this gateway (it does
+// not depend on the executors), a Python one for the runtime's executors.
+// Without a live executor serving the runtime a Python lock is only
+// parsed (no environment id; the run is refused for want of an executor,
+// or, in a run of another language, for holding Python packages).
 func (r *RuntimeEnvironments) FromLock(lock string) (environments.Environment, error) {
+	if npm.IsLock(lock) {
+		return r.e.npm.FromLock(lock)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
 	if res, err := r.target(ctx); err == nil {
 		return res.FromLock(lock)
 	}
+	return parsedLock(lock)
+}
+
+// parsedLock is the Python lock parsed, without an environment id (no
+// executor says what Python it is for).
+func parsedLock(lock string) (environments.Environment, error) {
 	pkgs, err := environments.ParseLock(lock)
 	if err != nil {
 		return environments.Environment{}, err
 	}
-	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs}, nil
+	return environments.Environment{Lock: environments.RenderLock(pkgs), Packages: pkgs, Ecosystem: environments.EcosystemPython}, nil
 }
 
 // Lookup finds an environment prepared (or run) through any gateway, for
@@ -158,8 +179,16 @@ func (r *RuntimeEnvironments) Lookup(id string) (environments.Environment, bool,
 	if err != nil {
 		return environments.Environment{}, false, noExecutor("the dispatch Redis is unreachable", fmt.Errorf("reading environment %s: %w", id, err))
 	}
-	res, err := r.target(ctx)
-	if err != nil {
+	var res *environments.Cache
+	if npm.IsLock(lock) {
+		res = e.npm
+	} else if r.runtime == "" {
+		// A run of a language without a runtime (JavaScript, TypeScript)
+		// named a Python environment: its packages say so (the flow
+		// refuses it naming environment_id).
+		env, err := parsedLock(lock)
+		return env, err == nil, nil
+	} else if res, err = r.target(ctx); err != nil {
 		return environments.Environment{}, false, err
 	}
 	env, err := res.FromLock(lock)

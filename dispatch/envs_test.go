@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/runtimes"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -113,5 +114,53 @@ func TestPackagesWaitWhileExecutorsDisagreeOnPython(t *testing.T) {
 	announce(t, rdb, "ex-2", "python3.11", "3.12.1", "x86_64-manylinux_2_28")
 	if _, _, err := envs.Resolve(context.Background(), []string{"six"}); !errors.As(err, &ue) || !strings.Contains(ue.Reason, "different Pythons") {
 		t.Fatalf("Resolve = %v, want unavailable: different Pythons", err)
+	}
+}
+
+// npm environments do not depend on the executors' Python: a dispatching
+// gateway reads and keeps them whatever the runtime (a JavaScript run
+// names none), with no executor announced, and another gateway finds
+// them; a JavaScript run naming a Python environment gets it as Python
+// packages (the flow refuses it naming environment_id), not a 503 for
+// the runtime it does not have.
+func TestNPMEnvironmentsNeedNoRuntime(t *testing.T) {
+	rdb := newRedis(t)
+	ctx := context.Background()
+	var gws [2]*Environments
+	for i := range gws {
+		d, err := NewDispatcher(rdb, testCfg(), testKey, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gws[i] = NewEnvironments(d, sandbox.Config{DepsDir: t.TempDir()}, nil)
+	}
+	const npmLock = "# execgate npm lock 1\nleft-pad@1.3.0 sha512-XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQEwqqXXI2kHHwWS6r+LyuOdsJdl8jLO6aqAa6i9v3cK/8nQ==\n"
+	env, err := gws[0].For("").FromLock(npmLock)
+	if err != nil || len(env.ID) != 64 || env.Ecosystem != environments.EcosystemNPM {
+		t.Fatalf("FromLock(npm) = %+v, %v", env, err)
+	}
+	if other, err := gws[0].For("python3.13").FromLock(npmLock); err != nil || other.ID != env.ID {
+		t.Errorf("the npm lock read for python3.13: %+v, %v; want the same environment %s", other, err, env.ID)
+	}
+	if _, _, failure, err := gws[0].For("").Prepare(ctx, env); failure != nil || err != nil {
+		t.Fatalf("Prepare = %v, %v", failure, err)
+	}
+	got, ok, err := gws[1].For("").Lookup(env.ID)
+	if err != nil || !ok || got.ID != env.ID || got.Ecosystem != environments.EcosystemNPM {
+		t.Fatalf("Lookup on the other gateway = %+v, %v, %v", got, ok, err)
+	}
+
+	announce(t, rdb, "ex-1", "python3.11", "3.11.2", "x86_64-manylinux_2_28")
+	pyLock := "six==1.16.0 \\\n    --hash=sha256:" + strings.Repeat("a", 64) + "\n"
+	py, err := gws[0].For("python3.11").FromLock(pyLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, failure, err := gws[0].For("python3.11").Prepare(ctx, py); failure != nil || err != nil {
+		t.Fatalf("Prepare = %v, %v", failure, err)
+	}
+	got, ok, err = gws[1].For("").Lookup(py.ID)
+	if err != nil || !ok || got.Ecosystem != environments.EcosystemPython {
+		t.Errorf("a Python environment looked up for a run without a runtime = %+v, %v, %v; want it, as Python packages", got, ok, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/execgate/execgate/environments/npm"
 	"github.com/execgate/execgate/internal/atomicfile"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -40,6 +41,7 @@ type Observer interface {
 type Cache struct {
 	d          *depsInstaller
 	platform   string
+	npm        npmSource
 	resolveTTL time.Duration // <0: never reuse a resolution
 	cacheMax   int64         // bytes; <0: no cap
 	obs        Observer
@@ -95,6 +97,13 @@ func NewFor(cfg sandbox.Config, pythonVersion, platform string, obs Observer) (*
 	return newCache(cfg, pythonVersion, obs), nil
 }
 
+// NewNPM returns environments that resolve npm requirements only (it has
+// no Python to resolve for), as a dispatching gateway resolves them for
+// its executors: it reads no rootfs; cfg.DepsDir keeps the resolve cache.
+func NewNPM(cfg sandbox.Config, obs Observer) *Cache {
+	return newCache(cfg.WithDefaults(), "", obs)
+}
+
 func newCache(cfg sandbox.Config, pyVersion string, obs Observer) *Cache {
 	ttl := time.Duration(cfg.ResolveCacheSeconds) * time.Second
 	return &Cache{
@@ -111,6 +120,7 @@ func newCache(cfg sandbox.Config, pyVersion string, obs Observer) *Cache {
 			inflight:  map[string]*depsCall{},
 		},
 		platform:   cfg.PythonPlatform,
+		npm:        newNPMSource(cfg.NPMRegistry),
 		resolveTTL: ttl,
 		cacheMax:   cfg.DepsCacheMaxMB << 20,
 		obs:        obs,
@@ -146,6 +156,15 @@ func (e *Cache) Resolve(ctx context.Context, reqs []string) (Environment, *sandb
 		return Environment{}, nil, err
 	}
 	key := resolveKey(e.d.pyVersion, e.platform, e.indexID(), specs)
+	return e.cachedResolve(ctx, key, func(ctx context.Context) (Environment, *sandbox.ErrorInfo, error) {
+		return e.resolve(ctx, specs)
+	})
+}
+
+// cachedResolve returns the resolution named key: a recent one from
+// <DepsDir>/.resolved (Config.ResolveCacheSeconds), else resolve's, once
+// for concurrent callers (a caller that goes away does not cancel it).
+func (e *Cache) cachedResolve(ctx context.Context, key string, resolve func(context.Context) (Environment, *sandbox.ErrorInfo, error)) (Environment, *sandbox.ErrorInfo, error) {
 	cached := filepath.Join(e.d.dir, ".resolved", key+".txt")
 	if e.resolveTTL >= 0 {
 		if fi, err := os.Stat(cached); err == nil && e.now().Sub(fi.ModTime()) < e.resolveTTL {
@@ -163,7 +182,7 @@ func (e *Cache) Resolve(ctx context.Context, reqs []string) (Environment, *sandb
 	}
 	v, err, _ := e.resolving.Do(key, func() (any, error) {
 		start := e.now()
-		env, failure, err := e.resolve(context.WithoutCancel(ctx), specs)
+		env, failure, err := resolve(context.WithoutCancel(ctx))
 		if err == nil && failure == nil {
 			e.event("resolved", e.now().Sub(start))
 			if e.resolveTTL >= 0 {
@@ -220,14 +239,18 @@ func (e *Cache) resolve(ctx context.Context, specs []string) (Environment, *sand
 	return env, nil, nil
 }
 
-// FromLock reads a lock (ParseLock) into its environment. The error wraps
-// ErrInvalidLock.
+// FromLock reads a lock into its environment: an npm lock (it starts
+// with npm.LockHeader; NPMFromLock) or a Python one (ParseLock). The error
+// wraps ErrInvalidLock.
 func (e *Cache) FromLock(lock string) (Environment, error) {
+	if npm.IsLock(lock) {
+		return NPMFromLock(lock, e.npm.index())
+	}
 	pkgs, err := ParseLock(lock)
 	if err != nil {
 		return Environment{}, err
 	}
-	return Environment{ID: environmentID(e.d.pyVersion, e.platform, pkgs), Lock: RenderLock(pkgs), Packages: pkgs}, nil
+	return Environment{ID: environmentID(e.d.pyVersion, e.platform, pkgs), Lock: RenderLock(pkgs), Packages: pkgs, Ecosystem: EcosystemPython}, nil
 }
 
 // Lookup returns the environment of a prepared (or previously used) id.
@@ -268,9 +291,16 @@ func (e *Cache) Prepare(ctx context.Context, env Environment) (dir string, hit b
 	names := make([]string, len(env.Packages))
 	for i, p := range env.Packages {
 		names[i] = p.Name + "==" + p.Version
+		if env.Ecosystem == EcosystemNPM {
+			names[i] = p.Name + "@" + p.Version
+		}
 	}
 	what := "environment " + env.ID[:12] + " (" + strings.Join(names, " ") + ")"
-	dir, led, failure, err := e.d.ensureKey(ctx, env.ID, what, []string{"--no-deps", "--require-hashes", "-r", lockPath})
+	fill := e.d.uvFill([]string{"--no-deps", "--require-hashes", "-r", lockPath})
+	if env.Ecosystem == EcosystemNPM {
+		fill = e.npmFill(env)
+	}
+	dir, led, failure, err := e.d.ensureKey(ctx, env.ID, what, fill)
 	switch {
 	case err != nil:
 		return "", false, nil, err

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/execgate/execgate/environments/npm"
 	"github.com/execgate/execgate/sandbox"
 )
 
@@ -37,13 +38,24 @@ func (*Cache) Resolve(context.Context, []string) (Environment, *sandbox.ErrorInf
 	return Environment{}, nil, &sandbox.UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}
 }
 
+// NewNPM returns environments that cannot resolve off Linux.
+func NewNPM(sandbox.Config, Observer) *Cache { return &Cache{} }
+
+// ResolveNPM always fails off Linux.
+func (*Cache) ResolveNPM(context.Context, []string) (Environment, *sandbox.ErrorInfo, error) {
+	return Environment{}, nil, &sandbox.UnavailableError{Reason: "unsupported operating system", Err: errUnsupported}
+}
+
 // FromLock reads a lock into its environment (no Python version known).
 func (*Cache) FromLock(lock string) (Environment, error) {
+	if npm.IsLock(lock) {
+		return NPMFromLock(lock, sandbox.DefaultNPMRegistry)
+	}
 	pkgs, err := ParseLock(lock)
 	if err != nil {
 		return Environment{}, err
 	}
-	return Environment{ID: environmentID("", "", pkgs), Lock: RenderLock(pkgs), Packages: pkgs}, nil
+	return Environment{ID: environmentID("", "", pkgs), Lock: RenderLock(pkgs), Packages: pkgs, Ecosystem: EcosystemPython}, nil
 }
 
 // Lookup finds nothing off Linux.

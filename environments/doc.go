@@ -1,5 +1,8 @@
-// Package environments makes the package environments runs bind: it
-// resolves requirement lists with uv into locks, names each locked set by
+// Package environments makes the package environments runs bind: Python
+// ones here, npm ones (JavaScript and TypeScript runs) through package
+// environments/npm (ResolveNPM, NPMFromLock; the same ids, cache, locks
+// on disk, eviction and Installing). For Python, it resolves requirement
+// lists with uv into locks, names each locked set by
 // its content, installs it once (wheels only, hashes required) into the
 // deps cache, keeps the cache under its cap (evicting the least recently
 // used), and hands the directory to bind to the runner (Spec.Deps), which

@@ -57,14 +57,60 @@ type depsCall struct {
 // all (no uv, an unusable deps dir) is an *UnavailableError.
 func (d *depsInstaller) ensure(ctx context.Context, pins []string) (string, *sandbox.ErrorInfo, error) {
 	args := append([]string{"--no-deps", "--"}, pins...) // exactly the pins the policy saw
-	dir, _, failure, err := d.ensureKey(ctx, depsKey(d.pyVersion, pins), strings.Join(pins, " "), args)
+	dir, _, failure, err := d.ensureKey(ctx, depsKey(d.pyVersion, pins), strings.Join(pins, " "), d.uvFill(args))
 	return dir, failure, err
 }
 
+// fill writes an environment into tmp (an empty directory below the deps
+// dir). A set that cannot be installed is a DependencyError (the
+// *sandbox.ErrorInfo); an error means the host cannot install at all.
+type fill func(ctx context.Context, tmp, what string) (*sandbox.ErrorInfo, error)
+
+// uvFill installs with uv: args end its command line (after the common
+// flags).
+func (d *depsInstaller) uvFill(extra []string) fill {
+	return func(ctx context.Context, tmp, what string) (*sandbox.ErrorInfo, error) {
+		uv, err := d.findUV()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"pip", "install",
+			"--target", tmp,
+			"--python", d.python,
+			"--only-binary", ":all:", // wheels only: no package code runs here
+			"--no-config", "--no-python-downloads",
+			"--link-mode", "copy",
+			"--system-certs",
+			"--cache-dir", filepath.Join(d.dir, ".cache"),
+			"--color", "never", "--no-progress",
+		}
+		if d.compile == nil {
+			args = append(args, "--compile-bytecode")
+		}
+		if d.platform != "" {
+			args = append(args, "--python-platform", d.platform)
+		}
+		args = append(args, d.indexArgs()...)
+		args = append(args, extra...)
+		failure, err := d.runUV(ctx, uv, "installing "+what, args)
+		if failure != nil || err != nil {
+			return failure, err
+		}
+		if d.compile != nil {
+			compile := append(append([]string(nil), d.compile...), "-I", "-S", "-m", "compileall", "-q", "-j", "1", tmp)
+			if failure, err := d.runTool(ctx, "compiling "+what, compile); failure != nil || err != nil {
+				return failure, err
+			}
+		}
+		_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
+		return nil, nil
+	}
+}
+
 // ensureKey is ensure for any set: key names its directory, what describes
-// it in errors, args end uv's command line (after the common flags). led
-// says this call started the install (the others waited for it).
-func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []string) (dir string, led bool, failure *sandbox.ErrorInfo, err error) {
+// it in errors, fill writes it. led says this call started the install
+// (the others waited for it).
+func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, fill fill) (dir string, led bool, failure *sandbox.ErrorInfo, err error) {
 	final := filepath.Join(d.dir, key)
 	if isDir(final) {
 		return final, false, nil, nil
@@ -78,7 +124,7 @@ func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []
 		// The install outlives a caller that gives up: others may be
 		// waiting for it, and the next run reuses it.
 		go func() {
-			c.dir, c.failure, c.err = d.install(context.WithoutCancel(ctx), key, what, args)
+			c.dir, c.failure, c.err = d.install(context.WithoutCancel(ctx), key, what, fill)
 			d.mu.Lock()
 			delete(d.inflight, key)
 			d.mu.Unlock()
@@ -94,7 +140,7 @@ func (d *depsInstaller) ensureKey(ctx context.Context, key, what string, args []
 	}
 }
 
-func (d *depsInstaller) install(ctx context.Context, key, what string, extra []string) (string, *sandbox.ErrorInfo, error) {
+func (d *depsInstaller) install(ctx context.Context, key, what string, fill fill) (string, *sandbox.ErrorInfo, error) {
 	final := filepath.Join(d.dir, key)
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating " + d.dir, Err: err}
@@ -110,45 +156,14 @@ func (d *depsInstaller) install(ctx context.Context, key, what string, extra []s
 	if isDir(final) { // another process installed it while we waited
 		return final, nil, nil
 	}
-	uv, err := d.findUV()
-	if err != nil {
-		return "", nil, err
-	}
 	tmp, err := os.MkdirTemp(d.dir, ".tmp-"+key[:16]+"-")
 	if err != nil {
 		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: creating a build directory", Err: err}
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed into place
-	cache := filepath.Join(d.dir, ".cache")
-	args := []string{uv, "pip", "install",
-		"--target", tmp,
-		"--python", d.python,
-		"--only-binary", ":all:", // wheels only: no package code runs here
-		"--no-config", "--no-python-downloads",
-		"--link-mode", "copy",
-		"--system-certs",
-		"--cache-dir", cache,
-		"--color", "never", "--no-progress",
-	}
-	if d.compile == nil {
-		args = append(args, "--compile-bytecode")
-	}
-	if d.platform != "" {
-		args = append(args, "--python-platform", d.platform)
-	}
-	args = append(args, d.indexArgs()...)
-	args = append(args, extra...)
-	failure, err := d.runUV(ctx, uv, "installing "+what, args[1:])
-	if failure != nil || err != nil {
+	if failure, err := fill(ctx, tmp, what); failure != nil || err != nil {
 		return "", failure, err
 	}
-	if d.compile != nil {
-		compile := append(append([]string(nil), d.compile...), "-I", "-S", "-m", "compileall", "-q", "-j", "1", tmp)
-		if failure, err := d.runTool(ctx, "compiling "+what, compile); failure != nil || err != nil {
-			return "", failure, err
-		}
-	}
-	_ = os.Remove(filepath.Join(tmp, ".lock")) // uv's own lock file
 	if err := sealDeps(tmp); err != nil {
 		return "", nil, &sandbox.UnavailableError{Reason: "sandbox.deps_dir: preparing " + tmp, Err: err}
 	}

@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/execgate/execgate/environments/npm"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // LockedPackage is one distribution of an environment.
@@ -24,11 +27,34 @@ type LockedPackage struct {
 	hashes []string
 }
 
-// Environment is a locked package set for this rootfs's Python and platform.
+// Environment is a locked package set: Python distributions for this
+// rootfs's Python and platform, or npm packages for JavaScript and
+// TypeScript (Ecosystem).
 type Environment struct {
 	ID       string          `json:"environment_id"`
 	Lock     string          `json:"lock"`
 	Packages []LockedPackage `json:"packages"`
+	// Ecosystem is EcosystemPython or EcosystemNPM: the runs that may bind
+	// the environment (their language's).
+	Ecosystem string `json:"ecosystem"`
+	// npm is the lock of an npm environment.
+	npm []npm.Package
+}
+
+// Ecosystems of an Environment.
+const (
+	EcosystemPython = "pypi"
+	EcosystemNPM    = "npm"
+)
+
+// EcosystemOf is the ecosystem of a run's language: npm for javascript and
+// typescript, pypi otherwise.
+func EcosystemOf(language string) string {
+	switch language {
+	case sandbox.LanguageJavaScript, sandbox.LanguageTypeScript:
+		return EcosystemNPM
+	}
+	return EcosystemPython
 }
 
 const (

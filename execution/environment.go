@@ -12,24 +12,38 @@ import (
 // errNoEnvironments: requirements asked of a gateway without environments.
 var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
 
-// Environment finds the environment a request for runtime names by one of
-// its requirements, requirements_lock and environment_id (nil when it
-// names none). A list that cannot be resolved is a DependencyError (the
-// *sandbox.ErrorInfo), not an error.
-func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
+// Environment finds the environment a request in language for runtime
+// names by one of its requirements, requirements_lock and environment_id
+// (nil when it names none): Python packages for python (resolved for the
+// runtime), npm packages for javascript and typescript (runtime is ""). A
+// list that cannot be resolved is a DependencyError (the
+// *sandbox.ErrorInfo), not an error; a lock or an environment of the other
+// language's is a bad request.
+func (f *Flow) Environment(ctx context.Context, language, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
 	if f.d.Environments == nil {
 		return nil, nil, errNoEnvironments
 	}
-	envs, err := f.d.Environments.For(runtime)
+	envs, err := f.d.Environments.For(language, runtime)
 	if err != nil {
 		return nil, nil, err
 	}
+	want := environments.EcosystemOf(language)
+	mismatch := func(field string, env environments.Environment) error {
+		if env.Ecosystem == want {
+			return nil
+		}
+		return BadRequest(field, "holds %s packages; a %s run takes %s packages", ecosystemName(env.Ecosystem), language, ecosystemName(want))
+	}
 	switch {
 	case len(reqs) > 0:
-		env, failure, err := envs.Resolve(ctx, reqs)
+		resolve := envs.Resolve
+		if want == environments.EcosystemNPM {
+			resolve = envs.ResolveNPM
+		}
+		env, failure, err := resolve(ctx, reqs)
 		if err != nil {
 			if IsUnavailable(err) {
 				return nil, nil, err
@@ -45,27 +59,53 @@ func (f *Flow) Environment(ctx context.Context, runtime string, reqs []string, l
 		if err != nil {
 			return nil, nil, BadRequest("requirements_lock", "%v", err)
 		}
+		if err := mismatch("requirements_lock", env); err != nil {
+			return nil, nil, err
+		}
 		return &env, nil, nil
 	default:
 		env, ok, err := envs.Lookup(envID)
 		if err != nil {
 			return nil, nil, err
 		}
+		if !ok && runtime == "" {
+			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared (POST /v1/prepare makes one)", envID)
+		}
 		if !ok {
 			return nil, nil, BadRequest("environment_id", "%s is not an environment this gateway prepared for runtime %s (POST /v1/prepare makes one; ids are per runtime)", envID, runtime)
+		}
+		if err := mismatch("environment_id", env); err != nil {
+			return nil, nil, err
 		}
 		return &env, nil, nil
 	}
 }
 
-// PolicyPackages is the resolved set as the policy sees it.
+// ecosystemName names an ecosystem in messages.
+func ecosystemName(eco string) string {
+	if eco == environments.EcosystemNPM {
+		return "npm (JavaScript)"
+	}
+	return "Python"
+}
+
+// NPMPackagePrefix marks an npm package in the policy's input (and in the
+// packages data the policy checks it against): "npm:left-pad".
+const NPMPackagePrefix = "npm:"
+
+// PolicyPackages is the resolved set as the policy sees it: npm packages
+// named with NPMPackagePrefix ("npm:left-pad"), Python ones as they are.
 func PolicyPackages(env *environments.Environment) []policy.Package {
 	if env == nil {
 		return nil
 	}
+	prefix := ""
+	if env.Ecosystem == environments.EcosystemNPM {
+		prefix = NPMPackagePrefix
+	}
 	out := make([]policy.Package, len(env.Packages))
 	for i, p := range env.Packages {
-		out[i] = policy.Package{Name: p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
+		out[i] = policy.Package{Name: prefix + p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
 	}
 	return out
 }

@@ -91,22 +91,27 @@ type Auditor interface {
 }
 
 // Environments are the package environments of every runtime the service
-// runs (one per runtime of package runtimes; a gateway's, per runtime its executors serve): For
-// returns a runtime's, or an *sandbox.UnavailableError naming a runtime
-// it does not serve.
+// runs (one per runtime of package runtimes; a gateway's, per runtime its
+// executors serve): For returns those of a run in language on runtime
+// (Python runs name their runtime; JavaScript and TypeScript runs name
+// none and get the environments of the runtime that runs them), or an
+// *sandbox.UnavailableError naming a runtime it does not serve.
 type Environments interface {
-	For(runtime string) (RuntimeEnvironments, error)
+	For(language, runtime string) (RuntimeEnvironments, error)
 }
 
 // RuntimeEnvironments resolves requirements into locked environments for
-// one runtime's Python and platform, and installs them
-// (*environments.Cache). Resolve and Prepare report what cannot be built
-// as a DependencyError (*sandbox.ErrorInfo); their error is an
-// *sandbox.UnavailableError (no uv, an unusable deps dir) or a bad
-// requirement string. Environment ids are per runtime: Lookup knows only
-// the ones of its runtime.
+// one runtime's Python and platform (Resolve) or npm requirements
+// (ResolveNPM: they do not depend on the Python runtime), and installs
+// them (*environments.Cache); FromLock reads either lock. Resolve and
+// Prepare report what cannot be built as a DependencyError
+// (*sandbox.ErrorInfo); their error is an *sandbox.UnavailableError (no
+// uv, an unusable deps dir) or a bad requirement string. Python
+// environment ids are per runtime: Lookup knows only the ones of its
+// runtime (and the npm ones).
 type RuntimeEnvironments interface {
 	Resolve(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
+	ResolveNPM(ctx context.Context, reqs []string) (environments.Environment, *sandbox.ErrorInfo, error)
 	FromLock(lock string) (environments.Environment, error)
 	Lookup(id string) (environments.Environment, bool, error)
 	Prepare(ctx context.Context, env environments.Environment) (dir string, hit bool, failure *sandbox.ErrorInfo, err error)
@@ -395,9 +400,10 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	if status, env, err := f.claim(ctx, x, tenant); env != nil || err != nil {
 		return status, env, err
 	}
-	// Requirements resolve for the run's runtime, which is therefore known
-	// before the policy is asked (the policy decides the same default).
-	pkgs, failure, err := f.Environment(ctx, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	// Requirements resolve for the run's language and runtime, which is
+	// therefore known before the policy is asked (the policy decides the
+	// same default).
+	pkgs, failure, err := f.Environment(ctx, req.Language, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
 		if IsUnavailable(err) {
 			// The runtime is not served here (or has no rootfs): the policy's

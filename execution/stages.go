@@ -329,7 +329,7 @@ func (f *Flow) run(ctx context.Context, x *state, tenant tenancy.Tenant, dec pol
 		// Installed here (once per environment; a hit when prepared), so
 		// the runner only binds it. A dispatching gateway installs nothing
 		// (dir ""): the executor installs the lock the run carries.
-		envs, err := f.d.Environments.For(dec.Runtime)
+		envs, err := f.d.Environments.For(x.req.Language, dec.Runtime)
 		if err != nil {
 			return sandbox.Result{}, err
 		}

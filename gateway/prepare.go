@@ -38,8 +38,9 @@ type PrepareResponse struct {
 	EnvironmentID string `json:"environment_id"`
 	// Runtime is the Python runtime the environment is for (the one
 	// asked for, or the tenant's default): a run names the environment
-	// with the same runtime.
-	Runtime  string                       `json:"runtime"`
+	// with the same runtime. Empty (absent) for an npm environment: a
+	// JavaScript or TypeScript run names no runtime.
+	Runtime  string                       `json:"runtime,omitempty"`
 	Lock     string                       `json:"lock"`
 	Packages []environments.LockedPackage `json:"packages"`
 	// Cached says the environment was already installed.
@@ -81,16 +82,16 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	runtime := policy.RuntimeFor(tenant, "python", req.Runtime)
-	env, failure, err := s.flow.Environment(ctx, runtime, req.Requirements, req.RequirementsLock, "")
+	runtime := policy.RuntimeFor(tenant, req.Language, req.Runtime)
+	env, failure, err := s.flow.Environment(ctx, req.Language, runtime, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
 	switch {
 	case err == nil && failure == nil:
-		dec, err = s.preparePolicy(ctx, tenant, p, runtime, req.Requirements, env)
+		dec, err = s.preparePolicy(ctx, tenant, p, req.Language, runtime, req.Requirements, env)
 	case execution.IsUnavailable(err):
 		// As for a run: the policy's refusal (a runtime the tenant is not
 		// granted) comes before this gateway's 503.
-		if _, perr := s.preparePolicy(ctx, tenant, p, runtime, req.Requirements, nil); perr != nil {
+		if _, perr := s.preparePolicy(ctx, tenant, p, req.Language, runtime, req.Requirements, nil); perr != nil {
 			err = perr
 		}
 	}
@@ -109,7 +110,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 			return
 		}
 		var envs execution.RuntimeEnvironments
-		if envs, err = s.d.Environments.For(runtime); err == nil {
+		if envs, err = s.d.Environments.For(req.Language, runtime); err == nil {
 			dir, hit, failure, err = envs.Prepare(ctx, *env)
 		}
 		_ = adm.Release(context.WithoutCancel(ctx))
@@ -130,7 +131,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		resp.NetworkAccess = string(sandbox.NetworkNone)
 	}
 	if req.Warm > 0 && s.d.Warmer != nil {
-		spec := sandbox.Spec{TenantID: tenant.ID, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits, Runtime: runtime}
+		spec := sandbox.Spec{TenantID: tenant.ID, Language: req.Language, Deps: dir, Lock: env.Lock, Network: sandbox.Network(resp.NetworkAccess), Limits: resp.Limits, Runtime: runtime}
 		if resp.Warm, err = s.d.Warmer.Warm(ctx, spec, int(req.Warm)); err != nil {
 			s.fail(c, err)
 			return
@@ -144,8 +145,8 @@ func (s *Server) handlePrepare(c *gin.Context) {
 // run (no limits or network asked) needing it would be asked, and returns
 // the decision: its limits and network are those of the jails warmed for
 // env.
-func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, runtime string, reqs []string, env *environments.Environment) (policy.Decision, error) {
-	in := policy.BuildInput(tenant, p, policy.Request{Requirements: reqs, Packages: execution.PolicyPackages(env), Runtime: runtime})
+func (s *Server) preparePolicy(ctx context.Context, tenant tenancy.Tenant, p tenancy.Principal, language, runtime string, reqs []string, env *environments.Environment) (policy.Decision, error) {
+	in := policy.BuildInput(tenant, p, policy.Request{Language: language, Requirements: reqs, Packages: execution.PolicyPackages(env), Runtime: runtime})
 	dec, err := s.d.Policy.Decide(ctx, in)
 	if err != nil {
 		return dec, fmt.Errorf("%w: %w", execution.ErrPolicy, err)

@@ -54,6 +54,13 @@ const (
 	// DepsDir is the empty mount point over which a run's package
 	// environment (or pinned requirement set) is bound read-only.
 	DepsDir = "/opt/execgate/deps"
+	// DepsImportMap and DepsDenoDir are what a JavaScript package
+	// environment (package environments/npm) holds below DepsDir: the
+	// import map Deno is started with (the harness's blocked specifiers
+	// and the environment's packages) and the Deno cache directory its npm
+	// packages are read from (DENO_DIR).
+	DepsImportMap = DepsDir + "/import_map.json"
+	DepsDenoDir   = DepsDir + "/deno"
 	// EgressDir is the empty mount point over which a proxy-mode jail gets
 	// its own host directory, read-only; the egress proxy's unix socket for
 	// the run appears in it as EgressSocket.

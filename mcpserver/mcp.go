@@ -196,7 +196,7 @@ const executeInputSchemaBase = `{
     "entrypoint": {"type": "string", "description": "the function to call (default run)"},
     "args": {"description": "any JSON, passed as args"},
     "execution_id": {"type": "string", "description": "idempotency key: a retry with the same id returns the first result"},
-    "requirements": {"type": "array", "items": {"type": "string"}, "description": "pkg==version pins, if policy allows"},
+    "requirements": {"type": "array", "items": {"type": "string"}, "description": "packages, if policy allows: PEP 508 requirements for python (six==1.16.0), npm packages with exact versions for javascript (left-pad@1.3.0)"},
     "network_access": {"type": "string", "enum": ["none", "proxy", "host"]},
     "egress": {"type": "object", "properties": {"allow": {"type": "array", "items": {"type": "string"}}}},
     "limits": {"type": "object", "properties": {

@@ -14,6 +14,15 @@
 #     index URLs), the package must come from one of them.
 # A denial names the chain that pulled the package in, e.g.
 # `package "urllib3==2.0.4" (requests → urllib3) is not in tenant "acme"'s allow-list`.
+#
+# npm packages (JavaScript and TypeScript runs) are checked by the same
+# rules against the same lists, named with an "npm:" prefix: a tenant's
+# packages.allow lists "npm:left-pad", "npm:@scope/name"; a deny-list
+# entry "npm:left-pad@1.3.0" denies that version only. npm names are
+# compared as they are (not PEP 503-normalised: "lodash.merge" and
+# "lodash-merge" are different packages). A JavaScript or TypeScript run's
+# requirements are npm packages with exact versions ("left-pad@1.3.0"),
+# and input.request.packages names each resolved package "npm:<name>".
 package execgate.packages
 
 import data.execgate.access
@@ -30,7 +39,28 @@ name_re := `^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?`
 
 spec_re := `^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._, -]*\])?\s*((===|==|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(===|==|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?$`
 
-normalize(n) := regex.replace(lower(n), `[-_.]+`, "-")
+# npm_spec_re is an npm requirement: a package name and an exact version.
+npm_spec_re := `^(@[a-z0-9~-][a-z0-9._~-]*/)?[A-Za-z0-9~-][A-Za-z0-9._~-]*@(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
+
+# npm_request: the run's requirements are npm packages.
+npm_request if input.request.language in {"javascript", "typescript"}
+
+normalize(n) := n if startswith(n, "npm:")
+
+else := regex.replace(lower(n), `[-_.]+`, "-")
+
+# npm_split(s) is [name, version] of "name@version" (the last "@": a scope
+# starts with one).
+npm_split(s) := [substring(s, 0, i), substring(s, i + 1, -1)] if {
+	i := max(indexof_n(s, "@"))
+	i > 0
+}
+
+# npm_pinned(e): a deny-list entry "npm:name@version".
+npm_pinned(e) if {
+	startswith(e, "npm:")
+	npm_split(substring(e, 4, -1))
+}
 
 names_of(list) := {normalize(p) | some p in list; is_string(p)}
 
@@ -39,13 +69,13 @@ tenant_allow := names_of(object.get(tenant_packages, "allow", []))
 # Deny-list entries are names, or "name==version" for one version only.
 deny_entries := [e | some e in object.get(tenant_packages, "deny", []); is_string(e)]
 
-tenant_deny := {normalize(e) | some e in deny_entries; not contains(e, "==")}
+tenant_deny := {normalize(e) | some e in deny_entries; not contains(e, "=="); not npm_pinned(e)}
 
 tenant_deny_versions := {sprintf("%s==%s", [normalize(trim_space(parts[0])), trim_space(parts[1])]) |
 	some e in deny_entries
 	contains(e, "==")
 	parts := split(e, "==")
-}
+} | {e | some e in deny_entries; npm_pinned(e)}
 
 # indexes, when the tenant lists any, are the only indexes packages may come from.
 tenant_indexes := {trim_suffix(i, "/") | some i in object.get(tenant_packages, "indexes", []); is_string(i)}
@@ -66,7 +96,13 @@ names := {r: normalize(regex.find_n(name_re, r, 1)[0]) |
 	some r in input.request.requirements
 	is_string(r)
 	regex.match(spec_re, r)
-}
+} if not npm_request
+
+names := {r: concat("", ["npm:", npm_split(r)[0]]) |
+	some r in input.request.requirements
+	is_string(r)
+	regex.match(npm_spec_re, r)
+} if npm_request
 
 # installable are the names a run may install: on the tenant's allow-list
 # and on neither deny-list (depends on the tenant alone).
@@ -90,7 +126,7 @@ violations := set() if {
 # package_ok(p): a resolved package the tenant may install.
 package_ok(p) if {
 	normalize(p.name) in installable
-	not sprintf("%s==%s", [normalize(p.name), p.version]) in tenant_deny_versions
+	not pin(p) in tenant_deny_versions
 	index_ok(p)
 }
 
@@ -104,7 +140,9 @@ chain(p) := concat(" → ", p.via) if count(p.via) > 0
 
 else := normalize(p.name)
 
-pin(p) := sprintf("%s==%s", [normalize(p.name), p.version])
+pin(p) := sprintf("%s@%s", [p.name, p.version]) if startswith(p.name, "npm:")
+
+else := sprintf("%s==%s", [normalize(p.name), p.version])
 
 # requested_names are the names the requirements ask for: their name-list
 # denials are reported once, by the requirement rules below, not again for
@@ -114,6 +152,13 @@ requested_names := {n | some n in names}
 transitive(p) if not normalize(p.name) in requested_names
 
 request_violations contains sprintf("requirement %q is not a valid requirement (name[extras] [op version])", [r]) if {
+	not npm_request
+	some r in input.request.requirements
+	not names[r]
+}
+
+request_violations contains sprintf("requirement %q is not an npm package with an exact version (name@1.2.3)", [r]) if {
+	npm_request
 	some r in input.request.requirements
 	not names[r]
 }

@@ -114,3 +114,67 @@ test_a_requested_package_off_the_allow_list_is_reported_once if {
 	inp := object.union(resolved, {"request": {"requirements": ["NumPy>=2"], "packages": [{"name": "numpy", "version": "2.0.0", "index": "", "via": ["numpy"]}]}})
 	packages.violations == {`package "numpy" is not in tenant "t1"'s allow-list`} with input as inp
 }
+
+# npm packages (JavaScript and TypeScript runs): the same lists, names with
+# an "npm:" prefix, compared as they are.
+npm_base := {
+	"tenant": {"id": "t1", "data": {"packages": {
+		"allow": ["npm:left-pad", "npm:@scope/util", "npm:lodash.merge", "npm:debug", "npm:ms", "six"],
+		"deny": ["npm:ms@2.1.2"],
+	}}},
+	"request": {"language": "javascript", "requirements": ["left-pad@1.3.0"], "packages": [
+		{"name": "npm:left-pad", "version": "1.3.0", "index": "https://registry.npmjs.org/", "via": ["left-pad"]},
+	]},
+}
+
+npm_with(reqs, pkgs) := object.union(npm_base, {"request": {"requirements": reqs, "packages": pkgs}})
+
+npm_pkg(name, version, via) := {"name": name, "version": version, "index": "https://registry.npmjs.org/", "via": via}
+
+test_npm_allow_listed_packages_are_allowed if {
+	packages.allowed with input as npm_base
+	inp := npm_with(["@scope/util@2.0.0-rc.1", "debug@4.3.4"], [
+		npm_pkg("npm:@scope/util", "2.0.0-rc.1", ["@scope/util"]),
+		npm_pkg("npm:debug", "4.3.4", ["debug"]),
+		npm_pkg("npm:ms", "2.1.3", ["debug", "ms"]),
+	])
+	packages.allowed with input as inp
+	count(packages.violations) == 0 with input as inp
+}
+
+test_npm_names_are_not_pep503_normalised if {
+	inp := npm_with(["lodash-merge@4.6.2"], [npm_pkg("npm:lodash-merge", "4.6.2", ["lodash-merge"])])
+	not packages.allowed with input as inp
+	`package "npm:lodash-merge" is not in tenant "t1"'s allow-list` in packages.violations with input as inp
+}
+
+test_npm_transitive_package_off_the_list_is_denied_naming_its_chain if {
+	inp := npm_with(["debug@4.3.4"], [npm_pkg("npm:debug", "4.3.4", ["debug"]), npm_pkg("npm:supports-color", "9.4.0", ["debug", "supports-color"])])
+	packages.violations == {`package "npm:supports-color@9.4.0" (debug → supports-color) is not in tenant "t1"'s allow-list`} with input as inp
+}
+
+test_npm_version_deny_denies_that_version_only if {
+	denied := npm_with(["debug@4.3.4"], [npm_pkg("npm:debug", "4.3.4", ["debug"]), npm_pkg("npm:ms", "2.1.2", ["debug", "ms"])])
+	packages.violations == {`package "npm:ms@2.1.2" (debug → ms) is on tenant "t1"'s deny-list`} with input as denied
+	other := npm_with(["debug@4.3.4"], [npm_pkg("npm:debug", "4.3.4", ["debug"]), npm_pkg("npm:ms", "2.1.3", ["debug", "ms"])])
+	packages.allowed with input as other
+}
+
+test_an_allowed_python_name_does_not_allow_the_npm_package if {
+	inp := npm_with(["six@1.0.0"], [npm_pkg("npm:six", "1.0.0", ["six"])])
+	`package "npm:six" is not in tenant "t1"'s allow-list` in packages.violations with input as inp
+}
+
+test_npm_requirements_must_be_exact if {
+	inp := npm_with(["left-pad@^1.3.0", "left-pad", "git+https://x/y.git", "six==1.16.0"], [])
+	v := packages.violations with input as inp
+	`requirement "left-pad@^1.3.0" is not an npm package with an exact version (name@1.2.3)` in v
+	`requirement "left-pad" is not an npm package with an exact version (name@1.2.3)` in v
+	`requirement "six==1.16.0" is not an npm package with an exact version (name@1.2.3)` in v
+	count(v) == 4
+}
+
+test_a_python_run_does_not_read_npm_requirements if {
+	inp := object.union(npm_base, {"request": {"language": "python", "requirements": ["left-pad@1.3.0"], "packages": []}})
+	`requirement "left-pad@1.3.0" is not a valid requirement (name[extras] [op version])` in packages.violations with input as inp
+}

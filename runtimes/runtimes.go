@@ -204,11 +204,15 @@ func (s *Set) WarmIdle() int {
 	return n
 }
 
-// Environments returns the package environments of the runtime called
-// name; a runtime not served, or without a readable rootfs, is an
-// *sandbox.UnavailableError naming it.
-func (s *Set) Environments(name string) (*environments.Cache, error) {
-	rt, err := s.route(sandbox.Spec{Language: sandbox.LanguagePython, Runtime: name})
+// Environments returns the package environments of the runs of language
+// on the runtime called name: a Python run's runtime's (name "": the
+// first), or for JavaScript and TypeScript (npm packages; name is
+// ignored) those of the runtime that runs them (route), so the packages
+// are installed where the run's runner binds them. A runtime not served,
+// or without a readable rootfs, is an *sandbox.UnavailableError naming
+// it.
+func (s *Set) Environments(language, name string) (*environments.Cache, error) {
+	rt, err := s.route(sandbox.Spec{Language: language, Runtime: name})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/jaillayout"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -49,7 +50,7 @@ func TestASetRefusesARuntimeItDoesNotServeOrCannotRunNamingIt(t *testing.T) {
 	if _, err := set.Run(ctx, sandbox.Spec{Runtime: "host"}); !errors.Is(err, ErrNotServed) {
 		t.Errorf("a runtime not served: %v, want ErrNotServed", err)
 	}
-	if _, err := set.Environments("python3.11"); err == nil || !strings.Contains(err.Error(), "python3.11") {
+	if _, err := set.Environments(sandbox.LanguagePython, "python3.11"); err == nil || !strings.Contains(err.Error(), "python3.11") {
 		t.Errorf("environments of a runtime without them: %v", err)
 	}
 	list, err := set.Runtimes(ctx)
@@ -68,5 +69,37 @@ func TestASetRefusesARuntimeItDoesNotServeOrCannotRunNamingIt(t *testing.T) {
 	}
 	if _, err := New(&Runtime{Name: "a", Err: broken}, &Runtime{Name: "a", Err: broken}); err == nil {
 		t.Error("a set with a runtime twice was made")
+	}
+}
+
+// Package environments follow the run's language: a Python run's are its
+// runtime's; a JavaScript or TypeScript run's (npm packages) are those of
+// the runtime that runs it (the first here: no runtime has a runner), the
+// runtime it names, if any, ignored.
+func TestEnvironmentsFollowTheLanguage(t *testing.T) {
+	broken := errors.New("no runner")
+	envs := func() *environments.Cache {
+		return environments.NewNPM(sandbox.Config{DepsDir: t.TempDir()}, nil)
+	}
+	first, second := envs(), envs()
+	set, err := New(&Runtime{Name: "python3.11", Envs: first, Err: broken}, &Runtime{Name: "python3.13", Envs: second, Err: broken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		language, runtime string
+		want              *environments.Cache
+	}{
+		{sandbox.LanguagePython, "python3.13", second},
+		{sandbox.LanguagePython, "", first},
+		{sandbox.LanguageJavaScript, "", first},
+		{sandbox.LanguageTypeScript, "python3.13", first},
+	} {
+		if got, err := set.Environments(tc.language, tc.runtime); err != nil || got != tc.want {
+			t.Errorf("Environments(%s, %q) = %p, %v; want %p", tc.language, tc.runtime, got, err, tc.want)
+		}
+	}
+	if _, err := set.Environments(sandbox.LanguagePython, "host"); !errors.Is(err, ErrNotServed) {
+		t.Errorf("a Python runtime not served: %v, want ErrNotServed", err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 // Config is the sandbox section of the execgate config file (DESIGN §13).
 // Zero values mean "use the default" as documented per field.
-// The package keys (uv_path, deps_timeout_ms, package_index,
+// The package keys (uv_path, deps_timeout_ms, package_index, npm_registry,
 // python_platform, deps_max_mb, deps_cache_max_mb, resolve_cache_seconds)
 // are read by package environments; the runner reads deps_dir only, which
 // its view binds.
@@ -100,6 +100,10 @@ type Config struct {
 	// PackageIndex is where requirements are resolved and installed from
 	// (package environments). Zero: uv's default index (PyPI).
 	PackageIndex PackageIndex `yaml:"package_index" json:"package_index"`
+	// NPMRegistry is where JavaScript and TypeScript requirements (npm
+	// packages) are resolved and downloaded from (package
+	// environments/npm). Zero: https://registry.npmjs.org/.
+	NPMRegistry NPMRegistry `yaml:"npm_registry" json:"npm_registry"`
 	// PythonPlatform is uv's --python-platform for resolving environments
 	// (wheels must fit the jail's libc and CPU), for every runtime.
 	// Default: each runtime's own, from its C library
@@ -139,6 +143,21 @@ type PackageIndex struct {
 	// Default none.
 	CredentialsFile string `yaml:"credentials_file" json:"credentials_file"`
 }
+
+// NPMRegistry says where npm packages come from. They are downloaded by
+// the gateway (or executor), never in a jail; the token never reaches one.
+type NPMRegistry struct {
+	// URL is the registry (laid out like npm's: a mirror or a private
+	// registry). Empty: https://registry.npmjs.org/.
+	URL string `yaml:"url" json:"url"`
+	// TokenFile holds a bearer token sent to URL (one line, read at every
+	// resolve and install, so a rotated token needs no restart). Default
+	// none.
+	TokenFile string `yaml:"token_file" json:"token_file"`
+}
+
+// DefaultNPMRegistry is NPMRegistry.URL when it is empty.
+const DefaultNPMRegistry = "https://registry.npmjs.org/"
 
 // Defaults for Config fields left zero.
 const (
@@ -213,6 +232,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PythonPlatform == "" {
 		c.PythonPlatform = defaultPlatform()
+	}
+	if c.NPMRegistry.URL == "" {
+		c.NPMRegistry.URL = DefaultNPMRegistry
 	}
 	if c.PythonPath == "" {
 		c.PythonPath = DefaultPythonPath
@@ -306,6 +328,9 @@ func (c Config) Validate() error {
 	}
 	if c.PackageIndex.CredentialsFile != "" && c.PackageIndex.URL == "" {
 		errs = append(errs, errors.New("sandbox.package_index.credentials_file: needs url"))
+	}
+	if u, err := url.Parse(c.NPMRegistry.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("sandbox.npm_registry.url: %q is not an http(s) URL ending in /", clip(c.NPMRegistry.URL, 120)))
 	}
 	if !platformRE.MatchString(c.PythonPlatform) {
 		errs = append(errs, fmt.Errorf("sandbox.python_platform: %q is not a uv platform like x86_64-manylinux_2_28", c.PythonPlatform))

@@ -25,6 +25,9 @@ func TestConfigValidate(t *testing.T) {
 		{"the uid range is FIRST-LAST", Config{RootfsDir: "/r", UIDRange: "100000"}, "sandbox.uid_range"},
 		{"a one-uid range is fine", Config{RootfsDir: "/r", UIDRange: "200000-200000"}, ""},
 		{"the runtime dir must be absolute", Config{RootfsDir: "/r", RuntimeDir: "run/execgate"}, "sandbox.runtime_dir"},
+		{"a private npm registry is fine", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "https://npm.example.com/repository/npm/"}}, ""},
+		{"the npm registry ends in a slash", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "https://npm.example.com/npm"}}, "sandbox.npm_registry.url"},
+		{"the npm registry is http(s)", Config{RootfsDir: "/r", NPMRegistry: NPMRegistry{URL: "file:///srv/npm/"}}, "sandbox.npm_registry.url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,8 +65,8 @@ func TestNormalizeSpec(t *testing.T) {
 		{"an unknown language", Spec{Language: "ruby", Limits: limits.Default}, "language"},
 		{"javascript is supported", Spec{Language: "javascript", Limits: limits.Default}, ""},
 		{"typescript is supported", Spec{Language: "typescript", Limits: limits.Default}, ""},
-		{"javascript has no network but none", Spec{Language: "javascript", Network: NetworkProxy, Limits: limits.Default}, "network"},
-		{"javascript installs no requirements", Spec{Language: "javascript", Deps: "/var/lib/execgate/deps/0123", Limits: limits.Default}, "requirements"},
+		{"javascript may use the proxy", Spec{Language: "javascript", Network: NetworkProxy, Limits: limits.Default}, ""},
+		{"javascript may bind packages", Spec{Language: "javascript", Deps: "/var/lib/execgate/deps/0123", Limits: limits.Default}, ""},
 		{"validate is for javascript and typescript only", Spec{Mode: ModeValidate, Limits: limits.Default}, "mode"},
 		{"the entrypoint must be an identifier", Spec{Entrypoint: "os.system", Limits: limits.Default}, "entrypoint"},
 		{"an unknown mode", Spec{Mode: "debug", Limits: limits.Default}, "mode"},
@@ -80,7 +83,11 @@ func TestNormalizeSpec(t *testing.T) {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
 				}
-				if got.Entrypoint != "run" || got.Mode != "run" || p.Network != NetworkNone || p.Limits != limits.Default {
+				network := tt.spec.Network
+				if network == "" {
+					network = NetworkNone
+				}
+				if got.Entrypoint != "run" || got.Mode != "run" || p.Network != network || p.Limits != limits.Default {
 					t.Errorf("defaults not applied: %+v %+v", got, p)
 				}
 				return

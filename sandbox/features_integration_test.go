@@ -295,7 +295,7 @@ func proxyRunner(t *testing.T, mod func(*sandbox.Config)) *sandbox.Runner {
 	t.Helper()
 	needJail(t)
 	p, err := egress.New(egress.Config{AllowCIDRs: []string{"127.0.0.1/32"}},
-		egress.Options{Resolver: testResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1"}})
+		egress.Options{Resolver: testResolver{"api.test": "127.0.0.1", "other.test": "127.0.0.1", "untrusted.test": "127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,9 @@ func (r *Runner) jailConfig(p profile, warm bool, runID string, undo *cleanups) 
 	}
 	if p.Deps != "" {
 		// The set's directory as the view shows it (package view).
-		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: true})
+		// Python environments may hold extension modules (mapped
+		// executable); a JavaScript one is only read by Deno.
+		binds = append(binds, bind{Src: filepath.Join(r.view.Deps, p.Deps), Dst: jaillayout.DepsDir, Exec: !p.Runtime.deno()})
 	}
 	if len(binds) == 0 {
 		cfgPath, err = r.profileFile(p, warm)

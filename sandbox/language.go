@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/execgate/execgate/internal/hostbin"
 	"github.com/execgate/execgate/jaillayout"
@@ -86,43 +90,92 @@ func denoHeapMB(memoryMB int64) int64 {
 	return max(memoryMB-denoHeapHeadMB, denoMinHeapMB)
 }
 
-// denoFlags are Deno's flags for every run: no --allow-* flag but reading
-// the run's /workspace (its input files), writing /workspace/out (its
-// artifacts), and reading and writing the run's secrets directory
-// (jaillayout.SecretsDir, its own tmpfs: the harness writes the run's
-// brokered secrets there and revokes the write permission before the tool
-// loads; the tool may read them); every other permission denied and
-// nothing prompted, nothing fetched or written (--no-remote --no-npm
-// --cached-only --no-lock), no configuration file discovered
-// (--no-config), and the import map that blocks every file:, node:, npm:,
-// jsr: and remote specifier.
-var denoFlags = []string{
-	"--allow-read=" + jaillayout.WorkspaceDir, "--allow-write=" + jaillayout.WorkspaceOutDir,
-	"--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock", "--no-prompt",
-	"--allow-read=" + jaillayout.SecretsDir, "--allow-write=" + jaillayout.SecretsDir,
-	"--import-map=" + harness.Dir + "/" + harness.ImportMap,
+// denoFlags are Deno's flags for a jail of profile p. Every run: nothing
+// fetched or written (--no-remote --cached-only --no-lock), no
+// configuration file discovered (--no-config), nothing prompted, and an
+// import map that blocks every file:, node:, npm:, jsr: and remote
+// specifier: the harness's, or, with a JavaScript package environment
+// bound (p.Deps), the environment's (the same blocked specifiers plus its
+// packages' bare names, mapped to npm: specifiers Deno reads from the
+// environment's cache; package environments/npm). Only then is npm
+// resolution on (without --no-npm): the tool's own npm: imports stay
+// blocked by the map, and --cached-only keeps Deno off the registry. The
+// packages need no --allow-read: Deno loads modules without it.
+//
+// Permissions in every network mode: reading the run's /workspace (its
+// input files), writing /workspace/out (its artifacts), and reading and
+// writing the run's secrets directory (jaillayout.SecretsDir, its own
+// tmpfs: the harness writes the run's brokered secrets there and revokes
+// the write permission before the tool loads; the tool may read them);
+// nothing else in network mode none. In network modes proxy and host,
+// --allow-net: Deno checks a fetch against the URL's host, not the proxy
+// it goes through (measured on Deno 2.9.8: --allow-net limited to the
+// proxy's address refuses fetch("https://example.com") through
+// HTTPS_PROXY), so the wall is the jail's network namespace, as for
+// Python: in mode proxy it holds nothing but loopback, where the harness
+// relays 127.0.0.1:3128 to the run's egress socket. That relay needs read
+// and write access to the socket's path (Deno asks both of a unix
+// connect), which grants nothing else: the path is a socket on a
+// read-only bind.
+func denoFlags(p profile) []string {
+	read := []string{jaillayout.WorkspaceDir, jaillayout.SecretsDir}
+	write := []string{jaillayout.WorkspaceOutDir, jaillayout.SecretsDir}
+	net := false
+	switch p.Network {
+	case NetworkProxy:
+		read = append(read, jaillayout.EgressSocket)
+		write = append(write, jaillayout.EgressSocket)
+		net = true
+	case NetworkHost:
+		net = true
+	}
+	flags := []string{"--allow-read=" + strings.Join(read, ","), "--allow-write=" + strings.Join(write, ",")}
+	if net {
+		flags = append(flags, "--allow-net")
+	}
+	flags = append(flags, "--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt")
+	if p.Deps == "" {
+		return append(flags, "--no-npm", "--import-map="+harness.Dir+"/"+harness.ImportMap)
+	}
+	return append(flags, "--import-map="+jaillayout.DepsImportMap)
 }
 
 // denoEnv is added to jailEnv in the Deno runtimes: the read-only cache
-// directory (Deno refuses to start without one), no colours, no update
-// check.
-var denoEnv = []string{
-	"DENO_DIR=" + jaillayout.DenoDir,
-	"NO_COLOR=1",
-	"DENO_NO_UPDATE_CHECK=1",
+// directory (Deno refuses to start without one; a package environment's
+// when one is bound), no colours, no update check, and the rootfs's CA
+// bundle as the only trust store for TLS (as for Python: "system" makes
+// Deno read SSL_CERT_FILE instead of the Mozilla roots compiled into it;
+// certificates are always checked).
+func denoEnv(p profile) []string {
+	dir := jaillayout.DenoDir
+	if p.Deps != "" {
+		dir = jaillayout.DepsDenoDir
+	}
+	return []string{
+		"DENO_DIR=" + dir,
+		"NO_COLOR=1",
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_TLS_CA_STORE=system",
+		"SSL_CERT_FILE=" + jaillayout.CABundlePath,
+	}
 }
 
 // denoCommand is the exec_bin of a Deno runtime: Deno on the harness, with
 // V8's heap limited and code generation from strings (eval, new Function)
 // disallowed; or, for mode validate, the launcher (execgate_deno.py) that
-// runs `deno check` with the same flags.
-func denoCommand(rt jailRuntime, l Limits) (string, []string) {
-	if rt == runtimeDenoCheck {
-		return jaillayout.PythonPath, []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
+// runs `deno check` with the same flags (--deps: with the package
+// environment's import map).
+func denoCommand(p profile) (string, []string) {
+	if p.Runtime == runtimeDenoCheck {
+		args := []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.DenoEntry}
+		if p.Deps != "" {
+			args = append(args, "--deps")
+		}
+		return jaillayout.PythonPath, args
 	}
-	args := append([]string{"run"}, denoFlags...)
+	args := append([]string{"run"}, denoFlags(p)...)
 	args = append(args,
-		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(l.MemoryMB), 10)+",--disallow-code-generation-from-strings",
+		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(p.Limits.MemoryMB), 10)+",--disallow-code-generation-from-strings",
 		harness.Dir+"/"+harness.JSEntry)
 	return jaillayout.DenoPath, args
 }
@@ -146,17 +199,9 @@ func FindDeno(configured string) (string, error) {
 // {"valid": bool, "errors": [{"line", "col", "message"}]}.
 const ModeValidate = "validate"
 
-// checkDenoSpec is what a Deno run cannot do (yet): Deno runs with
-// --allow-net denied, so there is no network mode but none; requirements
-// are Python packages.
+// checkDenoSpec is what a Deno run cannot ask for.
 func checkDenoSpec(spec Spec) []error {
 	var errs []error
-	if spec.Network != NetworkNone {
-		errs = append(errs, fmt.Errorf("network: %s tools run with every Deno permission denied, so network %q is not available (none only)", spec.Language, spec.Network))
-	}
-	if spec.Deps != "" {
-		errs = append(errs, fmt.Errorf("requirements: %s tools cannot install packages (imports are closed)", spec.Language))
-	}
 	if p := spec.Limits.Pids; p > 0 && p < denoMinPids {
 		errs = append(errs, fmt.Errorf("limits.pids: %d is below %s's minimum of %d (Deno's threads count)", p, spec.Language, denoMinPids))
 	}
@@ -205,4 +250,40 @@ func importRefusal(mode string, problems []sourcecheck.Problem) Result {
 // tools never takes it.
 func WithoutImportCheck() Option {
 	return func(r *Runner) { r.importsUnchecked = true }
+}
+
+// maxImportMapBytes bounds the import map read from a package environment.
+const maxImportMapBytes = 4 << 20
+
+// envPackages are the packages a JavaScript package environment at dir
+// (its host directory) lets a tool import: the bare names its import map
+// (jaillayout.DepsImportMap, written by package environments/npm) maps to
+// npm: specifiers. An error when it has no readable import map.
+func envPackages(dir string) ([]string, error) {
+	f, err := os.Open(filepath.Join(dir, path.Base(jaillayout.DepsImportMap)))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxImportMapBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxImportMapBytes {
+		return nil, fmt.Errorf("its import map is over %d bytes", maxImportMapBytes)
+	}
+	var m struct {
+		Imports map[string]string `json:"imports"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("its import map does not read: %w", err)
+	}
+	var out []string
+	for k, v := range m.Imports {
+		if !strings.HasSuffix(k, "/") && strings.HasPrefix(v, "npm:") {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -183,7 +183,7 @@ func renderConfig(in renderInput) (string, error) {
 		}
 	}
 	if p.Runtime.deno() {
-		for _, e := range denoEnv {
+		for _, e := range denoEnv(p) {
 			w("envar: %s", q(e))
 		}
 	}
@@ -257,7 +257,7 @@ func renderConfig(in renderInput) (string, error) {
 	b.WriteString("exec_bin {\n")
 	path, argv := jaillayout.PythonPath, harnessArgv
 	if p.Runtime.deno() {
-		path, argv = denoCommand(p.Runtime, l)
+		path, argv = denoCommand(p)
 	}
 	fmt.Fprintf(&b, "  path: %s\n", q(path))
 	for _, a := range argv {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +44,10 @@ func TestRenderConfigGolden(t *testing.T) {
 	deno.Profile.Runtime = runtimeDeno
 	denoCheck := base
 	denoCheck.Profile.Runtime = runtimeDenoCheck
+	denoProxy := proxy
+	denoProxy.Profile.Runtime = runtimeDeno
+	denoProxy.Profile.Deps = "0123abcd"
+	denoProxy.Binds = []bind{proxy.Binds[0], {Src: "/var/lib/execgate/deps/0123abcd", Dst: jaillayout.DepsDir}}
 	tests := []struct {
 		name string
 		in   renderInput
@@ -52,6 +57,7 @@ func TestRenderConfigGolden(t *testing.T) {
 		{"deno-check-none-v1-defaults", denoCheck},
 		{"host-v1-defaults", host},
 		{"proxy-v1-binds", proxy},
+		{"deno-proxy-v1-deps", denoProxy},
 		{"none-v2-large", v2},
 	}
 	for _, tt := range tests {
@@ -169,9 +175,10 @@ func TestQuoteEscapesQuotesAndBackslashes(t *testing.T) {
 
 // The Deno profile's needs (64 GiB of address space for V8, its cache
 // directory) are granted to it alone: the Python profile is not loosened,
-// and no Deno command carries an --allow-* flag but reading and writing the
-// run's secrets directory (the harness revokes writing before the tool
-// loads).
+// and no Deno command of network mode none carries an --allow-* flag but
+// reading /workspace, writing /workspace/out (a run's files and artifacts)
+// and reading and writing the run's secrets directory (the harness revokes
+// writing before the tool loads).
 func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 	render := func(rt jailRuntime) string {
 		t.Helper()
@@ -191,8 +198,8 @@ func TestRenderDenoNeedsStayInTheDenoProfile(t *testing.T) {
 		if !strings.Contains(got, "rlimit_as: 65536\n") || !strings.Contains(got, `envar: "DENO_DIR=/opt/execgate/deno-cache"`) {
 			t.Errorf("%s profile lacks V8's address space or DENO_DIR:\n%s", rt, got)
 		}
-		rest := strings.NewReplacer(`arg: "--allow-read=/workspace"`, "", `arg: "--allow-write=/workspace/out"`, "",
-			`arg: "--allow-read=/run/execgate/secrets"`, "", `arg: "--allow-write=/run/execgate/secrets"`, "").Replace(got)
+		rest := strings.NewReplacer(`arg: "--allow-read=/workspace,/run/execgate/secrets"`, "",
+			`arg: "--allow-write=/workspace/out,/run/execgate/secrets"`, "").Replace(got)
 		if strings.Contains(rest, "--allow") || strings.Contains(rest, "-A\"") {
 			t.Errorf("%s profile grants a Deno permission beyond the workspace and the secrets directory:\n%s", rt, got)
 		}
@@ -225,5 +232,64 @@ func TestSecretsTmpfsIsTheSameAtBothLevels(t *testing.T) {
 		if !strings.Contains(string(src), decl) {
 			t.Errorf("%s lacks %s", name, decl)
 		}
+	}
+}
+
+// Deno's grants follow the profile: every run reads /workspace, writes
+// /workspace/out and reads and writes its secrets directory; network none grants nothing more; proxy grants the
+// network (the jail's namespace holds only the relay) and the egress
+// socket's path, nothing else; host grants the network; a package
+// environment swaps the harness's import map and cache for its own and
+// turns npm resolution on (its packages are npm: targets of the map).
+func TestDenoFlagsFollowTheProfile(t *testing.T) {
+	grants := func(flags []string) []string {
+		var out []string
+		for _, f := range flags {
+			if strings.HasPrefix(f, "--allow") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	workspace := []string{"--allow-read=/workspace," + jaillayout.SecretsDir, "--allow-write=/workspace/out," + jaillayout.SecretsDir}
+	for _, tc := range []struct {
+		name       string
+		p          profile
+		wantGrants []string
+		wantMap    string
+		wantNoNPM  bool
+		wantDir    string
+	}{
+		{"none", profile{Runtime: runtimeDeno, Network: NetworkNone}, workspace, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"proxy", profile{Runtime: runtimeDeno, Network: NetworkProxy},
+			[]string{"--allow-read=/workspace," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-net"}, "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"host", profile{Runtime: runtimeDeno, Network: NetworkHost}, append(workspace, "--allow-net"), "/opt/execgate/harness/import_map.json", true, jaillayout.DenoDir},
+		{"none with packages", profile{Runtime: runtimeDeno, Network: NetworkNone, Deps: "abc"}, workspace, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+		{"proxy with packages", profile{Runtime: runtimeDeno, Network: NetworkProxy, Deps: "abc"},
+			[]string{"--allow-read=/workspace," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-write=/workspace/out," + jaillayout.SecretsDir + "," + jaillayout.EgressSocket, "--allow-net"}, jaillayout.DepsImportMap, false, jaillayout.DepsDenoDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := denoFlags(tc.p)
+			if got := grants(flags); strings.Join(got, " ") != strings.Join(tc.wantGrants, " ") {
+				t.Errorf("grants %q, want %q", got, tc.wantGrants)
+			}
+			if !slices.Contains(flags, "--import-map="+tc.wantMap) {
+				t.Errorf("flags %q lack the import map %s", flags, tc.wantMap)
+			}
+			if slices.Contains(flags, "--no-npm") != tc.wantNoNPM {
+				t.Errorf("flags %q: --no-npm present = %t, want %t", flags, !tc.wantNoNPM, tc.wantNoNPM)
+			}
+			for _, f := range []string{"--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt"} {
+				if !slices.Contains(flags, f) {
+					t.Errorf("flags %q lack %s", flags, f)
+				}
+			}
+			env := denoEnv(tc.p)
+			for _, want := range []string{"DENO_DIR=" + tc.wantDir, "DENO_TLS_CA_STORE=system", "SSL_CERT_FILE=" + jaillayout.CABundlePath} {
+				if !slices.Contains(env, want) {
+					t.Errorf("env %q lacks %s", env, want)
+				}
+			}
+		})
 	}
 }

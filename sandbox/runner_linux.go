@@ -277,10 +277,14 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
+	var packages []string // a JavaScript environment's importable packages
+	if prof.Deps, packages, err = r.environment(spec, prof); err != nil {
+		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
 	if prof.Runtime.deno() && !r.importsUnchecked {
 		// Imports are refused before any jail starts (sourcecheck); the
 		// import map in the jail is the second wall.
-		problems, err := sourcecheck.Check(ctx, spec.Language, spec.Source)
+		problems, err := sourcecheck.Check(ctx, spec.Language, spec.Source, packages)
 		if err != nil {
 			// As a run cancelled in its jail ends: Timeout.
 			return errorResult(ErrTimeout, "the run was cancelled while it waited for the import check: "+err.Error(), ""), nil
@@ -307,9 +311,6 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 			Hint:   "the service must create its runner with sandbox.WithEgress (execgate serve and run do); until then only network none and host work",
 			Err:    ErrNoEgressProxy,
 		}
-	}
-	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
-		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
 	var j *jail
 	warm := false
@@ -445,7 +446,7 @@ func (r *Runner) Warm(ctx context.Context, spec Spec, n int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
-	if prof.Deps, err = r.depsName(spec.Deps); err != nil {
+	if prof.Deps, _, err = r.environment(spec, prof); err != nil {
 		return 0, fmt.Errorf("invalid warm spec: %w", err)
 	}
 	if r.pool == nil || n <= 0 {
@@ -465,6 +466,26 @@ func (r *Runner) depsName(dir string) (string, error) {
 		return "", fmt.Errorf("deps: %q is not a directory of sandbox.deps_dir %s", dir, r.cfg.DepsDir)
 	}
 	return filepath.Base(dir), nil
+}
+
+// environment is the name of a run's package environment below
+// sandbox.deps_dir (depsName) and, for JavaScript and TypeScript, the
+// packages its import map lets the tool import. An environment of the
+// other language's is refused: a JavaScript one (it has an import map) is
+// no Python environment, and a Deno jail needs the import map.
+func (r *Runner) environment(spec Spec, prof profile) (string, []string, error) {
+	name, err := r.depsName(spec.Deps)
+	if err != nil || name == "" {
+		return name, nil, err
+	}
+	packages, err := envPackages(filepath.Join(r.cfg.DepsDir, name))
+	switch {
+	case prof.Runtime.deno() && err != nil:
+		return "", nil, fmt.Errorf("deps: %s is not a JavaScript package environment: %w", name, err)
+	case !prof.Runtime.deno() && err == nil:
+		return "", nil, fmt.Errorf("deps: %s is a JavaScript package environment, not a Python one", name)
+	}
+	return name, packages, nil
 }
 
 // seccompRecordWait is how long a run killed by seccomp waits for the

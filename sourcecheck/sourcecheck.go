@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf16"
@@ -18,7 +19,7 @@ import (
 )
 
 // The import check: a JavaScript or TypeScript tool may not import
-// anything. Deno 2.9.8 lets every module import data: URLs whatever its
+// anything but the npm packages of its run's environment, by bare name. Deno 2.9.8 lets every module import data: URLs whatever its
 // permissions (no permission gates them, and an import map cannot
 // prefix-match data:), so with eval and new Function disabled a data:
 // import would be code generation from strings by another name. Every
@@ -101,12 +102,48 @@ var importLogOverride = map[string]api.LogLevel{
 const importTsconfig = `{"compilerOptions": {"verbatimModuleSyntax": true}}`
 
 // refuseImports is the esbuild plugin of pass 2: every path is refused, at
-// its specifier.
-var refuseImports = api.Plugin{Name: importPluginName, Setup: func(b api.PluginBuild) {
-	b.OnResolve(api.OnResolveOptions{Filter: ".*"}, func(a api.OnResolveArgs) (api.OnResolveResult, error) {
-		return api.OnResolveResult{Errors: []api.Message{{Text: fmt.Sprintf("imports are not available to tools: %q", clipRunes(a.Path, maxSpecifierText))}}}, nil
-	})
-}}
+// its specifier, except the bare specifiers of packages (a package's name,
+// or its name and a subpath, without import attributes), which are left
+// to the import map.
+func refuseImports(packages []string) api.Plugin {
+	return api.Plugin{Name: importPluginName, Setup: func(b api.PluginBuild) {
+		b.OnResolve(api.OnResolveOptions{Filter: ".*"}, func(a api.OnResolveArgs) (api.OnResolveResult, error) {
+			if len(a.With) == 0 && PackageSpecifier(a.Path, packages) {
+				return api.OnResolveResult{Path: a.Path, External: true}, nil
+			}
+			msg := fmt.Sprintf("imports are not available to tools: %q", clipRunes(a.Path, maxSpecifierText))
+			if len(packages) > 0 {
+				msg = fmt.Sprintf("%q is not an import this run may make (its packages: %s, and their subpaths)", clipRunes(a.Path, maxSpecifierText), clipRunes(strings.Join(packages, ", "), 200))
+			}
+			return api.OnResolveResult{Errors: []api.Message{{Text: msg}}}, nil
+		})
+	}}
+}
+
+// subpathRE is a package subpath: segments of URL-safe characters.
+var subpathRE = regexp.MustCompile(`^[A-Za-z0-9._~@+-]+(?:/[A-Za-z0-9._~@+-]+)*$`)
+
+// PackageSpecifier reports whether spec imports one of packages by its
+// bare name: the name itself, or the name, "/" and a subpath without "."
+// or ".." segments ("lodash/fp", not "lodash/../x").
+func PackageSpecifier(spec string, packages []string) bool {
+	for _, p := range packages {
+		if spec == p {
+			return true
+		}
+		sub, ok := strings.CutPrefix(spec, p+"/")
+		if !ok || !subpathRE.MatchString(sub) {
+			continue
+		}
+		for _, seg := range strings.Split(sub, "/") {
+			if seg == "." || seg == ".." {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
 
 // The import check's parse costs about 12 µs and 8 KB of stack per byte
 // of a hostile source (deeply nested prefix operators or arrows; measured
@@ -124,13 +161,15 @@ var (
 )
 
 // Check returns why src, a tool in language "javascript" or "typescript",
-// may not run: its imports and syntax errors, in source order, at most
-// maxImportProblems; nil when it has none. The parse runs in a goroutine
+// may not run: its imports (but those of packages, the bare names of the
+// run's npm packages and their subpaths; PackageSpecifier) and syntax
+// errors, in source order, at most maxImportProblems; nil when it has
+// none. The parse runs in a goroutine
 // of its own, whose stack (grown by deep nesting) is freed when it ends,
 // in the lane of the source's size. A panic in the parser refuses the
 // source; a context that ends while the check waits for its lane is
 // returned as its error.
-func Check(ctx context.Context, language, src string) ([]Problem, error) {
+func Check(ctx context.Context, language, src string, packages []string) ([]Problem, error) {
 	lane := importCheckSmall
 	if len(src) > smallImportCheckBytes {
 		lane = importCheckLarge
@@ -148,7 +187,7 @@ func Check(ctx context.Context, language, src string) ([]Problem, error) {
 				done <- []Problem{{Message: fmt.Sprintf("the import check failed: %v", v)}}
 			}
 		}()
-		done <- checkImports(language, src)
+		done <- checkImports(language, src, packages)
 	}()
 	return <-done, nil
 }
@@ -156,7 +195,7 @@ func Check(ctx context.Context, language, src string) ([]Problem, error) {
 // checkImports returns why src (a tool in language javascript or
 // typescript) may not run: its imports and syntax errors, in source order;
 // nil when it has none.
-func checkImports(language, src string) []Problem {
+func checkImports(language, src string, packages []string) []Problem {
 	if len(src) > maxImportCheckBytes {
 		return []Problem{{Message: fmt.Sprintf("the source is %d bytes; a %s tool is checked for imports up to %d bytes", len(src), language, maxImportCheckBytes)}}
 	}
@@ -188,7 +227,7 @@ func checkImports(language, src string) []Problem {
 		LogLevel:    api.LogLevelSilent,
 		LogOverride: importLogOverride,
 		TsconfigRaw: importTsconfig,
-		Plugins:     []api.Plugin{refuseImports},
+		Plugins:     []api.Plugin{refuseImports(packages)},
 	})
 	return importProblems(b.Errors, src, sentinelLine)
 }

@@ -112,7 +112,7 @@ func TestCheckImportsRefusesEveryImport(t *testing.T) {
 			0, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			problems := checkImports(tc.lang, tc.src)
+			problems := checkImports(tc.lang, tc.src, nil)
 			t.Logf("%+v", problems)
 			if tc.line == 0 {
 				if problems != nil {
@@ -139,13 +139,13 @@ func TestCheckImportsReportsEachImportInOrder(t *testing.T) {
 		b.WriteString("import \"data:text/javascript," + strings.Repeat("x", i) + "\";\n")
 	}
 	b.WriteString("import \"data:text/javascript,\";\nexport function run() { return 1 }\n")
-	problems := checkImports("javascript", b.String())
+	problems := checkImports("javascript", b.String(), nil)
 	if len(problems) != 3 || problems[0].Line != 1 || problems[1].Line != 2 || problems[2].Line != 3 {
 		t.Fatalf("each specifier once, in order: %+v", problems)
 	}
 	// A computed import() is pass 1's; the literal ones are pass 2's, which
 	// does not run after a refusal.
-	problems = checkImports("javascript", b.String()+"export async function f(a) { return import(a.x) }\n")
+	problems = checkImports("javascript", b.String()+"export async function f(a) { return import(a.x) }\n", nil)
 	if len(problems) != 1 || problems[0].Line != 6 || !strings.Contains(problems[0].Message, "computed") {
 		t.Fatalf("problems %+v", problems)
 	}
@@ -153,11 +153,11 @@ func TestCheckImportsReportsEachImportInOrder(t *testing.T) {
 	for i := range 30 {
 		b.WriteString("import \"data:text/javascript," + strings.Repeat("x", i) + "\";\n")
 	}
-	if problems := checkImports("javascript", b.String()); len(problems) != maxImportProblems || problems[0].Line != 1 || problems[9].Line != 10 {
+	if problems := checkImports("javascript", b.String(), nil); len(problems) != maxImportProblems || problems[0].Line != 1 || problems[9].Line != 10 {
 		t.Fatalf("problems %+v", problems)
 	}
 	long := strings.Repeat("y", 500)
-	problems = checkImports("javascript", "import \"data:"+long+"\";\n")
+	problems = checkImports("javascript", "import \"data:"+long+"\";\n", nil)
 	if len(problems) != 1 || len(problems[0].Message) > 200 || !strings.Contains(problems[0].Message, "…") {
 		t.Fatalf("a long specifier is not clipped: %+v", problems)
 	}
@@ -169,7 +169,7 @@ func TestCheckImportsReportsEachImportInOrder(t *testing.T) {
 // finish promptly.
 func TestCheckImportsIsBounded(t *testing.T) {
 	big := "export function run() { return 1 }\n" + strings.Repeat(" ", maxImportCheckBytes)
-	if problems := checkImports("javascript", big); len(problems) != 1 || !strings.Contains(problems[0].Message, "checked for imports up to 65536 bytes") {
+	if problems := checkImports("javascript", big, nil); len(problems) != 1 || !strings.Contains(problems[0].Message, "checked for imports up to 65536 bytes") {
 		t.Fatalf("problems %+v", problems)
 	}
 	fill := func(unit string, tail string) string {
@@ -184,7 +184,7 @@ func TestCheckImportsIsBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			problems := checkImports("javascript", tc.src)
+			problems := checkImports("javascript", tc.src, nil)
 			took := time.Since(start)
 			t.Logf("%d bytes in %v: %d problems", len(tc.src), took, len(problems))
 			if took > 10*time.Second {
@@ -199,7 +199,7 @@ func BenchmarkImportCheck(b *testing.B) {
 	src := typicalTool()
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := checkImports("typescript", src); p != nil {
+		if p := checkImports("typescript", src, nil); p != nil {
 			b.Fatal(p)
 		}
 	}
@@ -269,13 +269,58 @@ func TestImportCheckLanes(t *testing.T) {
 	importCheckLarge <- struct{}{} // a large check in flight
 	defer func() { <-importCheckLarge }()
 	small := "export function run() { return 1 }\n"
-	if problems, err := Check(context.Background(), "javascript", small); err != nil || problems != nil {
+	if problems, err := Check(context.Background(), "javascript", small, nil); err != nil || problems != nil {
 		t.Fatalf("a small source behind a large check: %v %v", problems, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	large := small + strings.Repeat(" ", smallImportCheckBytes)
-	if _, err := Check(ctx, "javascript", large); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Check(ctx, "javascript", large, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a large source waiting on a busy lane past its context: err %v", err)
+	}
+}
+
+// With packages, exactly their bare names and clean subpaths pass (static,
+// side-effect, re-export and literal dynamic imports); every other import
+// is still refused, naming what the run may import.
+func TestCheckImportsAllowsExactlyThePackages(t *testing.T) {
+	pkgs := []string{"left-pad", "@scope/util"}
+	for _, tc := range []struct {
+		name, lang, src string
+		ok              bool
+	}{
+		{"a package by name", "javascript", "import lp from \"left-pad\";\nexport function run() { return lp('x', 3) }\n", true},
+		{"a scoped package and a subpath", "typescript", "import u from \"@scope/util\";\nimport * as f from \"@scope/util/lib/fp.js\";\nexport { f };\nexport function run(): number { return u }\n", true},
+		{"a re-export and a literal dynamic import", "javascript", "export * from \"left-pad/sub\";\nexport async function run() { return (await import(\"left-pad\")).default }\n", true},
+		{"a side-effect import of a package", "javascript", "import \"left-pad\";\nexport function run() { return 1 }\n", true},
+		{"another package", "javascript", "import x from \"right-pad\";\nexport function run() { return x }\n", false},
+		{"a name sharing a prefix", "javascript", "import x from \"left-padding\";\nexport function run() { return x }\n", false},
+		{"a subpath climbing out", "javascript", "import x from \"left-pad/../../etc/passwd\";\nexport function run() { return x }\n", false},
+		{"a subpath with a dot segment", "javascript", "import x from \"left-pad/./x\";\nexport function run() { return x }\n", false},
+		{"an empty subpath segment", "javascript", "import x from \"left-pad//x\";\nexport function run() { return x }\n", false},
+		{"the npm: form", "javascript", "import x from \"npm:left-pad@1.3.0\";\nexport function run() { return x }\n", false},
+		{"a relative import", "javascript", "import x from \"./left-pad\";\nexport function run() { return x }\n", false},
+		{"a URL", "javascript", "import x from \"https://esm.sh/left-pad\";\nexport function run() { return x }\n", false},
+		{"jsr:", "javascript", "import x from \"jsr:@std/path\";\nexport function run() { return x }\n", false},
+		{"node:", "javascript", "import fs from \"node:fs\";\nexport function run() { return fs }\n", false},
+		{"a package with import attributes", "javascript", "import x from \"left-pad\" with {type: \"json\"};\nexport function run() { return x }\n", false},
+		{"a computed import()", "javascript", "export async function run(a) { return import(a.name) }\n", false},
+		{"require()", "javascript", "export function run() { return require(\"left-pad\") }\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			problems := checkImports(tc.lang, tc.src, pkgs)
+			if tc.ok && problems != nil {
+				t.Fatalf("refused: %+v", problems)
+			}
+			if !tc.ok && problems == nil {
+				t.Fatal("passed")
+			}
+			if !tc.ok && strings.Contains(problems[0].Message, "is not an import") && !strings.Contains(problems[0].Message, "left-pad, @scope/util") {
+				t.Errorf("the refusal does not name the run's packages: %s", problems[0].Message)
+			}
+		})
+	}
+	if p := checkImports("javascript", "import lp from \"left-pad\";\nexport function run() { return 1 }\n", nil); p == nil {
+		t.Error("without packages a bare import passed")
 	}
 }

@@ -27,13 +27,15 @@ func newPrepareCmd() *cobra.Command {
 		lockFile    string
 		token, base string
 		lockOut     string
+		language    string
 		warm        int64
 	)
 	cmd := &cobra.Command{
 		Use:   "prepare",
 		Short: "Resolve, check and install a package environment on a running gateway",
 		Long: `Asks a running gateway (POST /v1/prepare) to resolve --requirements (PEP 508,
-wheels only) into a locked set, or to take --lock as is, check every package
+wheels only; with --language javascript or typescript, npm packages with exact
+versions, name@version) into a locked set, or to take --lock as is, check every package
 with the token's tenant's package policy, and install the environment. It
 prints {"environment_id", "lock", "packages", "cached", "warm", "limits",
 "network_access", "ms"}; a run naming that environment_id (or the same
@@ -48,10 +50,11 @@ that gateway's warm pool (sandbox.warm_pool bounds N; none without a pool), so
 they serve runs sent to that gateway process only.`,
 		Example: `  export EXECGATE_TOKEN=$(execgate token --tenant demo)
   execgate prepare --requirements 'requests>=2.31,attrs' --lock-out requirements.lock
-  execgate prepare --lock requirements.lock --warm 1`,
+  execgate prepare --lock requirements.lock --warm 1
+  execgate prepare --language javascript --requirements left-pad@1.3.0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body := gateway.PrepareRequest{Requirements: reqs, Warm: warm}
+			body := gateway.PrepareRequest{Language: language, Requirements: reqs, Warm: warm}
 			switch {
 			case len(reqs) > 0 && lockFile != "":
 				return errors.New("--requirements and --lock: give one")
@@ -118,8 +121,9 @@ they serve runs sent to that gateway process only.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&reqs, "requirements", nil, "requirements to resolve (PEP 508, wheels only), e.g. 'requests>=2.31,attrs'")
-	f.StringVar(&lockFile, "lock", "", "a lock to install as is (pip's hashes format)")
+	f.StringSliceVar(&reqs, "requirements", nil, "requirements to resolve (PEP 508, wheels only), e.g. 'requests>=2.31,attrs'; npm packages name@version with --language javascript")
+	f.StringVar(&lockFile, "lock", "", "a lock to install as is (pip's hashes format, or an npm lock from a javascript prepare)")
+	f.StringVar(&language, "language", "", "whose packages: python (default; PyPI), javascript or typescript (npm)")
 	f.StringVar(&lockOut, "lock-out", "", "write the environment's lock to this file")
 	f.Int64Var(&warm, "warm", 0, "jails the gateway keeps warm for the environment (0-2, at most sandbox.warm_pool)")
 	f.StringVar(&token, "token", "", "bearer token with role executor (default $EXECGATE_TOKEN)")

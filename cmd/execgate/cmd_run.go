@@ -67,11 +67,14 @@ rootfs, seccomp, cgroups) and print the result envelope: pretty by default,
 the raw JSON with --json. The rootfs is built first if it is missing or stale.
 The language follows the file's extension (.py python, .js/.mjs javascript,
 .ts/.mts typescript) unless --language says otherwise; JavaScript and
-TypeScript run under Deno in the jail with every Deno permission denied.
+TypeScript run under Deno in the jail with every Deno permission denied (but
+the network with --network proxy or host).
 
 --timeout sets both the wall-clock and the CPU limit. --requirements (PEP 508,
 e.g. "requests>=2.31") are resolved with uv to a locked set, wheels only, and
---lock FILE takes such a lock as is; every package of the set goes through
+--lock FILE takes such a lock as is (for a JavaScript or TypeScript tool:
+npm packages with exact versions, "left-pad@1.3.0", resolved with their
+dependencies and sha512 integrity, importable by bare name); every package of the set goes through
 the package policy of --tenant (from the config, as execgate serve applies
 it: a denial exits 2 and names the chain that pulled a package in), then the
 environment is installed into the deps cache under the state directory. --network proxy lets the tool out only through execgate's
@@ -97,6 +100,7 @@ ran).`,
   execgate run tool.py --timeout 30s --memory 512M --json
   execgate run tool.py --requirements 'six==1.16.0,attrs>=23' --tenant demo
   execgate run tool.py --lock requirements.lock
+  execgate run tool.js --requirements left-pad@1.3.0
   execgate run tool.py --network proxy --egress api.example.com:443,*.example.org
   execgate run program.py --config execgate.yaml --tenant acme --tools 'search.*'
   execgate run chart.py --file data.csv --file ~/in/logo.png=img/logo.png --out ./charts`,
@@ -152,7 +156,7 @@ ran).`,
 	fl.StringVar(&f.network, "network", "none", "network mode: none, proxy (only the --egress hosts, through the egress proxy) or host")
 	fl.DurationVar(&f.timeout, "timeout", time.Duration(limits.Default.TimeoutMS)*time.Millisecond, "wall-clock and CPU time limit")
 	fl.StringVar(&f.memory, "memory", fmt.Sprintf("%dM", limits.Default.MemoryMB), "memory limit (e.g. 256M, 1G)")
-	fl.StringSliceVar(&f.requirements, "requirements", nil, "requirements to resolve and install first (PEP 508, wheels only), e.g. 'a==1,b>=2'")
+	fl.StringSliceVar(&f.requirements, "requirements", nil, "requirements to resolve and install first (PEP 508, wheels only), e.g. 'a==1,b>=2'; for a JavaScript or TypeScript tool npm packages with exact versions, e.g. 'left-pad@1.3.0'")
 	fl.StringVar(&f.lock, "lock", "", "a lock to install first (pip's hashes format, e.g. from execgate prepare or uv pip compile --generate-hashes)")
 	fl.StringSliceVar(&f.egress, "egress", nil, "with --network proxy: the hosts the tool may reach, host[:port] or *.domain[:port] (no port: 443 and 80)")
 	fl.StringVar(&f.language, "language", "", "python, javascript or typescript (default: from the file's extension)")
@@ -352,11 +356,11 @@ func runLocal(ctx context.Context, cfg *config.Config, spec sandbox.Spec, f runF
 	}
 	var envs *environments.Cache
 	if len(f.requirements) > 0 || f.lock != "" {
-		if envs, err = sb.Runtimes.Environments(sb.Runtimes.Default().Name); err != nil {
+		if envs, err = sb.Runtimes.Environments(spec.Language, spec.Runtime); err != nil {
 			return sandbox.Result{}, err
 		}
 	}
-	env, failure, err := localEnvironment(ctx, cfg, envs, sb.Runtimes.Default().Name, f.packageTenant(), f.requirements, f.lock, progress)
+	env, failure, err := localEnvironment(ctx, cfg, envs, spec.Runtime, f.packageTenant(), spec.Language, f.requirements, f.lock, progress)
 	if err != nil {
 		return sandbox.Result{}, err
 	}

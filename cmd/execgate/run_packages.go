@@ -10,6 +10,7 @@ import (
 
 	"github.com/execgate/execgate/config"
 	"github.com/execgate/execgate/environments"
+	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/policies"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/sandbox"
@@ -30,17 +31,24 @@ func (e *packagesDenied) Error() string {
 func (e *packagesDenied) ExitCode() int { return 2 }
 
 // localEnvironment resolves --requirements (or reads --lock) into an
-// environment and checks every package with the package policy of
-// tenantID, exactly as `execgate serve` does for a run asking for them.
+// environment of envs (the run's runtime's; for JavaScript and TypeScript
+// npm packages, runtime "") and checks every package with the package
+// policy of tenantID, exactly as `execgate serve` does for a run asking
+// for them.
 // It returns nil when the run asks for no packages; a list uv cannot
 // resolve is a DependencyError result (failure).
-func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, runtime, tenantID string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
+func localEnvironment(ctx context.Context, cfg *config.Config, envs *environments.Cache, runtime, tenantID, language string, reqs []string, lockFile string, logw io.Writer) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	var env environments.Environment
+	npmRun := environments.EcosystemOf(language) == environments.EcosystemNPM
 	switch {
 	case len(reqs) > 0 && lockFile != "":
 		return nil, nil, fmt.Errorf("--requirements and --lock: give one")
 	case len(reqs) > 0:
-		e, failure, err := envs.Resolve(ctx, reqs)
+		resolve := envs.Resolve
+		if npmRun {
+			resolve = envs.ResolveNPM // npm packages, name@version
+		}
+		e, failure, err := resolve(ctx, reqs)
 		if err != nil || failure != nil {
 			return nil, failure, err
 		}
@@ -52,6 +60,9 @@ func localEnvironment(ctx context.Context, cfg *config.Config, envs *environment
 		}
 		if env, err = envs.FromLock(string(b)); err != nil {
 			return nil, nil, fmt.Errorf("--lock %s: %w", lockFile, err)
+		}
+		if env.Ecosystem != environments.EcosystemOf(language) {
+			return nil, nil, fmt.Errorf("--lock %s: a %s tool takes a lock of its own language's packages (an npm lock for javascript and typescript)", lockFile, language)
 		}
 	default:
 		return nil, nil, nil
@@ -69,12 +80,8 @@ func localEnvironment(ctx context.Context, cfg *config.Config, envs *environment
 	if err != nil {
 		return nil, nil, err
 	}
-	pkgs := make([]policy.Package, len(env.Packages))
-	for i, p := range env.Packages {
-		pkgs[i] = policy.Package{Name: p.Name, Version: p.Version, Index: p.Index, Via: p.Via}
-	}
 	in := policy.BuildInput(tenant, tenancy.Principal{TenantID: tenant.ID, Subject: "execgate-run", Roles: []string{tenancy.RoleExecutor}},
-		policy.Request{Requirements: reqs, Packages: pkgs, Runtime: runtime})
+		policy.Request{Language: language, Requirements: reqs, Packages: execution.PolicyPackages(&env), Runtime: runtime})
 	d, err := engine.Decide(ctx, in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("package policy: %w", err)

@@ -1,7 +1,7 @@
 """execgate_deno: type-checks a JavaScript/TypeScript tool with `deno check`, in the jail.
 
 Mode validate of a JavaScript or TypeScript run starts this launcher
-(python3 -I -S -B -u execgate_deno.py): it reads the request (protocol 1)
+(python3 -I -S -B -u execgate_deno.py [--deps]): it reads the request (protocol 1)
 from stdin, writes the source to /tmp/.execgate/tool.js or tool.ts (the
 jail's own tmpfs), runs `deno check` on it (offline, read-only DENO_DIR,
 the same flags and import map as a run) and writes the result envelope
@@ -27,16 +27,28 @@ DENO_DIR = "/opt/execgate/deno-cache"
 EXIT_NO_RESULT_FD = 70
 EXIT_WRITE_FAILED = 71
 
+# With --deps, a JavaScript package environment is bound at DEPS: its import
+# map adds the packages' bare names (npm: targets read from its Deno cache).
+DEPS = "/opt/execgate/deps"
+DEPS_IMPORT_MAP = DEPS + "/import_map.json"
+DEPS_DENO_DIR = DEPS + "/deno"
+
 # The flags of a run (sandbox/language.go denoFlags): nothing fetched,
 # nothing written, no config; the import map blocks every file:/node:/npm:/
-# jsr:/remote specifier.
+# jsr:/remote specifier (npm resolution only for an environment's packages).
 # (deno check takes no --no-prompt; it runs nothing.)
-COMMON_FLAGS = ["--no-remote", "--no-npm", "--cached-only", "--no-config", "--no-lock"]
+COMMON_FLAGS = ["--no-remote", "--cached-only", "--no-config", "--no-lock"]
 
 
-def deno_env():
+def check_flags(deps):
+    if deps:
+        return COMMON_FLAGS + ["--import-map=" + DEPS_IMPORT_MAP]
+    return COMMON_FLAGS + ["--no-npm", "--import-map=" + IMPORT_MAP]
+
+
+def deno_env(deps):
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
-    env.update({"DENO_DIR": DENO_DIR, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PACKAGE_JSON": "1"})
+    env.update({"DENO_DIR": DEPS_DENO_DIR if deps else DENO_DIR, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PACKAGE_JSON": "1"})
     return env
 
 
@@ -97,12 +109,12 @@ def exports_entry(source, entry):
     return entry == "run" and re.search(r"export\s+default\b", source) is not None
 
 
-def validate(path, source, entry, timeout_s):
+def validate(path, source, entry, timeout_s, deps):
     try:
         p = subprocess.run(
-            [DENO, "check", *COMMON_FLAGS, "--import-map=" + IMPORT_MAP, path],
+            [DENO, "check", *check_flags(deps), path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=deno_env(), timeout=timeout_s, pass_fds=(),
+            env=deno_env(deps), timeout=timeout_s, pass_fds=(),
         )
     except subprocess.TimeoutExpired:
         return {"valid": False, "errors": [{"line": 0, "col": 0, "message": "type checking did not finish in time"}]}
@@ -143,7 +155,8 @@ def main():
     left = (req.get("deadline_unix_ms") or 0) / 1000.0
     import time
 
-    emit("ok", validate(tool, source, req.get("entrypoint") or "run", max(1.0, left - time.time() - 0.5)))
+    deps = "--deps" in sys.argv[1:]
+    emit("ok", validate(tool, source, req.get("entrypoint") or "run", max(1.0, left - time.time() - 0.5), deps))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 // execgate JavaScript/TypeScript harness (protocol 1).
 //
 // Runs as Deno's main module inside the jail, with every Deno permission
-// denied but reading /workspace, writing /workspace/out (below), and
-// reading and writing the run's secrets directory (SECRETS_DIR: this
-// harness writes the run's brokered secrets there and revokes the write
-// permission before the tool loads; the tool may read them) and an import
-// map that blocks every file:, node:, npm:, jsr: and remote specifier
-// (sandbox/language.go starts it).
+// denied but reading /workspace, writing /workspace/out (below), reading
+// and writing the run's secrets directory (SECRETS_DIR: this harness writes
+// the run's brokered secrets there and revokes the write permission before
+// the tool loads; the tool may read them), the network in network modes
+// proxy and host, and reading and writing the run's egress socket in mode
+// proxy (sandbox/language.go denoFlags starts it), and an import map that
+// blocks every file:, node:, npm:, jsr: and remote specifier (a package
+// environment's adds its packages' bare names). In network mode proxy it
+// relays 127.0.0.1:3128 to the run's egress socket (startEgressRelay).
 // Deno cannot open file descriptors beyond 0, 1 and 2 without permissions, so
 // this harness frames what it writes on stdout:
 //
@@ -73,7 +76,10 @@ const writeFileSync = Deno.writeFileSync;
 const now = Date.now;
 const isFinite = Number.isFinite;
 const origConsole = globalThis.console;
+const listen = Deno.listen;
+const connect = Deno.connect;
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const errorOut = (text) => void stderrWrite(encoder.encode(text));
 const chmodSync = Deno.chmodSync;
 const revokeSync = Deno.permissions.revokeSync.bind(Deno.permissions);
 
@@ -139,7 +145,7 @@ function stdinOf(bytes) {
   };
 }
 
-function installConsole(stdinText) {
+function installConsole(stdinText, packages) {
   const counts = new Map();
   const timers = new Map();
   let indent = "";
@@ -199,8 +205,40 @@ function installConsole(stdinText) {
   // (Deno[Deno.internal].core.writeSync(1, bytes)) and Node's
   // process.stdout. A raw write would break the framing or forge a frame
   // (a bridge request, an envelope), so both go before the tool loads.
-  for (const [obj, key, what] of [[Deno, Deno.internal, "Deno[Deno.internal]"], [globalThis, "process", "process"]]) {
+  // npm packages need Node's process (process.env.NODE_ENV, nextTick): in
+  // a run with packages it stays, its env empty and its stdout written
+  // through the framing (a Node stream writes through _write and _writev).
+  const gone = [[Deno, Deno.internal, "Deno[Deno.internal]"]];
+  if (!packages) gone.push([globalThis, "process", "process"]);
+  for (const [obj, key, what] of gone) {
     if (!delete obj[key] || obj[key] !== undefined) throw new Error(`the harness could not remove ${what}`);
+  }
+  if (packages) {
+    // process.env is an empty object of its own: packages that read
+    // NODE_ENV or list the environment work, and nothing of the jail's
+    // environment is read (Deno.env stays denied).
+    Object.defineProperty(globalThis.process, "env", { value: {}, writable: true, enumerable: true, configurable: true });
+    const out = globalThis.process.stdout;
+    out._write = (chunk, encoding, cb) => {
+      writeStdout(typeof chunk === "string" ? encoder.encode(chunk) : chunk);
+      cb();
+    };
+    out._writev = (chunks, cb) => {
+      for (const c of chunks) writeStdout(typeof c.chunk === "string" ? encoder.encode(c.chunk) : c.chunk);
+      cb();
+    };
+    // Node's process.stdin reads fd 0, which carries the bridge's answers:
+    // it reads the request's stdin instead, the bytes Deno.stdin reads
+    // (one position for both). Readable comes from the stream classes
+    // process.stdout is made of (node: imports are blocked here too).
+    const Readable = out.constructor?.Readable;
+    if (typeof Readable?.from !== "function") throw new Error("the harness could not replace process.stdin");
+    const toolStdin = Deno.stdin;
+    const nodeStdin = Readable.from((function* () {
+      const buf = new Uint8Array(64 << 10);
+      for (let n; (n = toolStdin.readSync(buf)) !== null;) yield buf.slice(0, n);
+    })(), { objectMode: false });
+    Object.defineProperty(globalThis.process, "stdin", { get: () => nodeStdin, enumerable: true, configurable: false });
   }
   // alert/confirm/prompt write to stdout and wait on stdin.
   const noPrompt = () => {
@@ -220,6 +258,44 @@ function installConsole(stdinText) {
   URL.createObjectURL = () => {
     throw new TypeError("URL.createObjectURL is not available to tools (blob: imports are blocked)");
   };
+}
+
+// ---- network mode proxy: the egress relay ----
+
+// Where the relay listens inside the jail (HTTP_PROXY and HTTPS_PROXY name
+// it; sandbox/render.go egressProxyURL).
+const EGRESS_LISTEN = { hostname: "127.0.0.1", port: 3128 };
+
+// startEgressRelay serves EGRESS_LISTEN and relays every connection to the
+// egress proxy's unix socket at path (bound read-only into the jail by the
+// runner), both ways, each direction's end passed on as a half-close. A
+// connection the proxy does not accept is closed: the tool sees an error,
+// never a fake success. The relay runs on the tool's event loop, before the
+// tool loads; a tool that stalls the loop stalls only its own traffic.
+function startEgressRelay(path) {
+  const listener = listen({ ...EGRESS_LISTEN, transport: "tcp" });
+  (async () => {
+    for await (const conn of listener) relay(conn, path);
+  })().catch((e) => errorOut(`execgate harness: the egress relay stopped: ${describe(e)}\n`));
+}
+
+async function relay(conn, path) {
+  let up;
+  try {
+    up = await connect({ transport: "unix", path });
+  } catch {
+    try {
+      conn.close();
+    } catch { /* already closed */ }
+    return;
+  }
+  const pass = (from, to) => from.readable.pipeTo(to.writable).catch(() => {});
+  await Promise.allSettled([pass(conn, up), pass(up, conn)]);
+  for (const c of [conn, up]) {
+    try {
+      c.close();
+    } catch { /* already closed */ }
+  }
 }
 
 // ---- envelope ----
@@ -685,7 +761,7 @@ function takeSecrets(req) {
     if (entries.length > 0) chmodSync(SECRETS_DIR, 0o500);
     if (revokeSync({ name: "write", path: SECRETS_DIR }).state === "granted") throw new Error("the write permission was not revoked");
   } catch (e) {
-    stderrWrite(encoder.encode(`execgate harness: the run's secrets could not be written to ${SECRETS_DIR}: ${e?.message ?? e}\n`));
+    errorOut(`execgate harness: the run's secrets could not be written to ${SECRETS_DIR}: ${e?.message ?? e}\n`);
     exit(EXIT_NO_SECRETS);
   }
   return Object.freeze(Object.assign(Object.create(null), Object.fromEntries(entries)));
@@ -774,10 +850,17 @@ async function main() {
     emit("error", null, errorInfo("ProtocolMismatch", `the harness speaks protocol ${PROTOCOL_VERSION}, the request has ${req?.protocol_version}`), []);
     return;
   }
+  if (req.egress_socket) {
+    try {
+      startEgressRelay(String(req.egress_socket));
+    } catch (e) {
+      errorOut(`execgate harness: the egress relay could not start on ${EGRESS_LISTEN.hostname}:${EGRESS_LISTEN.port}: ${describe(e)}\n`);
+    }
+  }
   const secrets = takeSecrets(req);
   const sink = new LogSink(Number(req.max_log_lines) || 1000);
   globalThis.execgate = Object.freeze({ ToolFailure, InvalidInput, ToolDenied, ToolUnavailable, ToolTimeout, ToolFailed, log: (m, l) => sink.add(m, l) });
-  installConsole(typeof req.stdin === "string" ? req.stdin : "");
+  installConsole(typeof req.stdin === "string" ? req.stdin : "", req.deps === true);
   // An error thrown or a promise rejected outside the tool's awaited path
   // ends the run as the tool's error rather than as Deno's.
   globalThis.addEventListener("error", (ev) => {

@@ -60,7 +60,7 @@ export const REQUEST_FIELDS = {
     "stdin", "callback_url",
   ],
   validate: ["source", "entrypoint", "language"],
-  prepare: ["tenant_id", "requirements", "requirements_lock", "warm", "runtime"],
+  prepare: ["tenant_id", "language", "requirements", "requirements_lock", "warm", "runtime"],
 } as const satisfies {
   execute: readonly (keyof ExecuteRequest)[];
   submit: readonly (keyof ExecutionRequest)[];

@@ -572,7 +572,7 @@ export interface components {
             /** @description Must equal the token's tenant. */
             tenant_id?: string;
             /**
-             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied (but the network in network_access proxy and host), imports closed but for the run's npm packages (by bare name); the tool exports run(args, context).
              * @default python
              * @enum {string}
              */
@@ -583,9 +583,9 @@ export interface components {
             entrypoint?: string;
             /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
             args?: unknown;
-            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"); for language javascript and typescript, npm packages with exact versions (e.g. "left-pad@1.3.0", "@scope/pkg@2.0.0"), importable by bare name. Resolved with every transitive dependency; each resolved package goes through the tenant's package policy (npm ones named "npm:<name>"). At most one of requirements, requirements_lock and environment_id. */
             requirements?: string[];
-            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. For javascript and typescript, an npm lock as POST /v1/prepare returns it (first line "# execgate npm lock 1", then name@version sha512-... per package). */
             requirements_lock?: string;
             /** @description An environment from POST /v1/prepare. */
             environment_id?: string;
@@ -648,7 +648,7 @@ export interface components {
             /** @description Must equal the token's tenant. */
             tenant_id?: string;
             /**
-             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied, imports closed and network none only; the tool exports run(args, context).
+             * @description JavaScript and TypeScript run under Deno in the same jail, with every Deno permission denied (but the network in network_access proxy and host), imports closed but for the run's npm packages (by bare name); the tool exports run(args, context).
              * @default python
              * @enum {string}
              */
@@ -659,9 +659,9 @@ export interface components {
             entrypoint?: string;
             /** @description Any JSON, passed to the tool. Over server.max_args_bytes (encoded) is a 413. */
             args?: unknown;
-            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"), resolved with every transitive dependency; each resolved package goes through the tenant's package policy. At most one of requirements, requirements_lock and environment_id. */
+            /** @description PEP 508 requirements without URLs, paths, markers or options (e.g. "requests>=2.31", "six==1.16.0"); for language javascript and typescript, npm packages with exact versions (e.g. "left-pad@1.3.0", "@scope/pkg@2.0.0"), importable by bare name. Resolved with every transitive dependency; each resolved package goes through the tenant's package policy (npm ones named "npm:<name>"). At most one of requirements, requirements_lock and environment_id. */
             requirements?: string[];
-            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. */
+            /** @description A lock in pip's hashes format (uv pip compile --generate-hashes); every entry name==version with --hash. For javascript and typescript, an npm lock as POST /v1/prepare returns it (first line "# execgate npm lock 1", then name@version sha512-... per package). */
             requirements_lock?: string;
             /** @description An environment from POST /v1/prepare. */
             environment_id?: string;
@@ -805,6 +805,12 @@ export interface components {
         };
         PrepareRequest: {
             tenant_id?: string;
+            /**
+             * @description Whose packages these are. python resolves PEP 508 requirements from the package index; javascript and typescript resolve npm packages with exact versions (name@version) from the npm registry.
+             * @default python
+             * @enum {string}
+             */
+            language?: "python" | "javascript" | "typescript";
             requirements?: string[];
             requirements_lock?: string;
             /**
@@ -813,15 +819,15 @@ export interface components {
              */
             warm?: number;
             /**
-             * @description The Python runtime the environment is for (absent: the tenant's default). Environment ids are per runtime: a run names the environment with the same runtime.
+             * @description The Python runtime the environment is for (absent: the tenant's default). Environment ids are per runtime: a run names the environment with the same runtime. Python environments only: with language javascript or typescript it is a 400 naming "runtime" (npm packages do not depend on a Python runtime).
              * @enum {string}
              */
             runtime?: "python3.11" | "python3.13" | "host";
         };
         PrepareResponse: {
             environment_id: string;
-            /** @description The Python runtime the environment was resolved and installed for. */
-            runtime: string;
+            /** @description The Python runtime the environment was resolved and installed for; absent for a javascript or typescript environment (its npm packages serve every runtime). */
+            runtime?: string;
             lock: string;
             packages: components["schemas"]["Package"][];
             cached: boolean;

@@ -553,11 +553,14 @@ class Client:
         warm: Optional[int] = None,
         runtime: Optional[Runtime] = None,
         tenant_id: Optional[str] = None,
+        language: Optional[str] = None,
     ) -> PreparedEnvironment:
         """Resolve, check and install a package environment ahead of runs
-        (POST /v1/prepare); name it in runs with ``environment_id``. A
+        (POST /v1/prepare); name it in runs with ``environment_id``.
+        ``language`` says whose packages: ``"python"`` (default, PEP 508)
+        or ``"javascript"``/``"typescript"`` (npm, ``"left-pad@1.3.0"``). A
         denied package raises ``PolicyDenied``; requirements that cannot be
-        resolved raise ``DependencyError`` (422, uv's output in
+        resolved raise ``DependencyError`` (422, the resolver's output in
         ``traceback``)."""
         body = self._core.prepare_body(_fields(locals()))
         return PreparedEnvironment.from_dict(self._send("POST", "/v1/prepare", body).json())
@@ -861,6 +864,7 @@ class AsyncClient:
         warm: Optional[int] = None,
         runtime: Optional[Runtime] = None,
         tenant_id: Optional[str] = None,
+        language: Optional[str] = None,
     ) -> PreparedEnvironment:
         """See ``Client.prepare``."""
         body = self._core.prepare_body(_fields(locals()))

@@ -371,7 +371,8 @@ class PreparedEnvironment:
     network_access: str
     ms: int
     raw: dict[str, Any] = field(repr=False, compare=False)
-    # The Python runtime it is for (ids are per runtime).
+    # The Python runtime it is for (ids are per runtime); "" for an npm
+    # environment (JavaScript and TypeScript name no runtime).
     runtime: str = ""
 
     @classmethod
