@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,23 +25,28 @@ import (
 // databases: v8_code_cache_v2 and the module analysis caches beside it) and
 // skips compiling a module it has seen. The jail's DENO_DIR is read-only, so
 // every cold run compiled the harness (and the runtime modules it loads
-// lazily, web streams among them) from scratch: about 8–10 ms of CPU per run
-// on Deno 2.9.8. Deno reads these databases from a read-only directory when
-// they exist, in WAL mode with their -wal and -shm files beside them, and
-// once ANALYZE has run on them (Deno runs PRAGMA optimize on every open; on
-// a never-analysed database it writes, fails read-only and falls back to an
-// empty cache). Measured: the second run on a fresh DENO_DIR leaves them so.
+// lazily) from scratch: about 7–8 ms of CPU per run on Deno 2.9.8. Deno
+// reads these databases from a read-only directory (measured) when they are
+// in WAL mode with their -wal and -shm files beside them, and have been
+// analysed: Deno runs PRAGMA optimize on every open, which on a
+// never-analysed database writes, fails read-only, and Deno falls back to
+// an empty cache.
 //
-// So the build runs the tree's own Deno on the tree's harness and a constant
-// probe, twice, with DenoDir writable, chrooted into the tree as nobody in
-// fresh network, mount, pid, ipc and uts namespaces, with every Deno
-// permission denied: the same kind of run as compiling the standard library
-// with the tree's python, never a tool's code. It then checks, with DenoDir
-// read-only as in a jail, that Deno reports a code cache hit for the
-// harness; otherwise the directory is emptied again (Manifest.DenoCodeCache
-// says why). Normalising makes the files root-owned and read-only like the
-// rest of the tree; the jail binds the tree read-only and Deno's permissions
-// never grant reading the directory to the tool.
+// So the build runs the tree's own Deno, chrooted into the tree as nobody in
+// fresh network, mount, pid, ipc and uts namespaces: the same kind of run as
+// compiling the standard library with the tree's python, never a tool's
+// code. First on the tree's harness and a constant probe with DenoDir
+// writable and every permission denied (Deno fills the cache); then on a
+// constant script allowed to read and write DenoDir only, which analyses
+// each database, checkpoints its WAL and vacuums it (node:sqlite), so that
+// two builds give the same bytes (Deno's own writes race its exit: whether
+// a database got analysed, and what its WAL holds, vary); the build leaves
+// the -wal and -shm files empty. Last, with DenoDir read-only as in a jail,
+// it checks that Deno reports a code cache hit for the harness; otherwise
+// the directory is emptied again (Manifest.DenoCodeCache says why).
+// Normalising makes the files root-owned and read-only like the rest of the
+// tree; the jail binds the tree read-only, and Deno's permissions never let
+// the tool read the directory.
 
 // Manifest.DenoCodeCache values.
 const (
@@ -55,9 +61,33 @@ const denoCacheUID = 65534
 // typical run takes (console, context.log, a result).
 const denoCacheProbe = "export async function run(args, context) {\n  console.log(\"execgate\");\n  context.log(\"execgate\");\n  return {ok: true};\n}\n"
 
-// denoCacheRuns is how many writable runs fill the cache: the first
-// creates the databases, the second analyses them (see above).
-const denoCacheRuns = 2
+// denoCacheDBs are the databases Deno keeps in DENO_DIR (Deno 2.9.8).
+var denoCacheDBs = []string{"dep_analysis_cache_v2", "node_analysis_cache_v2", "v8_code_cache_v2"}
+
+// denoCacheCompact is the script that makes the databases reproducible
+// (see above): only the harness's entries and Deno's own modules' stay
+// (V8's cache of the probe differs from build to build, and no tool is the
+// probe), and the statistics are made again in a fixed order.
+var denoCacheCompact = `import { DatabaseSync } from "node:sqlite";
+const harness = "file://` + harness.Dir + `/%";
+const keep = {
+  dep_analysis_cache_v2: ["DELETE FROM moduleinfocache WHERE specifier NOT LIKE ?", harness],
+  v8_code_cache_v2: ["DELETE FROM codecache WHERE specifier NOT LIKE ? AND specifier NOT LIKE 'ext:%'", harness],
+};
+for (const name of ` + jsStrings(denoCacheDBs) + `) {
+  const db = new DatabaseSync("` + jaillayout.DenoDir + `/" + name);
+  if (keep[name]) db.prepare(keep[name][0]).run(keep[name][1]);
+  db.exec("DROP TABLE IF EXISTS sqlite_stat1; DROP TABLE IF EXISTS sqlite_stat4; ANALYZE; PRAGMA wal_checkpoint(TRUNCATE); VACUUM;");
+  const mode = db.prepare("PRAGMA journal_mode").get().journal_mode;
+  if (mode !== "wal") throw new Error(name + " is in journal mode " + mode + ", not wal");
+  db.close();
+}
+`
+
+func jsStrings(ss []string) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
+}
 
 // denoCacheTimeout bounds each of those runs.
 const denoCacheTimeout = 60 * time.Second
@@ -83,9 +113,9 @@ func (b *builder) denoCodeCache(ctx context.Context) error {
 	if err := os.Chown(dir, denoCacheUID, denoCacheUID); err != nil {
 		return err
 	}
-	var why string
-	for i := 0; i < denoCacheRuns && why == ""; i++ {
-		why = b.runDenoForCache(ctx, false)
+	why := b.runDenoForCache(ctx, false)
+	if why == "" {
+		why = b.compactDenoCache(ctx)
 	}
 	// From here on the directory is read-only for Deno, as in a jail.
 	if err := b.normalizeUnder(dir); err != nil {
@@ -140,29 +170,65 @@ func (b *builder) runDenoForCache(ctx context.Context, check bool) string {
 		"--import-map="+harness.Dir+"/"+harness.ImportMap,
 		"--v8-flags="+jaillayout.DenoV8Flags,
 		harness.Dir+"/"+harness.JSEntry)
+	stdout, stderr, err := b.denoInTree(ctx, jaillayout.DenoDir, args, stdin.Bytes())
+	if err != nil {
+		return fmt.Sprintf("deno did not run the harness in the tree: %v: %s", err, tail(stderr, 1000))
+	}
+	if status := envelopeStatus(stdout); status != "ok" {
+		return fmt.Sprintf("the harness's probe ended %q: %s", status, tail(stderr, 1000))
+	}
+	if check && !strings.Contains(stderr, denoCacheHit) {
+		return "deno did not use the code cache from a read-only directory"
+	}
+	return ""
+}
+
+// compactDenoCache runs denoCacheCompact and leaves only the databases
+// in DenoDir, each with an empty -wal and -shm file (see above). It
+// returns why it could not ("" when it did).
+func (b *builder) compactDenoCache(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, denoCacheTimeout)
+	defer cancel()
+	// Deno's own caches for this run are elsewhere (DepsDir, which nobody
+	// cannot write: none), so that only the script writes DenoDir.
+	_, stderr, err := b.denoInTree(ctx, jaillayout.DepsDir, []string{"eval", "--ext=js", "--no-remote", "--cached-only", "--no-config", "--no-lock", "--no-prompt", "--no-npm",
+		"--allow-read=" + jaillayout.DenoDir, "--allow-write=" + jaillayout.DenoDir, denoCacheCompact}, nil)
+	if err != nil {
+		return fmt.Sprintf("compacting the code cache: %v: %s", err, tail(stderr, 1000))
+	}
+	dir := b.host(jaillayout.DenoDir)
+	if err := emptyDir(dir, denoCacheDBs...); err != nil {
+		return err.Error()
+	}
+	for _, name := range denoCacheDBs {
+		for _, side := range []string{"-wal", "-shm"} {
+			if err := os.WriteFile(filepath.Join(dir, name+side), nil, 0o644); err != nil {
+				return err.Error()
+			}
+		}
+	}
+	return ""
+}
+
+// denoInTree runs the tree's Deno with args and DENO_DIR denoDir, chrooted
+// into the tree as nobody in fresh namespaces (see above), with stdin; it
+// returns stdout and stderr (each cut at a bound).
+func (b *builder) denoInTree(ctx context.Context, denoDir string, args []string, stdin []byte) ([]byte, string, error) {
 	cmd := exec.CommandContext(ctx, jaillayout.DenoPath, args...)
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + jaillayout.TmpDir, "LANG=C.UTF-8", "DENO_DIR=" + jaillayout.DenoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + jaillayout.TmpDir, "LANG=C.UTF-8", "DENO_DIR=" + denoDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Chroot:     b.root,
 		Credential: &syscall.Credential{Uid: denoCacheUID, Gid: denoCacheUID, Groups: []uint32{}},
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
 		Pdeathsig:  syscall.SIGKILL,
 	}
-	cmd.Stdin = &stdin
+	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &boundedBuffer{b: &stdout, max: 1 << 20}
 	cmd.Stderr = &boundedBuffer{b: &stderr, max: 16 << 20}
-	if err := cmd.Run(); err != nil {
-		return fmt.Sprintf("deno did not run the harness in the tree: %v: %s", err, tail(stderr.String(), 1000))
-	}
-	if status := envelopeStatus(stdout.Bytes()); status != "ok" {
-		return fmt.Sprintf("the harness's probe ended %q: %s", status, tail(stderr.String(), 1000))
-	}
-	if check && !strings.Contains(stderr.String(), denoCacheHit) {
-		return "deno did not use the code cache from a read-only directory"
-	}
-	return ""
+	err := cmd.Run()
+	return stdout.Bytes(), stderr.String(), err
 }
 
 // envelopeStatus is the status of the envelope frame (kind 2) in the
@@ -202,15 +268,18 @@ func (w *boundedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// emptyDir removes everything inside dir, keeping dir.
-func emptyDir(dir string) error {
+// emptyDir removes everything inside dir but the entries named keep,
+// keeping dir.
+func emptyDir(dir string, keep ...string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, e := range entries {
-		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		if !slices.Contains(keep, e.Name()) {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -95,7 +95,7 @@ func TestTheDenoStampIsTheBinarysContentNotItsPath(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(tree, jaillayout.DenoPath), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := &Manifest{DenoStamp: stamp(a)}
+	m := &Manifest{DenoStamp: stamp(a), DenoCodeCache: denoCacheBuilt}
 	if why := denoStale(Options{Dir: tree, DenoPath: b}, m); why != "" {
 		t.Errorf("checkout B would rebuild checkout A's rootfs: %s", why)
 	}
