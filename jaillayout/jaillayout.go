@@ -39,6 +39,13 @@ const (
 	ToolGID = 99999
 )
 
+// DenoV8Flags are the V8 flags every Deno in a jail starts with beside its
+// heap limit (--max-old-space-size, which V8's code cache check ignores):
+// no code generation from strings (eval, new Function). The rootfs builds
+// Deno's code cache with the same flags: V8 rejects a cache made under
+// other ones.
+const DenoV8Flags = "--disallow-code-generation-from-strings"
+
 // Paths inside the jail (absolute, as seen from inside it).
 const (
 	// PythonPath is the interpreter (a copy of the host's, mode 0711).
@@ -46,8 +53,9 @@ const (
 	// DenoPath is the Deno binary (JavaScript and TypeScript), when the
 	// rootfs was built with one.
 	DenoPath = "/usr/bin/deno"
-	// DenoDir is Deno's cache directory (DENO_DIR): empty and read-only;
-	// --cached-only never fills it.
+	// DenoDir is Deno's cache directory (DENO_DIR), read-only: the
+	// rootfs build fills it once with V8's code cache of the harness
+	// (Manifest.DenoCodeCache); --cached-only never adds to it.
 	DenoDir = "/opt/execgate/deno-cache"
 	// HarnessDir holds the harness files (package sandbox/harness).
 	HarnessDir = "/opt/execgate/harness"
@@ -164,6 +172,12 @@ type Manifest struct {
 	// DenoStamp is its content's identity (rootfs.DenoStamp), not its path.
 	DenoVersion string `json:"deno_version,omitempty"`
 	DenoStamp   string `json:"deno_stamp,omitempty"`
+	// DenoCodeCache says what the build left in DenoDir: "harness" (V8's
+	// code cache of the harness and the runtime modules a run loads, made
+	// by running the harness in the tree and checked to be used from a
+	// read-only directory), or why the directory is empty ("none: ...").
+	// Empty: built before the cache existed (or without Deno).
+	DenoCodeCache string `json:"deno_code_cache,omitempty"`
 
 	// Runtime is the name runs choose the tree by: a runtime built from
 	// pinned Debian packages ("python3.11", "python3.13") or "host" (copied

@@ -122,6 +122,8 @@ type builder struct {
 	pkg  bool // src holds unpacked packages (not the host)
 	py   *hostPython
 	deno *hostDeno // nil: built without Deno
+	// denoCache is Manifest.DenoCodeCache (set by the deno code cache step).
+	denoCache string
 	// loader and libPath run the tree's interpreter on the host (a tree
 	// built from packages: Manifest.Loader, LibraryPath); "" for the host
 	// runtime, whose interpreter runs as it is.
@@ -190,6 +192,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		{"harness", b.harness},
 		{"compiling to .pyc", b.compile},
 		{"permissions", b.normalize},
+		{"deno code cache", b.denoCodeCache},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
@@ -237,7 +240,7 @@ func build(ctx context.Context, opts Options) (_ *Manifest, err error) {
 		m.LockSHA256 = src.lock.sha256(src.arch)
 	}
 	if deno != nil {
-		m.DenoVersion, m.DenoStamp = deno.Version, deno.Stamp
+		m.DenoVersion, m.DenoStamp, m.DenoCodeCache = deno.Version, deno.Stamp, b.denoCache
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -829,9 +832,12 @@ func tail(s string, n int) string {
 // normalize makes every entry root-owned (when building as root), clears
 // setuid/setgid/sticky bits and group/other write: directories 0755, files
 // 0755 or 0644.
-func (b *builder) normalize(context.Context) error {
+func (b *builder) normalize(context.Context) error { return b.normalizeUnder(b.root) }
+
+// normalizeUnder normalizes top and everything below it.
+func (b *builder) normalizeUnder(top string) error {
 	asRoot := os.Geteuid() == 0
-	return filepath.WalkDir(b.root, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

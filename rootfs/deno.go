@@ -18,7 +18,8 @@ import (
 
 // Deno in the rootfs (at jaillayout.DenoPath, cache jaillayout.DenoDir): the binary from the pinned deno wheel (scripts/setup.sh
 // installs it into the tools venv and links .tools/bin/deno), its shared
-// library closure (glibc pieces only), and an empty, read-only DENO_DIR.
+// library closure (glibc pieces only), and a read-only DENO_DIR holding
+// V8's code cache of the harness (deno_cache_linux.go).
 // Nothing is downloaded at build or run time. The binary gets the
 // interpreter's mode: executable but unreadable by the tool's user, so a
 // Deno process is non-dumpable like python3 (no /proc/<pid>/mem).
@@ -177,6 +178,8 @@ func denoStale(opts Options, m *Manifest) string {
 		return ""
 	case m.DenoStamp != d.Stamp:
 		return fmt.Sprintf("deno %s changed since the build", d.Real)
+	case m.DenoCodeCache == "":
+		return "built without Deno's code cache"
 	}
 	if _, err := os.Lstat(filepath.Join(opts.Dir, jaillayout.DenoPath)); err != nil {
 		return "deno missing from the tree"

@@ -123,6 +123,8 @@ func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
 		{"/proc/self/environ is not readable", `return Deno.readTextFileSync("/proc/self/environ")`, "NotCapable", "read access"},
 		{"/proc/self/mem is not openable", `return Deno.openSync("/proc/self/mem", {read: true, write: true})`, "NotCapable", "access"},
 		{"a file write needs write permission", `Deno.writeTextFileSync("/tmp/x", "x"); return "written"`, "NotCapable", "write access"},
+		{"Deno's code cache is not readable", `return Deno.readFileSync("/opt/execgate/deno-cache/v8_code_cache_v2").length`, "NotCapable", "read access"},
+		{"Deno's code cache is not writable", `Deno.writeFileSync("/opt/execgate/deno-cache/v8_code_cache_v2", new Uint8Array(1)); return "written"`, "NotCapable", "write access"},
 		{"Deno.env needs env permission", `return Deno.env.get("PATH")`, "NotCapable", "env access"},
 		{"Deno.env.toObject needs env permission", `return JSON.stringify(Deno.env.toObject())`, "NotCapable", "env access"},
 		{"Deno.Command needs run permission", `return (await new Deno.Command("/usr/bin/python3", {args: ["-c", "print(1)"]}).output()).code`, "NotCapable", "run access"},
@@ -161,6 +163,50 @@ func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
 				t.Fatalf("tool saw %+v, want %s mentioning %q", got, tc.wantDenied, tc.wantMessage)
 			}
 		})
+	}
+}
+
+// Deno's code cache (built into the rootfs, package rootfs) is in every
+// jail, and read-only there: a tool of any language can change nothing in
+// what the next run's Deno loads. (A JavaScript tool cannot even read it:
+// TestJavaScriptContainmentDeniesEachAttempt.)
+func TestDenosCodeCacheIsInTheJailReadOnly(t *testing.T) {
+	testenv.Deno(t)
+	r := newRunner(t, nil)
+	res := run(t, r, sandbox.Spec{Source: `import errno, os
+
+def run(args, context):
+    d = "/opt/execgate/deno-cache"
+    p = d + "/v8_code_cache_v2"
+    def attempt(f):
+        try:
+            f()
+            return "done"
+        except OSError as e:
+            return errno.errorcode.get(e.errno, str(e.errno))
+    return {
+        "size": os.path.getsize(p) if os.path.isfile(p) else -1,
+        "write": attempt(lambda: open(p, "r+b").close()),
+        "create": attempt(lambda: open(d + "/new", "xb").close()),
+        "remove": attempt(lambda: os.remove(p)),
+        "chmod": attempt(lambda: os.chmod(p, 0o666)),
+    }
+`, Limits: limits.Default})
+	wantOK(t, res, "")
+	var got struct {
+		Size                         int64
+		Write, Create, Remove, Chmod string
+	}
+	if err := json.Unmarshal(res.Result, &got); err != nil {
+		t.Fatalf("result %s: %v", res.Result, err)
+	}
+	if got.Size <= 0 {
+		t.Errorf("no code cache in the jail (size %d)", got.Size)
+	}
+	for what, e := range map[string]string{"write": got.Write, "create": got.Create, "remove": got.Remove, "chmod": got.Chmod} {
+		if e != "EROFS" && e != "EACCES" && e != "EPERM" {
+			t.Errorf("%s on the code cache: %s, want it refused", what, e)
+		}
 	}
 }
 

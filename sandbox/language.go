@@ -175,7 +175,7 @@ func denoCommand(p profile) (string, []string) {
 	}
 	args := append([]string{"run"}, denoFlags(p)...)
 	args = append(args,
-		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(p.Limits.MemoryMB), 10)+",--disallow-code-generation-from-strings",
+		"--v8-flags=--max-old-space-size="+strconv.FormatInt(denoHeapMB(p.Limits.MemoryMB), 10)+","+jaillayout.DenoV8Flags,
 		harness.Dir+"/"+harness.JSEntry)
 	return jaillayout.DenoPath, args
 }

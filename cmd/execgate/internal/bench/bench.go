@@ -315,16 +315,24 @@ func (r *Report) sampleRunCommand(ctx context.Context, name, rt, file, source st
 // pythonPassConfig copies the profile config at path with the harness
 // replaced by `-c pass`, so raw nsjail runs the bare interpreter in the jail.
 func pythonPassConfig(path string) (string, error) {
+	return editConfig(path, "bench-pass-*.cfg", [2]string{`arg: "/opt/execgate/harness/harness.py"`, "arg: \"-c\"\n  arg: \"pass\""})
+}
+
+// editConfig copies the profile config at path beside it (a file named
+// after pattern) with each {old, new} replaced once; an old it lacks is an
+// error (the profile does not look as the bench expects).
+func editConfig(path, pattern string, edits ...[2]string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
-	const harnessArg = `arg: "/opt/execgate/harness/harness.py"`
-	if !bytes.Contains(b, []byte(harnessArg)) {
-		return "", fmt.Errorf("bench: %s does not run the harness as expected", path)
+	for _, e := range edits {
+		if !bytes.Contains(b, []byte(e[0])) {
+			return "", fmt.Errorf("bench: %s does not run the harness as expected (no %s)", path, e[0])
+		}
+		b = bytes.Replace(b, []byte(e[0]), []byte(e[1]), 1)
 	}
-	b = bytes.Replace(b, []byte(harnessArg), []byte("arg: \"-c\"\n  arg: \"pass\""), 1)
-	f, err := os.CreateTemp(filepath.Dir(path), "bench-pass-*.cfg")
+	f, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
 		return "", err
 	}

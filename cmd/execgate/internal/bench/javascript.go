@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/execgate/execgate/limits"
@@ -12,10 +16,15 @@ import (
 // JavaScriptProbeSource is the DESIGN §4 probe in JavaScript.
 const JavaScriptProbeSource = "export async function run(args, context) {\n  return {ok: true};\n}\n"
 
-// startupJavaScript adds the JavaScript rows beside Python's: raw nsjail
-// running Deno on the harness and the probe, Runner.Run cold and warm (for
-// both languages, so the warm rows compare), and `execgate run probe.js`.
-// Deno never runs outside a jail, so there is no "bare deno" row.
+// startupJavaScript adds the JavaScript rows beside Python's, in the order
+// a cold run's cost builds up: bare Deno on the host (`deno run` of an
+// empty module with the jail's flags: the reference the jail's cost is a
+// ratio of; execgate itself never runs Deno outside a jail), raw nsjail
+// running the same Deno on an empty data: module instead of the harness
+// (the jail and Deno's start), then on the harness and the probe (the harness: reading
+// the request, importing the tool, the run, the envelope), Runner.Run cold
+// and warm (for both languages, so the warm rows compare), and `execgate
+// run probe.js`.
 func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) error {
 	n := r.Options.Runs
 	js := sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource, Limits: limits.Default}
@@ -23,9 +32,28 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 	if err != nil {
 		return fmt.Errorf("bench: javascript: %w", err)
 	}
-	r.progress("startup: raw nsjail deno harness+probe ×%d", n)
-	s, err := sampleProcess(ctx, "raw nsjail: javascript probe (deno + harness)", procSpec{argv: argv, stdin: req, extraFiles: 2}, n)
+	bare, err := bareDeno("", argv)
 	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bare.dir)
+	r.progress("startup: bare deno (host) ×%d", n)
+	s, err := sampleProcess(ctx, "bare deno (host): run of an empty module, the jail's flags", bare.spec, n)
+	if err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	emptyArgv, err := withConfig(argv, denoEmptyConfig)
+	if err != nil {
+		return err
+	}
+	r.progress("startup: raw nsjail deno empty module ×%d", n)
+	if s, err = sampleProcess(ctx, "raw nsjail: deno run of an empty module (no harness)", procSpec{argv: emptyArgv, extraFiles: 2}, n); err != nil {
+		return err
+	}
+	r.Startup = append(r.Startup, s)
+	r.progress("startup: raw nsjail deno harness+probe ×%d", n)
+	if s, err = sampleProcess(ctx, "raw nsjail: javascript probe (deno + harness)", procSpec{argv: argv, stdin: req, extraFiles: 2}, n); err != nil {
 		return err
 	}
 	r.Startup = append(r.Startup, s)
@@ -98,4 +126,109 @@ func sampleWarmRunner(ctx context.Context, name string, runner *sandbox.Runner, 
 		cpus = append(cpus, time.Duration(res.Usage.CPUMS)*time.Millisecond)
 	}
 	return &Sample{Name: name, Command: "sandbox.(*Runner).Run with sandbox.warm_pool", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
+}
+
+// bareDenoRun is the "bare deno (host)" row's process and its directory.
+type bareDenoRun struct {
+	spec procSpec
+	dir  string // an empty module and DENO_DIR, removed after the row
+}
+
+// bareDeno is `deno run` of an empty module on the host with the flags of
+// the jail's Deno (read from the jail's profile config, the cfg after
+// --config in rawArgv) but no import map (it blocks file: modules other
+// than the harness), its cache in a fresh writable directory (as a
+// developer's `deno run` has it), in the jail's environment.
+func bareDeno(configured string, rawArgv []string) (*bareDenoRun, error) {
+	deno, err := sandbox.FindDeno(configured)
+	if err != nil {
+		return nil, fmt.Errorf("bench: bare deno: %w", err)
+	}
+	cfg, err := os.ReadFile(configArg(rawArgv))
+	if err != nil {
+		return nil, fmt.Errorf("bench: bare deno: %w", err)
+	}
+	args, env := denoExec(string(cfg))
+	if len(args) < 2 || args[0] != "run" {
+		return nil, fmt.Errorf("bench: bare deno: the profile does not run deno as expected: %q", args)
+	}
+	dir, err := os.MkdirTemp("", "execgate-bench-deno-")
+	if err != nil {
+		return nil, err
+	}
+	module := filepath.Join(dir, "empty.js")
+	if err := os.WriteFile(module, nil, 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	argv := []string{deno}
+	for _, a := range args[:len(args)-1] {
+		if !strings.HasPrefix(a, "--import-map=") {
+			argv = append(argv, a)
+		}
+	}
+	argv = append(argv, module)
+	for i, e := range env {
+		if strings.HasPrefix(e, "DENO_DIR=") {
+			env[i] = "DENO_DIR=" + filepath.Join(dir, "deno-dir")
+		}
+	}
+	return &bareDenoRun{spec: procSpec{argv: argv, env: env}, dir: dir}, nil
+}
+
+// configArg is the value of --config in argv ("" without one).
+func configArg(argv []string) string {
+	for i, a := range argv[:max(len(argv)-1, 0)] {
+		if a == "--config" {
+			return argv[i+1]
+		}
+	}
+	return ""
+}
+
+// denoExec reads the exec_bin args and the envar lines of a profile config.
+func denoExec(cfg string) (args, env []string) {
+	inExec := false
+	for _, l := range strings.Split(cfg, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "exec_bin {"):
+			inExec = true
+		case inExec && l == "}":
+			inExec = false
+		case inExec && strings.HasPrefix(l, "arg: "):
+			if v, err := strconv.Unquote(strings.TrimPrefix(l, "arg: ")); err == nil {
+				args = append(args, v)
+			}
+		case strings.HasPrefix(l, "envar: "):
+			if v, err := strconv.Unquote(strings.TrimPrefix(l, "envar: ")); err == nil {
+				env = append(env, v)
+			}
+		}
+	}
+	return args, env
+}
+
+// denoEmptyConfig copies the JavaScript profile config at path with the
+// harness replaced by an empty data: module: the jail and Deno's start,
+// without the harness.
+func denoEmptyConfig(path string) (string, error) {
+	return editConfig(path, "bench-deno-empty-*.cfg",
+		[2]string{`arg: "/opt/execgate/harness/execgate_harness.js"`, `arg: "data:text/javascript,"`})
+}
+
+// withConfig is argv with its --config file replaced by what edit makes of it.
+func withConfig(argv []string, edit func(string) (string, error)) ([]string, error) {
+	out := append([]string(nil), argv...)
+	for i, a := range out[:max(len(out)-1, 0)] {
+		if a == "--config" {
+			p, err := edit(out[i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[i+1] = p
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("bench: no --config in %q", argv)
 }

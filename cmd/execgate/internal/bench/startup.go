@@ -47,6 +47,7 @@ func median(sorted []time.Duration) time.Duration {
 type procSpec struct {
 	argv       []string
 	stdin      []byte
+	env        []string           // the environment; nil: this process's
 	extraFiles int                // how many fds (3, 4, …) to open on /dev/null
 	wantOK     func([]byte) error // checks stdout; nil: exit status 0 is enough
 }
@@ -62,6 +63,7 @@ func sampleProcess(ctx context.Context, name string, p procSpec, n int) (*Sample
 	once := func() (time.Duration, time.Duration, error) {
 		cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
 		cmd.Stdin = bytes.NewReader(p.stdin)
+		cmd.Env = p.env
 		var out bytes.Buffer
 		cmd.Stdout = &out
 		var errb bytes.Buffer
