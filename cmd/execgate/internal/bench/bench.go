@@ -64,6 +64,9 @@ type Options struct {
 	// run (startup and gateway rows per runtime); default the config's
 	// sandbox.runtimes.
 	Runtimes []string
+	// Snekbox is the snekbox driver's command (scripts/snekbox-driver.py
+	// in the venv scripts/bench-snekbox.sh prepares), for section snekbox.
+	Snekbox  []string
 	Progress io.Writer // progress lines; nil: discarded
 }
 
@@ -83,7 +86,9 @@ type Report struct {
 	Files   []FilesRow
 	Readers *ReadersReport
 	Bridge  *bridgebench.Result
-	Notes   []string
+	// Peer is the snekbox section.
+	Peer  *PeerReport
+	Notes []string
 }
 
 // GatewayRow is one load level against the real gateway.
@@ -128,7 +133,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		opts.BridgeCalls = 500
 	}
 	var err error
-	if opts.Sections, err = subset("section", opts.Sections, AllSections); err != nil {
+	// Section snekbox needs its driver: it runs when named, never by default.
+	if len(opts.Sections) == 0 {
+		opts.Sections = AllSections
+	}
+	if opts.Sections, err = subset("section", opts.Sections, append(slices.Clone(AllSections), SectionSnekbox)); err != nil {
 		return nil, err
 	}
 	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
@@ -192,6 +201,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(SectionFiles) {
 		if err := rep.filesCost(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if has(SectionSnekbox) {
+		if err := rep.snekbox(ctx); err != nil {
 			return nil, err
 		}
 	}
