@@ -117,47 +117,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Config == nil {
 		return nil, errors.New("bench: a config is required")
 	}
-	if opts.Runs <= 0 {
-		opts.Runs = 20
-	}
-	if opts.Requests <= 0 {
-		opts.Requests = 200
-	}
-	if len(opts.Concurrency) == 0 {
-		opts.Concurrency = []int{1, 2, 8, 32}
-	}
-	if opts.WarmPool <= 0 {
-		opts.WarmPool = 4
-	}
-	if opts.BridgeCalls <= 0 {
-		opts.BridgeCalls = 500
-	}
-	var err error
-	// Section snekbox needs its driver: it runs when named, never by default.
-	if len(opts.Sections) == 0 {
-		opts.Sections = AllSections
-	}
-	if opts.Sections, err = subset("section", opts.Sections, append(slices.Clone(AllSections), SectionSnekbox)); err != nil {
+	opts, err := opts.normalized()
+	if err != nil {
 		return nil, err
-	}
-	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
-		return nil, err
-	}
-	if opts.Languages, err = subset("language", opts.Languages, AllLanguages); err != nil {
-		return nil, err
-	}
-	if opts.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.Binary = exe
-	}
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	if len(opts.Runtimes) == 0 {
-		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
 	}
 	rep := &Report{Started: time.Now().UTC(), Host: hostLine(), Options: opts}
 	for _, rt := range opts.Runtimes {
@@ -210,6 +172,56 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// normalized is opts with its defaults applied and its names checked.
+func (opts Options) normalized() (Options, error) {
+	var err error
+	if opts.Runs <= 0 {
+		opts.Runs = 20
+	}
+	if opts.Requests <= 0 {
+		opts.Requests = 200
+	}
+	if len(opts.Concurrency) == 0 {
+		opts.Concurrency = []int{1, 2, 8, 32}
+	}
+	if opts.WarmPool <= 0 {
+		opts.WarmPool = 4
+	}
+	if opts.BridgeCalls <= 0 {
+		opts.BridgeCalls = 500
+	}
+	// Section snekbox needs its driver: it runs when named, never by default.
+	if len(opts.Sections) == 0 {
+		opts.Sections = AllSections
+	}
+	if opts.Sections, err = subset("section", opts.Sections, append(slices.Clone(AllSections), SectionSnekbox)); err != nil {
+		return Options{}, err
+	}
+	if slices.Contains(opts.Sections, SectionSnekbox) && len(opts.Snekbox) == 0 {
+		return Options{}, errors.New("bench: section snekbox needs the snekbox driver's command (--snekbox; scripts/bench-snekbox.sh sets it up)")
+	}
+	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
+		return Options{}, err
+	}
+	if opts.Languages, err = subset("language", opts.Languages, AllLanguages); err != nil {
+		return Options{}, err
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Options{}, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if len(opts.Runtimes) == 0 {
+		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
+	}
+	return opts, nil
 }
 
 // newRunner is a runner of runtime rt of the configured sandbox with warm

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -37,6 +39,9 @@ type PeerRow struct {
 	// Driver is the driving process's own CPU per run, mean (snekbox's
 	// Python around the jail; the runner's Go, with its goroutines).
 	Driver time.Duration
+	// Process rows time one whole process (a phase of a cold run): no
+	// driver.
+	Process bool
 }
 
 // PeerReport is the snekbox section: Rows[0] is snekbox's.
@@ -45,6 +50,7 @@ type PeerReport struct {
 	Config string // the nsjail config snekbox rendered
 	Argv   string // snekbox's nsjail command line (placeholders for its per-run log and home)
 	Rows   []PeerRow
+	args   []string
 }
 
 // peerDriver is the snekbox driver process (scripts/snekbox-driver.py).
@@ -87,7 +93,7 @@ func startPeerDriver(ctx context.Context, argv []string, stderr io.Writer) (*pee
 		d.close()
 		return nil, nil, fmt.Errorf("bench: the snekbox driver did not get ready: %v", err)
 	}
-	return d, &PeerReport{Commit: ready.Commit, Config: ready.Config, Argv: shellQuote(ready.Args)}, nil
+	return d, &PeerReport{Commit: ready.Commit, Config: ready.Config, Argv: shellQuote(ready.Args), args: ready.Args}, nil
 }
 
 func (d *peerDriver) read(v any) error {
@@ -153,14 +159,21 @@ func (s *peerSamples) row(name string) PeerRow {
 	return PeerRow{Name: name, Runs: n, Wall: statsOf(s.walls), CPU: statsOf(s.cpus), Driver: s.driver / time.Duration(n)}
 }
 
+// peerVariant is one row of the snekbox section: batch runs it n times.
+type peerVariant struct {
+	name  string
+	batch func(n int) error
+	s     peerSamples
+	// process rows time a whole process; their driver CPU is not theirs.
+	process bool
+}
+
 // snekbox measures the peer beside level jail: rounds of snekboxBatch
-// runs of snekbox, of Runner.Run cold and of Runner.Run with a warm pool
-// (back to back, as a closed loop at concurrency 1 sends them), until
-// each has Options.Runs runs.
+// runs of each variant in turn (snekbox, Runner.Run cold, Runner.Run with
+// a warm pool back to back as a closed loop at concurrency 1 sends them,
+// and the phases of a cold jail as whole processes), until each has
+// Options.Runs runs.
 func (r *Report) snekbox(ctx context.Context) error {
-	if len(r.Options.Snekbox) == 0 {
-		return errors.New("bench: section snekbox needs the driver's command (--snekbox; scripts/bench-snekbox.sh sets it up)")
-	}
 	rt := r.Options.Runtimes[0]
 	r.progress("snekbox: starting the driver: %s", shellQuote(r.Options.Snekbox))
 	var stderr tailBuffer // read once the driver is gone
@@ -187,40 +200,180 @@ func (r *Report) snekbox(ctx context.Context) error {
 			return err
 		}
 	}
-	var peer, jailCold, jailWarm peerSamples
-	inProcess := func(run *sandbox.Runner, s *peerSamples) error {
-		for i := 0; i < snekboxBatch; i++ {
-			c0, s0, t0 := rusageCPU(syscall.RUSAGE_CHILDREN), rusageCPU(syscall.RUSAGE_SELF), time.Now()
-			if err := runProbe(ctx, run, probe); err != nil {
-				return err
-			}
-			wall := time.Since(t0)
-			s.add(wall, rusageCPU(syscall.RUSAGE_CHILDREN)-c0, rusageCPU(syscall.RUSAGE_SELF)-s0)
-		}
-		return nil
+	phases, cleanup, err := r.peerPhases(cold, rep)
+	if err != nil {
+		return err
 	}
-	for round := 0; len(peer.walls) < r.Options.Runs; round++ {
-		r.progress("snekbox: round %d: %d runs each of snekbox, jail cold, jail warm", round+1, snekboxBatch)
-		if err := r.waitWarm(ctx, warm); err != nil {
-			return err
-		}
-		runs, err := d.runs(snekboxBatch)
+	defer cleanup()
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+
+	var variants []*peerVariant
+	peer := &peerVariant{name: "snekbox (in-process, as POST /eval runs it)"}
+	peer.batch = func(n int) error {
+		runs, err := d.runs(n)
 		if err != nil {
 			d.close()
 			return fmt.Errorf("%w\n%s", err, stderr.b)
 		}
 		for _, p := range runs {
-			peer.add(time.Duration(p.WallNS), time.Duration(p.CPUNS), time.Duration(p.SelfNS))
+			peer.s.add(time.Duration(p.WallNS), time.Duration(p.CPUNS), time.Duration(p.SelfNS))
 		}
-		if err := inProcess(cold, &jailCold); err != nil {
+		return nil
+	}
+	inProcess := func(name string, run *sandbox.Runner) *peerVariant {
+		v := &peerVariant{name: name}
+		v.batch = func(n int) error {
+			for i := 0; i < n; i++ {
+				c0, s0, t0 := rusageCPU(syscall.RUSAGE_CHILDREN), rusageCPU(syscall.RUSAGE_SELF), time.Now()
+				if err := runProbe(ctx, run, probe); err != nil {
+					return err
+				}
+				wall := time.Since(t0)
+				v.s.add(wall, rusageCPU(syscall.RUSAGE_CHILDREN)-c0, rusageCPU(syscall.RUSAGE_SELF)-s0)
+			}
+			return nil
+		}
+		return v
+	}
+	variants = append(variants, peer,
+		inProcess("execgate level jail cold (Runner.Run)", cold),
+		inProcess(fmt.Sprintf("execgate level jail warm, pool %d (Runner.Run back to back)", r.Options.WarmPool), warm))
+	for _, ph := range phases {
+		v := &peerVariant{name: ph.name, process: true}
+		v.batch = func(n int) error {
+			for i := 0; i < n; i++ {
+				wall, cpu, err := runProcess(ctx, ph.name, ph.p, devnull)
+				if err != nil {
+					return err
+				}
+				v.s.add(wall, cpu, 0)
+			}
+			return nil
+		}
+		variants = append(variants, v)
+	}
+	for _, v := range variants[3:] { // warm-up of the process rows
+		if err := v.batch(1); err != nil {
 			return err
 		}
-		if err := inProcess(warm, &jailWarm); err != nil {
-			return err
+		v.s = peerSamples{}
+	}
+	for round := 0; len(peer.s.walls) < r.Options.Runs; round++ {
+		r.progress("snekbox: round %d: %d runs of each of %d variants", round+1, snekboxBatch, len(variants))
+		for _, v := range variants {
+			if err := r.waitWarm(ctx, warm); err != nil {
+				return err
+			}
+			if err := v.batch(snekboxBatch); err != nil {
+				return err
+			}
 		}
 	}
-	rep.Rows = []PeerRow{peer.row("snekbox (in-process, its nsjail config)"), jailCold.row("execgate level jail cold (Runner.Run)"), jailWarm.row(fmt.Sprintf("execgate level jail warm, pool %d (Runner.Run back to back)", r.Options.WarmPool))}
+	for _, v := range variants {
+		row := v.s.row(v.name)
+		row.Process = v.process
+		rep.Rows = append(rep.Rows, row)
+	}
 	r.Peer = rep
+	return nil
+}
+
+// peerPhase is one whole process that is part of a cold jail's run.
+type peerPhase struct {
+	name string
+	p    procSpec
+}
+
+// peerPhases are the parts of a cold run, each timed as a whole process:
+// nsjail alone, the interpreter alone on the host, raw nsjail with the
+// runner's profile running the bare interpreter and the harness with the
+// probe, and raw nsjail with snekbox's config (snekbox without its
+// Python around the jail). cleanup removes their files.
+func (r *Report) peerPhases(runner *sandbox.Runner, rep *PeerReport) (_ []peerPhase, cleanup func(), err error) {
+	var files []string
+	cleanup = func() {
+		for _, f := range files {
+			os.RemoveAll(f)
+		}
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	argv, req, err := runner.RawCommand(sandbox.Spec{Source: ProbeSource, Limits: limits.Default})
+	if err != nil {
+		return nil, nil, err
+	}
+	passCfg, err := pythonPassConfig(argv[2])
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, passCfg)
+	passArgv := slices.Clone(argv)
+	passArgv[2] = passCfg
+	// snekbox's own nsjail command, its per-run log and tmpfs home
+	// replaced by /dev/null and a directory anyone may write, as
+	// snekbox makes its home.
+	home, err := os.MkdirTemp("", "execgate-bench-snekbox-home-")
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, home)
+	if err := os.Chmod(home, 0o777); err != nil {
+		return nil, nil, err
+	}
+	snek, err := peerCommand(rep.args, os.DevNull, home)
+	if err != nil {
+		return nil, nil, err
+	}
+	python := r.Options.Config.Sandbox.PythonPath
+	return []peerPhase{
+		{"phase: nsjail alone (`nsjail --help`: exec, dynamic linking, flags)", procSpec{argv: []string{argv[0], "--help"}}},
+		{"phase: the interpreter alone on the host (`" + python + " -I -S -B -c pass`)", procSpec{argv: []string{python, "-I", "-S", "-B", "-c", "pass"}}},
+		{"phase: raw nsjail, execgate's profile: interpreter (`-I -S -B -u -c pass`)", procSpec{argv: passArgv, extraFiles: 2}},
+		{"phase: raw nsjail, execgate's profile: harness + probe", procSpec{argv: argv, stdin: req, extraFiles: 2}},
+		{"phase: raw nsjail, snekbox's config: `python -c CODE` (snekbox without its Python driver)", procSpec{argv: snek, wantOK: wantPeerOutput}},
+	}, cleanup, nil
+}
+
+// The driver's placeholders in snekbox's command line (snekbox-driver.py).
+const (
+	peerLogPlaceholder  = "LOG"
+	peerHomePlaceholder = "HOME"
+)
+
+// peerCommand is snekbox's nsjail command line as its driver announced it
+// (args), with the placeholders of its per-run log and home replaced by
+// log and home; an error if either is missing.
+func peerCommand(args []string, log, home string) ([]string, error) {
+	out := slices.Clone(args)
+	found := 0
+	for i, a := range out {
+		switch a {
+		case peerLogPlaceholder:
+			out[i] = log
+			found++
+		case peerHomePlaceholder + ":home":
+			out[i] = home + ":home"
+			found++
+		}
+	}
+	if found != 2 {
+		return nil, fmt.Errorf("bench: snekbox's command %q lacks its log or home placeholder", shellQuote(args))
+	}
+	return out, nil
+}
+
+// wantPeerOutput checks the output of the driver's CODE.
+func wantPeerOutput(out []byte) error {
+	if string(out) != "{'ok': True}\n" {
+		return fmt.Errorf("snekbox's command printed %q", out)
+	}
 	return nil
 }
 
@@ -258,8 +411,12 @@ func (p *PeerReport) markdown(w io.Writer, runs int) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	base := p.Rows[0]
 	for _, row := range p.Rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f× | %.2f× |\n", row.Name, ms(row.Wall.Median), ms(row.Wall.P95), ms(row.CPU.Median), ms(row.CPU.P95), ms(row.Driver),
+		driver := "–"
+		if !row.Process {
+			driver = ms(row.Driver)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f× | %.2f× |\n", row.Name, ms(row.Wall.Median), ms(row.Wall.P95), ms(row.CPU.Median), ms(row.CPU.P95), driver,
 			float64(row.Wall.Median)/float64(base.Wall.Median), float64(row.CPU.Median)/float64(base.CPU.Median))
 	}
-	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included). Driver CPU: the driving process's own.\n\n", p.Commit, p.Config, p.Argv)
+	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included); a phase row's is its process tree's. Driver CPU: the driving process's own. Before each batch the warm pool is full again.\n\n", p.Commit, p.Config, p.Argv)
 }
