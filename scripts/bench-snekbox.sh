@@ -30,12 +30,12 @@ if [[ $(git -C "$S/src" rev-parse HEAD 2>/dev/null) != "$SNEKBOX_COMMIT" ]]; the
   git clone -q "$SNEKBOX_GIT" "$S/src"
   git -C "$S/src" checkout -q "$SNEKBOX_COMMIT"
 fi
-if [[ ! -x $S/venv/bin/python ]]; then
-  "$UV" venv -q --python "$PY" "$S/venv"
-  # snekbox's version comes from git (setuptools-git-versioning): the
-  # checkout has its history.
-  "$UV" pip install -q --python "$S/venv/bin/python" -c "$S/src/requirements/requirements.pip" "$S/src"
-fi
+[[ -x $S/venv/bin/python ]] || "$UV" venv -q --python "$PY" "$S/venv"
+# As snekbox deploys itself (its requirements.pip: the gunicorn and sentry
+# extras, which its package imports) with those pins as constraints.
+# snekbox's version comes from git (setuptools-git-versioning): the
+# checkout has its history.
+"$UV" pip install -q --python "$S/venv/bin/python" -c "$S/src/requirements/requirements.pip" "$S/src[gunicorn,sentry]"
 EXECGATE=${EXECGATE:-}
 if [[ -z $EXECGATE ]]; then
   EXECGATE=$STATE/execgate

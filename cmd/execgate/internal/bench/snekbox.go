@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/execgate/execgate/app"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 )
@@ -166,13 +168,14 @@ type peerVariant struct {
 	s     peerSamples
 	// process rows time a whole process; their driver CPU is not theirs.
 	process bool
+	stop    func() // ends what the variant started; nil: nothing
 }
 
 // snekbox measures the peer beside level jail: rounds of snekboxBatch
-// runs of each variant in turn (snekbox, Runner.Run cold, Runner.Run with
-// a warm pool back to back as a closed loop at concurrency 1 sends them,
-// and the phases of a cold jail as whole processes), until each has
-// Options.Runs runs.
+// runs of each variant in turn (snekbox; Runner.Run cold and with a warm
+// pool, back to back as a closed loop at concurrency 1 sends them, in
+// process and through an in-process gateway over HTTP; and the phases of
+// a cold jail as whole processes), until each has Options.Runs runs.
 func (r *Report) snekbox(ctx context.Context) error {
 	rt := r.Options.Runtimes[0]
 	r.progress("snekbox: starting the driver: %s", shellQuote(r.Options.Snekbox))
@@ -239,9 +242,48 @@ func (r *Report) snekbox(ctx context.Context) error {
 		}
 		return v
 	}
+	// Over HTTP: a gateway (auth, policy, quota, audit) in this process
+	// serving each runner above, one request at a time.
+	overHTTP := func(name string, run *sandbox.Runner) (*peerVariant, error) {
+		tg, err := startTarget(ctx, r.Options.Config, 0, []string{rt}, app.Options{Runner: run})
+		if err != nil {
+			return nil, err
+		}
+		v := &peerVariant{name: name, stop: func() { _ = tg.stop(context.WithoutCancel(ctx)) }}
+		body := []byte(probeBody("", ""))
+		v.batch = func(n int) error {
+			for i := 0; i < n; i++ {
+				c0, s0, t0 := rusageCPU(syscall.RUSAGE_CHILDREN), rusageCPU(syscall.RUSAGE_SELF), time.Now()
+				resp, err := tg.post(ctx, body)
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				wall := time.Since(t0)
+				if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Execution-Status") != "ok" {
+					return fmt.Errorf("bench: %s: HTTP %d, execution status %q", name, resp.StatusCode, resp.Header.Get("X-Execution-Status"))
+				}
+				v.s.add(wall, rusageCPU(syscall.RUSAGE_CHILDREN)-c0, rusageCPU(syscall.RUSAGE_SELF)-s0)
+			}
+			return nil
+		}
+		return v, nil
+	}
 	variants = append(variants, peer,
 		inProcess("execgate level jail cold (Runner.Run)", cold),
 		inProcess(fmt.Sprintf("execgate level jail warm, pool %d (Runner.Run back to back)", r.Options.WarmPool), warm))
+	for _, h := range []struct {
+		name string
+		run  *sandbox.Runner
+	}{{"execgate level jail cold, HTTP c=1 (POST /v1/execute)", cold}, {fmt.Sprintf("execgate level jail warm, pool %d, HTTP c=1", r.Options.WarmPool), warm}} {
+		v, err := overHTTP(h.name, h.run)
+		if err != nil {
+			return err
+		}
+		defer v.stop()
+		variants = append(variants, v)
+	}
 	for _, ph := range phases {
 		v := &peerVariant{name: ph.name, process: true}
 		v.batch = func(n int) error {
@@ -256,7 +298,7 @@ func (r *Report) snekbox(ctx context.Context) error {
 		}
 		variants = append(variants, v)
 	}
-	for _, v := range variants[3:] { // warm-up of the process rows
+	for _, v := range variants[3:] { // warm-up of the HTTP and process rows
 		if err := v.batch(1); err != nil {
 			return err
 		}
@@ -418,5 +460,5 @@ func (p *PeerReport) markdown(w io.Writer, runs int) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f× | %.2f× |\n", row.Name, ms(row.Wall.Median), ms(row.Wall.P95), ms(row.CPU.Median), ms(row.CPU.P95), driver,
 			float64(row.Wall.Median)/float64(base.Wall.Median), float64(row.CPU.Median)/float64(base.CPU.Median))
 	}
-	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included); a phase row's is its process tree's. Driver CPU: the driving process's own. Before each batch the warm pool is full again.\n\n", p.Commit, p.Config, p.Argv)
+	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included); a phase row's is its process tree's. Driver CPU: the driving process's own (on the HTTP rows the gateway's and its client's, in one process). Before each batch the warm pool is full again.\n\n", p.Commit, p.Config, p.Argv)
 }
