@@ -40,25 +40,12 @@ func TestHashCoversNamesAndContents(t *testing.T) {
 // fixed snippets below run this way; user code only ever runs in the jail.
 func runHarness(t *testing.T, req string) map[string]any {
 	t.Helper()
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("%s missing: %v", py, err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, r := harnessCommand(t)
 	defer r.Close()
-	cmd := exec.Command(py, "-I", "-S", "-B", "-u", "harness.py")
 	cmd.Stdin = strings.NewReader(req)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	startHarness(t, cmd)
 	var out bytes.Buffer
 	if _, err := out.ReadFrom(r); err != nil {
 		t.Fatal(err)
@@ -71,6 +58,37 @@ func runHarness(t *testing.T, req string) map[string]any {
 		t.Fatalf("envelope %q: %v\n%s", out.String(), err, stderr.String())
 	}
 	return env
+}
+
+// harnessCommand is the harness on the host interpreter (the same binary
+// the rootfs copies) with extra interpreter flags, its result channel (fd
+// 3) the write end of a pipe whose read end is returned; startHarness
+// starts it.
+func harnessCommand(t *testing.T, pyFlags ...string) (*exec.Cmd, *os.File) {
+	t.Helper()
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("%s missing: %v", py, err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"-I", "-S", "-B", "-u"}, pyFlags...), "harness.py")
+	cmd := exec.Command(py, args...)
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	return cmd, r
+}
+
+// startHarness starts cmd (harnessCommand) and closes the parent's copy of
+// the result channel's write end.
+func startHarness(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.ExtraFiles[0].Close()
 }
 
 func request(source string, extra map[string]any) string {
@@ -181,16 +199,8 @@ func TestHarnessFilesSpeakTheLayoutsProtocolVersion(t *testing.T) {
 // (resource, and opcode to step a coroutine without an event loop).
 // Without the warm-up these imports come only after the request.
 func TestHarnessWarmsUpBeforeItsRequest(t *testing.T) {
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("%s missing: %v", py, err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, r := harnessCommand(t, "-X", "importtime")
 	defer r.Close()
-	cmd := exec.Command(py, "-I", "-S", "-B", "-u", "-X", "importtime", "harness.py")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -199,12 +209,7 @@ func TestHarnessWarmsUpBeforeItsRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	startHarness(t, cmd)
 	defer cmd.Process.Kill() //nolint:errcheck // a failed test's harness
 	// Read -X importtime's lines until both imports show, the request not
 	// yet sent; a harness that imports them only after it would block here
