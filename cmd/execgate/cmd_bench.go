@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,6 +13,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
+	var snekbox string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure start-up, gateway latency/throughput, overhead and memory (DESIGN §11)",
@@ -31,6 +33,7 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 				return err
 			}
 			o.Config = cfg
+			o.Snekbox = strings.Fields(snekbox)
 			o.ConfigFile = flags.configFile
 			o.Progress = os.Stderr
 			rep, err := bench.Run(cmd.Context(), o)
@@ -52,9 +55,10 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 	f.IntVar(&o.WarmPool, "warm-pool", 4, "warm jails per profile for the warm rows")
 	f.IntVar(&o.BridgeCalls, "bridge-calls", 500, "measured tool calls per bridge row")
 	f.BoolVar(&asJSON, "json", false, "print every row as JSON (name, isolation, concurrency, p50, p99, req/s, CPU per run, errors) instead of Markdown")
-	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge, files (default all)")
+	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge, files (default all), and snekbox (only when named: level jail beside snekbox, needs --snekbox)")
 	f.StringSliceVar(&o.Modes, "modes", nil, "gateway rows' modes, subset of: cold, warm, process (default all)")
 	f.StringSliceVar(&o.Languages, "languages", nil, "start-up rows' languages, subset of: python, javascript (default all; the gateway rows are Python's)")
 	f.StringSliceVar(&o.Runtimes, "runtimes", nil, "the Python runtimes measured, each in turn in the same run (default: sandbox.runtimes)")
+	f.StringVar(&snekbox, "snekbox", "", "section snekbox: the snekbox driver's command, split at spaces (scripts/bench-snekbox.sh passes it)")
 	return cmd
 }

@@ -583,7 +583,43 @@ def _set_stdin(text):
     sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
 
 
-def main():
+# A trivial tool of the shape most have (a coroutine entrypoint returning a
+# dict), for _prewarm.
+_PREWARM_SOURCE = "async def run(args, context):\n    return {'ok': True}\n"
+
+
+def _prewarm():
+    """Do, before the request is read, the one-time work every run does
+    after it: load resource (_set_cpu_limit) and opcode (_never_suspends),
+    and compile, call and step a coroutine and encode its result along the
+    harness's own paths (CPython's compiler and interpreter set themselves
+    up on first use). A warm jail does this while it waits for its run, off
+    the run's path: from the hand-off to nsjail's exit, a trivial run took
+    4.7 ms p50 instead of 9.0 (raw nsjail, alternated, load 5.5); a cold
+    jail does the same work either way (its CPU is unchanged). Nothing of
+    it is left for the tool but the two modules in sys.modules. Never an
+    event loop: a coroutine that would suspend is closed unstepped."""
+    try:
+        import resource  # noqa: F401
+
+        ns = {}
+        exec(compile(_PREWARM_SOURCE, "<execgate-prewarm>", "exec", dont_inherit=True), ns)
+        coro = ns["run"](None, None)
+        try:
+            if _never_suspends(coro):
+                coro.send(None)
+        except StopIteration as done:
+            _dumps(done.value)
+        finally:
+            coro.close()
+    except Exception:  # noqa: BLE001 - a warm-up never decides a run
+        pass
+
+
+def main(prewarm=False):
+    """Run one request from stdin. prewarm: the jail's entry (harness.py)
+    warms up before reading it (_prewarm); the zygote's children, forked
+    from an interpreter that imported what runs need, do not."""
     global _sink
     try:
         os.set_inheritable(RESULT_FD, False)
@@ -596,6 +632,8 @@ def main():
         pass
     os.register_at_fork(after_in_child=_close_result_fd_in_child)
     _make_undumpable()
+    if prewarm:
+        _prewarm()
     raw = sys.stdin.buffer.read()
     try:
         req = _loads(raw)

@@ -13,4 +13,4 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import execgate_harness  # noqa: E402
 
-execgate_harness.main()
+execgate_harness.main(prewarm=True)

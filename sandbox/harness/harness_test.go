@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/execgate/execgate/jaillayout"
 )
@@ -37,25 +40,12 @@ func TestHashCoversNamesAndContents(t *testing.T) {
 // fixed snippets below run this way; user code only ever runs in the jail.
 func runHarness(t *testing.T, req string) map[string]any {
 	t.Helper()
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("%s missing: %v", py, err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, r := harnessCommand(t)
 	defer r.Close()
-	cmd := exec.Command(py, "-I", "-S", "-B", "-u", "harness.py")
 	cmd.Stdin = strings.NewReader(req)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	startHarness(t, cmd)
 	var out bytes.Buffer
 	if _, err := out.ReadFrom(r); err != nil {
 		t.Fatal(err)
@@ -68,6 +58,37 @@ func runHarness(t *testing.T, req string) map[string]any {
 		t.Fatalf("envelope %q: %v\n%s", out.String(), err, stderr.String())
 	}
 	return env
+}
+
+// harnessCommand is the harness on the host interpreter (the same binary
+// the rootfs copies) with extra interpreter flags, its result channel (fd
+// 3) the write end of a pipe whose read end is returned; startHarness
+// starts it.
+func harnessCommand(t *testing.T, pyFlags ...string) (*exec.Cmd, *os.File) {
+	t.Helper()
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("%s missing: %v", py, err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"-I", "-S", "-B", "-u"}, pyFlags...), "harness.py")
+	cmd := exec.Command(py, args...)
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	return cmd, r
+}
+
+// startHarness starts cmd (harnessCommand) and closes the parent's copy of
+// the result channel's write end.
+func startHarness(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.ExtraFiles[0].Close()
 }
 
 func request(source string, extra map[string]any) string {
@@ -169,5 +190,76 @@ func TestHarnessFilesSpeakTheLayoutsProtocolVersion(t *testing.T) {
 		if got, _ := strconv.Atoi(string(m[0][1])); got != jaillayout.ProtocolVersion {
 			t.Errorf("%s: PROTOCOL_VERSION = %d, jaillayout.ProtocolVersion = %d", name, got, jaillayout.ProtocolVersion)
 		}
+	}
+}
+
+// The jail's entry warms up before it reads its request (a warm jail does
+// it while it waits, off its run's path): by the time the harness blocks
+// on stdin it has imported what every run loads after the hand-off
+// (resource, and opcode to step a coroutine without an event loop).
+// Without the warm-up these imports come only after the request.
+func TestHarnessWarmsUpBeforeItsRequest(t *testing.T) {
+	cmd, r := harnessCommand(t, "-X", "importtime")
+	defer r.Close()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startHarness(t, cmd)
+	defer cmd.Process.Kill() //nolint:errcheck // a failed test's harness
+	// Read -X importtime's lines until both imports show, the request not
+	// yet sent; a harness that imports them only after it would block here
+	// until the deadline.
+	seen := map[string]bool{}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(20 * time.Second)
+	for !seen["resource"] || !seen["opcode"] {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the harness exited before its request; imports seen %v", seen)
+			}
+			if _, name, ok := strings.Cut(l, "| "); ok {
+				if i := strings.LastIndex(name, "| "); i >= 0 {
+					name = name[i+2:]
+				}
+				seen[strings.TrimSpace(name)] = true
+			}
+		case <-deadline:
+			t.Fatalf("no warm-up before the request: imports seen %v", seen)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	if _, err := io.WriteString(stdin, request("async def run(args, context):\n    return {'n': 1}\n", nil)); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	var out bytes.Buffer
+	if _, err := out.ReadFrom(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env["status"] != "ok" {
+		t.Fatalf("envelope %s: %v", out.Bytes(), err)
+	}
+	if res, _ := env["result"].(map[string]any); res["n"] != float64(1) {
+		t.Fatalf("result %v: the warm-up's own result leaked into the run's", env["result"])
 	}
 }

@@ -64,6 +64,9 @@ type Options struct {
 	// run (startup and gateway rows per runtime); default the config's
 	// sandbox.runtimes.
 	Runtimes []string
+	// Snekbox is the snekbox driver's command (scripts/snekbox-driver.py
+	// in the venv scripts/bench-snekbox.sh prepares), for section snekbox.
+	Snekbox  []string
 	Progress io.Writer // progress lines; nil: discarded
 }
 
@@ -83,7 +86,9 @@ type Report struct {
 	Files   []FilesRow
 	Readers *ReadersReport
 	Bridge  *bridgebench.Result
-	Notes   []string
+	// Peer is the snekbox section.
+	Peer  *PeerReport
+	Notes []string
 }
 
 // GatewayRow is one load level against the real gateway.
@@ -112,43 +117,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Config == nil {
 		return nil, errors.New("bench: a config is required")
 	}
-	if opts.Runs <= 0 {
-		opts.Runs = 20
-	}
-	if opts.Requests <= 0 {
-		opts.Requests = 200
-	}
-	if len(opts.Concurrency) == 0 {
-		opts.Concurrency = []int{1, 2, 8, 32}
-	}
-	if opts.WarmPool <= 0 {
-		opts.WarmPool = 4
-	}
-	if opts.BridgeCalls <= 0 {
-		opts.BridgeCalls = 500
-	}
-	var err error
-	if opts.Sections, err = subset("section", opts.Sections, AllSections); err != nil {
+	opts, err := opts.normalized()
+	if err != nil {
 		return nil, err
-	}
-	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
-		return nil, err
-	}
-	if opts.Languages, err = subset("language", opts.Languages, AllLanguages); err != nil {
-		return nil, err
-	}
-	if opts.Binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		opts.Binary = exe
-	}
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-	if len(opts.Runtimes) == 0 {
-		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
 	}
 	rep := &Report{Started: time.Now().UTC(), Host: hostLine(), Options: opts}
 	for _, rt := range opts.Runtimes {
@@ -195,7 +166,62 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 	}
+	if has(SectionSnekbox) {
+		if err := rep.snekbox(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
+}
+
+// normalized is opts with its defaults applied and its names checked.
+func (opts Options) normalized() (Options, error) {
+	var err error
+	if opts.Runs <= 0 {
+		opts.Runs = 20
+	}
+	if opts.Requests <= 0 {
+		opts.Requests = 200
+	}
+	if len(opts.Concurrency) == 0 {
+		opts.Concurrency = []int{1, 2, 8, 32}
+	}
+	if opts.WarmPool <= 0 {
+		opts.WarmPool = 4
+	}
+	if opts.BridgeCalls <= 0 {
+		opts.BridgeCalls = 500
+	}
+	// Section snekbox needs its driver: it runs when named, never by default.
+	if len(opts.Sections) == 0 {
+		opts.Sections = AllSections
+	}
+	if opts.Sections, err = subset("section", opts.Sections, append(slices.Clone(AllSections), SectionSnekbox)); err != nil {
+		return Options{}, err
+	}
+	if slices.Contains(opts.Sections, SectionSnekbox) && len(opts.Snekbox) == 0 {
+		return Options{}, errors.New("bench: section snekbox needs the snekbox driver's command (--snekbox; scripts/bench-snekbox.sh sets it up)")
+	}
+	if opts.Modes, err = subset("mode", opts.Modes, AllModes); err != nil {
+		return Options{}, err
+	}
+	if opts.Languages, err = subset("language", opts.Languages, AllLanguages); err != nil {
+		return Options{}, err
+	}
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Options{}, err
+		}
+		opts.Binary = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if len(opts.Runtimes) == 0 {
+		opts.Runtimes = opts.Config.Sandbox.WithDefaultRuntimes()
+	}
+	return opts, nil
 }
 
 // newRunner is a runner of runtime rt of the configured sandbox with warm

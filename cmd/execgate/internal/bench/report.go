@@ -115,6 +115,9 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.Peer != nil {
+		r.Peer.markdown(w, r.Options.Runs)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
@@ -189,6 +192,9 @@ func (o Options) Command() string {
 	}
 	if len(o.Runtimes) > 0 {
 		b.WriteString(" --runtimes " + strings.Join(o.Runtimes, ","))
+	}
+	if len(o.Snekbox) > 0 {
+		b.WriteString(" --snekbox '" + strings.Join(o.Snekbox, " ") + "'")
 	}
 	return b.String()
 }

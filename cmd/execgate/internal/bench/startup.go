@@ -60,38 +60,13 @@ func sampleProcess(ctx context.Context, name string, p procSpec, n int) (*Sample
 		return nil, err
 	}
 	defer devnull.Close()
-	once := func() (time.Duration, time.Duration, error) {
-		cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
-		cmd.Stdin = bytes.NewReader(p.stdin)
-		cmd.Env = p.env
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		for i := 0; i < p.extraFiles; i++ {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, devnull)
-		}
-		t0 := time.Now()
-		err := cmd.Run()
-		wall := time.Since(t0)
-		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w\n%s%s", name, err, out.Bytes(), errb.Bytes())
-		}
-		if p.wantOK != nil {
-			if err := p.wantOK(out.Bytes()); err != nil {
-				return 0, 0, fmt.Errorf("%s: %w", name, err)
-			}
-		}
-		ps := cmd.ProcessState
-		return wall, ps.UserTime() + ps.SystemTime(), nil
-	}
-	if _, _, err := once(); err != nil {
+	if _, _, err := runProcess(ctx, name, p, devnull); err != nil {
 		return nil, err
 	}
 	walls := make([]time.Duration, 0, n)
 	cpus := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
-		w, c, err := once()
+		w, c, err := runProcess(ctx, name, p, devnull)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +74,34 @@ func sampleProcess(ctx context.Context, name string, p procSpec, n int) (*Sample
 		cpus = append(cpus, c)
 	}
 	return &Sample{Name: name, Command: shellQuote(p.argv), Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
+}
+
+// runProcess runs p once, its extra fds on devnull, and returns its wall
+// time and the CPU time (user+sys, from its rusage) of its process tree.
+func runProcess(ctx context.Context, name string, p procSpec, devnull *os.File) (wall, cpu time.Duration, err error) {
+	cmd := exec.CommandContext(ctx, p.argv[0], p.argv[1:]...)
+	cmd.Stdin = bytes.NewReader(p.stdin)
+	cmd.Env = p.env
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	for i := 0; i < p.extraFiles; i++ {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, devnull)
+	}
+	t0 := time.Now()
+	err = cmd.Run()
+	wall = time.Since(t0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w\n%s%s", name, err, out.Bytes(), errb.Bytes())
+	}
+	if p.wantOK != nil {
+		if err := p.wantOK(out.Bytes()); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	ps := cmd.ProcessState
+	return wall, ps.UserTime() + ps.SystemTime(), nil
 }
 
 // shellQuote renders argv for a human to copy.
