@@ -839,6 +839,16 @@ async function runTool(req, sink, secrets) {
 }
 
 async function main() {
+  // Deno loads parts of its runtime on first use: web streams (the tool's
+  // Deno.stdout.writable and Deno.stdin.readable, made once the request is
+  // in, cost 3-30 ms of CPU the first time on a loaded 2-core host), the
+  // module loader (the tool's import) and its TypeScript transpiler. Each
+  // is used once here, before the request, so a started Deno (a warm jail,
+  // a run's process at level process) has paid for it before the hand-off.
+  new WritableStream();
+  new ReadableStream();
+  await import("data:text/javascript,export default 1");
+  await import("data:application/typescript,export default 1 as number");
   let req;
   try {
     req = await readRequest();
