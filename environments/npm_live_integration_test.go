@@ -3,7 +3,6 @@ package environments_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,13 +17,10 @@ const leftPadIntegrity = "sha512-XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQGinBN9y
 
 // The real npm registry, end to end: left-pad@1.3.0 resolves to the
 // integrity npm publishes, installs, and a JavaScript tool imports it in a
-// jail. It needs the public registry, so it runs only when asked
-// (EXECGATE_NPM_LIVE=1); every other npm test serves its own registry on
-// loopback.
+// jail. It reaches the public registry, as the matplotlib tests reach
+// PyPI (app/images_e2e_test.go); every other npm test serves its own
+// registry on loopback.
 func TestNPMRegistryLive(t *testing.T) {
-	if os.Getenv("EXECGATE_NPM_LIVE") != "1" {
-		t.Skip("reaches registry.npmjs.org: set EXECGATE_NPM_LIVE=1 to run it")
-	}
 	testenv.Deno(t)
 	cfg := sandbox.Config{RootfsDir: testenv.Rootfs(t), DepsDir: filepath.Join(testenv.JailDir(t), "deps")}
 	envs := environments.NewNPM(cfg, nil)
