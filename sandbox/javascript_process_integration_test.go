@@ -167,18 +167,20 @@ func TestJavaScriptProcessLimitsAreTheKernels(t *testing.T) {
 	for _, tc := range []struct {
 		name, src string
 		limits    sandbox.Limits
-		want      string
+		want, msg string
 	}{
-		{"cpu spin", "export function run() { for (;;) {} }", sandbox.Limits{CPUMS: 500, TimeoutMS: long}, sandbox.ErrCPULimit},
-		{"heap bomb", "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", sandbox.Limits{MemoryMB: 96, CPUMS: long, TimeoutMS: long}, sandbox.ErrMemoryLimit},
-		{"off-heap bomb", "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", sandbox.Limits{MemoryMB: 96, CPUMS: long, TimeoutMS: long}, sandbox.ErrMemoryLimit},
-		{"wall timeout", "export async function run() { await new Promise((ok) => setTimeout(ok, 60000)) }", sandbox.Limits{TimeoutMS: 500}, sandbox.ErrTimeout},
-		{"busy past the wall", "export function run() { for (;;) {} }", sandbox.Limits{TimeoutMS: 1000, CPUMS: long}, sandbox.ErrTimeout},
-		{"output cap", "export function run() { return 'x'.repeat(5000) }", sandbox.Limits{OutputBytes: 1000}, sandbox.ErrOutputLimit},
+		{"cpu spin", "export function run() { for (;;) {} }", sandbox.Limits{CPUMS: 500, TimeoutMS: long}, sandbox.ErrCPULimit, ""},
+		// V8's heap limit (--max-old-space-size, as at level jail) stops it.
+		{"heap bomb", "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", sandbox.Limits{MemoryMB: 128, CPUMS: long, TimeoutMS: long}, sandbox.ErrMemoryLimit, "JavaScript heap"},
+		// The run's memory cgroup stops it.
+		{"off-heap bomb", "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", sandbox.Limits{MemoryMB: 96, CPUMS: long, TimeoutMS: long}, sandbox.ErrMemoryLimit, ""},
+		{"wall timeout", "export async function run() { await new Promise((ok) => setTimeout(ok, 60000)) }", sandbox.Limits{TimeoutMS: 500}, sandbox.ErrTimeout, ""},
+		{"busy past the wall", "export function run() { for (;;) {} }", sandbox.Limits{TimeoutMS: 1000, CPUMS: long}, sandbox.ErrTimeout, ""},
+		{"output cap", "export function run() { return 'x'.repeat(5000) }", sandbox.Limits{OutputBytes: 1000}, sandbox.ErrOutputLimit, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := func(s *sandbox.Spec) { s.Limits = tc.limits.Or(limits.Default) }
-			wantErr(t, runJSProc(t, r, sandbox.LanguageJavaScript, tc.src, lim), tc.want, "")
+			wantErr(t, runJSProc(t, r, sandbox.LanguageJavaScript, tc.src, lim), tc.want, tc.msg)
 			wantOK(t, runJSProc(t, r, sandbox.LanguageJavaScript, "export function run() { return 'next' }", lim), `"next"`)
 		})
 	}
