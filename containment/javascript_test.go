@@ -21,18 +21,32 @@ import (
 // The CONTAINMENT.md items for JavaScript tools (Deno in the same jail, every
 // Deno permission denied): timeout, memory, output, filesystem, environment,
 // network and the gateway's secret. Item 28's import and API attempts one by
-// one are in sandbox/javascript_integration_test.go.
+// one are in sandbox/javascript_integration_test.go. The limits and the
+// walls run at both isolation levels (jsLevels): at level process each run
+// is a fresh Deno execve'd by a process forked from the zygote (item 38;
+// its per-run guarantees, fresh state, no survivor, crash, are in
+// sandbox/javascript_process_integration_test.go). Network proxy and
+// packages are level jail's only.
 
-func runJS(t *testing.T, r *sandbox.Runner, src string, args any, lim sandbox.Limits) sandbox.Result {
+// jsLevels are the isolation levels the JavaScript containment runs at.
+var jsLevels = []string{sandbox.IsolationJail, sandbox.IsolationProcess}
+
+// runJS runs src at isolation level (jail or process), and fails the test
+// when it ran at another one (a full zygote budget runs a process run at
+// level jail).
+func runJS(t *testing.T, r *sandbox.Runner, level, src string, args any, lim sandbox.Limits) sandbox.Result {
 	t.Helper()
 	a, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js", TenantID: "containment",
-		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: lim.Or(defaultLimits())})
+		Language: sandbox.LanguageJavaScript, Source: src, Args: a, Limits: lim.Or(defaultLimits()), Isolation: level})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, unavailableDetail(err))
+	}
+	if res.Usage.Isolation != level {
+		t.Fatalf("the run ran at level %q, not %s: %s", res.Usage.Isolation, level, describe(res))
 	}
 	return res
 }
@@ -53,13 +67,13 @@ export async function run(args, context) {
 }
 `
 
-func jsTries(t *testing.T, r *sandbox.Runner, tries map[string]string, args any) map[string]string {
+func jsTries(t *testing.T, r *sandbox.Runner, level string, tries map[string]string, args any) map[string]string {
 	t.Helper()
 	var b strings.Builder
 	for name, body := range tries {
 		fmt.Fprintf(&b, "    %q: async () => { %s },\n", name, body)
 	}
-	res := runJS(t, r, fmt.Sprintf(jsAttempts, b.String()), args, sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
+	res := runJS(t, r, level, fmt.Sprintf(jsAttempts, b.String()), args, sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 	if res.Status != sandbox.StatusOK {
 		t.Fatalf("the attempts tool failed: %s", describe(res))
 	}
@@ -73,26 +87,48 @@ func jsTries(t *testing.T, r *sandbox.Runner, tries map[string]string, args any)
 func TestJavaScriptTimeoutMemoryAndOutput(t *testing.T) {
 	testenv.Deno(t)
 	t.Parallel()
-	r, cfg := newRunner(t, "js-limits")
-	t.Run("1. a busy loop past the wall limit is Timeout and leaves no process", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { for (;;) {} }", nil, sandbox.Limits{TimeoutMS: 1500, CPUMS: 30000})
-		wantError(t, res, sandbox.ErrTimeout)
+	for _, level := range jsLevels {
+		t.Run("level "+level, func(t *testing.T) {
+			t.Parallel()
+			r, cfg := newRunner(t, "js-limits-"+level)
+			jsTimeoutMemoryAndOutput(t, r, cfg, level)
+		})
+	}
+}
+
+func jsTimeoutMemoryAndOutput(t *testing.T, r *sandbox.Runner, cfg sandbox.Config, level string) {
+	// Level process keeps its zygote and its spare Denos in run cgroups:
+	// no process may be left once the runner is closed.
+	noneLeft := func(t *testing.T) {
+		t.Helper()
+		if level == sandbox.IsolationProcess {
+			if err := r.Close(); err != nil {
+				t.Errorf("closing the runner: %v", err)
+			}
+		}
 		assertNoProcessesLeft(t, r, cfg)
+	}
+	t.Run("1. a busy loop past the wall limit is Timeout and leaves no process", func(t *testing.T) {
+		res := runJS(t, r, level, "export function run() { for (;;) {} }", nil, sandbox.Limits{TimeoutMS: 1500, CPUMS: 30000})
+		wantError(t, res, sandbox.ErrTimeout)
+		if level == sandbox.IsolationJail {
+			assertNoProcessesLeft(t, r, cfg)
+		}
 	})
 	t.Run("2. CPU burn past the CPU limit is CPULimit", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { for (;;) {} }", nil, sandbox.Limits{TimeoutMS: 20000, CPUMS: 700})
+		res := runJS(t, r, level, "export function run() { for (;;) {} }", nil, sandbox.Limits{TimeoutMS: 20000, CPUMS: 700})
 		wantError(t, res, sandbox.ErrCPULimit)
 	})
 	t.Run("3. a heap bomb is MemoryLimit, not a V8 crash", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
+		res := runJS(t, r, level, "export function run() { const a = []; for (;;) a.push(new Array(1e5).fill(1.5)) }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 		wantError(t, res, sandbox.ErrMemoryLimit)
 	})
 	t.Run("3. an off-heap bomb is MemoryLimit", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
+		res := runJS(t, r, level, "export function run() { const a = []; for (;;) { const b = new Uint8Array(8 << 20); b.fill(7); a.push(b) } }", nil, sandbox.Limits{MemoryMB: 96, TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)})
 		wantError(t, res, sandbox.ErrMemoryLimit)
 	})
 	t.Run("7. an output flood is truncated at the cap", func(t *testing.T) {
-		res := runJS(t, r, "export function run() { const s = 'y'.repeat(65536); for (let i = 0; i < 200; i++) { console.log(s); console.error(s) } return 1 }", nil, sandbox.Limits{OutputBytes: 100000})
+		res := runJS(t, r, level, "export function run() { const s = 'y'.repeat(65536); for (let i = 0; i < 200; i++) { console.log(s); console.error(s) } return 1 }", nil, sandbox.Limits{OutputBytes: 100000})
 		// The cap counts the streams as the envelope encodes them (a
 		// newline is two bytes, quotes excluded), as for Python.
 		capped := func(s string) bool { n := jsonsize.StringLen(s) - 2; return n <= 100000 && n > 99000 }
@@ -100,13 +136,22 @@ func TestJavaScriptTimeoutMemoryAndOutput(t *testing.T) {
 			t.Fatalf("truncated %+v, %d/%d bytes: %s", res.Truncated, len(res.Stdout), len(res.Stderr), describe(res))
 		}
 	})
-	assertNoProcessesLeft(t, r, cfg)
+	noneLeft(t)
 }
 
 func TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied(t *testing.T) {
 	testenv.Deno(t)
 	t.Parallel()
-	r, _ := newRunner(t, "js-walls")
+	for _, level := range jsLevels {
+		t.Run("level "+level, func(t *testing.T) {
+			t.Parallel()
+			r, _ := newRunner(t, "js-walls-"+level)
+			jsWalls(t, r, level)
+		})
+	}
+}
+
+func jsWalls(t *testing.T, r *sandbox.Runner, level string) {
 	// 24. A listener on the host's loopback: the tool must not reach it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,7 +159,7 @@ func TestJavaScriptFilesystemEnvironmentAndNetworkAreDenied(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	got := jsTries(t, r, map[string]string{
+	got := jsTries(t, r, level, map[string]string{
 		"12 write /":              `Deno.writeTextFileSync("/x", "x")`,
 		"12 write /tmp":           `Deno.writeTextFileSync("/tmp/x", "x")`,
 		"16 read /etc/passwd":     `return Deno.readTextFileSync("/etc/passwd")`,

@@ -7,7 +7,9 @@
 #   process  a fresh process per run, forked from a warm jail of the tenant
 #            (a zygote, built by the same profile: seccomp, filesystem and
 #            network containment unchanged) with a private empty /tmp, its
-#            own cgroup limits and nothing left when its envelope is made.
+#            own cgroup limits and nothing left when its envelope is made;
+#            for JavaScript and TypeScript that process is a fresh Deno,
+#            started ahead of the run.
 #            Runs of the same tenant then share the zygote's pid, network
 #            and IPC namespaces and host uid: a tenant whose runs must not
 #            see each other at that level keeps jail.
@@ -77,12 +79,6 @@ request_violations contains "isolation process is not offered with network_acces
 request_violations contains "isolation process is not offered in test mode: capability testing runs at level jail" if {
 	requested == "process"
 	input.request.mode == "test"
-}
-
-# The zygote is a Python interpreter.
-request_violations contains sprintf("isolation process is not offered for language %q: only python runs in a zygote", [input.request.language]) if {
-	requested == "process"
-	input.request.language != "python"
 }
 
 # A zygote binds no package environment.

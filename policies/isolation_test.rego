@@ -67,10 +67,19 @@ test_process_is_not_offered_in_test_mode if {
 	d.reasons == ["isolation process is not offered in test mode: capability testing runs at level jail"]
 }
 
-test_process_is_not_offered_for_javascript if {
-	d := main.decision with input as with_request({"isolation": "process", "language": "javascript"})
+test_process_is_offered_for_javascript_and_typescript if {
+	every language in ["javascript", "typescript"] {
+		d := main.decision with input as with_request({"isolation": "process", "language": language})
+		d.allow
+		d.reasons == []
+		d.isolation == "process"
+	}
+}
+
+test_javascript_with_packages_is_not_offered_process if {
+	d := main.decision with input as with_request({"isolation": "process", "language": "javascript", "requirements": ["left-pad@1.3.0"]})
 	not d.allow
-	d.reasons == [`isolation process is not offered for language "javascript": only python runs in a zygote`]
+	"isolation process is not offered with requirements: runs with packages run at level jail" in d.reasons
 }
 
 test_process_is_not_offered_with_requirements if {

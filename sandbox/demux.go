@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,11 +41,31 @@ type framedChannel struct {
 	bridge *stdioChannel
 	// broken says why the framing ended early ("" if it did not).
 	broken string
+	// envelopeIn, when not nil, is closed once the envelope frame is in
+	// (or stdout ended without one): level process ends a run with its
+	// envelope (zygote.Output) rather than at the Deno process's exit.
+	// whole, set before it is closed and never after, says the envelope
+	// was whole then (not cut at its cap, valid JSON, the framing intact).
+	envelopeIn chan struct{}
+	whole      bool
+	signalled  bool // envelopeIn is closed (demux's own)
+}
+
+// envelopeEnded closes envelopeIn once, recording whether the envelope is
+// whole.
+func (f *framedChannel) envelopeEnded() {
+	if f.envelopeIn == nil || f.signalled {
+		return
+	}
+	f.signalled = true
+	f.whole = f.broken == "" && !f.envelope.truncated && json.Valid(f.envelope.buf)
+	close(f.envelopeIn)
 }
 
 // demux reads r (the jail's stdout) to EOF, filling stdout and f.
 func (f *framedChannel) demux(r io.Reader, stdout *textCapture) {
 	defer stdout.measure(true)
+	defer f.envelopeEnded()
 	if f.bridge != nil {
 		defer f.bridge.eof()
 	}
@@ -99,6 +120,9 @@ func (f *framedChannel) demux(r io.Reader, stdout *textCapture) {
 				f.fail("the envelope frame ended early")
 			}
 			return
+		}
+		if dst != stdout {
+			f.envelopeEnded()
 		}
 	}
 }

@@ -110,9 +110,17 @@ type attemptResult struct {
 // skips the import check (WithoutImportCheck), so the import attempts reach
 // the jail and prove that its second wall, the import map and Deno's
 // flags, holds on its own (TestJavaScriptImportsAreRefusedBeforeTheJail is
-// the first wall).
+// the first wall). Every attempt runs at both isolation levels: at level
+// process the tool's Deno was execve'd by a process forked from the
+// zygote, with the same flags and import map.
 func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
 	r := newJSRunner(t, nil, sandbox.WithoutImportCheck())
+	for _, level := range []string{sandbox.IsolationJail, sandbox.IsolationProcess} {
+		t.Run("level "+level, func(t *testing.T) { jsContainmentAttempts(t, r, level) })
+	}
+}
+
+func jsContainmentAttempts(t *testing.T, r *sandbox.Runner, level string) {
 	for _, tc := range []struct {
 		name, body  string
 		wantDenied  string // the error's name seen by the tool
@@ -152,8 +160,11 @@ func TestJavaScriptContainmentDeniesEachAttempt(t *testing.T) {
 		{"a worker from a data: URL cannot be started", `return new Worker("data:text/javascript,postMessage(1)", {type: "module"})`, "TypeError", "Worker is not available to tools"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := runJS(t, r, sandbox.LanguageJavaScript, strings.Replace(attemptJS, "%s", tc.body, 1), nil)
+			res := runJS(t, r, sandbox.LanguageJavaScript, strings.Replace(attemptJS, "%s", tc.body, 1), func(s *sandbox.Spec) { s.Isolation = level })
 			wantOK(t, res, "")
+			if res.Usage.Isolation != level {
+				t.Fatalf("the run ran at level %q, not %s", res.Usage.Isolation, level)
+			}
 			var got attemptResult
 			if err := json.Unmarshal(res.Result, &got); err != nil {
 				t.Fatalf("result %s: %v", res.Result, err)

@@ -38,7 +38,7 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	case err != nil:
 		return Result{}, err
 	}
-	out := newProcOutput(p, prof.Limits)
+	out := newProcOutput(p, prof)
 	// The run's output goes to spec.Output as it comes (live output), as a
 	// jail's does.
 	watchCaptures(spec.Output, &out.stdout, &out.stderr)
@@ -48,6 +48,9 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 			return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 		}
 	}
+	// The run's CPU time is counted from the hand-off, as a warm jail's:
+	// its process's setup (and a Deno's start-up) came before the run.
+	cpuBase, _ := p.Cgroup().CPUUsage()
 	handoff := time.Now()
 	req, err := encodeRequest(spec, handoff.UnixMilli())
 	if err != nil {
@@ -55,12 +58,21 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 		return errorResult(ErrInvalidInput, err.Error(), ""), nil
 	}
 	go func() {
+		if out.framed != nil {
+			// Deno: stdin stays open for the bridge's answers.
+			_ = writeFrame(p.Stdin, req)
+			return
+		}
 		_, _ = p.Stdin.Write(req)
 		p.Stdin.Close()
 	}()
 	bridge := r.runBridge(spec)
 	bctx, bcancel := context.WithDeadline(ctx, handoff.Add(time.Duration(spec.Limits.TimeoutMS)*time.Millisecond))
-	bsrv := serveBridge(bctx, connChannel{p.Bridge}, bridge, r.log.With("execution_id", spec.ExecutionID))
+	var channel bridgeChannel = connChannel{p.Bridge}
+	if out.framed != nil {
+		channel = out.framed.bridge
+	}
+	bsrv := serveBridge(bctx, channel, bridge, r.log.With("execution_id", spec.ExecutionID))
 	exit := p.Wait(ctx, prof.Limits, handoff, out)
 	wall := time.Since(handoff)
 	bsrv.stop()
@@ -68,9 +80,9 @@ func (r *Runner) runProcess(ctx context.Context, spec Spec, prof profile) (Resul
 	o := outcome{ExitCode: exit.ExitCode, TimedOut: exit.TimedOut, Cancelled: exit.Cancelled, CancelErr: exit.CancelErr, CPUKilled: exit.CPUKilled}
 	stats := p.Cgroup().Stats()
 	if used, ok := p.Cgroup().CPUUsage(); ok {
-		o.CPUMS = used.Milliseconds()
+		o.CPUMS = (used - cpuBase).Milliseconds()
 	}
-	o.Envelope, o.EnvelopeTruncated = out.envelope.buf, out.envelope.truncated
+	o.Envelope, o.EnvelopeTruncated = out.envelopeBytes()
 	env, envErr := parseEnvelope(o.Envelope, o.EnvelopeTruncated)
 	collected := collectProcess(p, spec.Limits, env)
 	p.End(spec.ExecutionID, exit.Crashed)
@@ -119,19 +131,23 @@ func collectProcess(p *zygote.Run, l Limits, env *envelope) workspace.Collected 
 }
 
 // procOutput reads a level-process run's output: stdout and stderr capped
-// at the profile's OutputBytes as a jail's, and its envelope.
+// at the profile's OutputBytes as a jail's, and its envelope: from the
+// result pipe (Python), or demultiplexed from a Deno's stdout as at level
+// jail (framed: demux.go; the result pipe then carries nothing).
 type procOutput struct {
 	stdout, stderr textCapture
 	envelope       capture
 	envelopeEOF    chan struct{} // closed when the result pipe reached EOF
+	framed         *framedChannel
 	readEnd        []*os.File
 	readers        sync.WaitGroup
 }
 
 var _ zygote.Output = (*procOutput)(nil)
 
-// newProcOutput starts reading p's output pipes.
-func newProcOutput(p *zygote.Run, l Limits) *procOutput {
+// newProcOutput starts reading p's output pipes (a run of prof).
+func newProcOutput(p *zygote.Run, prof profile) *procOutput {
+	l := prof.Limits
 	out := &procOutput{
 		readEnd:     []*os.File{p.Stdout, p.Stderr, p.Result},
 		stdout:      textCapture{max: int(l.OutputBytes), observe: &outputHook{stream: StreamStdout}},
@@ -139,20 +155,54 @@ func newProcOutput(p *zygote.Run, l Limits) *procOutput {
 		envelope:    capture{max: int(l.OutputBytes) + envelopeOverhead},
 		envelopeEOF: make(chan struct{}),
 	}
+	if prof.Runtime == runtimeDeno {
+		out.framed = &framedChannel{
+			envelope:   capture{max: int(l.OutputBytes) + envelopeOverhead},
+			bridge:     newStdioChannel(p.Stdin),
+			envelopeIn: make(chan struct{}),
+		}
+	}
 	out.readers.Add(3)
-	go func() { defer out.readers.Done(); out.stdout.readFrom(p.Stdout) }()
+	go func() {
+		defer out.readers.Done()
+		if out.framed != nil {
+			out.framed.demux(p.Stdout, &out.stdout)
+			return
+		}
+		out.stdout.readFrom(p.Stdout)
+	}()
 	go func() { defer out.readers.Done(); out.stderr.readFrom(p.Stderr) }()
 	go func() { defer out.readers.Done(); out.envelope.readFrom(p.Result); close(out.envelopeEOF) }()
 	return out
 }
 
-func (o *procOutput) EnvelopeEOF() <-chan struct{} { return o.envelopeEOF }
+func (o *procOutput) EnvelopeEOF() <-chan struct{} {
+	if o.framed != nil {
+		return o.framed.envelopeIn
+	}
+	return o.envelopeEOF
+}
 
 func (o *procOutput) EnvelopeWhole() bool {
+	if o.framed != nil {
+		return o.framed.whole
+	}
 	return !o.envelope.truncated && json.Valid(o.envelope.buf)
 }
 
 func (o *procOutput) Collect(grace time.Duration) { collectReaders(&o.readers, o.readEnd, grace) }
+
+// envelopeBytes is the run's envelope, once Collect returned: a Deno's
+// framed one (none when its framing broke), else the result pipe's.
+func (o *procOutput) envelopeBytes() ([]byte, bool) {
+	if o.framed == nil {
+		return o.envelope.buf, o.envelope.truncated
+	}
+	if o.framed.broken != "" {
+		return nil, false
+	}
+	return o.framed.envelope.buf, o.framed.envelope.truncated
+}
 
 // startZygote starts the jail of a zygote for runs of prof: prof's jail,
 // its config changed by zygoteConfig, its stdin closed.

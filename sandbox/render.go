@@ -254,17 +254,30 @@ func renderConfig(in renderInput) (string, error) {
 		return "", fmt.Errorf("cgroup version %d: not 1 or 2", in.CgroupVersion)
 	}
 	w("seccomp_string: %s", q(in.Seccomp))
-	b.WriteString("exec_bin {\n")
-	path, argv := jaillayout.PythonPath, harnessArgv
+	b.WriteString(execBlock(jailCommand(p)))
+	return b.String(), nil
+}
+
+// jailCommand is what a jail of profile p runs: the Python harness, or a
+// Deno runtime's command (denoCommand).
+func jailCommand(p profile) (string, []string) {
 	if p.Runtime.deno() {
-		path, argv = denoCommand(p)
+		return denoCommand(p)
 	}
+	return jaillayout.PythonPath, harnessArgv
+}
+
+// execBlock is the config's exec_bin block (its last) running path with
+// argv.
+func execBlock(path string, argv []string) string {
+	var b strings.Builder
+	b.WriteString("exec_bin {\n")
 	fmt.Fprintf(&b, "  path: %s\n", q(path))
 	for _, a := range argv {
 		fmt.Fprintf(&b, "  arg: %s\n", q(a))
 	}
 	b.WriteString("}\n")
-	return b.String(), nil
+	return b.String()
 }
 
 // secretsTmpfsOptions mount the tmpfs of a run's secrets (jail and

@@ -293,3 +293,46 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 		})
 	}
 }
+
+// A zygote's config is its profile's, with the differences of package
+// zygote's doc: for a Deno profile, the rootfs's python3 runs the zygote
+// and names level jail's Deno command (the same flags, heap limit and
+// harness) after --exec; the Deno profile's environment and RLIMIT_AS stay.
+func TestZygoteConfigOfEachRuntime(t *testing.T) {
+	for _, rt := range []jailRuntime{runtimePython, runtimeDeno} {
+		p := profile{Runtime: rt, Network: NetworkNone, Limits: limits.Default}
+		in := renderInput{Profile: p, RootfsDir: "/r", CgroupVersion: 1, CgroupRoot: "/c", CgroupParent: "p", Seccomp: seccomp.Policy()}
+		text, err := renderConfig(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, err := zygoteConfig(text, p)
+		if err != nil {
+			t.Fatalf("%s: %v", rt, err)
+		}
+		want := []string{"-I", "-S", "-B", "-u", harness.Dir + "/" + harness.ZygoteEntry}
+		if rt == runtimeDeno {
+			path, args := denoCommand(p)
+			want = append(append(want, "--exec", path), args...)
+		}
+		if !strings.HasSuffix(z, execBlock(jaillayout.PythonPath, want)) || strings.Count(z, "exec_bin {") != 1 {
+			t.Fatalf("%s: the zygote's exec_bin is not python3 on the zygote %v:\n%s", rt, want, z)
+		}
+		for _, l := range []string{"time_limit: 0", "rlimit_cpu_type: INF", "seccomp_string: " + q(seccomp.ZygotePolicy())} {
+			if !strings.Contains(z, "\n"+l+"\n") {
+				t.Errorf("%s: no line %q", rt, clip(l, 40))
+			}
+		}
+		if deno := strings.Contains(z, fmt.Sprintf("rlimit_as: %d\n", denoRlimitASMB)) && strings.Contains(z, "DENO_DIR="); deno != (rt == runtimeDeno) {
+			t.Errorf("%s: the Deno profile's RLIMIT_AS and environment present: %v", rt, deno)
+		}
+		// A rendering whose exec_bin is not the profile's is refused.
+		other := profile{Runtime: runtimeDeno, Network: NetworkNone, Limits: limits.Default}
+		if rt == runtimeDeno {
+			other.Runtime = runtimePython
+		}
+		if _, err := zygoteConfig(text, other); err == nil || !strings.Contains(err.Error(), "exec lines") {
+			t.Errorf("%s: a config rendered for another runtime gave %v, want the exec mismatch", rt, err)
+		}
+	}
+}

@@ -294,9 +294,7 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 		}
 	}
 	switch spec.Isolation {
-	case "", IsolationJail:
-	case IsolationProcess:
-		return r.runProcess(ctx, spec, prof)
+	case "", IsolationJail, IsolationProcess:
 	default:
 		return errorResult(ErrInvalidInput, fmt.Sprintf("invalid run spec: isolation %q is not jail or process", spec.Isolation), ""), nil
 	}
@@ -304,6 +302,9 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 		if err := denoReady(r.cfg.RootfsDir); err != nil {
 			return Result{}, err
 		}
+	}
+	if spec.Isolation == IsolationProcess {
+		return r.runProcess(ctx, spec, prof)
 	}
 	if prof.Network == NetworkProxy && r.egress == nil {
 		return Result{}, &UnavailableError{
@@ -560,7 +561,7 @@ func (r *Runner) profileFile(p profile, warm bool) (string, error) {
 	}
 	text, err := renderConfig(r.renderInputLocked(p, warm))
 	if err == nil && p.Zygote {
-		text, err = zygoteConfig(text)
+		text, err = zygoteConfig(text, p)
 	}
 	if err != nil {
 		return "", fmt.Errorf("rendering the nsjail config: %w", err)

@@ -412,7 +412,21 @@ export function run(args, context) {
            writable, mutable, files: [...Deno.readDirSync(D)].map((e) => e.name) };
 }
 `
-	for _, lang := range []string{"javascript", "typescript"} {
+	for _, c := range []struct{ lang, iso string }{{"javascript", sandbox.IsolationJail}, {"typescript", sandbox.IsolationJail}, {"javascript", sandbox.IsolationProcess}, {"typescript", sandbox.IsolationProcess}} {
+		lang := c.lang + " at level " + c.iso
+		runJS := func(t *testing.T, r *sandbox.Runner, _, src string, mod func(*sandbox.Spec)) sandbox.Result {
+			t.Helper()
+			res := runJS(t, r, c.lang, src, func(s *sandbox.Spec) {
+				s.Isolation = c.iso
+				if mod != nil {
+					mod(s)
+				}
+			})
+			if res.Usage.Isolation != c.iso {
+				t.Fatalf("%s: ran at level %q", lang, res.Usage.Isolation)
+			}
+			return res
+		}
 		res := runJS(t, r, lang, src, func(s *sandbox.Spec) {
 			s.Secrets = []secrets.Value{secrets.NewValue("API_KEY", secretValue)}
 		})

@@ -57,7 +57,7 @@ Prints Markdown tables for BENCHMARKS.md. Needs root.`,
 	f.BoolVar(&asJSON, "json", false, "print every row as JSON (name, isolation, concurrency, p50, p99, req/s, CPU per run, errors) instead of Markdown")
 	f.StringSliceVar(&o.Sections, "sections", nil, "subset of: startup, gateway, overhead, memory, output, bridge, files (default all), and snekbox (only when named: level jail beside snekbox, needs --snekbox)")
 	f.StringSliceVar(&o.Modes, "modes", nil, "gateway rows' modes, subset of: cold, warm, process (default all)")
-	f.StringSliceVar(&o.Languages, "languages", nil, "start-up rows' languages, subset of: python, javascript (default all; the gateway rows are Python's)")
+	f.StringSliceVar(&o.Languages, "languages", nil, "start-up and gateway rows' languages, subset of: python, javascript (default all; JavaScript runs on the default runtime)")
 	f.StringSliceVar(&o.Runtimes, "runtimes", nil, "the Python runtimes measured, each in turn in the same run (default: sandbox.runtimes)")
 	f.StringVar(&snekbox, "snekbox", "", "section snekbox: the snekbox driver's command, split at spaces (scripts/bench-snekbox.sh passes it)")
 	return cmd

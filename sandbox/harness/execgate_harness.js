@@ -866,6 +866,15 @@ async function runTool(req, sink, secrets) {
 }
 
 async function main() {
+  // Deno loads parts of its runtime on first use: the module loader (the
+  // tool's import) and its TypeScript transpiler. Each is used once here,
+  // before the request, so a started Deno (a warm jail, a run's process at
+  // level process) has paid for it before the hand-off. Web streams are
+  // not: the harness makes Deno.stdin.readable and Deno.stdout.writable
+  // only when a tool uses them (1.5-3 ms of CPU the first time), which a
+  // trivial run never does.
+  await import("data:text/javascript,export default 1");
+  await import("data:application/typescript,export default 1 as number");
   let req;
   try {
     req = await readRequest();

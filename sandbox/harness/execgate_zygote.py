@@ -48,6 +48,25 @@ harness would, after this setup (all before any tool code):
     does. Steps 1-5 happen ahead of the run (the host keeps a few such
     processes ready): the hand-off is the request.
 
+JavaScript and TypeScript (a zygote of the Deno profile) start it as
+
+    /usr/bin/python3 -I -S -B -u /opt/execgate/harness/execgate_zygote.py \
+        --exec /usr/bin/deno run <flags of a level-jail run> execgate_harness.js
+
+(the command nsjail runs at level jail: sandbox/language.go denoCommand).
+Such a zygote imports no harness. Its run's process does steps 1-5 exactly
+as above and then, instead of step 6, puts the run's stdin, stdout and
+stderr on 0, 1 and 2, closes every other descriptor (the Deno harness
+speaks on 0 and 1 only), sets every signal Python ignores (SIGPIPE,
+SIGXFSZ) back to its default, and execve's that command with the zygote's
+environment (nsjail's envars of the Deno profile, as at level jail): a
+fresh Deno, started ahead of the run, waits for the request on stdin. The
+filters of step 5 and the zygote's stay on across execve (no_new_privs is
+set), as do the Landlock domain, RLIMIT_CPU and the run's namespaces and
+cgroup; the capabilities dropped stay dropped (the process is not root in
+its user namespace), and Deno, mode 0711 in the rootfs, starts
+non-dumpable.
+
 Control protocol (fd 5, a unix stream socket; one line per message):
   host -> zygote  "F <tmp_bytes> <cpu_seconds>\\n" with SCM_RIGHTS [sync]:
                   fork a process for a run (ahead of the run: the host keeps
@@ -99,18 +118,23 @@ def _keep_fork_hooks(**hooks):
         _register_at_fork(**hooks)
 
 
+# The command a run's process execve's after its setup (a zygote of the
+# Deno profile: "--exec PATH ARGS..."), or None: it runs the Python harness.
+_EXEC = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--exec" else None
+
 os.register_at_fork = _keep_fork_hooks
 try:
-    import execgate_harness as harness  # noqa: E402
-    import execgate_runtime  # noqa: E402,F401 - imported once, here
+    if _EXEC is None:
+        import execgate_harness as harness  # noqa: E402
+        import execgate_runtime  # noqa: E402,F401 - imported once, here
 
-    # What the harness imports when it runs, imported once here.
-    import _signal  # noqa: E402,F401
-    import asyncio  # noqa: E402,F401
-    import json  # noqa: E402,F401
-    import linecache  # noqa: E402,F401
+        # What the harness imports when it runs, imported once here.
+        import _signal  # noqa: E402,F401
+        import asyncio  # noqa: E402,F401
+        import json  # noqa: E402,F401
+        import linecache  # noqa: E402,F401
+        import traceback  # noqa: E402,F401
     import resource  # noqa: E402,F401
-    import traceback  # noqa: E402,F401
 finally:
     os.register_at_fork = _register_at_fork
 
@@ -315,6 +339,8 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         # Received in this order into the lowest free numbers (3 and up), so
         # no descriptor is overwritten below before it is copied.
         stdin, stdout, stderr, result, bridge = run_fds[:5]
+        if _EXEC is not None:
+            _exec_deno(stdin, stdout, stderr)  # never returns
         for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2), (result, harness.RESULT_FD), (bridge, harness.BRIDGE_FD)):
             os.dup2(src, dst)
         # Nothing else of the zygote's reaches the tool (fd 4 is nsjail's
@@ -332,6 +358,24 @@ def _child(ctl, wake, fds, tmp_bytes, cpu_seconds):
         harness.main()  # waits for the run's request on stdin
     finally:
         os._exit(0)
+
+
+def _exec_deno(stdin, stdout, stderr):
+    """Instead of step 6 (module doc): Deno on the harness, with the run's
+    stdin, stdout and stderr and nothing else; raises only when execve
+    fails (the setup's failure: EXIT_SETUP)."""
+    for src, dst in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(src, dst)
+    os.closerange(3, _NOFILE)
+    # Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored
+    # across execve, where nsjail's Deno starts with every default.
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    os.execve(_EXEC[0], _EXEC, os.environ)
 
 
 class _Preloaded:

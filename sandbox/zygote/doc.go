@@ -10,7 +10,10 @@
 // A zygote is a
 // jail started by the runner (startJail) from the run's profile, like a warm jail, with
 // four differences to its nsjail config (the runner's zygoteConfig): it runs
-// execgate_zygote.py instead of the harness; nsjail's time_limit and
+// execgate_zygote.py instead of the harness (for a JavaScript profile, with
+// the Deno command of level jail after --exec: each run's process execve's
+// it after its setup, so every JavaScript or TypeScript run is a fresh Deno
+// started ahead of the run); nsjail's time_limit and
 // RLIMIT_CPU are off for it (the zygote lives across runs; each run's
 // process sets RLIMIT_CPU back to the profile's value before anything
 // else); its /proc is mounted read-write so that its children can write
@@ -36,7 +39,8 @@
 // workspace (a read-only clone of the inputs, out/'s clone) over the sync
 // socket; the child does its setup (private /tmp, its /workspace moved
 // into its mount namespace, Landlock scope, capabilities, seccomp) and its
-// harness waits for the request on stdin. The runner writes the run's
+// harness (a Python one in the child itself, or the Deno it execve'd)
+// waits for the request on stdin. The runner writes the run's
 // input files into the workspace at the hand-off (Run.Workspace) and
 // collects its artifacts once Wait has killed every process of the run. A zygote keeps zygoteSpares such processes ready, and starts its
 // successor before it retires (startNextLocked). When the run comes (Pool.Fork), the

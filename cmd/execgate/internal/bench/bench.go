@@ -40,8 +40,8 @@ const (
 // a warm pool, and isolation level process.
 var AllModes = []string{"cold", "warm", "process"}
 
-// AllLanguages are the languages the start-up rows run (the gateway rows
-// are Python's).
+// AllLanguages are the languages the start-up and gateway rows run: Python
+// on every runtime measured, JavaScript (Deno) on the default one.
 var AllLanguages = []string{sandbox.LanguagePython, sandbox.LanguageJavaScript}
 
 // AllSections in report order.
@@ -59,7 +59,7 @@ type Options struct {
 	BridgeCalls int            // measured tool calls per bridge row, default 500
 	Sections    []string       // default AllSections
 	Modes       []string       // gateway rows' modes, a subset of AllModes; default all
-	Languages   []string       // start-up rows' languages, a subset of AllLanguages; default all
+	Languages   []string       // start-up and gateway rows' languages, a subset of AllLanguages; default all
 	// Runtimes are the Python runtimes measured, each in turn in the same
 	// run (startup and gateway rows per runtime); default the config's
 	// sandbox.runtimes.
@@ -94,7 +94,11 @@ type Report struct {
 // GatewayRow is one load level against the real gateway.
 type GatewayRow struct {
 	Mode string // "cold" (no warm pool), "warm", or "process" (isolation process)
-	// Runtime is the Python runtime the rows' runs named.
+	// Language is the probe's language: python, or javascript (the
+	// default runtime's Deno).
+	Language string
+	// Runtime is the Python runtime the rows' runs named ("" for
+	// JavaScript: it runs in the default runtime's tree).
 	Runtime string
 	// Isolation is the runs' isolation level, "jail" or "process".
 	Isolation string
@@ -411,15 +415,43 @@ func sampleRunner(ctx context.Context, name string, runner *sandbox.Runner, spec
 // probeBody is the DESIGN §4 probe on runtime rt at isolation level
 // isolation ("": the tenant's default; the default level).
 func probeBody(rt, isolation string) string {
+	return gatewayProbe{language: sandbox.LanguagePython, runtime: rt}.body(isolation)
+}
+
+// gatewayProbe is what a gateway row runs: the probe in a language, on a
+// Python runtime ("": the default).
+type gatewayProbe struct{ language, runtime string }
+
+// body is the probe's request at isolation level isolation ("": the
+// default level).
+func (p gatewayProbe) body(isolation string) string {
 	body := map[string]any{"source": ProbeSource, "entrypoint": "run"}
-	if rt != "" {
-		body["runtime"] = rt
+	if p.language == sandbox.LanguageJavaScript {
+		body["source"], body["language"] = JavaScriptProbeSource, p.language
+	}
+	if p.runtime != "" {
+		body["runtime"] = p.runtime
 	}
 	if isolation != "" {
 		body["isolation"] = isolation
 	}
 	b, _ := json.Marshal(body)
 	return string(b)
+}
+
+// gatewayProbes are the gateway rows' probes: Python on each runtime,
+// then JavaScript, as Options.Languages asks.
+func (r *Report) gatewayProbes() []gatewayProbe {
+	var ps []gatewayProbe
+	if slices.Contains(r.Options.Languages, sandbox.LanguagePython) {
+		for _, rt := range r.Options.Runtimes {
+			ps = append(ps, gatewayProbe{language: sandbox.LanguagePython, runtime: rt})
+		}
+	}
+	if slices.Contains(r.Options.Languages, sandbox.LanguageJavaScript) {
+		ps = append(ps, gatewayProbe{language: sandbox.LanguageJavaScript})
+	}
+	return ps
 }
 
 func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
@@ -452,18 +484,18 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 			mem.GatewayIdleKB = selfRSSKB()
 		}
 		levels := r.Options.Concurrency
-		rts := r.Options.Runtimes
+		probes := r.gatewayProbes()
 		if !loadRows {
-			levels, rts = levels[len(levels)-1:], rts[:1]
+			levels, probes = levels[len(levels)-1:], []gatewayProbe{{language: sandbox.LanguagePython, runtime: r.Options.Runtimes[0]}}
 		}
 		for _, c := range levels {
-			for _, rt := range rts {
-				r.progress("gateway %s %s: %d requests at concurrency %d", m.name, rt, r.Options.Requests, c)
+			for _, pr := range probes {
+				r.progress("gateway %s %s %s: %d requests at concurrency %d", m.name, pr.language, pr.runtime, r.Options.Requests, c)
 				stop := make(chan struct{})
 				peak := make(chan int64, 1)
 				go sampleRSS(stop, peak)
 				var cpu time.Duration
-				res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: probeBody(rt, m.isolation), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c),
+				res, err := Load(ctx, LoadOptions{URL: tg.url, Token: tg.token, Body: pr.body(m.isolation), Concurrency: c, Requests: r.Options.Requests, Warmup: max(10, c),
 					measured: func() func() { return cpuMeter(r.Options.Config.Sandbox.CgroupParent, &cpu) }})
 				close(stop)
 				p := <-peak
@@ -475,7 +507,7 @@ func (r *Report) gateway(ctx context.Context, loadRows, memory bool) error {
 					return err
 				}
 				if loadRows {
-					row := GatewayRow{Mode: m.name, Runtime: rt, Isolation: m.isolation, LoadResult: res}
+					row := GatewayRow{Mode: m.name, Language: pr.language, Runtime: pr.runtime, Isolation: m.isolation, LoadResult: res}
 					if res.Requests > 0 {
 						row.CPUPerRun = cpu / time.Duration(res.Requests)
 					}

@@ -22,9 +22,9 @@ const JavaScriptProbeSource = "export async function run(args, context) {\n  ret
 // ratio of; execgate itself never runs Deno outside a jail), raw nsjail
 // running the same Deno on an empty data: module instead of the harness
 // (the jail and Deno's start), then on the harness and the probe (the harness: reading
-// the request, importing the tool, the run, the envelope), Runner.Run cold
-// and warm (for both languages, so the warm rows compare), and `execgate
-// run probe.js`.
+// the request, importing the tool, the run, the envelope), Runner.Run cold,
+// warm and at level process (for both languages, so the warm and process
+// rows compare), and `execgate run probe.js`.
 func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) error {
 	n := r.Options.Runs
 	js := sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource, Limits: limits.Default}
@@ -78,6 +78,22 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 		r.progress("startup: %s ×%d", c.name, n)
 		// Each profile run so far keeps its own warm jails.
 		if s, err = sampleWarmRunner(ctx, c.name, warm, c.spec, n, (i+1)*r.Options.WarmPool); err != nil {
+			return err
+		}
+		r.Startup = append(r.Startup, s)
+	}
+
+	// Level process: the run's Deno was started ahead, as a spare of the
+	// zygote (the cold runner has no warm pool; zygotes need none).
+	for _, c := range []struct {
+		name string
+		spec sandbox.Spec
+	}{
+		{"Runner.Run process, python", sandbox.Spec{Source: ProbeSource, Limits: limits.Default, Isolation: sandbox.IsolationProcess}},
+		{"Runner.Run process, javascript", sandbox.Spec{Language: sandbox.LanguageJavaScript, Source: JavaScriptProbeSource, Limits: limits.Default, Isolation: sandbox.IsolationProcess}},
+	} {
+		r.progress("startup: %s ×%d", c.name, n)
+		if s, err = sampleSpareRunner(ctx, c.name, cold, c.spec, n); err != nil {
 			return err
 		}
 		r.Startup = append(r.Startup, s)
@@ -231,4 +247,40 @@ func withConfig(argv []string, edit func(string) (string, error)) ([]string, err
 		}
 	}
 	return nil, fmt.Errorf("bench: no --config in %q", argv)
+}
+
+// spareWait is how long a level-process sample waits (not timed) before
+// it runs, for the zygote to replace the spare the previous run took: a
+// JavaScript spare is a started Deno (≈ 30 ms of CPU on a loaded 2-core
+// host).
+const spareWait = 300 * time.Millisecond
+
+// sampleSpareRunner times Runner.Run at level process with the zygote's
+// spares ready: each sample is a hand-off to a process set up (and, for
+// JavaScript, a Deno started) ahead of the run. CPU is the run's from the
+// hand-off (Usage.CPUMS), as a warm jail's.
+func sampleSpareRunner(ctx context.Context, name string, runner *sandbox.Runner, spec sandbox.Spec, n int) (*Sample, error) {
+	var walls, cpus []time.Duration
+	for i := 0; i <= n; i++ {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(spareWait):
+		}
+		t0 := time.Now()
+		res, err := runner.Run(ctx, spec)
+		wall := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if res.Status != sandbox.StatusOK || res.Usage.Isolation != sandbox.IsolationProcess {
+			return nil, fmt.Errorf("bench: %s: status %s at level %q %v", name, res.Status, res.Usage.Isolation, res.Error)
+		}
+		if i == 0 {
+			continue // the zygote's start
+		}
+		walls = append(walls, wall)
+		cpus = append(cpus, time.Duration(res.Usage.CPUMS)*time.Millisecond)
+	}
+	return &Sample{Name: name, Command: "sandbox.(*Runner).Run with isolation process, spares ready", Runs: n, Wall: statsOf(walls), CPU: statsOf(cpus)}, nil
 }

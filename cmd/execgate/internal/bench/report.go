@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/execgate/execgate/sandbox"
 )
 
 // Markdown writes the report as the tables BENCHMARKS.md keeps.
@@ -49,12 +51,16 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 	if len(r.Gateway) > 0 {
 		fmt.Fprintf(w, "### Gateway, HTTP end to end (probe tool, %d requests per row, closed loop)\n\n", r.Options.Requests)
-		fmt.Fprintln(w, "| mode | runtime | isolation | concurrency | p50 | p95 | p99 | max | req/s | CPU/run | errors |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| mode | language | runtime | isolation | concurrency | p50 | p95 | p99 | max | req/s | CPU/run | errors |")
+		fmt.Fprintln(w, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, g := range r.Gateway {
-			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n", g.Mode, g.Runtime, g.Isolation, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, ms(g.CPUPerRun), g.Errors)
+			rt := g.Runtime
+			if rt == "" {
+				rt = "–"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n", g.Mode, g.Language, rt, g.Isolation, g.Concurrency, ms(g.P50), ms(g.P95), ms(g.P99), ms(g.Max), g.RPS, ms(g.CPUPerRun), g.Errors)
 		}
-		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d; process: isolation process (a fresh process forked from the tenant's zygote). CPU/run: the gateway process (load client included) and every jail and zygote, per request. At each mode and concurrency the runtimes ran one after the other on the same gateway.\n\n", r.Options.WarmPool)
+		fmt.Fprintf(w, "\ncold: no warm pool, every run starts nsjail; warm: sandbox.warm_pool=%d; process: isolation process (a fresh process forked from the tenant's zygote). CPU/run: the gateway process (load client included) and every jail and zygote, per request. At each mode and concurrency the runtimes (and JavaScript, on the default runtime's Deno) ran one after the other on the same gateway.\n\n", r.Options.WarmPool)
 		r.ratios(w)
 	}
 	if len(r.Overhead) > 0 {
@@ -137,7 +143,7 @@ func (r *Report) ratios(w io.Writer) {
 	}
 	first := map[key]GatewayRow{}
 	for _, g := range r.Gateway {
-		if g.Runtime == base {
+		if g.Runtime == base && g.Language == sandbox.LanguagePython {
 			first[key{g.Mode, g.Concurrency}] = g
 		}
 	}
@@ -153,7 +159,7 @@ func (r *Report) ratios(w io.Writer) {
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 		for _, g := range r.Gateway {
 			b, ok := first[key{g.Mode, g.Concurrency}]
-			if g.Runtime != rt || !ok {
+			if g.Runtime != rt || g.Language != sandbox.LanguagePython || !ok {
 				continue
 			}
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s |\n", g.Mode, g.Concurrency, div(float64(g.P50), float64(b.P50)), div(float64(g.P99), float64(b.P99)),
@@ -203,6 +209,7 @@ func (o Options) Command() string {
 // systems) side by side: `execgate bench --json`.
 type JSONRow struct {
 	Name        string  `json:"name"`
+	Language    string  `json:"language,omitempty"`
 	Runtime     string  `json:"runtime,omitempty"`
 	Isolation   string  `json:"isolation,omitempty"`
 	Concurrency int     `json:"concurrency"`
@@ -221,7 +228,7 @@ func (r *Report) JSON(w io.Writer) error {
 		rows = append(rows, JSONRow{Name: "startup: " + s.Name, Runtime: s.Runtime, Concurrency: 1, P50MS: msf(s.Wall.Median), CPUPerRunMS: msf(s.CPU.Median)})
 	}
 	for _, g := range r.Gateway {
-		rows = append(rows, JSONRow{Name: "gateway " + g.Mode, Runtime: g.Runtime, Isolation: g.Isolation, Concurrency: g.Concurrency,
+		rows = append(rows, JSONRow{Name: "gateway " + g.Mode, Language: g.Language, Runtime: g.Runtime, Isolation: g.Isolation, Concurrency: g.Concurrency,
 			P50MS: msf(g.P50), P99MS: msf(g.P99), RPS: g.RPS, CPUPerRunMS: msf(g.CPUPerRun), Errors: g.Errors})
 	}
 	for _, o := range r.Overhead {
