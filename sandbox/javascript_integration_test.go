@@ -24,7 +24,10 @@ func newJSRunner(t *testing.T, mod func(*sandbox.Config), opts ...sandbox.Option
 
 func runJS(t *testing.T, r *sandbox.Runner, lang, src string, mod func(*sandbox.Spec)) sandbox.Result {
 	t.Helper()
-	spec := sandbox.Spec{ExecutionID: "js-test", TenantID: "acme", Language: lang, Source: src, Limits: limits.Default}
+	// The default limits, the time ones stretched: under TCG emulation a
+	// TypeScript probe's transpile took over the default 5 s.
+	lim := sandbox.Limits{TimeoutMS: stretch(limits.Default.TimeoutMS), CPUMS: stretch(limits.Default.CPUMS)}.Or(limits.Default)
+	spec := sandbox.Spec{ExecutionID: "js-test", TenantID: "acme", Language: lang, Source: src, Limits: lim}
 	if mod != nil {
 		mod(&spec)
 	}
