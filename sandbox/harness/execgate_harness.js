@@ -866,15 +866,16 @@ async function runTool(req, sink, secrets) {
 }
 
 async function main() {
-  // Deno loads parts of its runtime on first use: the module loader (the
-  // tool's import) and its TypeScript transpiler. Each is used once here,
-  // before the request, so a started Deno (a warm jail, a run's process at
-  // level process) has paid for it before the hand-off. Web streams are
-  // not: the harness makes Deno.stdin.readable and Deno.stdout.writable
-  // only when a tool uses them (1.5-3 ms of CPU the first time), which a
-  // trivial run never does.
+  // Deno loads its module loader on first use (the tool's import): it is
+  // used once here, before the request, so a started Deno (a warm jail, a
+  // run's process at level process) has paid for it before the hand-off.
+  // Not web streams: the harness makes Deno.stdin.readable and
+  // Deno.stdout.writable only when a tool uses them (1.5-3 ms of CPU the
+  // first time), which a trivial run never does. Not the TypeScript
+  // transpiler: Deno writes every transpiled module to DENO_DIR/gen, and on
+  // the jail's read-only cache it retries that write for about 150 ms of
+  // wall time before it goes on, which would land on every JavaScript run.
   await import("data:text/javascript,export default 1");
-  await import("data:application/typescript,export default 1 as number");
   let req;
   try {
     req = await readRequest();
