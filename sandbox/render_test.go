@@ -285,7 +285,7 @@ func TestDenoFlagsFollowTheProfile(t *testing.T) {
 				}
 			}
 			env := denoEnv(tc.p)
-			for _, want := range []string{"DENO_DIR=" + tc.wantDir, "DENO_TLS_CA_STORE=system", "SSL_CERT_FILE=" + jaillayout.CABundlePath} {
+			for _, want := range []string{"DENO_DIR=" + tc.wantDir, "DENO_EMIT_CACHE_MODE=disable", "DENO_TLS_CA_STORE=system", "SSL_CERT_FILE=" + jaillayout.CABundlePath} {
 				if !slices.Contains(env, want) {
 					t.Errorf("env %q lacks %s", env, want)
 				}
