@@ -39,7 +39,7 @@ fi
 EXECGATE=${EXECGATE:-}
 if [[ -z $EXECGATE ]]; then
   EXECGATE=$STATE/execgate
-  go build -o "$EXECGATE" ./cmd/execgate
+  go build -trimpath -o "$EXECGATE" ./cmd/execgate
 fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 EXECGATE_NSJAIL=$NSJAIL "$EXECGATE" bench --state-dir "$STATE/state" --sections snekbox --runtimes "${RUNTIME:-python3.11}" \
