@@ -192,12 +192,20 @@ func bareDeno(configured string, rawArgv []string) (*bareDenoRun, error) {
 	return &bareDenoRun{spec: procSpec{argv: argv, env: env}, dir: dir}, nil
 }
 
-// configArg is the value of --config in argv ("" without one).
-func configArg(argv []string) string {
+// configIndex is the index of --config's value in argv (-1 without one).
+func configIndex(argv []string) int {
 	for i, a := range argv[:max(len(argv)-1, 0)] {
 		if a == "--config" {
-			return argv[i+1]
+			return i + 1
 		}
+	}
+	return -1
+}
+
+// configArg is the value of --config in argv ("" without one).
+func configArg(argv []string) string {
+	if i := configIndex(argv); i >= 0 {
+		return argv[i]
 	}
 	return ""
 }
@@ -235,18 +243,17 @@ func denoEmptyConfig(path string) (string, error) {
 
 // withConfig is argv with its --config file replaced by what edit makes of it.
 func withConfig(argv []string, edit func(string) (string, error)) ([]string, error) {
-	out := append([]string(nil), argv...)
-	for i, a := range out[:max(len(out)-1, 0)] {
-		if a == "--config" {
-			p, err := edit(out[i+1])
-			if err != nil {
-				return nil, err
-			}
-			out[i+1] = p
-			return out, nil
-		}
+	i := configIndex(argv)
+	if i < 0 {
+		return nil, fmt.Errorf("bench: no --config in %q", argv)
 	}
-	return nil, fmt.Errorf("bench: no --config in %q", argv)
+	p, err := edit(argv[i])
+	if err != nil {
+		return nil, err
+	}
+	out := append([]string(nil), argv...)
+	out[i] = p
+	return out, nil
 }
 
 // spareWait is how long a level-process sample waits (not timed) before
