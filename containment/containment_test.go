@@ -806,7 +806,7 @@ func wantSyscallDenied(t *testing.T, res sandbox.Result, name string) {
 		return
 	}
 	if res.DeniedSyscall != name || !strings.Contains(res.Error.Message, ": "+name+" ") {
-		t.Errorf("SyscallDenied names %q (message %q), want %q", res.DeniedSyscall, res.Error.Message, name)
+		t.Errorf("SyscallDenied names %q (message %q), want %q; the audit socket overflowed %d times", res.DeniedSyscall, res.Error.Message, name, seccomp.AuditOverflows())
 	}
 }
 

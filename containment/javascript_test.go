@@ -336,7 +336,7 @@ func TestJavaScriptPackagesRunNoScriptsAndOpenNothing(t *testing.T) {
 	}
 	res, err := r.Run(context.Background(), sandbox.Spec{ExecutionID: "containment-js-packages", TenantID: "containment",
 		Language: sandbox.LanguageJavaScript, Source: fmt.Sprintf(jsAttempts, b.String()), Deps: dir,
-		Limits: sandbox.Limits{TimeoutMS: 20000, CPUMS: 20000}.Or(defaultLimits())})
+		Limits: sandbox.Limits{TimeoutMS: allowance(20000, limits.Max.TimeoutMS), CPUMS: allowance(20000, limits.Max.CPUMS)}.Or(defaultLimits())})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

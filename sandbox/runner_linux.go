@@ -492,8 +492,9 @@ func (r *Runner) environment(spec Spec, prof profile) (string, []string, error) 
 // seccompRecordWait is how long a run killed by seccomp waits for the
 // kernel's audit record naming the call: the kernel's audit thread sends it
 // asynchronously, and on a loaded host (load 15 on 2 cores) it came later
-// than a second. Only such runs wait, and only until the record arrives.
-const seccompRecordWait = 3 * time.Second
+// than a second, once later than three. Only such runs wait, and only
+// until the record arrives: a record that never comes costs its run this.
+const seccompRecordWait = 10 * time.Second
 
 func errorResult(typ, msg, tb string) Result {
 	return Result{Status: StatusError, Result: nullJSON, Error: &ErrorInfo{Type: typ, Message: msg, Traceback: tb}}

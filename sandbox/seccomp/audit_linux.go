@@ -24,12 +24,17 @@ type seccompWatch struct {
 	mu      sync.Mutex // guards records, err
 	records []seccompRecord
 	err     error // why there is no subscription; nil when there is
+	dropped int   // times the socket overflowed (ENOBUFS): records lost
 	cond    *sync.Cond
 }
 
 // maxSeccompRecords bounds the memory a burst of kills can take; a run
 // looks its record up right after nsjail reaps the harness.
 const maxSeccompRecords = 512
+
+// auditRcvBuf is the audit socket's receive buffer: a record takes about
+// 1 KiB of it, so thousands of kills may come while the reader sleeps.
+const auditRcvBuf = 4 << 20
 
 var (
 	watchOnce   sync.Once
@@ -62,8 +67,12 @@ func subscribeAudit() (int, error) {
 		syscall.Close(fd)
 		return -1, fmt.Errorf("joining the kernel audit log group (needs CAP_AUDIT_READ): %w", err)
 	}
-	// Room for a burst of records while the reader is descheduled.
-	_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1<<20)
+	// Room for a burst of records while the reader is descheduled: every
+	// subscriber on the host gets every record, and an overflowing socket
+	// loses them. SO_RCVBUFFORCE (root) is not capped by net.core.rmem_max.
+	if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, auditRcvBuf) != nil {
+		_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, auditRcvBuf)
+	}
 	// A bounded wait lets the reader wake its waiters regularly.
 	tv := syscall.NsecToTimeval(watchPeriod.Nanoseconds())
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
@@ -75,6 +84,11 @@ func (w *seccompWatch) read(fd int) {
 	for {
 		n, _, err := syscall.Recvfrom(fd, buf, 0)
 		if err != nil {
+			if errors.Is(err, syscall.ENOBUFS) {
+				w.mu.Lock()
+				w.dropped++
+				w.mu.Unlock()
+			}
 			if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.ENOBUFS) {
 				w.cond.Broadcast()
 				continue
@@ -142,6 +156,15 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 		}
 		w.cond.Wait() // woken by a record or the reader's period
 	}
+}
+
+// AuditOverflows counts the times the process's audit socket overflowed
+// and lost records (a seccomp kill then cannot name its syscall).
+func AuditOverflows() int {
+	w := seccompAudit()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dropped
 }
 
 // AuditErr says why SyscallDenied outcomes cannot name the syscall on this
