@@ -109,7 +109,9 @@ func TestLevelProcessCannotTraceOrReadOtherProcesses(t *testing.T) {
 	r, _ := newRunner(t, "process-ptrace")
 	for _, target := range []string{"child", "init"} {
 		t.Run("ptrace of "+target, func(t *testing.T) {
-			wantSyscallDenied(t, runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: 20000}, isolation: sandbox.IsolationProcess}), "ptrace")
+			wantSyscallDenied(t, "ptrace", func() sandbox.Result {
+				return runTool(t, r, job{tool: "ptrace", args: map[string]any{"ptrace": target}, limits: sandbox.Limits{TimeoutMS: 20000}, isolation: sandbox.IsolationProcess})
+			})
 		})
 	}
 }

@@ -38,6 +38,7 @@ type seccompRecord struct {
 	Arch    string
 	Compat  bool
 	Time    time.Time
+	Arrived time.Time // when the watch read it (AuditReport)
 }
 
 // auditArchX86_64 is AUDIT_ARCH_X86_64 as the kernel prints it.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,12 +22,22 @@ const (
 // the audit multicast group by one goroutine for the whole process (see
 // audit.go). Started on first use; it lives as long as the process.
 type seccompWatch struct {
-	mu      sync.Mutex // guards records, err
+	mu      sync.Mutex // guards the fields below
 	records []seccompRecord
-	err     error // why there is no subscription; nil when there is
-	dropped int   // times the socket overflowed (ENOBUFS): records lost
+	err     error  // why there is no subscription; nil when there is
+	dropped int    // times the socket overflowed (ENOBUFS): records lost
+	misses  []miss // the latest lookups that found no record
 	cond    *sync.Cond
 }
+
+// miss is a lookup that found no record: what was looked for, and when.
+type miss struct {
+	pid       int
+	since, at time.Time
+}
+
+// maxMisses bounds the misses kept for AuditReport.
+const maxMisses = 8
 
 // maxSeccompRecords bounds the memory a burst of kills can take; a run
 // looks its record up right after nsjail reaps the harness.
@@ -108,6 +119,7 @@ func (w *seccompWatch) read(fd int) {
 			}
 			if typ == auditSeccompType {
 				if rec, ok := parseSeccompRecord(string(msg[nlmsgHdrLen:l])); ok && rec.Signal == int(syscall.SIGSYS) {
+					rec.Arrived = time.Now()
 					got = append(got, rec)
 				}
 			}
@@ -152,20 +164,34 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 			}
 		}
 		if w.err != nil || time.Now().After(deadline) {
+			w.misses = append(w.misses, miss{pid: pid, since: since, at: time.Now()})
+			if over := len(w.misses) - maxMisses; over > 0 {
+				w.misses = append(w.misses[:0], w.misses[over:]...)
+			}
 			return ""
 		}
 		w.cond.Wait() // woken by a record or the reader's period
 	}
 }
 
-// AuditOverflows counts the times the process's audit socket overflowed
-// and lost records (a seccomp kill then cannot name its syscall).
-func AuditOverflows() int {
+// AuditReport describes the watch for a diagnosis: overflows, the latest
+// lookups that found no record, and the latest records (n at most).
+func AuditReport(n int) string {
 	w := seccompAudit()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.dropped
+	var b strings.Builder
+	fmt.Fprintf(&b, "audit watch: err %v, %d overflows, %d records kept", w.err, w.dropped, len(w.records))
+	for _, m := range w.misses {
+		fmt.Fprintf(&b, "\n  no record for pid %d since %s (gave up %s)", m.pid, m.since.Format(stampFormat), m.at.Format(stampFormat))
+	}
+	for _, r := range w.records[max(0, len(w.records)-n):] {
+		fmt.Fprintf(&b, "\n  record: pid %d syscall %d arch %s stamped %s, read %s", r.PID, r.Syscall, r.Arch, r.Time.Format(stampFormat), r.Arrived.Format(stampFormat))
+	}
+	return b.String()
 }
+
+const stampFormat = "15:04:05.000000"
 
 // AuditErr says why SyscallDenied outcomes cannot name the syscall on this
 // host (no access to the kernel's audit log); nil when they can.

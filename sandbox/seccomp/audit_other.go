@@ -7,5 +7,5 @@ import "github.com/execgate/execgate/sandbox/internal/unavailable"
 // AuditErr: there are no jails off Linux.
 func AuditErr() error { return unavailable.ErrUnsupported }
 
-// AuditOverflows: there is no audit socket off Linux.
-func AuditOverflows() int { return 0 }
+// AuditReport: there is no audit watch off Linux.
+func AuditReport(int) string { return "no audit watch off Linux" }
