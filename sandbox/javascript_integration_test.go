@@ -317,6 +317,21 @@ func TestJavaScriptOutcomes(t *testing.T) {
 			func(t *testing.T, res sandbox.Result) {
 				wantErr(t, res, sandbox.ErrToolError, "without a valid result envelope")
 			}},
+		{"no unload handler runs after the envelope, even one that guards Deno's flag", sandbox.LanguageJavaScript,
+			`export function run() {
+  let took = "no";
+  try {
+    Object.defineProperty(globalThis, Symbol.for("Deno.isUnloadDispatched"), {get: () => false});
+    took = "yes";
+  } catch {}
+  globalThis.addEventListener("unload", () => { for (;;) {} });
+  globalThis.onunload = () => { for (;;) {} };
+  return took;
+}
+`, func(s *sandbox.Spec) {
+				s.Limits = sandbox.Limits{TimeoutMS: stretch(5000), CPUMS: stretch(1000)}.Or(limits.Default)
+			},
+			func(t *testing.T, res sandbox.Result) { wantOK(t, res, `"no"`) }},
 		{"runaway recursion is the tool's error", sandbox.LanguageJavaScript,
 			"function f(n) { return f(n + 1) + 1 }\nexport function run() { return f(0) }\n", nil,
 			func(t *testing.T, res sandbox.Result) {

@@ -310,6 +310,20 @@ async function relay(conn, path) {
 
 let done = false;
 
+// Deno.exit dispatches "unload" to the tool's handlers unless this flag of
+// Deno's reads true: once the envelope is written (done), none of the
+// tool's code runs again. Non-configurable, so a tool cannot take it back;
+// Deno's own dispatch of unload still sets it.
+let unloadDispatched = false;
+Object.defineProperty(globalThis, Symbol.for("Deno.isUnloadDispatched"), {
+  get: () => done || unloadDispatched,
+  set: (v) => {
+    unloadDispatched = Boolean(v);
+  },
+  configurable: false,
+  enumerable: false,
+});
+
 function emit(status, resultJSON, error, logs) {
   if (done) return;
   done = true;
