@@ -432,6 +432,14 @@ func diagRuntime(ctx context.Context, cfg sandbox.Config, rt, nsjail string) []d
 	name := func(s string) string { return s + " (" + rt + ")" }
 	if _, err := rootfs.ReadManifest(dir); err != nil {
 		hint := "build it: execgate rootfs build --runtime " + rt + " (run, smoke and serve build it on first use)"
+		if errors.Is(err, jaillayout.ErrNoManifest) {
+			// Not built yet: a fresh install's state, which the first
+			// run mends (a few seconds, once); nothing is wrong.
+			return []diagCheck{
+				{Name: name("rootfs"), Status: diagWarn, Detail: "not built yet: " + err.Error(), Hint: hint},
+				{Name: name("CA certificates in jail"), Status: diagNA, Detail: "no rootfs yet", Hint: hint},
+			}
+		}
 		return []diagCheck{
 			{Name: name("rootfs"), Status: diagFail, Detail: err.Error(), Hint: hint, Required: true},
 			{Name: name("CA certificates in jail"), Status: diagFail, Detail: "no rootfs", Hint: hint, Required: true},
@@ -470,6 +478,13 @@ func diagRuntime(ctx context.Context, cfg sandbox.Config, rt, nsjail string) []d
 	return append(out, ca)
 }
 
+// rootfsNotBuilt says err is a runtime's rootfs not built yet: a fresh
+// install's state, which the first run mends, so the checks that need a
+// rootfs have nothing to say yet (the rootfs rows warn).
+func rootfsNotBuilt(err error) bool {
+	return errors.Is(err, sandbox.ErrRootfsMissing)
+}
+
 // diagJailView creates a runner the way serve does and says where it
 // mounted the jail's view of its directories (nsjail reaches them there, so
 // the state dir may be private) and which host uids the jails run as.
@@ -482,6 +497,10 @@ func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCh
 	if err != nil {
 		if sb != nil {
 			_ = sb.Close()
+		}
+		if rootfsNotBuilt(err) {
+			c.Status, c.Detail = diagNA, "needs the default runtime's rootfs, not built yet"
+			return c
 		}
 		c.Status, c.Detail = diagFail, err.Error()
 		var ue *sandbox.UnavailableError

@@ -61,6 +61,10 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 		return fail(err.Error(), "check the egress section of the config")
 	}
 	defer sb.Close()
+	if rootfsNotBuilt(err) {
+		c.Status, c.Detail = diagNA, "needs the default runtime's rootfs, not built yet"
+		return c
+	}
 	if err != nil {
 		hint := "fix the sandbox checks above first"
 		var ue *sandbox.UnavailableError
