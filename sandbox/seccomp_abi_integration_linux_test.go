@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/execgate/execgate/internal/testenv"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/sandbox/seccomp"
@@ -176,13 +177,8 @@ func TestSeccompKillsX32AndForeignArchCallsAtEveryLevel(t *testing.T) {
 					name += " from a thread"
 				}
 				t.Run(name, func(t *testing.T) {
-					// The name comes from the kernel's audit record, sent on
-					// the kernel's own time: a run whose record never came
-					// ("unknown") is run once more, and that one must name it.
-					var res sandbox.Result
-					for attempt := 0; attempt < 2; attempt++ {
-						var err error
-						res, err = r.Run(context.Background(), level.spec(sandbox.Spec{Source: abiCallTool,
+					res := testenv.RunNamingSyscall(t, func() sandbox.Result {
+						res, err := r.Run(context.Background(), level.spec(sandbox.Spec{Source: abiCallTool,
 							Args: json.RawMessage(fmt.Sprintf(`{"abi": %q, "nr": %d, "thread": %t}`, tc.abi, tc.nr, thread)), Limits: limits.Default}))
 						if err != nil {
 							t.Fatalf("Run: %v", err)
@@ -190,11 +186,8 @@ func TestSeccompKillsX32AndForeignArchCallsAtEveryLevel(t *testing.T) {
 						if res.Status == sandbox.StatusOK || res.ErrorType() != sandbox.ErrSyscallDenied {
 							t.Fatalf("the run ended %s %s (result %s), want SyscallDenied\n%s", res.Status, res.ErrorType(), res.Result, dump(res))
 						}
-						if res.DeniedSyscall != "unknown" || seccomp.AuditErr() != nil {
-							break
-						}
-						t.Logf("attempt %d: no audit record named the call\n%s", attempt+1, seccomp.AuditReport(16))
-					}
+						return res
+					})
 					if err := seccomp.AuditErr(); err != nil {
 						t.Logf("not checking the rule's name: %v", err)
 						return

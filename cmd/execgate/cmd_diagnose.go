@@ -485,6 +485,9 @@ func rootfsNotBuilt(err error) bool {
 	return errors.Is(err, sandbox.ErrRootfsMissing)
 }
 
+// notBuiltYet is the detail of a check rootfsNotBuilt makes n/a.
+const notBuiltYet = "needs the default runtime's rootfs, not built yet"
+
 // diagJailView creates a runner the way serve does and says where it
 // mounted the jail's view of its directories (nsjail reaches them there, so
 // the state dir may be private) and which host uids the jails run as.
@@ -499,7 +502,7 @@ func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCh
 			_ = sb.Close()
 		}
 		if rootfsNotBuilt(err) {
-			c.Status, c.Detail = diagNA, "needs the default runtime's rootfs, not built yet"
+			c.Status, c.Detail = diagNA, notBuiltYet
 			return c
 		}
 		c.Status, c.Detail = diagFail, err.Error()

@@ -62,7 +62,7 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	}
 	defer sb.Close()
 	if rootfsNotBuilt(err) {
-		c.Status, c.Detail = diagNA, "needs the default runtime's rootfs, not built yet"
+		c.Status, c.Detail = diagNA, notBuiltYet
 		return c
 	}
 	if err != nil {

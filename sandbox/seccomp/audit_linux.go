@@ -131,10 +131,7 @@ func (w *seccompWatch) read(fd int) {
 		}
 		if len(got) > 0 {
 			w.mu.Lock()
-			w.records = append(w.records, got...)
-			if over := len(w.records) - maxSeccompRecords; over > 0 {
-				w.records = append(w.records[:0], w.records[over:]...)
-			}
+			w.records = keepLast(append(w.records, got...), maxSeccompRecords)
 			w.mu.Unlock()
 			w.cond.Broadcast()
 		}
@@ -164,14 +161,19 @@ func (w *seccompWatch) syscallFor(pid int, since time.Time, wait time.Duration) 
 			}
 		}
 		if w.err != nil || time.Now().After(deadline) {
-			w.misses = append(w.misses, miss{pid: pid, since: since, at: time.Now()})
-			if over := len(w.misses) - maxMisses; over > 0 {
-				w.misses = append(w.misses[:0], w.misses[over:]...)
-			}
+			w.misses = keepLast(append(w.misses, miss{pid: pid, since: since, at: time.Now()}), maxMisses)
 			return ""
 		}
 		w.cond.Wait() // woken by a record or the reader's period
 	}
+}
+
+// keepLast is s without all but its last n elements, in place.
+func keepLast[T any](s []T, n int) []T {
+	if over := len(s) - n; over > 0 {
+		return append(s[:0], s[over:]...)
+	}
+	return s
 }
 
 // AuditReport describes the watch for a diagnosis: overflows, the latest
