@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,8 +36,21 @@ var matplotlibPackages = []any{"matplotlib", "contourpy", "cycler", "fonttools",
 
 // chartTool draws a 4x3 inch figure at 50 dpi (200x150 pixels) twice:
 // saved by path into /workspace/out, and through context.artifacts.save
-// from memory. It reports the backend and where matplotlib keeps its cache.
-const chartTool = `import io, os
+// from memory. It reports the backend and where matplotlib keeps its
+// cache, the font lists in that cache before matplotlib was imported (the
+// environment's, copied by the harness: sandbox.FontCacheDir), and what
+// matplotlib's font manager logged ("generated new fontManager" when it
+// scanned the fonts itself).
+const chartTool = `import glob, io, logging, os
+font_cache = sorted(os.path.basename(p) for p in glob.glob("/tmp/matplotlib/fontlist-v*.json"))
+font_log = []
+
+class Catch(logging.Handler):
+    def emit(self, record):
+        font_log.append(record.getMessage())
+
+logging.getLogger("matplotlib.font_manager").addHandler(Catch())
+logging.getLogger("matplotlib.font_manager").setLevel(logging.INFO)
 import matplotlib
 import matplotlib.pyplot as plt
 
@@ -48,8 +62,21 @@ def run(args, context):
     fig.savefig(buf, format="png")
     context.artifacts.save("again.png", buf.getvalue())
     return {"backend": matplotlib.get_backend(), "cachedir": matplotlib.get_cachedir(),
-            "env": os.environ.get("MPLBACKEND")}
+            "env": os.environ.get("MPLBACKEND"), "font_cache": font_cache, "font_log": font_log}
 `
+
+// wantBuiltFontCache checks a chartTool result: matplotlib found the
+// environment's font list in its cache and did not scan the fonts.
+func wantBuiltFontCache(t *testing.T, res map[string]any) {
+	t.Helper()
+	fc, _ := res["font_cache"].([]any)
+	if len(fc) != 1 || !regexp.MustCompile(`^fontlist-v[0-9.]+\.json$`).MatchString(fmt.Sprint(fc[0])) {
+		t.Errorf("font lists in /tmp/matplotlib before matplotlib was imported: %v; want the environment's one", res["font_cache"])
+	}
+	if log := fmt.Sprint(res["font_log"]); strings.Contains(log, "generated new fontManager") {
+		t.Errorf("matplotlib scanned the fonts itself (its log: %s): the environment's font list was not used", log)
+	}
+}
 
 // wantPNG decodes data as a PNG of w x h pixels holding some pure-ish red
 // (the plotted line): a real figure, not an empty canvas.
@@ -115,9 +142,11 @@ func TestAMatplotlibFigureComesBackAsAPNGArtifact(t *testing.T) {
 			if u, _ := env["usage"].(map[string]any); u["runtime"] != rt {
 				t.Fatalf("ran on %v, want %s", u["runtime"], rt)
 			}
-			if res, _ := env["result"].(map[string]any); !strings.EqualFold(fmt.Sprint(res["backend"]), "agg") || res["env"] != "Agg" || res["cachedir"] != "/tmp/matplotlib" {
+			res, _ := env["result"].(map[string]any)
+			if !strings.EqualFold(fmt.Sprint(res["backend"]), "agg") || res["env"] != "Agg" || res["cachedir"] != "/tmp/matplotlib" {
 				t.Errorf("matplotlib ran with %v; want the Agg backend from MPLBACKEND and its cache in the run's /tmp", res)
 			}
+			wantBuiltFontCache(t, res)
 			arts, _ := env["artifacts"].([]any)
 			if len(arts) != 2 {
 				t.Fatalf("artifacts %v, want again.png and chart.png", arts)
@@ -147,6 +176,8 @@ func TestAMatplotlibFigureComesBackAsAPNGArtifact(t *testing.T) {
 		if res.IsError || env["status"] != "ok" {
 			t.Fatalf("isError=%v %v", res.IsError, env)
 		}
+		r, _ := env["result"].(map[string]any)
+		wantBuiltFontCache(t, r)
 		imgs := imageContents(res)
 		if len(imgs) != 2 {
 			t.Fatalf("%d image contents, want 2: %s", len(imgs), toolText(res))

@@ -66,6 +66,8 @@ type Runner struct {
 
 	// zygotes are the warm zygotes of isolation level process.
 	zygotes *zygote.Pool
+
+	fontCaches fontCaches // the environments whose font cache was built or tried (fontcache_linux.go)
 }
 
 // jailsDir holds, below WorkDir, the directories of jails that need one
@@ -280,6 +282,9 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 	var packages []string // a JavaScript environment's importable packages
 	if prof.Deps, packages, err = r.environment(spec, prof); err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
+	}
+	if prof.Deps != "" && !prof.Runtime.deno() && !spec.fontCacheBuild {
+		r.ensureFontCache(ctx, prof.Deps, spec.Runtime)
 	}
 	if prof.Runtime.deno() && !r.importsUnchecked {
 		// Imports are refused before any jail starts (sourcecheck); the
