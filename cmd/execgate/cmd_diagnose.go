@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -485,6 +486,11 @@ func rootfsNotBuilt(err error) bool {
 	return errors.Is(err, sandbox.ErrRootfsMissing)
 }
 
+// diagLogger is the logger of the sandboxes diagnose makes: what they
+// would warn of (a runtime unavailable, no egress proxy, no audit
+// records) is what its rows report, so it is not printed before the table.
+var diagLogger = slog.New(slog.DiscardHandler)
+
 // notBuiltYet is the detail of a check rootfsNotBuilt makes n/a.
 const notBuiltYet = "needs the default runtime's rootfs, not built yet"
 
@@ -496,7 +502,7 @@ func diagJailView(ctx context.Context, cfg sandbox.Config, nsjail string) diagCh
 	if nsjail != "" {
 		cfg.NsjailPath = nsjail
 	}
-	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: cfg})
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: cfg, Logger: diagLogger})
 	if err != nil {
 		if sb != nil {
 			_ = sb.Close()

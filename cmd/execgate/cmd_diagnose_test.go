@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -178,11 +180,20 @@ func TestDiagnoseShowsWhereTheJailsViewIsMounted(t *testing.T) {
 
 func TestDiagnoseWrapsToTheWidthAndPrintsJSONForScripts(t *testing.T) {
 	state := t.TempDir() // no rootfs: the rootfs rows warn with long details, nothing is built
+	// What the sandboxes diagnose makes would log goes here: nothing, the
+	// table says it (a runtime not built yet is its rootfs row).
+	var logged bytes.Buffer
+	saved := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	t.Cleanup(func() { slog.SetDefault(saved) })
 	run := func(t *testing.T, args ...string) string {
 		t.Helper()
 		out, err := runRoot(t, repoRoot(t), append([]string{"diagnose", "--state-dir", state}, args...)...)
 		if err != nil && exitCode(err) != 1 {
 			t.Fatalf("diagnose: %v", err)
+		}
+		if logged.Len() > 0 {
+			t.Fatalf("diagnose logged before its table:\n%s", logged.String())
 		}
 		return out
 	}

@@ -56,7 +56,7 @@ func diagEgress(ctx context.Context, cfg *config.Config) diagCheck {
 	ecfg.UpstreamProxy = ""
 	scfg := cfg.Sandbox
 	scfg.WarmPool = 0
-	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: scfg, Egress: &ecfg, EgressResolver: diagResolver{}})
+	sb, err := app.NewSandbox(ctx, app.SandboxOptions{Sandbox: scfg, Egress: &ecfg, EgressResolver: diagResolver{}, Logger: diagLogger})
 	if sb == nil {
 		return fail(err.Error(), "check the egress section of the config")
 	}
