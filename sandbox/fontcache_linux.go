@@ -83,7 +83,7 @@ func (r *Runner) ensureFontCache(ctx context.Context, name string, runtime strin
 // buildFontCache runs the build in a jail of its own and writes what it
 // returned to dir, each file under its final name by a rename.
 func (r *Runner) buildFontCache(ctx context.Context, name, runtime, dir string) error {
-	res, err := r.run(ctx, Spec{
+	res, err := r.runSpec(ctx, Spec{
 		ExecutionID: "execgate-font-cache",
 		Language:    LanguagePython,
 		Source:      fontCacheBuild,
@@ -92,9 +92,7 @@ func (r *Runner) buildFontCache(ctx context.Context, name, runtime, dir string) 
 		Deps:        filepath.Join(r.cfg.DepsDir, name),
 		Isolation:   IsolationJail,
 		Runtime:     runtime,
-
-		fontCacheBuild: true,
-	})
+	}, false)
 	if err != nil {
 		return err
 	}

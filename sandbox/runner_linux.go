@@ -275,6 +275,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 
 // run is Run without the masking.
 func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
+	return r.runSpec(ctx, spec, true)
+}
+
+// runSpec is run; fontCache says whether a Python run's environment gets
+// its font cache built first (fontcache_linux.go), which the build run
+// itself must not wait for.
+func (r *Runner) runSpec(ctx context.Context, spec Spec, fontCache bool) (Result, error) {
 	spec, prof, err := normalize(spec)
 	if err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
@@ -283,7 +290,7 @@ func (r *Runner) run(ctx context.Context, spec Spec) (Result, error) {
 	if prof.Deps, packages, err = r.environment(spec, prof); err != nil {
 		return errorResult(ErrInvalidInput, "invalid run spec: "+err.Error(), ""), nil
 	}
-	if prof.Deps != "" && !prof.Runtime.deno() && !spec.fontCacheBuild {
+	if fontCache && prof.Deps != "" && !prof.Runtime.deno() {
 		r.ensureFontCache(ctx, prof.Deps, spec.Runtime)
 	}
 	if prof.Runtime.deno() && !r.importsUnchecked {

@@ -111,10 +111,6 @@ type Spec struct {
 	// Stdin is what the tool reads on its standard input (sys.stdin,
 	// Deno.stdin); empty: end of file at once.
 	Stdin string
-
-	// fontCacheBuild marks the runner's own build of an environment's
-	// font cache (fontcache.go), which must not wait for itself.
-	fontCacheBuild bool
 }
 
 // File is one input file of a run (package workspace).
