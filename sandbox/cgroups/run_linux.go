@@ -532,6 +532,25 @@ func (rc *Run) Pids() []int {
 	return out
 }
 
+// Charged is the number of tasks the run's pids controller charges: every
+// task of the run, a fork under way (charged before it is listed) and a
+// zombie not yet reaped included; -1 when it cannot be read.
+func (rc *Run) Charged() int64 {
+	dir := rc.dirs[0]
+	if rc.cg.version == 1 {
+		dir = rc.dirs[1] // pids
+	}
+	data, err := rc.read(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // HoldsOnly reports whether the run's cgroup holds nothing that can still
 // execute but the process of host pid pid, which the caller killed
 // already (cgroup v1): its pids hierarchy lists no process but pid, no

@@ -478,7 +478,12 @@ func (p *Run) endedWithEnvelope(out Output) (ended, killed bool) {
 }
 
 // kill kills every process in the run's cgroup until none is left (a fork
-// bomb is bounded by the pids limit, so this ends).
+// bomb is bounded by the pids limit, so this ends). None is left when the
+// cgroup lists none and its pids controller charges none: a child whose
+// fork passed the kernel's last signal check before its parent was killed
+// is charged before it is listed, and would otherwise outlive the run
+// (TestProcessRunEndsWithItsEnvelope caught one in CI); a zombie waits for
+// the zygote to reap it.
 func (p *Run) kill() {
 	killPidfd(p.pidfd)
 	// Every process of the run is in each of its hierarchies (born there;
@@ -486,7 +491,7 @@ func (p *Run) kill() {
 	deadline := time.Now().Add(3 * time.Second)
 	for delay := 100 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
 		pids := p.cg.Pids()
-		if len(pids) == 0 || time.Now().After(deadline) {
+		if (len(pids) == 0 && p.cg.Charged() <= 0) || time.Now().After(deadline) {
 			return
 		}
 		for _, pid := range pids {
