@@ -28,8 +28,11 @@ echo "== go test ./..."
 # go test -json feeds scripts/gotest-report.py, which prints what plain
 # go test would, the count of tests run and skipped, and fails under CI=true
 # when a containment, sandbox or app test skipped (CI must prove them).
+# What failed is repeated at the very end (CI logs are read from their tail).
+gofailures="$(mktemp)"
+trap 'rm -f "$gofailures"' EXIT
 set +e
-go test -json -count=1 -timeout 30m ./... | /usr/bin/python3 scripts/gotest-report.py
+go test -json -count=1 -timeout 30m ./... | /usr/bin/python3 scripts/gotest-report.py --failures "$gofailures"
 status=("${PIPESTATUS[@]}")
 set -e
 failed=()
@@ -62,6 +65,12 @@ if ! ./scripts/vm-test.sh; then
 fi
 
 if [ "${#failed[@]}" -gt 0 ]; then
+  if [ -s "$gofailures" ]; then
+    echo "== what failed in go test (repeated from above)"
+    cat "$gofailures"
+    echo "== the failed tests, by name"
+    grep -E '^--- (FAIL|SKIP)' "$gofailures" || true
+  fi
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
