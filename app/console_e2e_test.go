@@ -175,10 +175,19 @@ document.addEventListener("securitypolicyviolation", (e) => window.__problems.pu
 func newBrowser(t *testing.T, base string) *browser {
 	t.Helper()
 	path := chromiumPath(t)
+	// Chromium's own temporary files (its singleton socket's
+	// org.chromium.Chromium.* dir) go where the test removes them; a short
+	// path, as a unix socket's must be (t.TempDir's is too long).
+	tmp, err := os.MkdirTemp("", "eg-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) }) // after the browser's end (cleanups run last first)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // the tests run as root, where Chromium's own sandbox cannot start
 		chromedp.WindowSize(1400, 1000),
+		chromedp.Env("TMPDIR="+tmp),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)

@@ -44,15 +44,18 @@ Without OTLP export the gateway also keeps each tenant's recent spans in
 memory for GET /v1/admin/traces/{trace_id} (admin, auditor).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var overrides []string
 			if role != "" {
-				os.Setenv("EXECGATE_SERVER_ROLE", role)
+				overrides = append(overrides, "EXECGATE_SERVER_ROLE="+role)
 			}
 			if traces != "" {
-				if err := setTraces(traces); err != nil {
+				kv, err := tracesOverrides(traces)
+				if err != nil {
 					return err
 				}
+				overrides = append(overrides, kv...)
 			}
-			cfg, err := loadConfig()
+			cfg, err := loadConfig(overrides...)
 			if err != nil {
 				return err
 			}
@@ -67,8 +70,8 @@ memory for GET /v1/admin/traces/{trace_id} (admin, auditor).`,
 	return cmd
 }
 
-// setTraces turns --traces into the telemetry keys' variables.
-func setTraces(list string) error {
+// tracesOverrides turns --traces into the telemetry keys' variables.
+func tracesOverrides(list string) ([]string, error) {
 	otlp, stdout := false, false
 	for _, v := range strings.Split(list, ",") {
 		switch strings.TrimSpace(v) {
@@ -78,12 +81,11 @@ func setTraces(list string) error {
 			stdout = true
 		case "none":
 		default:
-			return fmt.Errorf("--traces: %q is not otlp, stdout or none", v)
+			return nil, fmt.Errorf("--traces: %q is not otlp, stdout or none", v)
 		}
 	}
-	os.Setenv("EXECGATE_TELEMETRY_TRACING", strconv.FormatBool(otlp))
-	os.Setenv("EXECGATE_TELEMETRY_TRACES_STDOUT", strconv.FormatBool(stdout))
-	return nil
+	return []string{"EXECGATE_TELEMETRY_TRACING=" + strconv.FormatBool(otlp),
+		"EXECGATE_TELEMETRY_TRACES_STDOUT=" + strconv.FormatBool(stdout)}, nil
 }
 
 func serve(ctx context.Context, cfg *config.Config) error {

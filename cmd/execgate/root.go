@@ -45,16 +45,21 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// loadConfig loads --config (or the embedded default), EXECGATE_… overrides,
-// then the --state-dir and --listen flags.
-func loadConfig() (*config.Config, error) {
+// loadConfig loads --config (or the embedded default), EXECGATE_…
+// overrides, then the --state-dir and --listen flags, then overrides (more
+// EXECGATE_…=value pairs a command's own flags set). The flags are given to
+// config.Load beside the environment, never set in it: the process's
+// environment (and so every later command of the same process, as in the
+// tests) stays as it was.
+func loadConfig(overrides ...string) (*config.Config, error) {
+	env := os.Environ()
 	if flags.stateDir != "" {
-		os.Setenv("EXECGATE_STATE_DIR", flags.stateDir)
+		env = append(env, "EXECGATE_STATE_DIR="+flags.stateDir)
 	}
 	if flags.listen != "" {
-		os.Setenv("EXECGATE_LISTEN", flags.listen)
+		env = append(env, "EXECGATE_LISTEN="+flags.listen)
 	}
-	return config.Load(flags.configFile, os.Environ())
+	return config.Load(flags.configFile, append(env, overrides...))
 }
 
 // exitCoder is an error that carries the process exit code; its message has

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { mkdtempSync, mkdirSync, readdirSync, readFileSync, lstatSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, lstatSync, rmSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -23,10 +23,20 @@ before(async () => {
   gw = await startGateway();
   run = await client().execute(TOOL, { files: [{ path: "data/in.csv", content: "a,b\n1,2\n" }], stdin: "from stdin\n" });
 });
-after(async () => { await gw?.stop(); });
+// The directories tmp() made are removed at the end, as pytest's tmp_path
+// and Go's t.TempDir are.
+const made: string[] = [];
+after(async () => {
+  await gw?.stop();
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
 
 const client = (tenant = "demo") => new Client({ baseUrl: gw.url, token: gw.token(tenant) });
-const tmp = () => mkdtempSync(join(tmpdir(), "execgate-ts-artifacts-"));
+const tmp = () => {
+  const d = mkdtempSync(join(tmpdir(), "execgate-ts-artifacts-"));
+  made.push(d);
+  return d;
+};
 
 async function rejects(p: Promise<unknown>, check: (e: any) => boolean): Promise<void> {
   try {
