@@ -358,6 +358,16 @@ func TestEvictionKeepsTheCacheUnderItsCapAndIdsStillWork(t *testing.T) {
 	if _, _, failure, err := envs.Prepare(ctx, huge); err != nil || failure != nil {
 		t.Fatalf("Prepare huge: %v %+v", err, failure)
 	}
+	// uv's download cache counts toward the cap and goes before any
+	// environment: `uv cache clean` empties it (in the background, waiting
+	// for the uv processes using it), and installs go on working.
+	deadline := time.Now().Add(60 * time.Second)
+	for events.get("download_trimmed") == 0 && events.get("download_trim_failed") == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := environments.TreeSize(filepath.Join(cfg.DepsDir, ".cache", "uv")); events.get("download_trimmed") != 1 || n > 64<<10 {
+		t.Fatalf("events %v, uv's cache holds %d bytes: want it emptied once", events.n, n)
+	}
 	// Recently used: kept even over the cap (a run may be using it).
 	beta, _, err := envs.Resolve(ctx, []string{"beta==2.0"})
 	if err != nil {

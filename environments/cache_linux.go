@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -27,6 +28,9 @@ import (
 //	built           an environment was installed (d: how long)
 //	build_failed    an install failed (d: how long)
 //	evicted         an idle environment was removed for the cache cap
+//	download_trimmed      a cached download (an npm tarball, uv's cache)
+//	                      was removed for the cache cap
+//	download_trim_failed  `uv cache clean` failed or timed out
 //
 // Calls must be cheap and must not block.
 type Observer interface {
@@ -47,6 +51,7 @@ type Cache struct {
 	obs        Observer
 	now        func() time.Time
 	resolving  singleflight.Group
+	cleaningUV atomic.Bool // a `uv cache clean` for the cap is under way
 }
 
 // evictIdle is how long an environment must have gone unused before the
@@ -222,7 +227,7 @@ func (e *Cache) resolve(ctx context.Context, specs []string) (Environment, *sand
 		"--python-platform", e.platform,
 		"--generate-hashes", "--emit-index-annotation", "--annotation-style", "split",
 		"--no-header", "--quiet", "--system-certs",
-		"--cache-dir", filepath.Join(e.d.dir, ".cache"),
+		"--cache-dir", e.d.uvCacheDir(),
 		"--color", "never", "--no-progress",
 	}
 	args = append(args, e.d.indexArgs()...)
@@ -324,8 +329,12 @@ func (e *Cache) touch(dir string) {
 	_ = os.Chtimes(dir, now, now)
 }
 
-// evict removes the least recently used environments idle for evictIdle
-// until the installed environments fit cacheMax, never keep.
+// evict keeps the deps dir under cacheMax after an install: the download
+// caches (cached npm tarballs, least recently used first, then uv's
+// cache) go before any environment, since every installed environment
+// holds its own copy of what they saved; then the least recently used
+// environments idle for evictIdle, never keep. What counts is every
+// environment and both download caches.
 func (e *Cache) evict(keep string) {
 	if e.cacheMax < 0 {
 		return
@@ -353,6 +362,10 @@ func (e *Cache) evict(keep string) {
 		total += sz
 		dirs = append(dirs, envDir{ent.Name(), fi.ModTime(), sz})
 	}
+	total += treeSize(e.d.npmCacheDir()) + treeSize(e.d.uvCacheDir())
+	if total > e.cacheMax {
+		total -= e.trimDownloads(total - e.cacheMax)
+	}
 	sort.Slice(dirs, func(i, j int) bool { return dirs[i].used.Before(dirs[j].used) })
 	for _, d := range dirs {
 		if total <= e.cacheMax {
@@ -370,6 +383,75 @@ func (e *Cache) evict(keep string) {
 		total -= d.size
 		e.event("evicted", 0)
 	}
+}
+
+// trimDownloads removes at least excess bytes of the download caches if it
+// can, and returns how many it removed: cached npm tarballs, least
+// recently used first (an install reads a tarball through the file it
+// opened and verified, so removing it under the install is harmless), then,
+// when that is not enough, all of uv's cache through `uv cache clean`,
+// which waits for the uv processes using it. That clean runs in the
+// background (one at a time per Cache) and is counted as removing nothing
+// now.
+func (e *Cache) trimDownloads(excess int64) int64 {
+	type tarball struct {
+		path string
+		used time.Time
+		size int64
+	}
+	var tgzs []tarball
+	entries, _ := os.ReadDir(e.d.npmCacheDir())
+	for _, ent := range entries {
+		fi, err := ent.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		// A download in progress (".tgz-…", renamed when verified) is
+		// left alone unless a crash left it long ago.
+		if !strings.HasSuffix(ent.Name(), ".tgz") && e.now().Sub(fi.ModTime()) < evictIdle {
+			continue
+		}
+		tgzs = append(tgzs, tarball{filepath.Join(e.d.npmCacheDir(), ent.Name()), fi.ModTime(), fi.Size()})
+	}
+	sort.Slice(tgzs, func(i, j int) bool { return tgzs[i].used.Before(tgzs[j].used) })
+	var removed int64
+	for _, t := range tgzs {
+		if removed >= excess {
+			return removed
+		}
+		if os.Remove(t.path) == nil {
+			removed += t.size
+			e.event("download_trimmed", 0)
+		}
+	}
+	if removed < excess && e.cleaningUV.CompareAndSwap(false, true) {
+		go func() {
+			defer e.cleaningUV.Store(false)
+			e.cleanUV()
+		}()
+	}
+	return removed
+}
+
+// cleanUV empties uv's cache with `uv cache clean`, which waits (up to
+// sandbox.deps_timeout_ms) for the uv processes using it to end.
+func (e *Cache) cleanUV() {
+	if treeSize(e.d.uvCacheDir()) == 0 {
+		return
+	}
+	uv, err := e.d.findUV()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.d.timeout)
+	defer cancel()
+	failure, err := e.d.runUV(ctx, uv, "emptying uv's download cache for the cache cap (sandbox.deps_cache_max_mb)",
+		[]string{"cache", "clean", "--cache-dir", e.d.uvCacheDir(), "--no-config", "--color", "never"})
+	if failure != nil || err != nil {
+		e.event("download_trim_failed", 0)
+		return
+	}
+	e.event("download_trimmed", 0)
 }
 
 // writeFileAtomic writes data to path (0644) through atomicfile, creating

@@ -81,7 +81,7 @@ func (d *depsInstaller) uvFill(extra []string) fill {
 			"--no-config", "--no-python-downloads",
 			"--link-mode", "copy",
 			"--system-certs",
-			"--cache-dir", filepath.Join(d.dir, ".cache"),
+			"--cache-dir", d.uvCacheDir(),
 			"--color", "never", "--no-progress",
 		}
 		if d.compile == nil {
@@ -278,6 +278,13 @@ func (d *depsInstaller) indexArgs() []string {
 	}
 	return args
 }
+
+// The download caches, below the deps dir's .cache: uv's own (its
+// --cache-dir) and the verified npm tarballs. Each install extracts or
+// copies what it needs from them (uv's --link-mode copy), so they only
+// save downloads, and the cache cap may empty them (Cache.trimDownloads).
+func (d *depsInstaller) uvCacheDir() string  { return filepath.Join(d.dir, ".cache", "uv") }
+func (d *depsInstaller) npmCacheDir() string { return filepath.Join(d.dir, ".cache", "npm") }
 
 // treeSize is the bytes of the regular files below root.
 func treeSize(root string) int64 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/execgate/execgate/environments/npm"
@@ -106,7 +105,7 @@ func (e *Cache) npmFill(env Environment) fill {
 		err = npm.Install(ctx, reg, env.npm, tmp, npm.InstallOptions{
 			BaseImportMap: base,
 			DenoDir:       jaillayout.DepsDenoDir,
-			TarballCache:  filepath.Join(e.d.dir, ".cache", "npm"),
+			TarballCache:  e.d.npmCacheDir(),
 			Limits:        npm.Limits{MaxBytes: e.d.maxBytes},
 		})
 		if err != nil {

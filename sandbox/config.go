@@ -114,10 +114,13 @@ type Config struct {
 	// DepsMaxMB caps one environment's installed size, MiB; a bigger one is
 	// a DependencyError. Default 1024.
 	DepsMaxMB int64 `yaml:"deps_max_mb" json:"deps_max_mb"`
-	// DepsCacheMaxMB caps the installed environments together, MiB: after
-	// an install, the least recently used environments idle for at least
-	// 15 minutes are removed until the cache fits (their locks are kept, so
-	// their ids still work: they are reinstalled). Default 8192; -1: no cap.
+	// DepsCacheMaxMB caps the deps dir, MiB: the installed environments
+	// and the download caches (uv's, the npm tarballs') together. After an
+	// install, the download caches are emptied first (npm tarballs least
+	// recently used first, then uv's cache), then the least recently used
+	// environments idle for at least 15 minutes are removed until the
+	// cache fits (their locks are kept, so their ids still work: they are
+	// reinstalled). Default 8192; -1: no cap.
 	DepsCacheMaxMB int64 `yaml:"deps_cache_max_mb" json:"deps_cache_max_mb"`
 	// ResolveCacheSeconds is how long a resolution of the same requirement
 	// list is reused before uv resolves it again (new releases appear

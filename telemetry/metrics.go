@@ -127,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer, maxTenants int) *Metrics {
 	}
 	m.envEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "execgate_environment_events_total",
-		Help: "Package environments: resolved, resolve_cached, hit (already installed), built, build_failed, evicted.",
+		Help: "Package environments: resolved, resolve_cached, hit (already installed), built, build_failed, evicted; download_trimmed and download_trim_failed (the download caches emptied for the cache cap).",
 	}, []string{"event"})
 	m.envBuild = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "execgate_environment_duration_seconds",
@@ -201,7 +201,7 @@ func (m *Metrics) EnvironmentEvent(event string, d time.Duration) {
 		return
 	}
 	switch event {
-	case "resolved", "resolve_cached", "hit", "built", "build_failed", "evicted":
+	case "resolved", "resolve_cached", "hit", "built", "build_failed", "evicted", "download_trimmed", "download_trim_failed":
 	default:
 		event = "other"
 	}

@@ -1,5 +1,7 @@
 package npm
 
+import "context"
+
 // SetBounds changes the metadata and tarball caps for one test.
 func SetBounds(resolveBytes, packumentBytes, tarballBytes int64) (restore func()) {
 	r, p, t := maxResolveBytes, maxPackumentBytes, maxTarballBytes
@@ -13,4 +15,17 @@ func SetCounts(packuments, edges int) (restore func()) {
 	p, e := maxPackuments, maxEdges
 	maxPackuments, maxEdges = packuments, edges
 	return func() { maxPackuments, maxEdges = p, e }
+}
+
+// FetchAndExtract is one package's install step: its tarball fetched and
+// verified (from cache or reg), then, after between ran (which may remove
+// the cached file), extracted into dst.
+func FetchAndExtract(ctx context.Context, reg *Registry, p Package, cache, dst string, between func()) error {
+	f, err := fetchVerified(ctx, reg, p, cache, dst, newBudget(Limits{}))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	between()
+	return extract(f, dst, newBudget(Limits{}))
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -99,12 +100,8 @@ func Install(ctx context.Context, reg *Registry, pkgs []Package, dir string, opt
 			if err != nil {
 				return err
 			}
-			defer func() {
-				if opts.TarballCache == "" {
-					os.Remove(tgz)
-				}
-			}()
-			if err := extractFile(tgz, filepath.Join(root, filepath.FromSlash(p.Name), p.Version), b); err != nil {
+			defer tgz.Close()
+			if err := extract(tgz, filepath.Join(root, filepath.FromSlash(p.Name), p.Version), b); err != nil {
 				return fmt.Errorf("%s: %w", p.Key(), err)
 			}
 			return nil
@@ -123,13 +120,17 @@ func Install(ctx context.Context, reg *Registry, pkgs []Package, dir string, opt
 	return os.WriteFile(filepath.Join(dir, ImportMapFile), imap, 0o644)
 }
 
-// fetchVerified returns the path of p's tarball, checked against its
-// integrity and taken from b's tarball bytes: from the cache when there,
-// else downloaded (into the cache, or a temporary file in tmpDir).
-func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir string, b *budget) (string, error) {
+// fetchVerified returns p's tarball, open at its start, checked against
+// its integrity and taken from b's tarball bytes: from the cache when
+// there, else downloaded (into the cache, or a temporary file in tmpDir
+// that is gone once the file is closed). The bytes checked are the bytes
+// extracted, through the one open file: the cache may drop the file (its
+// cap, Cache.trimDownloads) or another install may write it meanwhile
+// without either mattering.
+func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir string, b *budget) (*os.File, error) {
 	want, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(p.Integrity, "sha512-"))
 	if err != nil || len(want) != sha512.Size {
-		return "", fmt.Errorf("%s: integrity %q is not sha512", p.Key(), clip(p.Integrity, 40))
+		return nil, fmt.Errorf("%s: integrity %q is not sha512", p.Key(), clip(p.Integrity, 40))
 	}
 	// A cached tarball is named by the package and version as well as
 	// its digest: it was downloaded for exactly that name@version and
@@ -139,50 +140,57 @@ func fetchVerified(ctx context.Context, reg *Registry, p Package, cache, tmpDir 
 	cacheName := cacheKey(p) + ".tgz"
 	if cache != "" {
 		cached := filepath.Join(cache, cacheName)
-		if size, ok, _ := fileHasSum(cached, want); ok {
+		if f, size, ok := openWithSum(cached, want); ok {
 			if err := b.takeTarball(size); err != nil {
-				return "", fmt.Errorf("%s: %w", p.Key(), err)
+				f.Close()
+				return nil, fmt.Errorf("%s: %w", p.Key(), err)
 			}
-			return cached, nil
+			now := time.Now() // used now: the cache's cap drops the least recently used first
+			_ = os.Chtimes(cached, now, now)
+			return f, nil
 		}
 	}
 	dst := tmpDir
 	if cache != "" {
 		if err := os.MkdirAll(cache, 0o755); err != nil {
-			return "", err
+			return nil, err
 		}
 		dst = cache
 	}
 	f, err := os.CreateTemp(dst, ".tgz-")
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	fail := func(err error) (*os.File, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("%s: %w", p.Key(), err)
 	}
 	h := sha512.New()
 	cw := &countingWriter{w: io.MultiWriter(f, h)}
-	err = reg.tarball(ctx, p.Name, p.Version, cw)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err := reg.tarball(ctx, p.Name, p.Version, cw); err != nil {
+		return fail(err)
 	}
-	if err == nil {
-		err = b.takeTarball(cw.n)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("%s: %w", p.Key(), err)
+	if err := b.takeTarball(cw.n); err != nil {
+		return fail(err)
 	}
 	if got := h.Sum(nil); string(got) != string(want) {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("%s: the tarball's SHA-512 is sha512-%s, not the locked %s: refused", p.Key(), base64.StdEncoding.EncodeToString(got), p.Integrity)
+		return fail(fmt.Errorf("the tarball's SHA-512 is sha512-%s, not the locked %s: refused", base64.StdEncoding.EncodeToString(got), p.Integrity))
 	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	// Kept in the cache under its name, or unlinked at once (the open file
+	// stays readable until closed).
 	if cache == "" {
-		return f.Name(), nil
+		err = os.Remove(f.Name())
+	} else {
+		err = os.Rename(f.Name(), filepath.Join(cache, cacheName))
 	}
-	final := filepath.Join(cache, cacheName)
-	if err := os.Rename(f.Name(), final); err != nil {
-		os.Remove(f.Name())
-		return "", err
+	if err != nil {
+		return fail(err)
 	}
-	return final, nil
+	return f, nil
 }
 
 // cacheKey names p's tarball in the tarball cache: the SHA-256 of its
@@ -192,19 +200,23 @@ func cacheKey(p Package) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// fileHasSum reports whether the file at p has SHA-512 sum, and its size.
-func fileHasSum(p string, sum []byte) (int64, bool, error) {
+// openWithSum opens the file at p and reports whether its content has
+// SHA-512 sum, and its size; when it has, the file is returned open at its
+// start (else closed).
+func openWithSum(p string, sum []byte) (*os.File, int64, bool) {
 	f, err := os.Open(p)
 	if err != nil {
-		return 0, false, err
+		return nil, 0, false
 	}
-	defer f.Close()
 	h := sha512.New()
 	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, false, err
+	if err == nil && string(h.Sum(nil)) == string(sum) {
+		if _, err = f.Seek(0, io.SeekStart); err == nil {
+			return f, n, true
+		}
 	}
-	return n, string(h.Sum(nil)) == string(sum), nil
+	f.Close()
+	return nil, 0, false
 }
 
 // countingWriter counts what it passes on.
@@ -271,18 +283,8 @@ var (
 	errTooManyFiles     = errors.New("the environment has too many files")
 )
 
-// extractFile extracts the gzipped tarball at tgz into dst (created),
-// dropping each entry's first path component ("package/" in npm's
-// tarballs).
-func extractFile(tgz, dst string, b *budget) error {
-	f, err := os.Open(tgz)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return extract(f, dst, b)
-}
-
+// extract extracts the gzipped tarball r into dst (created), dropping each
+// entry's first path component ("package/" in npm's tarballs).
 func extract(r io.Reader, dst string, b *budget) error {
 	zr, err := gzip.NewReader(r)
 	if err != nil {

@@ -147,6 +147,45 @@ func TestInstallReusesVerifiedTarballsFromItsCache(t *testing.T) {
 	}
 }
 
+// A cached tarball removed while an install uses it (the cache cap trims
+// the least recently used) does not fail that install: the bytes it
+// verified are read through the file it opened.
+func TestATarballRemovedFromTheCacheMidInstallStillExtracts(t *testing.T) {
+	reg := testenv.StartNPMRegistry(t, testenv.NPMPackage{Name: "x", Version: "1.0.0", Files: map[string]string{"index.js": "module.exports = 1"}})
+	pkgs, err := resolve(t, reg, "x@1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	removeAll := func() {
+		entries, _ := os.ReadDir(cache)
+		if len(entries) == 0 {
+			t.Fatal("nothing was cached")
+		}
+		for _, e := range entries {
+			if err := os.Remove(filepath.Join(cache, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Downloaded into the cache, then from it; each time the cached file
+	// is removed between the check and the extraction.
+	for i, what := range []string{"downloaded", "cached"} {
+		if i == 1 {
+			if _, err := install(t, reg, pkgs, npm.InstallOptions{TarballCache: cache}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dst := t.TempDir()
+		if err := npm.FetchAndExtract(context.Background(), &npm.Registry{URL: reg.URL}, pkgs[0], cache, dst, removeAll); err != nil {
+			t.Fatalf("%s tarball removed mid-install: %v", what, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, "index.js")); err != nil || string(b) != "module.exports = 1" {
+			t.Fatalf("%s tarball: index.js %q %v", what, b, err)
+		}
+	}
+}
+
 // A lock that pairs a package's name with another package's digest does
 // not get the cached bytes of that other package: the cache is keyed by
 // name@version too, and the registry's tarball for the name does not match.
