@@ -40,7 +40,8 @@
 //	.env/<id>.txt       the lock of environment <id>
 //	.resolved/<key>.txt a resolution of a requirement list, reused for
 //	                    Config.ResolveCacheSeconds
-//	.cache/             uv's download cache
+//	.cache/uv/          uv's download cache  } counted toward the cap and
+//	.cache/npm/         verified npm tarballs } trimmed before environments
 //	.tmp-*              installs in progress (swept when abandoned)
 //
 // Exact pins (PreparePins), the older direct form: a set of
