@@ -242,3 +242,55 @@ func TestJavaScriptProxyModeThroughTheGateway(t *testing.T) {
 	}
 	t.Fatal("no audit record for js-egress-1")
 }
+
+// A requirement list resolves on the gateway before any quota admission,
+// and a resolution outlives the request that started it, so resolutions
+// of new lists are bounded per tenant (environments.MaxTenantResolves) and
+// in all: while one of demo's lists is resolving (its registry slow),
+// demo's next new list is a 503 Overloaded at once with Retry-After, and
+// acme's is not held up by demo's.
+func TestATenantsNewRequirementListsResolveOneAtATime(t *testing.T) {
+	s, reg := npmServer(t)
+	demo, acme := s.token("demo"), s.token("acme")
+	release := reg.Hold("shout")
+	defer release()
+	held := make(chan response, 1)
+	go func() {
+		held <- s.execute(demo, map[string]any{"language": "javascript", "requirements": []string{"shout@1.2.0"},
+			"source": "import shout from \"shout\";\nexport function run() { return shout(\"a\") }\n"})
+	}()
+	waitFor(t, "demo's resolution to reach the registry", 30*time.Second, func() bool { return reg.Requests("/shout") > 0 })
+
+	math := map[string]any{"language": "javascript", "requirements": []string{"@tools/math@0.3.0"},
+		"source": "import { add } from \"@tools/math\";\nexport function run() { return add(40, 2) }\n"}
+	start := time.Now()
+	r := s.execute(demo, math)
+	if r.status != http.StatusServiceUnavailable || r.errType(t) != "Overloaded" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("demo's second new list while its first resolves: %d %v %s, want 503 Overloaded with Retry-After", r.status, r.header, r.body)
+	}
+	if e, _ := r.json(t)["error"].(map[string]any); !strings.Contains(fmt.Sprint(e["message"]), "package resolution") {
+		t.Fatalf("the refusal does not say why: %s", r.body)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the refusal took %v: it waited instead of refusing at once", d)
+	}
+	r = s.execute(acme, math)
+	if env := r.json(t); r.status != http.StatusOK || env["status"] != "ok" || env["result"] != float64(42) {
+		t.Fatalf("acme, while demo's resolution is held: %d %s", r.status, r.body)
+	}
+
+	release()
+	select {
+	case r := <-held:
+		if env := r.json(t); r.status != http.StatusOK || env["status"] != "ok" || env["result"] != "A!" {
+			t.Fatalf("demo's held run: %d %s", r.status, r.body)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("demo's held run did not end after the registry answered")
+	}
+	// Its slot is back: demo's other list resolves now (or is acme's, cached).
+	r = s.execute(demo, math)
+	if env := r.json(t); r.status != http.StatusOK || env["status"] != "ok" {
+		t.Fatalf("demo after its resolution ended: %d %s", r.status, r.body)
+	}
+}

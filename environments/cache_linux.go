@@ -186,6 +186,11 @@ func (e *Cache) cachedResolve(ctx context.Context, key string, resolve func(cont
 		failure *sandbox.ErrorInfo
 	}
 	v, err, _ := e.resolving.Do(key, func() (any, error) {
+		release, err := takeSlot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		start := e.now()
 		env, failure, err := resolve(context.WithoutCancel(ctx))
 		if err == nil && failure == nil {

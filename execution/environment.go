@@ -12,17 +12,20 @@ import (
 // errNoEnvironments: requirements asked of a gateway without environments.
 var errNoEnvironments = &sandbox.UnavailableError{Reason: "requirements need the sandbox's environments (uv and a rootfs), which this gateway has not got"}
 
-// Environment finds the environment a request in language for runtime
-// names by one of its requirements, requirements_lock and environment_id
+// Environment finds the environment a request of tenantID in language for
+// runtime names by one of its requirements, requirements_lock and environment_id
 // (nil when it names none): Python packages for python (resolved for the
 // runtime), npm packages for javascript and typescript (runtime is ""). A
 // list that cannot be resolved is a DependencyError (the
 // *sandbox.ErrorInfo), not an error; a lock or an environment of the other
-// language's is a bad request.
-func (f *Flow) Environment(ctx context.Context, language, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
+// language's is a bad request. A new list with no resolve slot free is an
+// *environments.ResolvesBusyError (503 Overloaded).
+func (f *Flow) Environment(ctx context.Context, tenantID, language, runtime string, reqs []string, lock, envID string) (*environments.Environment, *sandbox.ErrorInfo, error) {
 	if len(reqs) == 0 && lock == "" && envID == "" {
 		return nil, nil, nil
 	}
+	// A new list's resolution takes one of the tenant's resolve slots.
+	ctx = environments.WithResolveGate(ctx, f.resolves, tenantID)
 	if f.d.Environments == nil {
 		return nil, nil, errNoEnvironments
 	}
@@ -45,7 +48,8 @@ func (f *Flow) Environment(ctx context.Context, language, runtime string, reqs [
 		}
 		env, failure, err := resolve(ctx, reqs)
 		if err != nil {
-			if IsUnavailable(err) {
+			var busy *environments.ResolvesBusyError
+			if IsUnavailable(err) || errors.As(err, &busy) {
 				return nil, nil, err
 			}
 			return nil, nil, BadRequest("requirements", "%v", err)

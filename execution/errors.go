@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/quota"
 	"github.com/execgate/execgate/sandbox"
 	"github.com/execgate/execgate/secrets"
@@ -159,6 +160,7 @@ func Refusal(err error) *Error {
 		claims   *ClaimsExhaustedError
 		unknown  *sandbox.OutcomeUnknownError
 		secret   *secrets.UnavailableError
+		busy     *environments.ResolvesBusyError
 	)
 	switch {
 	case errors.As(err, &forbid):
@@ -212,6 +214,8 @@ func Refusal(err error) *Error {
 	case errors.Is(err, errOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeOverloaded,
 			Message: "the gateway's run queue is full; retry later", RetryAfter: time.Second, Err: err}
+	case errors.As(err, &busy):
+		return &Error{Status: http.StatusServiceUnavailable, Type: TypeOverloaded, Message: busy.Error(), RetryAfter: time.Second, Err: err}
 	case errors.Is(err, errOutputBudget):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeOverloaded,
 			Message: "the gateway's memory for run output is in use by other runs; retry later", RetryAfter: time.Second, Err: err}

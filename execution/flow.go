@@ -197,11 +197,14 @@ type Flow struct {
 	inline int64
 	queue  *runQueue
 	output *outputBudget
-	idem   IdempotencyStore
-	settle *settler
-	tracer trace.Tracer
-	log    *slog.Logger
-	now    func() time.Time
+	// resolves bounds the resolutions of new requirement lists, in all
+	// and per tenant (they run before any quota admission).
+	resolves *environments.ResolveGate
+	idem     IdempotencyStore
+	settle   *settler
+	tracer   trace.Tracer
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // New builds a Flow from cfg and d.
@@ -238,15 +241,16 @@ func New(cfg Config, d Deps) (*Flow, error) {
 		inline = DefaultArtifactsInlineBytes
 	}
 	return &Flow{
-		d:      d,
-		inline: inline,
-		queue:  newRunQueue(cfg.Queue, d.Metrics.SetQueue),
-		output: newOutputBudget(cfg.OutputMemoryBytes),
-		idem:   d.Idempotency,
-		settle: newSettler(d.Logger),
-		tracer: d.TracerProvider.Tracer(TracerName),
-		log:    d.Logger,
-		now:    d.Now,
+		d:        d,
+		inline:   inline,
+		queue:    newRunQueue(cfg.Queue, d.Metrics.SetQueue),
+		resolves: environments.NewResolveGate(environments.MaxResolves, environments.MaxTenantResolves),
+		output:   newOutputBudget(cfg.OutputMemoryBytes),
+		idem:     d.Idempotency,
+		settle:   newSettler(d.Logger),
+		tracer:   d.TracerProvider.Tracer(TracerName),
+		log:      d.Logger,
+		now:      d.Now,
 	}, nil
 }
 
@@ -403,7 +407,7 @@ func (f *Flow) execute(ctx context.Context, call Call, x *state) (int, *Envelope
 	// Requirements resolve for the run's language and runtime, which is
 	// therefore known before the policy is asked (the policy decides the
 	// same default).
-	pkgs, failure, err := f.Environment(ctx, req.Language, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
+	pkgs, failure, err := f.Environment(ctx, tenant.ID, req.Language, policy.RuntimeFor(tenant, req.Language, req.Runtime), req.Requirements, req.RequirementsLock, req.EnvironmentID)
 	if err != nil {
 		if IsUnavailable(err) {
 			// The runtime is not served here (or has no rootfs): the policy's

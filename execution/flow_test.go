@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execgate/execgate/audit"
+	"github.com/execgate/execgate/environments"
 	"github.com/execgate/execgate/limits"
 	"github.com/execgate/execgate/policy"
 	"github.com/execgate/execgate/quota"
@@ -86,6 +87,7 @@ func TestRefusalGivesEachErrorItsStatusAndType(t *testing.T) {
 		{name: "a dispatched run whose outcome was lost", err: &sandbox.OutcomeUnknownError{Reason: "lost"}, status: 502, typ: TypeOutcomeUnknown, expected: true},
 		{name: "the sandbox down", err: &sandbox.UnavailableError{Reason: "no nsjail"}, status: 503, typ: TypeSandboxUnavailable, expected: true},
 		{name: "a full run queue", err: errOverloaded, status: 503, typ: TypeOverloaded, retryAfter: time.Second, expected: true},
+		{name: "no resolve slot", err: fmt.Errorf("resolving: %w", &environments.ResolvesBusyError{Tenant: true, Max: 1}), status: 503, typ: TypeOverloaded, retryAfter: time.Second, expected: true},
 		{name: "no output memory", err: fmt.Errorf("%w: 1 byte", errOutputBudget), status: 503, typ: TypeOverloaded, retryAfter: time.Second, expected: true},
 		{name: "a failed audit write", err: fmt.Errorf("%w: disk full", errAudit), status: 500, typ: TypeAuditError},
 		{name: "a cancelled request", err: context.Canceled, status: 500, typ: TypeInternal},

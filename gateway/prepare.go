@@ -83,7 +83,7 @@ func (s *Server) handlePrepare(c *gin.Context) {
 		return
 	}
 	runtime := policy.RuntimeFor(tenant, req.Language, req.Runtime)
-	env, failure, err := s.flow.Environment(ctx, req.Language, runtime, req.Requirements, req.RequirementsLock, "")
+	env, failure, err := s.flow.Environment(ctx, tenant.ID, req.Language, runtime, req.Requirements, req.RequirementsLock, "")
 	var dec policy.Decision
 	switch {
 	case err == nil && failure == nil:

@@ -50,11 +50,31 @@ type NPMPackage struct {
 type NPMRegistry struct {
 	URL string
 
-	mu       sync.Mutex // guards requests and tags
+	mu       sync.Mutex // guards requests, tags and holds
 	requests map[string]int
 	tags     map[string]map[string]string
+	holds    map[string]chan struct{}
 	docs     map[string]map[string]any
 	tarballs map[string][]byte
+}
+
+// Hold makes requests for name's metadata wait (until release, or until
+// the request ends), as a slow registry would: a resolution asking for it
+// stays in flight.
+func (r *NPMRegistry) Hold(name string) (release func()) {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	r.holds[name] = ch
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.holds, name)
+			r.mu.Unlock()
+			close(ch)
+		})
+	}
 }
 
 // Requests is how many times path was asked for.
@@ -111,7 +131,7 @@ func Integrity(b []byte) string {
 // StartNPMRegistry serves pkgs until the test ends.
 func StartNPMRegistry(t testing.TB, pkgs ...NPMPackage) *NPMRegistry {
 	t.Helper()
-	r := &NPMRegistry{requests: map[string]int{}, tags: map[string]map[string]string{},
+	r := &NPMRegistry{requests: map[string]int{}, tags: map[string]map[string]string{}, holds: map[string]chan struct{}{},
 		docs: map[string]map[string]any{}, tarballs: map[string][]byte{}}
 	latest := map[string]string{}
 	for _, p := range pkgs {
@@ -210,8 +230,15 @@ func StartNPMRegistry(t testing.TB, pkgs ...NPMPackage) *NPMRegistry {
 			return
 		}
 		r.mu.Lock()
-		tags := r.tags[name]
+		tags, hold := r.tags[name], r.holds[name]
 		r.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-req.Context().Done():
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/vnd.npm.install-v1+json")
 		json.NewEncoder(w).Encode(map[string]any{"name": name, "dist-tags": tags, "versions": versions})
 	}))

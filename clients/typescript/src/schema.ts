@@ -1333,7 +1333,7 @@ export interface components {
                 "application/json": components["schemas"]["Envelope"];
             };
         };
-        /** @description SandboxUnavailable (traceback carries nsjail's log and a hint), SecretUnavailable (a brokered secret granted to the run cannot be read: the message names it; the gateway's log says why), Overloaded (local queue full) or QuotaUnavailable (quota backend down, failing closed). */
+        /** @description SandboxUnavailable (traceback carries nsjail's log and a hint), SecretUnavailable (a brokered secret granted to the run cannot be read: the message names it; the gateway's log says why), Overloaded (local queue full, or no package-resolution slot free for a new requirements list) or QuotaUnavailable (quota backend down, failing closed). */
         EnvelopeUnavailable: {
             headers: {
                 "X-Execution-Id": components["headers"]["X-Execution-Id"];
