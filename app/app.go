@@ -345,9 +345,16 @@ func (a *App) newQuota(metrics *telemetry.Metrics) (execution.IdempotencyStore, 
 			return nil, nil, err
 		}
 		a.onStop("redis client", func(context.Context) error { return client.Close() })
+		// Results and responses (tens of MiB) move through a client of
+		// their own, whose reads and writes may take quota.bulk_timeout_ms.
+		bulk, err := quota.NewRedisBulkClient(cfg.Quota)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.onStop("redis bulk client", func(context.Context) error { return bulk.Close() })
 		a.limiter = quota.NewRedis(client, cfg.Quota, quota.WithObserver(metrics))
-		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits())
-		asyncStore = async.NewRedisStore(client, cfg.Quota.WithDefaults().KeyPrefix, cfg.Server.WithDefaults().AsyncLimits())
+		idem = execution.NewRedisIdempotency(client, cfg.Quota.WithDefaults().KeyPrefix, window, cfg.Server.WithDefaults().IdempotencyLimits()).WithBulk(bulk)
+		asyncStore = async.NewRedisStore(client, cfg.Quota.WithDefaults().KeyPrefix, cfg.Server.WithDefaults().AsyncLimits()).WithBulk(bulk)
 	default:
 		a.limiter = quota.NewMemory(cfg.Quota, quota.WithObserver(metrics))
 	}

@@ -42,6 +42,7 @@ import (
 // closed).
 type RedisIdempotency struct {
 	rdb     redis.UniversalClient
+	bulk    redis.UniversalClient // claims (which may replay a response) and completions (WithBulk); rdb by default
 	prefix  string
 	window  time.Duration
 	pending time.Duration
@@ -67,8 +68,17 @@ func NewRedisIdempotency(rdb redis.UniversalClient, prefix string, window time.D
 	if prefix == "" {
 		prefix = "execgate"
 	}
-	return &RedisIdempotency{rdb: rdb, prefix: prefix, window: window, pending: DefaultPendingTTL,
+	return &RedisIdempotency{rdb: rdb, bulk: rdb, prefix: prefix, window: window, pending: DefaultPendingTTL,
 		limits: limits.WithDefaults(), tokens: map[IdempotencyKey]string{}}
+}
+
+// WithBulk makes r store and replay responses (up to the largest
+// envelope) through bulk, a client whose reads and writes may take longer
+// (quota.NewRedisBulkClient): a claim may answer with a stored response,
+// a completion writes one.
+func (r *RedisIdempotency) WithBulk(bulk redis.UniversalClient) *RedisIdempotency {
+	r.bulk = bulk
+	return r
 }
 
 var _ IdempotencyStore = (*RedisIdempotency)(nil)
@@ -118,7 +128,7 @@ func (r *RedisIdempotency) Claim(ctx context.Context, k IdempotencyKey, fp strin
 	wait := 20 * time.Millisecond
 	for {
 		token := NewID()
-		res, err := claimScript.Run(ctx, r.rdb, keys[:3], "P:"+token+":"+fp, r.pending.Milliseconds(),
+		res, err := claimScript.Run(ctx, r.bulk, keys[:3], "P:"+token+":"+fp, r.pending.Milliseconds(),
 			r.limits.MaxClaims, k.ExecutionID, r.keep()).Slice()
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: claiming idempotency key: %w", quota.ErrUnavailable, err)
@@ -257,7 +267,7 @@ func (r *RedisIdempotency) Complete(ctx context.Context, k IdempotencyKey, resp 
 	// A body costs its bytes and the key's, like in the memory store.
 	overhead := len(k.TenantID) + len(k.ExecutionID)
 	complete := func(ctx context.Context) error {
-		return completeScript.Run(ctx, r.rdb, r.keys(k), "P:"+token+":", "C:"+string(rec), r.window.Milliseconds(),
+		return completeScript.Run(ctx, r.bulk, r.keys(k), "P:"+token+":", "C:"+string(rec), r.window.Milliseconds(),
 			k.ExecutionID, resp.Body, r.limits.TenantResponseBytes, r.keep(), r.tenantPrefix(k)+"idemres:", overhead).Err()
 	}
 	if err := complete(ctx); err != nil {

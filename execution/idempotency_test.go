@@ -329,6 +329,16 @@ func TestRedisIdempotency(t *testing.T) {
 			}
 		}
 	})
+	t.Run("WithBulk claims, completes and replays responses through the bulk client", func(t *testing.T) {
+		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		t.Cleanup(func() { _ = dead.Close() })
+		s := NewRedisIdempotency(dead, "bulk", time.Minute, IdempotencyLimits{}).WithBulk(rdb)
+		k := IdempotencyKey{TenantID: "acme", ExecutionID: "big"}
+		body := bytes.Repeat([]byte("b"), 1<<20)
+		mustClaim(t, s, k, "fp")
+		mustComplete(t, s, k, "ok", body)
+		mustReplay(t, s, k, body)
+	})
 	t.Run("claims survive a Redis crash when Redis persists every write", func(t *testing.T) {
 		aof := testenv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 		rdb := redis.NewClient(&redis.Options{Addr: aof.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})

@@ -26,6 +26,22 @@ import (
 // command arguments never reach traces.
 func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 	cfg = cfg.WithDefaults()
+	return newRedisClient(cfg, time.Duration(cfg.TimeoutMS)*time.Millisecond)
+}
+
+// NewRedisBulkClient is NewRedisClient for the commands that move large
+// values (stored envelopes and artifacts, idempotent responses: tens of
+// MiB): it dials within TimeoutMS too, but each of its reads and writes
+// (a whole reply or request) may take BulkTimeoutMS. Under TimeoutMS, a
+// healthy Redis on a loaded host could not hand over a 64 MiB envelope
+// in time, and the reader got 503 QuotaUnavailable.
+func NewRedisBulkClient(cfg Config) (redis.UniversalClient, error) {
+	cfg = cfg.WithDefaults()
+	return newRedisClient(cfg, time.Duration(cfg.BulkTimeoutMS)*time.Millisecond)
+}
+
+// newRedisClient is NewRedisClient with reads and writes bounded by rw.
+func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error) {
 	timeout := time.Duration(cfg.TimeoutMS) * time.Millisecond
 	var client redis.UniversalClient
 	switch {
@@ -41,7 +57,7 @@ func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 			if err != nil {
 				return nil, fmt.Errorf("quota.redis_url: %s", scrub(err, u))
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
 			client = redis.NewClusterClient(o)
 		case cfg.MasterName != "" || u.Query().Has("master_name"):
 			o, err := redis.ParseFailoverURL(cfg.RedisURL)
@@ -51,14 +67,14 @@ func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 			if cfg.MasterName != "" {
 				o.MasterName = cfg.MasterName
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
 			client = redis.NewFailoverClient(o)
 		default:
 			o, err := redis.ParseURL(cfg.RedisURL)
 			if err != nil {
 				return nil, fmt.Errorf("quota.redis_url: %s", scrub(err, u))
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
 			client = redis.NewClient(o)
 		}
 	case len(cfg.RedisAddrs) > 0:
@@ -75,7 +91,7 @@ func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 			pw := strings.TrimSuffix(string(b), "\n")
 			o.Password, o.SentinelPassword = pw, pw
 		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout)
+		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
 		client = redis.NewUniversalClient(o)
 	default:
 		return nil, errors.New("quota.redis_url: required for the redis backend (or quota.redis_addrs)")
@@ -87,14 +103,18 @@ func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 	return client, nil
 }
 
-// tune applies our timeouts where the URL set none: fail fast, retry a
+// tune applies our timeouts where the URL set none (d to dials, rw to
+// reads and writes): fail fast, retry a
 // command once (the scripts are idempotent), dial once per attempt
 // (go-redis' pool stops dialling a dead server and probes it in the
 // background, which is how the limiter recovers).
-func tune(dial, read, write *time.Duration, maxRetries, dialerRetries *int, d time.Duration) {
-	for _, p := range []*time.Duration{dial, read, write} {
+func tune(dial, read, write *time.Duration, maxRetries, dialerRetries *int, d, rw time.Duration) {
+	if *dial == 0 {
+		*dial = d
+	}
+	for _, p := range []*time.Duration{read, write} {
 		if *p == 0 {
-			*p = d
+			*p = rw
 		}
 	}
 	if *maxRetries == 0 {

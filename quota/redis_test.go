@@ -535,3 +535,37 @@ func TestRedisOverrideWrittenBeforeMaxQueuedReadsAsUnbounded(t *testing.T) {
 		t.Fatalf("admission limits = %+v, want %+v", a.Limits, configured)
 	}
 }
+
+// A large value must arrive whole within one read's deadline: the bulk
+// client's reads may take quota.bulk_timeout_ms, while the admission
+// client keeps quota.timeout_ms (and both dial within timeout_ms).
+func TestTheBulkClientMovesValuesTheAdmissionClientCannot(t *testing.T) {
+	srv := testenv.Redis(t)
+	cfg := Config{RedisURL: srv.URL(), TimeoutMS: 1}
+	base, err := NewRedisClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	bulk, err := NewRedisBulkClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bulk.Close()
+	o := bulk.(*redis.Client).Options()
+	if o.DialTimeout != time.Millisecond || o.ReadTimeout != DefaultBulkTimeoutMS*time.Millisecond || o.WriteTimeout != o.ReadTimeout {
+		t.Fatalf("bulk client: dial %s read %s write %s, want dial timeout_ms and reads and writes bulk_timeout_ms", o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
+	}
+	ctx := context.Background()
+	big := strings.Repeat("x", 48<<20)
+	if err := bulk.Set(ctx, "big", big, time.Minute).Err(); err != nil {
+		t.Fatalf("bulk SET of 48 MiB: %v", err)
+	}
+	got, err := bulk.Get(ctx, "big").Result()
+	if err != nil || len(got) != len(big) {
+		t.Fatalf("bulk GET of 48 MiB: %d bytes, %v", len(got), err)
+	}
+	if _, err := base.Get(ctx, "big").Result(); err == nil {
+		t.Fatal("the admission client read 48 MiB within 1 ms: this test no longer shows the bulk client's point")
+	}
+}

@@ -177,6 +177,10 @@ type Config struct {
 	// TimeoutMS bounds each Redis dial, read and write, in milliseconds.
 	// Default 500. Admission fails (per the fail modes) after it.
 	TimeoutMS int64 `yaml:"timeout_ms" json:"timeout_ms"`
+	// BulkTimeoutMS bounds each Redis read and write of a large value
+	// (a stored result's envelope or artifact, an idempotent response), in
+	// milliseconds: the whole value must arrive within it. Default 15000.
+	BulkTimeoutMS int64 `yaml:"bulk_timeout_ms" json:"bulk_timeout_ms"`
 	// KeyPrefix prefixes every key. Default "execgate".
 	KeyPrefix string `yaml:"key_prefix" json:"key_prefix"`
 	// RateFailMode is what the rate limiter does when Redis is down:
@@ -196,10 +200,11 @@ type Config struct {
 
 // Config defaults (zero values in Config mean these).
 const (
-	DefaultKeyPrefix  = "execgate"
-	DefaultLeaseTTLMS = 15000
-	DefaultTimeoutMS  = 500
-	minLeaseTTLMS     = 30
+	DefaultKeyPrefix     = "execgate"
+	DefaultLeaseTTLMS    = 15000
+	DefaultTimeoutMS     = 500
+	DefaultBulkTimeoutMS = 15000
+	minLeaseTTLMS        = 30
 )
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -218,6 +223,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.TimeoutMS == 0 {
 		c.TimeoutMS = DefaultTimeoutMS
+	}
+	if c.BulkTimeoutMS == 0 {
+		c.BulkTimeoutMS = DefaultBulkTimeoutMS
 	}
 	return c
 }
@@ -244,6 +252,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeoutMS < 0 {
 		errs = append(errs, errors.New("quota.timeout_ms: must be >= 0"))
+	}
+	if c.BulkTimeoutMS < 0 {
+		errs = append(errs, errors.New("quota.bulk_timeout_ms: must be >= 0"))
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("quota.defaults: %w", err))

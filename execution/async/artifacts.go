@@ -171,7 +171,7 @@ func (r *RedisStore) PutArtifacts(ctx context.Context, tenantID, executionID str
 	for _, a := range arts {
 		args = append(args, artifactMember(executionID, a.Name), a.MIME, a.SHA256, a.Data)
 	}
-	if err := putArtifactsScript.Run(ctx, r.rdb, []string{p + "aidx", p + "asize", p + "abytes"}, args...).Err(); err != nil {
+	if err := putArtifactsScript.Run(ctx, r.bulk, []string{p + "aidx", p + "asize", p + "abytes"}, args...).Err(); err != nil {
 		return unavailable("put artifacts", err)
 	}
 	return nil
@@ -183,7 +183,7 @@ func (r *RedisStore) Artifact(ctx context.Context, k Key, name string, reserve R
 	key := r.tenantPrefix(k) + "a:" + artifactMember(k.ExecutionID, name)
 	return r.artifacts.get(ctx, artifactKey{k, name}, func(ctx context.Context) (StoredArtifact, func(), bool, error) {
 		var none StoredArtifact
-		pipe := r.rdb.Pipeline()
+		pipe := r.bulk.Pipeline()
 		head := pipe.HMGet(ctx, key, "mime", "sha")
 		size := pipe.HStrLen(ctx, key, "data")
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -202,7 +202,7 @@ func (r *RedisStore) Artifact(ctx context.Context, k Key, name string, reserve R
 				return none, nil, false, err
 			}
 		}
-		data, err := r.rdb.HGet(ctx, key, "data").Bytes()
+		data, err := r.bulk.HGet(ctx, key, "data").Bytes()
 		if err != nil {
 			release()
 			if errors.Is(err, redis.Nil) { // dropped since

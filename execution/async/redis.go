@@ -37,6 +37,7 @@ import (
 // QuotaUnavailable at the edge).
 type RedisStore struct {
 	rdb    redis.UniversalClient
+	bulk   redis.UniversalClient // envelopes and artifacts (WithBulk); rdb by default
 	prefix string
 	limits Limits
 	shared sharedEnvelopes // the envelopes being read, one copy each
@@ -51,7 +52,16 @@ func NewRedisStore(rdb redis.UniversalClient, prefix string, l Limits) *RedisSto
 	if prefix == "" {
 		prefix = "execgate"
 	}
-	return &RedisStore{rdb: rdb, prefix: prefix, limits: l.WithDefaults()}
+	return &RedisStore{rdb: rdb, bulk: rdb, prefix: prefix, limits: l.WithDefaults()}
+}
+
+// WithBulk makes r move envelopes and artifacts (writes and reads of
+// whole results, tens of MiB) through bulk, a client whose reads and writes
+// may take longer (quota.NewRedisBulkClient); the small commands stay on
+// the client r was made with.
+func (r *RedisStore) WithBulk(bulk redis.UniversalClient) *RedisStore {
+	r.bulk = bulk
+	return r
 }
 
 func (r *RedisStore) tenantPrefix(k Key) string { return r.prefix + ":{t:" + k.TenantID + "}:" }
@@ -196,7 +206,7 @@ func (r *RedisStore) Start(ctx context.Context, k Key) (bool, error) {
 // Finish implements Store.
 func (r *RedisStore) Finish(ctx context.Context, k Key, status int, env []byte) error {
 	p := r.tenantPrefix(k)
-	err := finishScript.Run(ctx, r.rdb, []string{r.recKey(k), p + "xactive", p + "xdone", p + "xsize", p + "xbytes", p + "xall"},
+	err := finishScript.Run(ctx, r.bulk, []string{r.recKey(k), p + "xactive", p + "xdone", p + "xsize", p + "xbytes", p + "xall"},
 		k.ExecutionID, status, env, r.limits.ResultTTL.Milliseconds(), r.limits.TenantResultBytes, p+"x:", r.limits.MaxResults).Err()
 	if err != nil {
 		return unavailable("finish", err)
@@ -206,7 +216,7 @@ func (r *RedisStore) Finish(ctx context.Context, k Key, status int, env []byte) 
 
 // Get implements Store.
 func (r *RedisStore) Get(ctx context.Context, k Key) (Record, bool, error) {
-	m, err := r.rdb.HGetAll(ctx, r.recKey(k)).Result()
+	m, err := r.bulk.HGetAll(ctx, r.recKey(k)).Result() // the envelope too
 	if err != nil {
 		return Record{}, false, unavailable("get", err)
 	}
@@ -239,7 +249,7 @@ func (r *RedisStore) Head(ctx context.Context, k Key) (Record, bool, error) {
 func (r *RedisStore) Envelope(ctx context.Context, k Key, reserve Reserve) ([]byte, func(), bool, error) {
 	key := r.recKey(k)
 	return r.shared.get(ctx, k, func(ctx context.Context) ([]byte, func(), bool, error) {
-		n, err := r.rdb.HStrLen(ctx, key, "env").Result()
+		n, err := r.bulk.HStrLen(ctx, key, "env").Result()
 		if err != nil {
 			return nil, nil, false, unavailable("envelope size", err)
 		}
@@ -253,7 +263,7 @@ func (r *RedisStore) Envelope(ctx context.Context, k Key, reserve Reserve) ([]by
 			}
 		}
 		// Bytes hands over the reply's own buffer: one allocation.
-		env, err := r.rdb.HGet(ctx, key, "env").Bytes()
+		env, err := r.bulk.HGet(ctx, key, "env").Bytes()
 		if err != nil {
 			release()
 			if errors.Is(err, redis.Nil) { // dropped since

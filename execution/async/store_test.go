@@ -11,6 +11,7 @@ import (
 
 	"github.com/execgate/execgate/execution/async"
 	"github.com/execgate/execgate/internal/testenv"
+	"github.com/execgate/execgate/sandbox"
 )
 
 // One behaviour suite for both stores (STYLE: quota/suite_test.go).
@@ -254,5 +255,49 @@ func TestAStoreHandsConcurrentReadersOfAResultOneCopy(t *testing.T) {
 				t.Fatalf("RequestCancel of a done execution = %s, %d envelope bytes, %v %v", rec.State, len(rec.Envelope), ok, err)
 			}
 		})
+	}
+}
+
+// WithBulk routes what moves whole results (envelopes, artifacts) through
+// the bulk client: with the small-command client pointing nowhere, a
+// record created elsewhere is still finished, read and its artifact fetched.
+func TestARedisStoreMovesResultsThroughItsBulkClient(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	k := async.Key{TenantID: "a", ExecutionID: "1"}
+	whole := async.NewRedisStore(rdb, "bulk", async.Limits{})
+	if err := whole.Create(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whole.Start(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	st := async.NewRedisStore(dead, "bulk", async.Limits{}).WithBulk(rdb)
+	env := []byte(`{"status":"ok","result":"` + strings.Repeat("r", 1<<20) + `"}`)
+	if err := st.Finish(ctx, k, 200, env); err != nil {
+		t.Fatalf("Finish through the bulk client: %v", err)
+	}
+	if rec, ok, err := st.Get(ctx, k); err != nil || !ok || len(rec.Envelope) != len(env) {
+		t.Fatalf("Get through the bulk client: %v %v, %d envelope bytes", ok, err, len(rec.Envelope))
+	}
+	got, release, ok, err := st.Envelope(ctx, k, nil)
+	if err != nil || !ok || string(got) != string(env) {
+		t.Fatalf("Envelope through the bulk client: %v %v", ok, err)
+	}
+	release()
+	if err := st.PutArtifacts(ctx, k.TenantID, k.ExecutionID, []sandbox.Artifact{art("chart.png", "png bytes")}); err != nil {
+		t.Fatalf("PutArtifacts through the bulk client: %v", err)
+	}
+	a, release, ok, err := st.Artifact(ctx, k, "chart.png", nil)
+	if err != nil || !ok || string(a.Data) != "png bytes" {
+		t.Fatalf("Artifact through the bulk client: %v %v %q", ok, err, a.Data)
+	}
+	release()
+	if _, _, err := st.Head(ctx, k); err == nil {
+		t.Fatal("Head went through the bulk client too: the small commands should use the other one")
 	}
 }
