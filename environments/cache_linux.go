@@ -51,7 +51,8 @@ type Cache struct {
 	obs        Observer
 	now        func() time.Time
 	resolving  singleflight.Group
-	cleaningUV atomic.Bool // a `uv cache clean` for the cap is under way
+	cleaningUV atomic.Bool  // a `uv cache clean` for the cap is under way
+	lastSweep  atomic.Int64 // when sweepResolved last looked (Unix ns)
 }
 
 // evictIdle is how long an environment must have gone unused before the
@@ -197,6 +198,7 @@ func (e *Cache) cachedResolve(ctx context.Context, key string, resolve func(cont
 			e.event("resolved", e.now().Sub(start))
 			if e.resolveTTL >= 0 {
 				_ = writeFileAtomic(cached, []byte(env.Lock))
+				e.sweepResolved()
 			}
 		}
 		return answer{env, failure}, err
@@ -206,6 +208,27 @@ func (e *Cache) cachedResolve(ctx context.Context, key string, resolve func(cont
 	}
 	a := v.(answer)
 	return a.env, a.failure, nil
+}
+
+// sweepResolved removes the resolutions older than resolveTTL, which
+// cachedResolve no longer reuses: every new requirement list leaves one,
+// and resolutions come before any quota admission, so unswept they would
+// grow without bound. It looks at most once per resolveTTL (and per
+// minute) per Cache.
+func (e *Cache) sweepResolved() {
+	now := e.now()
+	every := max(e.resolveTTL, time.Minute)
+	last := e.lastSweep.Load()
+	if now.UnixNano()-last < int64(every) || !e.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	dir := filepath.Join(e.d.dir, ".resolved")
+	entries, _ := os.ReadDir(dir)
+	for _, ent := range entries {
+		if fi, err := ent.Info(); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= e.resolveTTL {
+			_ = os.Remove(filepath.Join(dir, ent.Name()))
+		}
+	}
 }
 
 func (e *Cache) resolve(ctx context.Context, specs []string) (Environment, *sandbox.ErrorInfo, error) {

@@ -39,7 +39,7 @@
 //	<id>.lock           flock serialising installs of <id> across processes
 //	.env/<id>.txt       the lock of environment <id>
 //	.resolved/<key>.txt a resolution of a requirement list, reused for
-//	                    Config.ResolveCacheSeconds
+//	                    Config.ResolveCacheSeconds (then swept)
 //	.cache/uv/          uv's download cache  } counted toward the cap and
 //	.cache/npm/         verified npm tarballs } trimmed before environments
 //	.tmp-*              installs in progress (swept when abandoned)

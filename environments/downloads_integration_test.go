@@ -97,3 +97,41 @@ func TestTheNPMTarballCacheCountsTowardTheCapLeastRecentlyUsedFirst(t *testing.T
 		}
 	}
 }
+
+// Every new requirement list leaves its resolution in .resolved, before
+// any quota admission: those older than sandbox.resolve_cache_seconds are
+// no longer reused, and a resolution sweeps them away.
+func TestExpiredResolutionsAreSwept(t *testing.T) {
+	cfg, _ := envConfig(t)
+	cfg.ResolveCacheSeconds = 60
+	envs, err := environments.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := filepath.Join(cfg.DepsDir, ".resolved")
+	if err := os.MkdirAll(resolved, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh := filepath.Join(resolved, "stale.txt"), filepath.Join(resolved, "fresh.txt")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("beta==1.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	if _, failure, err := envs.Resolve(context.Background(), []string{"beta==1.0"}); err != nil || failure != nil {
+		t.Fatalf("Resolve: %v %+v", err, failure)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the expired resolution is still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a resolution within its time was swept: %v", err)
+	}
+	if entries, _ := os.ReadDir(resolved); len(entries) != 2 {
+		t.Errorf(".resolved holds %d entries, want fresh.txt and the new resolution", len(entries))
+	}
+}
