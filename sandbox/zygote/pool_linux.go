@@ -347,13 +347,23 @@ func (zs *Pool) recycle(z *zygote, cg *cgroups.Run, executionID string) {
 	zs.ended[cg] = struct{}{}
 	zs.mu.Unlock()
 	go func() {
-		defer func() {
+		defer zs.removing.Done()
+		unlist := func() {
 			zs.mu.Lock()
 			delete(zs.ended, cg)
 			zs.mu.Unlock()
-			zs.removing.Done()
-		}()
-		if cg.Reset() && z.keepCgroup(cg) {
+		}
+		if !cg.Reset() {
+			zs.removeCgroup(cg, executionID)
+			unlist()
+			return
+		}
+		// Nothing of the run is left in it: it is no longer an ended
+		// run's cgroup, and stops being listed as one before a spare of
+		// the next run may enter it (State's EndedThreadFiles would list
+		// that spare as a process of an ended run).
+		unlist()
+		if z.keepCgroup(cg) {
 			zs.cgroupsKept.Add(1)
 			return
 		}
