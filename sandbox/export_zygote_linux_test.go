@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,11 +74,37 @@ func LiveProcessesOfEndedRuns(r *Runner) []string {
 		data, _ := os.ReadFile(f)
 		for _, tid := range strings.Fields(string(data)) {
 			if !dyingOrKilled(tid) {
-				live = append(live, filepath.Dir(f)+": "+tid)
+				live = append(live, filepath.Dir(f)+": "+tid+" "+describeTask(tid))
 			}
 		}
 	}
 	return live
+}
+
+// describeTask says what a task is, for a failure's message: its stat,
+// its identity and signal lines, and whether it is still live 100 ms later.
+func describeTask(tid string) string {
+	stat, _ := os.ReadFile("/proc/" + tid + "/stat")
+	var keep []string
+	if status, err := os.ReadFile("/proc/" + tid + "/status"); err == nil {
+		for line := range strings.Lines(string(status)) {
+			for _, key := range []string{"Name:", "State:", "Tgid:", "PPid:", "NSpid:", "Threads:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:"} {
+				if strings.HasPrefix(line, key) {
+					keep = append(keep, strings.Join(strings.Fields(line), " "))
+				}
+			}
+		}
+	}
+	cgroup, _ := os.ReadFile("/proc/" + tid + "/cgroup")
+	sc, _ := os.ReadFile("/proc/" + tid + "/syscall")
+	wchan, _ := os.ReadFile("/proc/" + tid + "/wchan")
+	keep = append(keep, "syscall "+strings.TrimSpace(string(sc)), "wchan "+string(wchan))
+	time.Sleep(100 * time.Millisecond)
+	later := "gone or dying 100 ms later"
+	if !dyingOrKilled(tid) {
+		later = "STILL LIVE 100 ms later"
+	}
+	return fmt.Sprintf("(stat %q; %s; cgroups %q; %s)", strings.TrimSpace(string(stat)), strings.Join(keep, "; "), strings.TrimSpace(string(cgroup)), later)
 }
 
 func dyingOrKilled(tid string) bool {
@@ -94,7 +121,14 @@ func dyingOrKilled(tid string) bool {
 	if f[0] == "Z" || f[0] == "X" {
 		return true
 	}
-	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&0x4 != 0 { // PF_EXITING
+	// PF_EXITING, or PF_POSTCOREDUMP: Linux 5.16 and later set it first
+	// thing in do_exit, with the thread group's SIGNAL_GROUP_EXIT, which
+	// makes the kernel drop a SIGKILL sent after it. A harness that
+	// exits on its own after its envelope and is killed in that moment
+	// shows neither PF_EXITING nor a pending SIGKILL until exit_signals,
+	// which waits for a cgroup migration under way (a spare being moved
+	// into its cgroup): it cannot return to user space all the same.
+	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&(0x4|0x8) != 0 {
 		return true
 	}
 	status, err := os.ReadFile("/proc/" + tid + "/status")

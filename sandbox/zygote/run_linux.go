@@ -464,7 +464,11 @@ wait:
 // once every process is gone; killed says the harness was killed after its
 // envelope all the same. The harness exits 0 after its envelope, which is
 // the status the run gets; a signal that would have killed it in the
-// microseconds between its envelope and its exit is not seen.
+// microseconds between its envelope and its exit is not seen. A harness
+// already in its exit when the kill comes has the SIGKILL dropped by the
+// kernel (its group is exiting) and shows neither PF_EXITING nor a pending
+// SIGKILL until exit_signals, which can wait for a cgroup migration under
+// way (the next spare's): it never returns to user space all the same.
 func (p *Run) endedWithEnvelope(out Output) (ended, killed bool) {
 	if p.cg.Version() != 1 || p.pidfd < 0 || !out.EnvelopeWhole() {
 		return false, false
