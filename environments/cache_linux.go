@@ -53,6 +53,7 @@ type Cache struct {
 	resolving  singleflight.Group
 	cleaningUV atomic.Bool  // a `uv cache clean` for the cap is under way
 	lastSweep  atomic.Int64 // when sweepResolved last looked (Unix ns)
+	lastLeft   atomic.Int64 // when sweepLeftovers last looked (Unix ns)
 }
 
 // evictIdle is how long an environment must have gone unused before the
@@ -303,7 +304,56 @@ func (e *Cache) Lookup(id string) (Environment, bool, error) {
 		// Written for another Python or platform (the rootfs changed).
 		return Environment{}, false, nil
 	}
+	e.touchRecord(id)
 	return env, true, nil
+}
+
+// recordTTL is how long the lock record of an environment that is not
+// installed (evicted, or its install failed) is kept from its last use:
+// its environment_id stays usable that long, as a split gateway keeps
+// P:dispatch:env:ID.
+const recordTTL = 7 * 24 * time.Hour
+
+// touchRecord marks the lock record of environment id used now.
+func (e *Cache) touchRecord(id string) {
+	now := e.now()
+	_ = os.Chtimes(filepath.Join(e.d.dir, ".env", id+".txt"), now, now)
+}
+
+// sweepLeftovers removes what installs leave beside the environments once
+// it is of no use: the lock record (.env/<id>.txt) of an environment not
+// installed and unused for recordTTL, and the install lock (<id>.lock) of
+// an environment not installed, idle for evictIdle and held by no install.
+// Every new requirement list a tenant runs leaves both, so unswept they
+// would grow without bound (the cache cap counts environments and
+// downloads only). It looks at most once per hour per Cache.
+func (e *Cache) sweepLeftovers() {
+	now := e.now()
+	last := e.lastLeft.Load()
+	if now.UnixNano()-last < int64(time.Hour) || !e.lastLeft.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	records := filepath.Join(e.d.dir, ".env")
+	entries, _ := os.ReadDir(records)
+	for _, ent := range entries {
+		id, ok := strings.CutSuffix(ent.Name(), ".txt")
+		if !ok || !ValidID(id) || isDir(filepath.Join(e.d.dir, id)) {
+			continue
+		}
+		if fi, err := ent.Info(); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= recordTTL {
+			_ = os.Remove(filepath.Join(records, ent.Name()))
+		}
+	}
+	entries, _ = os.ReadDir(e.d.dir)
+	for _, ent := range entries {
+		id, ok := strings.CutSuffix(ent.Name(), ".lock")
+		if !ok || !ValidID(id) {
+			continue
+		}
+		if fi, err := ent.Info(); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= evictIdle {
+			removeIdleLock(filepath.Join(e.d.dir, ent.Name()), filepath.Join(e.d.dir, id))
+		}
+	}
 }
 
 // Prepare installs env (when not installed yet) and returns its directory;
@@ -313,6 +363,7 @@ func (e *Cache) Prepare(ctx context.Context, env Environment) (dir string, hit b
 	final := filepath.Join(e.d.dir, env.ID)
 	if isDir(final) {
 		e.touch(final)
+		e.touchRecord(env.ID)
 		e.event("hit", 0)
 		return final, true, nil, nil
 	}
@@ -347,6 +398,7 @@ func (e *Cache) Prepare(ctx context.Context, env Environment) (dir string, hit b
 	if led {
 		e.event("built", e.now().Sub(start))
 		e.evict(env.ID)
+		e.sweepLeftovers()
 	}
 	return dir, false, nil, nil
 }

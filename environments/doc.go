@@ -27,7 +27,7 @@
 // runs on the host), into <DepsDir>/<id>, and bound read-only into the jails
 // that use it. The lock is kept in <DepsDir>/.env/<id>.txt, so an id stays
 // usable (`environment_id`) even after its directory was evicted: it is
-// reinstalled from the lock.
+// reinstalled from the lock, for recordTTL (7 days) from its last use.
 //
 // A caller may also pass a lock directly (pip's hashes format, as written by
 // `uv pip compile --generate-hashes` or pip-tools): every entry must be an
@@ -37,7 +37,9 @@
 //
 //	<id>/               an installed environment (complete once under this name)
 //	<id>.lock           flock serialising installs of <id> across processes
-//	.env/<id>.txt       the lock of environment <id>
+//	                    (swept when idle and <id> is not installed)
+//	.env/<id>.txt       the lock of environment <id> (swept 7 days after its
+//	                    last use once <id> is not installed)
 //	.resolved/<key>.txt a resolution of a requirement list, reused for
 //	                    Config.ResolveCacheSeconds (then swept)
 //	.cache/uv/          uv's download cache  } counted toward the cap and

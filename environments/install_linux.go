@@ -341,7 +341,9 @@ func isDir(p string) bool {
 }
 
 // lockFile takes an exclusive flock on path (created if needed), polling
-// until ctx ends. The returned function releases it.
+// until ctx ends. The returned function releases it. A lock file removed
+// while this waited for it (removeIdleLock) is not the lock any more: it
+// opens path again.
 func lockFile(ctx context.Context, path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -350,6 +352,13 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
+			if !stillLinked(f, path) {
+				f.Close()
+				if f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			return func() {
 				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				f.Close()
@@ -368,6 +377,35 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 		case <-t.C:
 		}
 	}
+}
+
+// stillLinked reports whether path still names the open file f.
+func stillLinked(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && os.SameFile(a, b)
+}
+
+// removeIdleLock removes the install lock path of directory final when no
+// install holds it and final is not installed: under the lock, so an
+// install that opened it before the removal sees it unlinked once it gets
+// it (lockFile) and takes the new one.
+func removeIdleLock(path, final string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return
+	}
+	if stillLinked(f, path) && !isDir(final) {
+		_ = os.Remove(path)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
 
 // uvSetupHint is what an operator does when uv cannot run.
