@@ -26,7 +26,7 @@ import (
 // command arguments never reach traces.
 func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 	cfg = cfg.WithDefaults()
-	return newRedisClient(cfg, time.Duration(cfg.TimeoutMS)*time.Millisecond)
+	return newRedisClient(cfg, time.Duration(cfg.TimeoutMS)*time.Millisecond, false)
 }
 
 // NewRedisBulkClient is NewRedisClient for the commands that move large
@@ -37,11 +37,14 @@ func NewRedisClient(cfg Config) (redis.UniversalClient, error) {
 // in time, and the reader got 503 QuotaUnavailable.
 func NewRedisBulkClient(cfg Config) (redis.UniversalClient, error) {
 	cfg = cfg.WithDefaults()
-	return newRedisClient(cfg, time.Duration(cfg.BulkTimeoutMS)*time.Millisecond)
+	return newRedisClient(cfg, time.Duration(cfg.BulkTimeoutMS)*time.Millisecond, true)
 }
 
-// newRedisClient is NewRedisClient with reads and writes bounded by rw.
-func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error) {
+// newRedisClient is NewRedisClient with reads and writes bounded by rw:
+// by at least rw for the bulk client (bulk), whose reads and writes a
+// shorter read_timeout or write_timeout in the URL (meant for admission)
+// would otherwise cut short.
+func newRedisClient(cfg Config, rw time.Duration, bulk bool) (redis.UniversalClient, error) {
 	timeout := time.Duration(cfg.TimeoutMS) * time.Millisecond
 	var client redis.UniversalClient
 	switch {
@@ -57,7 +60,7 @@ func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error)
 			if err != nil {
 				return nil, fmt.Errorf("quota.redis_url: %s", scrub(err, u))
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw, bulk)
 			client = redis.NewClusterClient(o)
 		case cfg.MasterName != "" || u.Query().Has("master_name"):
 			o, err := redis.ParseFailoverURL(cfg.RedisURL)
@@ -67,14 +70,14 @@ func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error)
 			if cfg.MasterName != "" {
 				o.MasterName = cfg.MasterName
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw, bulk)
 			client = redis.NewFailoverClient(o)
 		default:
 			o, err := redis.ParseURL(cfg.RedisURL)
 			if err != nil {
 				return nil, fmt.Errorf("quota.redis_url: %s", scrub(err, u))
 			}
-			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
+			tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw, bulk)
 			client = redis.NewClient(o)
 		}
 	case len(cfg.RedisAddrs) > 0:
@@ -91,7 +94,7 @@ func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error)
 			pw := strings.TrimSuffix(string(b), "\n")
 			o.Password, o.SentinelPassword = pw, pw
 		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw)
+		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries, timeout, rw, bulk)
 		client = redis.NewUniversalClient(o)
 	default:
 		return nil, errors.New("quota.redis_url: required for the redis backend (or quota.redis_addrs)")
@@ -104,16 +107,17 @@ func newRedisClient(cfg Config, rw time.Duration) (redis.UniversalClient, error)
 }
 
 // tune applies our timeouts where the URL set none (d to dials, rw to
-// reads and writes): fail fast, retry a
-// command once (the scripts are idempotent), dial once per attempt
-// (go-redis' pool stops dialling a dead server and probes it in the
-// background, which is how the limiter recovers).
-func tune(dial, read, write *time.Duration, maxRetries, dialerRetries *int, d, rw time.Duration) {
+// reads and writes; with atLeast, rw also replaces a shorter one): fail
+// fast, retry a command once (the scripts are idempotent), dial once per
+// attempt (go-redis' pool stops dialling a dead server and probes it in
+// the background, which is how the limiter recovers).
+func tune(dial, read, write *time.Duration, maxRetries, dialerRetries *int, d, rw time.Duration, atLeast bool) {
 	if *dial == 0 {
 		*dial = d
 	}
 	for _, p := range []*time.Duration{read, write} {
-		if *p == 0 {
+		// 0: unset (go-redis would take 3 s); -1 and -2: no deadline.
+		if *p == 0 || (atLeast && *p > 0 && *p < rw) {
 			*p = rw
 		}
 	}

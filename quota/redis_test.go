@@ -556,6 +556,25 @@ func TestTheBulkClientMovesValuesTheAdmissionClientCannot(t *testing.T) {
 	if o.DialTimeout != time.Millisecond || o.ReadTimeout != DefaultBulkTimeoutMS*time.Millisecond || o.WriteTimeout != o.ReadTimeout {
 		t.Fatalf("bulk client: dial %s read %s write %s, want dial timeout_ms and reads and writes bulk_timeout_ms", o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
 	}
+	// A read_timeout or write_timeout in the URL, meant for admission,
+	// is a floor for the bulk client, not its bound.
+	short := Config{RedisURL: srv.URL() + "?read_timeout=100ms&write_timeout=200ms", TimeoutMS: 1}
+	bulkShort, err := NewRedisBulkClient(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bulkShort.Close()
+	if o := bulkShort.(*redis.Client).Options(); o.ReadTimeout != DefaultBulkTimeoutMS*time.Millisecond || o.WriteTimeout != o.ReadTimeout {
+		t.Fatalf("bulk client of a URL with read_timeout=100ms&write_timeout=200ms: read %s write %s, want bulk_timeout_ms", o.ReadTimeout, o.WriteTimeout)
+	}
+	baseShort, err := NewRedisClient(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer baseShort.Close()
+	if o := baseShort.(*redis.Client).Options(); o.ReadTimeout != 100*time.Millisecond || o.WriteTimeout != 200*time.Millisecond {
+		t.Fatalf("admission client of a URL with read_timeout=100ms&write_timeout=200ms: read %s write %s", o.ReadTimeout, o.WriteTimeout)
+	}
 	ctx := context.Background()
 	big := strings.Repeat("x", 48<<20)
 	if err := bulk.Set(ctx, "big", big, time.Minute).Err(); err != nil {
