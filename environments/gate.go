@@ -3,7 +3,8 @@ package environments
 import (
 	"context"
 	"fmt"
-	"sync"
+
+	"github.com/execgate/execgate/internal/slots"
 )
 
 // Resolving a requirement list runs on the gateway's host (uv pip compile,
@@ -43,41 +44,26 @@ func (e *ResolvesBusyError) Error() string {
 // ResolveGate counts the resolutions in flight, in all and per tenant.
 type ResolveGate struct {
 	max, tenantMax int
-	mu             sync.Mutex // guards n and by
-	n              int
-	by             map[string]int
+	held           *slots.Counter
 }
 
 // NewResolveGate is a gate of max resolutions in flight, tenantMax of them
 // for one tenant.
 func NewResolveGate(max, tenantMax int) *ResolveGate {
-	return &ResolveGate{max: max, tenantMax: tenantMax, by: map[string]int{}}
+	return &ResolveGate{max: max, tenantMax: tenantMax, held: slots.New(tenantMax, max)}
 }
 
 // take takes a slot for tenant, or says why there is none; release gives
 // it back (once).
 func (g *ResolveGate) take(tenant string) (release func(), err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.by[tenant] >= g.tenantMax {
+	release, full := g.held.Take(tenant)
+	switch full {
+	case slots.Key:
 		return nil, &ResolvesBusyError{Tenant: true, Max: g.tenantMax}
-	}
-	if g.n >= g.max {
+	case slots.Total:
 		return nil, &ResolvesBusyError{Max: g.max}
 	}
-	g.n++
-	g.by[tenant]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.n--
-			if g.by[tenant]--; g.by[tenant] <= 0 {
-				delete(g.by, tenant)
-			}
-		})
-	}, nil
+	return release, nil
 }
 
 type gateKey struct{}

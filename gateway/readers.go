@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/execgate/execgate/execution"
 	"github.com/execgate/execgate/execution/async"
+	"github.com/execgate/execgate/internal/slots"
 )
 
 // Readers of async executions (issue #23 §1, §6). A stored result may be
@@ -44,37 +44,24 @@ import (
 // tenantSlots counts, per tenant, requests holding something capped per
 // tenant (readers).
 type tenantSlots struct {
-	max int
-	key string // the config key of max, for the refusal
-
-	mu sync.Mutex     // guards n
-	n  map[string]int // held per tenant; absent when 0
+	max  int
+	key  string // the config key of max, for the refusal
+	held *slots.Counter
 }
 
 func newTenantSlots(max int, key string) *tenantSlots {
-	return &tenantSlots{max: max, key: key, n: map[string]int{}}
+	return &tenantSlots{max: max, key: key, held: slots.New(max, 0)}
 }
 
 // take holds a slot of tenant; the error (429 QuotaExceeded) means the
 // tenant holds all of them. release gives the slot back (once).
 func (t *tenantSlots) take(tenant, what string) (release func(), err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n[tenant] >= t.max {
+	release, full := t.held.Take(tenant)
+	if full != slots.None {
 		return nil, &apiError{Status: http.StatusTooManyRequests, Type: TypeQuotaExceeded, RetryAfter: time.Second,
 			Message: fmt.Sprintf("the tenant already has %d %s on this gateway (server.%s); retry when one finishes", t.max, what, t.key)}
 	}
-	t.n[tenant]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if t.n[tenant]--; t.n[tenant] <= 0 {
-				delete(t.n, tenant)
-			}
-		})
-	}, nil
+	return release, nil
 }
 
 // What the readers' refusals call them.
