@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -261,5 +262,65 @@ func TestHarnessWarmsUpBeforeItsRequest(t *testing.T) {
 	}
 	if res, _ := env["result"].(map[string]any); res["n"] != float64(1) {
 		t.Fatalf("result %v: the warm-up's own result leaked into the run's", env["result"])
+	}
+}
+
+// stdout and stderr end (flushed, their pipes closed, /dev/null in their
+// place) before the envelope is written: a run at level process ends once
+// its result channel closes and the harness is killed, and its output
+// readers would otherwise wait for the harness's exit, after the kernel
+// tore its memory down. Here the envelope (over 64 KiB) fills the result
+// pipe, which nothing reads yet: the harness is still alive, blocked in
+// its write, when both streams have ended with everything written.
+func TestHarnessEndsItsOutputBeforeItsEnvelope(t *testing.T) {
+	cmd, r := harnessCommand(t)
+	defer r.Close()
+	cmd.Stdin = strings.NewReader(request("import sys\ndef run(args, context):\n    print('out')\n    print('err', file=sys.stderr)\n    return 'x' * (256 << 10)\n", map[string]any{"output_bytes": 1 << 20}))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startHarness(t, cmd)
+	defer cmd.Process.Kill() //nolint:errcheck // a failed test's harness
+	type ended struct {
+		data []byte
+		err  error
+	}
+	read := func(f io.Reader) chan ended {
+		ch := make(chan ended, 1)
+		go func() {
+			b, err := io.ReadAll(f)
+			ch <- ended{b, err}
+		}()
+		return ch
+	}
+	outc, errc := read(stdout), read(stderr)
+	for name, c := range map[string]chan ended{"stdout": outc, "stderr": errc} {
+		select {
+		case e := <-c:
+			if e.err != nil || !strings.Contains(string(e.data), name[3:]) {
+				t.Fatalf("%s: %q %v", name, e.data, e.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not end while the envelope waited to be read: it ends only with the harness's exit", name)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the harness is gone before its envelope was read: %v", err)
+	}
+	var out bytes.Buffer
+	if _, err := out.ReadFrom(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env["status"] != "ok" || len(env["result"].(string)) != 256<<10 {
+		t.Fatalf("envelope of %d bytes: %v", out.Len(), err)
 	}
 }
