@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 )
 
@@ -84,7 +85,9 @@ func (f *framedChannel) demux(r io.Reader, stdout *textCapture) {
 	}
 	for {
 		n, err := io.ReadFull(r, head)
-		if err == io.EOF {
+		if err == io.EOF || (n == 0 && f.signalled && errors.Is(err, os.ErrClosed)) {
+			// EOF, or a level-process run that ended with its envelope:
+			// its stdout was closed here once drained (collectDrained).
 			return
 		}
 		if err != nil {

@@ -192,6 +192,10 @@ func (o *procOutput) EnvelopeWhole() bool {
 
 func (o *procOutput) Collect(grace time.Duration) { collectReaders(&o.readers, o.readEnd, grace) }
 
+func (o *procOutput) CollectEnded(grace time.Duration) {
+	collectDrained(&o.readers, o.readEnd, grace)
+}
+
 // envelopeBytes is the run's envelope, once Collect returned: a Deno's
 // framed one (none when its framing broke), else the result pipe's.
 func (o *procOutput) envelopeBytes() ([]byte, bool) {

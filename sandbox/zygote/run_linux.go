@@ -62,6 +62,12 @@ type Output interface {
 	// gone) and closes the read ends; readers still blocked after grace
 	// are unblocked by closing their pipes.
 	Collect(grace time.Duration)
+	// CollectEnded is Collect for a run that ended with its envelope (its
+	// one process, the harness, killed after it): everything the run
+	// wrote is in the pipes by then, so each reader is unblocked as soon
+	// as its pipe is empty (within grace) instead of at EOF, which comes
+	// only once the kernel has torn the killed process down.
+	CollectEnded(grace time.Duration)
 }
 
 // Exit is how a run ended, as Wait saw it.
@@ -105,7 +111,7 @@ func (p *Run) End(executionID string, crashed bool) {
 func (p *Run) Abort(out Output) {
 	defer p.Workspace.Release()
 	p.kill()
-	p.finish(out, p.z.exitChan(p.pid))
+	p.finish(out, p.z.exitChan(p.pid), false)
 	_ = p.cg.Remove(3 * time.Second)
 	p.z.pool.done(p.z)
 }
@@ -430,7 +436,7 @@ wait:
 		}
 		t.Stop()
 	}
-	p.finish(out, nil)
+	p.finish(out, nil, ended)
 	if killedWhole && status >= 0 && syscall.WaitStatus(status).Signal() == syscall.SIGKILL {
 		status = 0
 	}
@@ -506,12 +512,17 @@ func (p *Run) kill() {
 }
 
 // finish waits for the output readers (EOF once every process of the run
-// is gone) and closes the runner's ends; exit, when not nil, is drained
-// for the zygote's report of the killed child.
-func (p *Run) finish(out Output, exit chan int) {
+// is gone; an empty pipe when the run ended with its envelope) and closes
+// the runner's ends; exit, when not nil, is drained for the zygote's
+// report of the killed child.
+func (p *Run) finish(out Output, exit chan int, ended bool) {
 	t := time.NewTimer(p.z.pool.grace) // the drain of exit waits until grace from here
 	defer t.Stop()
-	out.Collect(p.z.pool.grace)
+	if ended {
+		out.CollectEnded(p.z.pool.grace)
+	} else {
+		out.Collect(p.z.pool.grace)
+	}
 	p.Stdin.Close()
 	p.Bridge.Close()
 	if exit != nil {
