@@ -47,16 +47,31 @@ func runHarness(t *testing.T, req string) map[string]any {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	startHarness(t, cmd)
+	return envelopeOf(t, cmd, r, &stderr)
+}
+
+// envelopeOf reads the envelope of a started harness from its result
+// channel r, waits for the harness to exit and decodes the envelope; what
+// it wrote on stderr, when captured (stderr not nil), is quoted in a
+// failure.
+func envelopeOf(t *testing.T, cmd *exec.Cmd, r *os.File, stderr *bytes.Buffer) map[string]any {
+	t.Helper()
 	var out bytes.Buffer
 	if _, err := out.ReadFrom(r); err != nil {
 		t.Fatal(err)
 	}
+	quoted := func() string {
+		if stderr == nil {
+			return ""
+		}
+		return "\n" + stderr.String()
+	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("harness: %v\n%s", err, stderr.String())
+		t.Fatalf("harness: %v%s", err, quoted())
 	}
 	var env map[string]any
 	if err := json.Unmarshal(out.Bytes(), &env); err != nil {
-		t.Fatalf("envelope %q: %v\n%s", out.String(), err, stderr.String())
+		t.Fatalf("envelope %q: %v%s", out.String(), err, quoted())
 	}
 	return env
 }
@@ -249,16 +264,9 @@ func TestHarnessWarmsUpBeforeItsRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdin.Close()
-	var out bytes.Buffer
-	if _, err := out.ReadFrom(r); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	var env map[string]any
-	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env["status"] != "ok" {
-		t.Fatalf("envelope %s: %v", out.Bytes(), err)
+	env := envelopeOf(t, cmd, r, nil)
+	if env["status"] != "ok" {
+		t.Fatalf("envelope %v", env)
 	}
 	if res, _ := env["result"].(map[string]any); res["n"] != float64(1) {
 		t.Fatalf("result %v: the warm-up's own result leaked into the run's", env["result"])
@@ -312,15 +320,8 @@ func TestHarnessEndsItsOutputBeforeItsEnvelope(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("the harness is gone before its envelope was read: %v", err)
 	}
-	var out bytes.Buffer
-	if _, err := out.ReadFrom(r); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	var env map[string]any
-	if err := json.Unmarshal(out.Bytes(), &env); err != nil || env["status"] != "ok" || len(env["result"].(string)) != 256<<10 {
-		t.Fatalf("envelope of %d bytes: %v", out.Len(), err)
+	env := envelopeOf(t, cmd, r, nil)
+	if result, _ := env["result"].(string); env["status"] != "ok" || len(result) != 256<<10 {
+		t.Fatalf("envelope: status %v, a result of %d bytes, want ok and %d", env["status"], len(result), 256<<10)
 	}
 }
