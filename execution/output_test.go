@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,6 +165,7 @@ func TestOutputBudget(t *testing.T) {
 		var freed atomic.Int32
 		done := make(chan struct{}, 8)
 		b.freeOS = func() { freed.Add(1); done <- struct{}{} }
+		b.footprint = func() uint64 { return 1 << 30 } // the burst's output is in the heap
 		small, _ := b.acquire(context.Background(), limits(1<<10, 1000))
 		small()
 		if freed.Load() != 0 {
@@ -180,4 +184,80 @@ func TestOutputBudget(t *testing.T) {
 			t.Fatal("memory was not returned after the burst")
 		}
 	})
+	t.Run("memory goes back to the OS only when the heap grew by a burst's worth since the last time", func(t *testing.T) {
+		b := newOutputBudget(1 << 30)
+		var mu sync.Mutex
+		heap := uint64(8 << 20)
+		setHeap := func(n uint64) { mu.Lock(); heap = n; mu.Unlock() }
+		looked := make(chan struct{}, 8)
+		b.footprint = func() uint64 { mu.Lock(); defer mu.Unlock(); looked <- struct{}{}; return heap }
+		var freed atomic.Int32
+		b.freeOS = func() { freed.Add(1); setHeap(10 << 20) } // what a GC and scavenge leave
+		burst := func() {
+			t.Helper()
+			for len(looked) > 0 {
+				<-looked
+			}
+			r1, _ := b.acquire(context.Background(), limits(16<<20, 1000))
+			r2, _ := b.acquire(context.Background(), limits(16<<20, 1000))
+			r1()
+			r2()
+			select {
+			case <-looked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the heap was not looked at after the burst")
+			}
+			for b.freeing.Load() { // the look's goroutine ends
+				time.Sleep(time.Millisecond)
+			}
+		}
+		// Runs of small output: 64 MiB of reservations given back, a heap
+		// of a few MiB. Forcing a GC here cost ≈ 1.6 ms per request.
+		burst()
+		if n := freed.Load(); n != 0 {
+			t.Fatalf("memory returned %d times while the heap held 8 MiB", n)
+		}
+		setHeap(200 << 20)
+		burst()
+		if n := freed.Load(); n != 1 {
+			t.Fatalf("memory returned %d times after the heap grew to 200 MiB, want 1", n)
+		}
+		setHeap(70 << 20) // 60 MiB more than after the last return, 70 in all
+		burst()
+		if n := freed.Load(); n != 1 {
+			t.Fatalf("memory returned again (%d) though the heap grew by less than %d bytes", n, freeAfterBytes)
+		}
+		setHeap(80 << 20)
+		burst()
+		if n := freed.Load(); n != 2 {
+			t.Fatalf("memory returned %d times after the heap grew by 70 MiB again, want 2", n)
+		}
+	})
+}
+
+// sink keeps an allocation live where the compiler cannot see it.
+var sink []byte
+
+func TestHeapFootprintSeesABurstAndItsReturn(t *testing.T) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	before := heapFootprint()
+	sink = make([]byte, 128<<20)
+	for i := range sink {
+		sink[i] = byte(i)
+	}
+	held := heapFootprint()
+	if held < 128<<20 {
+		t.Fatalf("footprint %d with 128 MiB held (%d before)", held, before)
+	}
+	sink = nil
+	dead := heapFootprint()
+	if dead < 128<<20 {
+		t.Fatalf("footprint %d once the 128 MiB are garbage (%d before): the burst would not be returned", dead, before)
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	if after := heapFootprint(); after > dead-freeAfterBytes {
+		t.Fatalf("footprint %d after a GC and scavenge, %d before them", after, dead)
+	}
 }
