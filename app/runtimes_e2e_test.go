@@ -15,11 +15,18 @@ import (
 	"github.com/execgate/execgate/sandbox"
 )
 
-// versionTool reports the interpreter's version and its CA store.
+// versionTool reports the interpreter's version, its CA store, and the
+// reference count of the harness's module (made before the run: by the
+// jail's own start at level jail, by the zygote at level process).
 const versionTool = `import ssl, sys
 def run(args, context):
-    return {"version": list(sys.version_info[:2]), "ca": ssl.create_default_context().cert_store_stats()["x509_ca"]}
+    return {"version": list(sys.version_info[:2]), "ca": ssl.create_default_context().cert_store_stats()["x509_ca"],
+            "harness_refs": sys.getrefcount(sys.modules["execgate_harness"])}
 `
+
+// immortalRefcnt is what sys.getrefcount says of an immortal object on
+// CPython 3.12 and 3.13 (64-bit).
+const immortalRefcnt = 0xFFFFFFFF
 
 // runtimesServer serves both Python runtimes built from their pinned
 // packages, to tenant "both" (granted python3.11 and python3.13, levels
@@ -72,6 +79,14 @@ func TestEachRuntimeRunsItsOwnPythonAtBothLevels(t *testing.T) {
 				}
 				if ca, _ := res["ca"].(float64); ca <= 0 {
 					t.Errorf("CA store of %s has %v certificates", tc.runtime, res["ca"])
+				}
+				// A 3.13 zygote makes what it imported immortal, so that a
+				// run's process never writes (and copies) their pages to
+				// count references; 3.11 has no immortal objects, and a
+				// jail's harness is its own process's.
+				refs, _ := res["harness_refs"].(float64)
+				if immortal := refs == immortalRefcnt; immortal != (tc.runtime == "python3.13" && level == "process") {
+					t.Errorf("the harness module's reference count is %v on %s at level %s (immortal: %v)", refs, tc.runtime, level, immortal)
 				}
 				dec, _ := env["decision"].(map[string]any)
 				u, _ := env["usage"].(map[string]any)

@@ -2,7 +2,8 @@
 
 Forks the zygote's interpreter (sandbox/harness/execgate_zygote.py imported
 as the zygote imports it: asyncio preloaded and hidden, the stdlib's fork
-hooks kept out, gc frozen) N times and measures, per fork:
+hooks kept out, its objects made immortal on 3.12 and 3.13, gc frozen) N
+times and measures, per fork:
 
   exit  the child exits at once (os._exit): CPython's fork and exit alone
   run   the child runs the harness on the readiness probe's request, as a
@@ -36,6 +37,7 @@ zygote._PRELOADED.hide()
 import gc  # noqa: E402
 
 gc.collect()
+IMMORTAL = zygote._immortalize()
 gc.freeze()
 
 SOURCE = "async def run(args, context):\n    return {'ok': True}\n"
@@ -111,7 +113,7 @@ def measure(mode, n):
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     anon = [l for l in open("/proc/self/status").read().splitlines() if l.startswith("RssAnon")]
-    print("zygote interpreter: %s, %d modules" % (" ".join(anon[0].split()), len(sys.modules)))
+    print("zygote interpreter: %s, %d modules, %d objects made immortal" % (" ".join(anon[0].split()), len(sys.modules), IMMORTAL))
     for mode in ("exit", "run"):
         measure(mode, n)
 

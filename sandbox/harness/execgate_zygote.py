@@ -457,6 +457,50 @@ def _fork_run(ctl, wake, msg, anc):
             os.close(fd)
 
 
+# The reference count CPython 3.12 and 3.13 (64-bit, with the GIL) give an
+# immortal object (PEP 683): Py_INCREF and Py_DECREF leave it unwritten.
+_IMMORTAL_REFCNT = 0xFFFFFFFF
+
+
+def _immortalize():
+    """Make every object the zygote reaches immortal (PEP 683), so that a
+    run's process, forked from it, never writes their reference counts:
+    each such write would copy the page the object sits on (a fault and a
+    4 KiB copy), and a run touches hundreds of them (functions, modules,
+    code, strings) even on a trivial tool. Objects reached from the
+    collector (every container, and what each refers to) are counted once.
+    The zygote and its runs never free them, which is what a zygote wants:
+    it keeps them for its life and a run's process is gone after its run.
+    Only for the builds whose layout this knows (CPython 3.12 and 3.13,
+    64-bit, with the GIL); elsewhere nothing changes. Returns how many
+    objects it made immortal."""
+    if (
+        sys.implementation.name != "cpython"
+        or sys.version_info[:2] not in ((3, 12), (3, 13))
+        or sys.maxsize <= 2**32
+        or hasattr(sys, "gettotalrefcount")  # a debug build
+        or getattr(sys, "_is_gil_enabled", lambda: True)() is False
+    ):
+        return 0
+    refcnt = ctypes.c_ssize_t
+    seen = set()
+    todo = gc.get_objects()
+    skip = {id(seen), id(todo)}
+    made = 0
+    while todo:
+        o = todo.pop()
+        i = id(o)
+        if i in seen or i in skip:
+            continue
+        seen.add(i)
+        todo.extend(gc.get_referents(o))
+        count = refcnt.from_address(i)
+        if 0 < count.value < 2**31:  # already immortal (statics, interned strings): left unwritten
+            count.value = _IMMORTAL_REFCNT
+            made += 1
+    return made
+
+
 def main():
     ctl = socket.socket(fileno=CONTROL_FD)
     os.set_inheritable(CONTROL_FD, False)
@@ -473,8 +517,10 @@ def main():
     # not touch them (nor their pages) unless its tool imports asyncio.
     _PRELOADED.hide()
     # Objects the zygote made so far are never collected: the children's
-    # collector leaves them (and their pages, shared copy-on-write) alone.
+    # collector leaves them (and their pages, shared copy-on-write) alone;
+    # on 3.12 and later neither do their reference counts.
     gc.collect()
+    _immortalize()
     gc.freeze()
     _send(ctl, "R %d\n" % _SCOPED)
     anc_size = socket.CMSG_SPACE(FORK_FDS * 4)
