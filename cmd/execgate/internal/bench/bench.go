@@ -542,15 +542,10 @@ func (r *Report) warmJailRSS(ctx context.Context) (int64, int, error) {
 	if _, err := runner.Run(ctx, sandbox.Spec{Source: ProbeSource, Limits: limits.Default}); err != nil {
 		return 0, 0, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for runner.Info().WarmIdle < r.Options.WarmPool {
-		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("bench: warm pool filled only %d of %d jails in 30s", runner.Info().WarmIdle, r.Options.WarmPool)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The harnesses at their blocking read.
+	if err := waitWarmReady(ctx, runner, r.Options.WarmPool); err != nil {
+		return 0, 0, err
 	}
-	// Let the harnesses reach their blocking read.
-	time.Sleep(300 * time.Millisecond)
 	n := runner.Info().WarmIdle
 	return descendantsRSSKB(os.Getpid()) / int64(n), n, nil
 }

@@ -111,10 +111,42 @@ func (r *Report) startupJavaScript(ctx context.Context, cold *sandbox.Runner) er
 // warmWait bounds the wait for the pool to refill between warm samples.
 const warmWait = 30 * time.Second
 
+// warmSettle is how long the pool must have held its jails before a warm
+// sample: a jail counts as idle from its start, and its harness reaches
+// its blocking read of the request 15-60 ms later on this kind of host (a
+// Deno's later than a CPython's). A sample taken sooner is a hand-off to a
+// jail still starting, which is not what a warm pool holds after a pause.
+const warmSettle = 300 * time.Millisecond
+
+// waitWarmReady waits, at most warmWait, until runner's pool has held at
+// least idle jails (every registered profile's) for warmSettle.
+func waitWarmReady(ctx context.Context, runner *sandbox.Runner, idle int) error {
+	deadline := time.Now().Add(warmWait)
+	var fullSince time.Time
+	for {
+		n := runner.Info().WarmIdle
+		switch {
+		case n < idle:
+			fullSince = time.Time{}
+		case fullSince.IsZero():
+			fullSince = time.Now()
+		case time.Since(fullSince) >= warmSettle:
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: the warm pool did not refill in %s (%d of %d jails)", warmWait, n, idle)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sampleWarmRunner times Runner.Run with a warm jail of spec's profile
 // waiting: before each sample it waits (not timed) until the pool holds
-// idle jails (every registered profile full), so every sample is a
-// hand-off to a started jail.
+// idle jails (every registered profile full) that have started
+// (waitWarmReady), so every sample is a hand-off to a started jail.
 func sampleWarmRunner(ctx context.Context, name string, runner *sandbox.Runner, spec sandbox.Spec, n, idle int) (*Sample, error) {
 	// The first run registers the profile with the pool (and is cold).
 	if res, err := runner.Run(ctx, spec); err != nil || res.Status != sandbox.StatusOK {
@@ -122,12 +154,8 @@ func sampleWarmRunner(ctx context.Context, name string, runner *sandbox.Runner, 
 	}
 	var walls, cpus []time.Duration
 	for i := 0; i < n; i++ {
-		deadline := time.Now().Add(warmWait)
-		for runner.Info().WarmIdle < idle {
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("bench: %s: the warm pool did not refill in %s", name, warmWait)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if err := waitWarmReady(ctx, runner, idle); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		t0 := time.Now()
 		res, err := runner.Run(ctx, spec)

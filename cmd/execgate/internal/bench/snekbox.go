@@ -307,7 +307,9 @@ func (r *Report) snekbox(ctx context.Context) error {
 	for round := 0; len(peer.s.walls) < r.Options.Runs; round++ {
 		r.progress("snekbox: round %d: %d runs of each of %d variants", round+1, snekboxBatch, len(variants))
 		for _, v := range variants {
-			if err := r.waitWarm(ctx, warm); err != nil {
+			// Untimed: one round's refills do not run into the next
+			// round's other variants, and warm samples get started jails.
+			if err := waitWarmReady(ctx, warm, r.Options.WarmPool); err != nil {
 				return err
 			}
 			if err := v.batch(snekboxBatch); err != nil {
@@ -419,22 +421,6 @@ func wantPeerOutput(out []byte) error {
 	return nil
 }
 
-// waitWarm waits (untimed) until run's warm pool is full again, so one
-// round's refills do not run into the next round's other variants.
-func (r *Report) waitWarm(ctx context.Context, run *sandbox.Runner) error {
-	deadline := time.Now().Add(warmWait)
-	for run.Info().WarmIdle < r.Options.WarmPool {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: the warm pool did not refill in %s", warmWait)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return nil
-}
-
 func runProbe(ctx context.Context, run *sandbox.Runner, spec sandbox.Spec) error {
 	res, err := run.Run(ctx, spec)
 	if err != nil {
@@ -460,5 +446,5 @@ func (p *PeerReport) markdown(w io.Writer, runs int) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f× | %.2f× |\n", row.Name, ms(row.Wall.Median), ms(row.Wall.P95), ms(row.CPU.Median), ms(row.CPU.P95), driver,
 			float64(row.Wall.Median)/float64(base.Wall.Median), float64(row.CPU.Median)/float64(base.CPU.Median))
 	}
-	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included); a phase row's is its process tree's. Driver CPU: the driving process's own (on the HTTP rows the gateway's and its client's, in one process). Before each batch the warm pool is full again.\n\n", p.Commit, p.Config, p.Argv)
+	fmt.Fprintf(w, "\nsnekbox %s: `NsJail(...).python3([\"-c\", CODE])` as its POST /eval does, config %s: `%s`. CPU: getrusage(RUSAGE_CHILDREN) around each run, for both (a warm run's is the whole jail it was handed, its start included); a phase row's is its process tree's. Driver CPU: the driving process's own (on the HTTP rows the gateway's and its client's, in one process). Before each batch the warm pool is full again, its jails started at least %s before (waiting for their request).\n\n", p.Commit, p.Config, p.Argv, warmSettle)
 }
