@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -378,6 +379,40 @@ type warmJail struct {
 func (w warmJail) Alive() bool        { return w.j.alive() }
 func (w warmJail) Started() time.Time { return w.j.started }
 func (w warmJail) Discard() error     { return w.j.discard(w.grace) }
+
+// Settle waits, at most max, until the jail's harness is blocked reading
+// its request (the kernel says the jailed process is in read(0, ...)), the
+// jail ended or stop returns true. A Deno jail (whose read is one of its
+// runtime's threads' polls) does not wait.
+func (w warmJail) Settle(max time.Duration, stop func() bool) {
+	if w.j.prof.Runtime.deno() {
+		return
+	}
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) && w.j.alive() && !stop() {
+		if readingStdin(w.j.cmd.Process.Pid) {
+			return
+		}
+		time.Sleep(time.Millisecond) // a poll interval: a jail starts in 10-40 ms
+	}
+}
+
+// readingStdin reports whether nsjail's child (the jail's process,
+// /proc/<nsjail>/task/<nsjail>/children) is blocked in read(0, ...)
+// (/proc/<pid>/syscall: the syscall's number, then its arguments).
+func readingStdin(nsjail int) bool {
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", nsjail, nsjail))
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf("%d 0x0 ", syscall.SYS_READ)
+	for _, kid := range strings.Fields(string(kids)) {
+		if sc, err := os.ReadFile("/proc/" + kid + "/syscall"); err == nil && strings.HasPrefix(string(sc), want) {
+			return true
+		}
+	}
+	return false
+}
 
 // startWarm starts a jail of p for the warm pool.
 func (r *Runner) startWarm(p profile) (warmJail, error) {

@@ -749,6 +749,22 @@ func TestWarmPool(t *testing.T) {
 	t.Run("the pool refills", func(t *testing.T) {
 		waitWarm(t, r, 1)
 	})
+	t.Run("a warm jail settles once its harness waits for its request", func(t *testing.T) {
+		// The pool's filler starts the next jail once one has settled
+		// (while the pool is more than half full): Settle must return
+		// before its bound, and only once the jail uses no more CPU.
+		max := time.Duration(stretch(5000)) * time.Millisecond
+		took, cpu, later, err := sandbox.SettleWarmJail(r, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took >= max {
+			t.Errorf("Settle took its whole bound (%v)", took)
+		}
+		if cpu <= 0 || later != cpu {
+			t.Errorf("the jail used %v of CPU when Settle returned (after %v), %v 100 ms later: it had not settled", cpu, took, later)
+		}
+	})
 	t.Run("a jail is never reused", func(t *testing.T) {
 		waitWarm(t, r, 1)
 		res := run(t, r, sandbox.Spec{Source: "def run(a, c):\n    open('/tmp/marker', 'w').write('run A')\n    return 'written'\n", Limits: limits.Default})
