@@ -29,9 +29,14 @@ func WarmIdle(r *Runner) int { return r.pool.IdleCount() }
 // WarmHits is the number of runs served by a warm jail.
 func WarmHits(r *Runner) int64 { return r.pool.Hits() }
 
+// probeSpec is the probe tool's run at the default limits.
+func probeSpec() Spec {
+	return Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default}
+}
+
 // ProbeRequest is the harness request of the probe tool.
 func ProbeRequest() []byte {
-	spec, _, _ := normalize(Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default})
+	spec, _, _ := normalize(probeSpec())
 	req, _ := encodeRequest(spec, 0)
 	return req
 }

@@ -1,17 +1,13 @@
 package sandbox
 
-import (
-	"time"
-
-	"github.com/execgate/execgate/limits"
-)
+import "time"
 
 // SettleWarmJail starts a warm jail of the probe's profile on r and times
 // its Settle (at most max, never stopped early); it reports how long Settle
 // took, the jail's CPU use when it returned and 100 ms later. The jail is
 // discarded.
 func SettleWarmJail(r *Runner, max time.Duration) (took, cpu, later time.Duration, err error) {
-	_, prof, err := normalize(Spec{Source: "async def run(args, context):\n    return {\"ok\": True}\n", Limits: limits.Default})
+	_, prof, err := normalize(probeSpec())
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -397,17 +397,19 @@ func (w warmJail) Settle(max time.Duration, stop func() bool) {
 	}
 }
 
+// readOfStdin is how /proc/<pid>/syscall begins for a process blocked in
+// read(0, ...): the syscall's number, then its first argument.
+var readOfStdin = fmt.Sprintf("%d 0x0 ", syscall.SYS_READ)
+
 // readingStdin reports whether nsjail's child (the jail's process,
-// /proc/<nsjail>/task/<nsjail>/children) is blocked in read(0, ...)
-// (/proc/<pid>/syscall: the syscall's number, then its arguments).
+// /proc/<nsjail>/task/<nsjail>/children) is blocked in read(0, ...).
 func readingStdin(nsjail int) bool {
 	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", nsjail, nsjail))
 	if err != nil {
 		return false
 	}
-	want := fmt.Sprintf("%d 0x0 ", syscall.SYS_READ)
 	for _, kid := range strings.Fields(string(kids)) {
-		if sc, err := os.ReadFile("/proc/" + kid + "/syscall"); err == nil && strings.HasPrefix(string(sc), want) {
+		if sc, err := os.ReadFile("/proc/" + kid + "/syscall"); err == nil && strings.HasPrefix(string(sc), readOfStdin) {
 			return true
 		}
 	}
