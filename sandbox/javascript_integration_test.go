@@ -533,12 +533,16 @@ func TestJavaScriptWarmPool(t *testing.T) {
 	waitWarm(t, r, 2)                  // now the javascript profile too
 	time.Sleep(500 * time.Millisecond) // age the waiting jail: its wait must not count
 	hits := sandbox.WarmHits(r)
+	start := time.Now()
 	res := runJS(t, r, sandbox.LanguageJavaScript, "export function run() { return globalThis.marker ?? 'fresh' }", nil)
+	took := time.Since(start)
 	wantOK(t, res, `"fresh"`)
 	if sandbox.WarmHits(r) != hits+1 {
 		t.Fatalf("the JavaScript run did not use a warm jail")
 	}
-	if res.Usage.WallMS >= 500 {
-		t.Errorf("wall %d ms includes the time the jail waited", res.Usage.WallMS)
+	// Run's own duration bounds a wall counted from the hand-off; one
+	// counted from Deno's start holds the 500 ms wait too.
+	if res.Usage.WallMS > took.Milliseconds() {
+		t.Errorf("wall %d ms, but Run took %v: the wall includes the time the jail waited", res.Usage.WallMS, took)
 	}
 }

@@ -415,7 +415,7 @@ func listenLoopback(t *testing.T) int {
 }
 
 func TestZygotesAreRetiredAfterMaxRunsAndIdleTime(t *testing.T) {
-	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = zygote.Config{MaxRuns: 2, IdleMS: 300} })
+	r := newRunner(t, func(c *sandbox.Config) { c.Zygotes = zygote.Config{MaxRuns: 2, IdleMS: stretch(300)} })
 	ids := func() string { return fmt.Sprint(sandbox.ZygoteIDs(r)) }
 	resultMap(t, runProc(t, r, sandbox.Spec{Source: probeSource}))
 	first := ids()
