@@ -589,7 +589,9 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 	t.Run("a run on an executor streams its output to the caller as it comes", func(t *testing.T) {
 		// POST /v1/execute with Accept: text/event-stream: the first line
 		// reaches the caller while the tool sleeps, before the envelope.
-		src := "import sys, time\ndef run(args, context):\n    print('one', flush=True)\n    time.sleep(1.5)\n    print('two', flush=True)\n    return 7\n"
+		// The tool sleeps 2.5 s and the line must lead by 1 s: a loaded
+		// host may be slow to relay it, not 1.5 s slow.
+		src := "import sys, time\ndef run(args, context):\n    print('one', flush=True)\n    time.sleep(2.5)\n    print('two', flush=True)\n    return 7\n"
 		s := e.executeSSE(map[string]any{"source": src, "limits": map[string]any{"timeout_ms": 10000}})
 		first := s.until(t, "one")
 		firstAt := time.Now()
@@ -600,7 +602,7 @@ func TestSplitGatewayAndExecutors(t *testing.T) {
 			t.Fatalf("envelope %+v, stdout %q", env, stdout)
 		}
 		if firstAt.IsZero() || envAt.Sub(firstAt) < time.Second {
-			t.Fatalf("the first line came %v before the envelope; want it while the tool slept (1.5 s)", envAt.Sub(firstAt))
+			t.Fatalf("the first line came %v before the envelope; want it while the tool slept (2.5 s)", envAt.Sub(firstAt))
 		}
 	})
 
