@@ -8,12 +8,14 @@ on numbers anyone can reproduce:
   fresh process  `deno run` of a one-line module with the jail's flags, CPU
                  per run from getrusage(RUSAGE_CHILDREN);
   worker         one Deno that starts N Workers in a row (every permission
-                 but reading its two modules denied, each its own module graph, terminated once it
-                 answered), CPU per Worker = (CPU with N - CPU with 0) / N.
+                 but reading its two modules denied, each its own module
+                 graph, terminated once it answered), CPU per Worker =
+                 (CPU with N - CPU with 0) / N.
 
 Rounds alternate the two so a drift of the host's speed lands on both.
 
-    /usr/bin/python3 -I -S -B scripts/deno-floor.py [--deno PATH] [--runs N] [--workers N] [--rounds N]
+    /usr/bin/python3 -I -S -B scripts/deno-floor.py [--deno PATH] [--runs N]
+        [--workers N] [--rounds N] [--v8-flags=--flag,...]
 """
 
 import argparse
@@ -46,7 +48,7 @@ self.postMessage(run({}).ok);
 PARENT = """const n = Number(Deno.args[0]);
 const url = new URL("./worker.js", import.meta.url);
 // A Worker needs read access to load its modules from files; nothing else.
-const read = [new URL("./worker.js", url).pathname, new URL("./tool.js", url).pathname];
+const read = [url.pathname, new URL("./tool.js", url).pathname];
 for (let i = 0; i < n; i++) {
   const w = new Worker(url, { type: "module", deno: { permissions: { read, env: false, net: false, run: false, write: false, ffi: false, sys: false, import: false } } });
   const ok = await new Promise((resolve, reject) => {
