@@ -15,7 +15,11 @@ import (
 // run and print every figure it names, with Debian's python3 as documented.
 func TestFloorScriptsRunAndReportTheirFigures(t *testing.T) {
 	root := testenv.RepoRoot(t)
-	py := "/usr/bin/python3"
+	// script runs scripts/<name> the way BENCHMARKS.md does.
+	script := func(name string, args ...string) ([]byte, error) {
+		argv := append([]string{"-I", "-S", "-B", filepath.Join(root, "scripts", name)}, args...)
+		return exec.Command("/usr/bin/python3", argv...).CombinedOutput()
+	}
 	// figure is the number re's group matches; positive unless it is a
 	// difference (a Worker's CPU is the Deno's with Workers less without,
 	// which one short round on a loaded host can make negative).
@@ -31,7 +35,7 @@ func TestFloorScriptsRunAndReportTheirFigures(t *testing.T) {
 		}
 	}
 	t.Run("fork-floor.py", func(t *testing.T) {
-		out, err := exec.Command(py, "-I", "-S", "-B", filepath.Join(root, "scripts", "fork-floor.py"), "20").CombinedOutput()
+		out, err := script("fork-floor.py", "20")
 		if err != nil {
 			t.Fatalf("%v:\n%s", err, out)
 		}
@@ -40,8 +44,7 @@ func TestFloorScriptsRunAndReportTheirFigures(t *testing.T) {
 	})
 	t.Run("deno-floor.py", func(t *testing.T) {
 		deno := testenv.Deno(t)
-		out, err := exec.Command(py, "-I", "-S", "-B", filepath.Join(root, "scripts", "deno-floor.py"),
-			"--deno", deno, "--runs", "2", "--workers", "3", "--rounds", "1").CombinedOutput()
+		out, err := script("deno-floor.py", "--deno", deno, "--runs", "2", "--workers", "3", "--rounds", "1")
 		if err != nil {
 			t.Fatalf("%v:\n%s", err, out)
 		}
@@ -51,7 +54,7 @@ func TestFloorScriptsRunAndReportTheirFigures(t *testing.T) {
 		figure(t, out, `(?m)^Worker per run \(round means\): CPU p50 (-?[0-9.]+) ms`, true)
 	})
 	t.Run("deno-floor.py refuses bad counts before running anything", func(t *testing.T) {
-		out, err := exec.Command(py, "-I", "-S", "-B", filepath.Join(root, "scripts", "deno-floor.py"), "--runs", "0").CombinedOutput()
+		out, err := script("deno-floor.py", "--runs", "0")
 		if err == nil || !regexp.MustCompile(`--runs, --workers and --rounds must be at least 1`).Match(out) {
 			t.Fatalf("err %v, output:\n%s", err, out)
 		}
